@@ -1,0 +1,52 @@
+// One tolerance helper for every numeric test (STYLE.md 3): |ref - x| <= atol + rtol * |ref|.
+// On failure prints the worst index and the first few mismatches.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <vector>
+
+namespace d2l::test {
+
+template <class Ref, class Got>
+bool close(const Ref* ref, const Got* got, int64_t n, double atol, double rtol, const char* what = "") {
+  int64_t bad = 0, worst = -1;
+  double worst_excess = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    double r = static_cast<double>(ref[i]), x = static_cast<double>(got[i]);
+    double tol = atol + rtol * std::fabs(r);
+    double err = std::fabs(r - x);
+    if (!(err <= tol)) {  // NaN fails too
+      if (bad < 10) std::printf("  %s mismatch at %lld: ref %.9g got %.9g\n", what, (long long)i, r, x);
+      ++bad;
+      double excess = std::isnan(err) ? INFINITY : err - tol;
+      if (worst < 0 || excess > worst_excess) worst = i, worst_excess = excess;
+    }
+  }
+  if (bad) std::printf("  %s: %lld of %lld outside atol %g rtol %g; worst at %lld\n", what, (long long)bad,
+                       (long long)n, atol, rtol, (long long)worst);
+  return bad == 0;
+}
+
+template <class Ref, class Got>
+bool close(const std::vector<Ref>& ref, const std::vector<Got>& got, double atol, double rtol,
+           const char* what = "") {
+  if (ref.size() != got.size()) {
+    std::printf("  %s: size %zu vs %zu\n", what, ref.size(), got.size());
+    return false;
+  }
+  return close(ref.data(), got.data(), static_cast<int64_t>(ref.size()), atol, rtol, what);
+}
+
+// Deterministic test data independent of the library's RNG: a small LCG in [-1, 1).
+inline std::vector<float> lcg_data(int64_t n, uint32_t seed) {
+  std::vector<float> v(static_cast<size_t>(n));
+  uint32_t s = seed * 2654435761u + 12345u;
+  for (auto& x : v) {
+    s = s * 1664525u + 1013904223u;
+    x = static_cast<float>((s >> 8) * (1.0 / 16777216.0) * 2.0 - 1.0);
+  }
+  return v;
+}
+
+}  // namespace d2l::test
