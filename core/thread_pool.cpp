@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-namespace d2l::cpu {
+namespace d2l::kernels::cpu {
 
 ThreadPool::ThreadPool(int helpers) {
   for (int i = 0; i < helpers; ++i) threads_.emplace_back([this, i] { loop(i + 1); });
@@ -82,4 +82,4 @@ void Ctx::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& f
   });
 }
 
-}  // namespace d2l::cpu
+}  // namespace d2l::kernels::cpu

@@ -11,7 +11,7 @@
 
 #include "kernels/cpu/parallel.hpp"
 
-namespace d2l::cpu {
+namespace d2l::kernels::cpu {
 
 class ThreadPool {
  public:
@@ -37,4 +37,4 @@ class ThreadPool {
   std::exception_ptr error_;
 };
 
-}  // namespace d2l::cpu
+}  // namespace d2l::kernels::cpu

@@ -1,1 +1,177 @@
+// conv2d kernels (im2col + GEMM) against a direct six-loop convolution in double, and their
+// backward passes against central finite differences of that reference; 1, 2 and 3 threads.
 #include <doctest/doctest.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "check.hpp"
+#include "fd_check.hpp"
+#include "kernels/cpu/kernels.hpp"
+
+using d2l::kernels::cpu::Conv2dShape;
+using d2l::kernels::cpu::Ctx;
+using d2l::test::close;
+using d2l::test::lcg_data;
+
+namespace {
+
+// y[n][oc][oh][ow] = sum over ci, kh, kw of x[n][ci][oh*sh - ph + kh][ow*sw - pw + kw] * w[oc][ci][kh][kw]
+std::vector<double> ref_conv(const Conv2dShape& s, const std::vector<double>& x, const std::vector<double>& w) {
+  const int64_t OH = s.OH(), OW = s.OW();
+  std::vector<double> y(static_cast<size_t>(s.N * s.OC * OH * OW), 0.0);
+  for (int64_t n = 0; n < s.N; ++n)
+    for (int64_t oc = 0; oc < s.OC; ++oc)
+      for (int64_t oh = 0; oh < OH; ++oh)
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          double acc = 0;
+          for (int64_t ci = 0; ci < s.C; ++ci)
+            for (int64_t kh = 0; kh < s.KH; ++kh)
+              for (int64_t kw = 0; kw < s.KW; ++kw) {
+                int64_t ih = oh * s.stride_h - s.pad_h + kh, iw = ow * s.stride_w - s.pad_w + kw;
+                if (ih < 0 || ih >= s.H || iw < 0 || iw >= s.W) continue;
+                acc += x[((n * s.C + ci) * s.H + ih) * s.W + iw] * w[((oc * s.C + ci) * s.KH + kh) * s.KW + kw];
+              }
+          y[((n * s.OC + oc) * OH + oh) * OW + ow] = acc;
+        }
+  return y;
+}
+
+// {N, C, H, W, OC, KH, KW, stride_h, stride_w, pad_h, pad_w}
+const std::vector<Conv2dShape> kShapes = {
+    {1, 1, 7, 5, 1, 3, 3, 1, 1, 0, 0},     // batch 1, one channel, 3x3
+    {1, 1, 7, 5, 2, 3, 3, 1, 1, 1, 1},     // padding 1
+    {2, 3, 13, 11, 4, 3, 5, 2, 2, 1, 2},   // non-square kernel, stride 2, pad (1, 2)
+    {3, 5, 7, 5, 6, 1, 1, 1, 1, 0, 0},     // 1x1 stride 1 (no im2col)
+    {2, 4, 9, 7, 3, 1, 1, 2, 2, 0, 0},     // 1x1 stride 2 (im2col)
+    {2, 2, 9, 8, 3, 5, 5, 1, 1, 2, 2},     // 5x5 pad 2
+    {2, 3, 15, 13, 4, 7, 7, 2, 2, 3, 3},   // ResNet stem: 7x7 stride 2 pad 3
+    {5, 2, 6, 7, 3, 2, 3, 2, 1, 0, 1},     // more images than threads, stride (2, 1)
+    {2, 2, 5, 4, 3, 5, 4, 1, 1, 0, 0},     // kernel covers the image: 1x1 output
+    {3, 2, 4, 6, 2, 3, 3, 3, 3, 2, 1},     // stride 3, output size rounds down
+    {4, 3, 8, 8, 5, 3, 3, 1, 1, 1, 1},     // "same" 3x3
+};
+
+std::string describe(const Conv2dShape& s) {
+  char b[160];
+  std::snprintf(b, sizeof b, "N%lld C%lld %lldx%lld OC%lld k%lldx%lld s%lld,%lld p%lld,%lld", (long long)s.N,
+                (long long)s.C, (long long)s.H, (long long)s.W, (long long)s.OC, (long long)s.KH, (long long)s.KW,
+                (long long)s.stride_h, (long long)s.stride_w, (long long)s.pad_h, (long long)s.pad_w);
+  return b;
+}
+
+int64_t x_size(const Conv2dShape& s) { return s.N * s.C * s.H * s.W; }
+int64_t w_size(const Conv2dShape& s) { return s.OC * s.C * s.KH * s.KW; }
+int64_t y_size(const Conv2dShape& s) { return s.N * s.OC * s.OH() * s.OW(); }
+
+std::vector<float> forward(const Ctx& c, const Conv2dShape& s, const std::vector<float>& x,
+                           const std::vector<float>& w) {
+  std::vector<float> y(static_cast<size_t>(y_size(s)), -7.0f);  // garbage: forward overwrites
+  d2l::kernels::cpu::conv2d_forward(c, s, x.data(), w.data(), y.data());
+  return y;
+}
+std::vector<float> grad_x(const Ctx& c, const Conv2dShape& s, const std::vector<float>& dy,
+                          const std::vector<float>& w) {
+  std::vector<float> dx(static_cast<size_t>(x_size(s)), -7.0f);  // garbage: backward overwrites
+  d2l::kernels::cpu::conv2d_backward_data(c, s, dy.data(), w.data(), dx.data());
+  return dx;
+}
+std::vector<float> grad_w(const Ctx& c, const Conv2dShape& s, const std::vector<float>& x,
+                          const std::vector<float>& dy) {
+  std::vector<float> dw(static_cast<size_t>(w_size(s)), -7.0f);
+  d2l::kernels::cpu::conv2d_backward_weight(c, s, x.data(), dy.data(), dw.data());
+  return dw;
+}
+
+}  // namespace
+
+TEST_CASE("conv2d forward matches direct loops") {
+  for (const auto& s : kShapes) {
+    INFO(describe(s));
+    auto x = lcg_data(x_size(s), 1), w = lcg_data(w_size(s), 2);
+    auto ref = ref_conv(s, d2l::test::to_double(x), d2l::test::to_double(w));
+    d2l::test::for_thread_counts([&](const Ctx& c) {
+      CAPTURE(c.threads);
+      // float accumulation of at most 147 products of values in [-1, 1)
+      CHECK(close(ref, forward(c, s, x, w), 1e-5, 1e-4, "y"));
+    });
+  }
+}
+
+// Conv is linear in x and in w, so central differences are exact up to double rounding (~1e-12
+// here); the tolerance (atol 1e-4, rtol 1e-4) covers the kernels' float accumulation.
+TEST_CASE("conv2d backward_data and backward_weight match finite differences") {
+  for (const auto& s : kShapes) {
+    INFO(describe(s));
+    auto x = lcg_data(x_size(s), 3), w = lcg_data(w_size(s), 4), r = lcg_data(y_size(s), 5);
+    const auto xd = d2l::test::to_double(x), wd = d2l::test::to_double(w);
+    auto fd_x = d2l::test::fd_gradient(
+        x, [&](const auto& v) { return d2l::test::dot(ref_conv(s, v, wd), r); }, 1e-2);
+    auto fd_w = d2l::test::fd_gradient(
+        w, [&](const auto& v) { return d2l::test::dot(ref_conv(s, xd, v), r); }, 1e-2);
+    d2l::test::for_thread_counts([&](const Ctx& c) {
+      CAPTURE(c.threads);
+      CHECK(d2l::test::fd_agrees(fd_x, grad_x(c, s, r, w), 1e-4, 1e-4, "dx"));
+      CHECK(d2l::test::fd_agrees(fd_w, grad_w(c, s, x, r), 1e-4, 1e-4, "dw"));
+    });
+  }
+}
+
+TEST_CASE("conv2d finite-difference check rejects a broken gradient") {
+  const Conv2dShape s{2, 3, 13, 11, 4, 3, 5, 2, 2, 1, 2};
+  auto x = lcg_data(x_size(s), 3), w = lcg_data(w_size(s), 4), r = lcg_data(y_size(s), 5);
+  const auto xd = d2l::test::to_double(x), wd = d2l::test::to_double(w);
+  auto loss_x = [&](const std::vector<double>& v) { return d2l::test::dot(ref_conv(s, v, wd), r); };
+  auto loss_w = [&](const std::vector<double>& v) { return d2l::test::dot(ref_conv(s, xd, v), r); };
+  const Ctx c = d2l::kernels::cpu::serial_ctx();
+  auto dx = grad_x(c, s, r, w), dw = grad_w(c, s, x, r);
+  REQUIRE(d2l::test::fd_check(x, dx, loss_x, 1e-2, 1e-4, 1e-4));  // the real ones pass
+  REQUIRE(d2l::test::fd_check(w, dw, loss_w, 1e-2, 1e-4, 1e-4));
+
+  auto dx_scaled = dx;
+  for (auto& v : dx_scaled) v *= 1.05f;
+  CHECK_FALSE(d2l::test::fd_check(x, dx_scaled, loss_x, 1e-2, 1e-4, 1e-4, 400, {}, "dx*1.05 (expected)"));
+  std::vector<float> dw_shifted(dw.size());  // off by one index (the bug a wrong stride makes)
+  for (size_t i = 0; i < dw.size(); ++i) dw_shifted[i] = dw[(i + 1) % dw.size()];
+  CHECK_FALSE(d2l::test::fd_check(w, dw_shifted, loss_w, 1e-2, 1e-4, 1e-4, 400, {}, "dw shifted (expected)"));
+}
+
+TEST_CASE("conv2d backward_weight does not depend on the thread count") {
+  const Conv2dShape s{8, 3, 9, 7, 5, 3, 3, 1, 1, 1, 1};
+  auto x = lcg_data(x_size(s), 6), r = lcg_data(y_size(s), 7);
+  std::vector<std::vector<float>> dws;
+  d2l::test::for_thread_counts([&](const Ctx& c) { dws.push_back(grad_w(c, s, x, r)); });
+  for (size_t t = 1; t < dws.size(); ++t)
+    CHECK(std::memcmp(dws[0].data(), dws[t].data(), dws[0].size() * sizeof(float)) == 0);
+}
+
+TEST_CASE("im2col matches its definition and col2im is its adjoint") {
+  for (const auto& s0 : kShapes) {
+    Conv2dShape s = s0;
+    s.N = 1;
+    const int64_t rows = s.C * s.KH * s.KW, P = s.OH() * s.OW();
+    auto x = lcg_data(x_size(s), 8), r = lcg_data(rows * P, 9);
+    std::vector<float> col(static_cast<size_t>(rows * P), -7.0f);
+    d2l::kernels::cpu::im2col(s, x.data(), col.data());
+    std::vector<double> ref(col.size());
+    for (int64_t ci = 0; ci < s.C; ++ci)
+      for (int64_t kh = 0; kh < s.KH; ++kh)
+        for (int64_t kw = 0; kw < s.KW; ++kw)
+          for (int64_t oh = 0; oh < s.OH(); ++oh)
+            for (int64_t ow = 0; ow < s.OW(); ++ow) {
+              int64_t ih = oh * s.stride_h - s.pad_h + kh, iw = ow * s.stride_w - s.pad_w + kw;
+              bool inside = ih >= 0 && ih < s.H && iw >= 0 && iw < s.W;
+              ref[((ci * s.KH + kh) * s.KW + kw) * P + oh * s.OW() + ow] = inside ? x[(ci * s.H + ih) * s.W + iw] : 0;
+            }
+    CHECK(close(ref, col, 0, 0, "col"));
+    // <im2col(x), r> == <x, col2im(r)>
+    std::vector<float> back(x.size(), 0.0f);
+    d2l::kernels::cpu::col2im(s, r.data(), back.data());
+    double lhs = 0, rhs = 0;
+    for (size_t i = 0; i < col.size(); ++i) lhs += double(col[i]) * r[i];
+    for (size_t i = 0; i < x.size(); ++i) rhs += double(x[i]) * back[i];
+    CHECK(lhs == doctest::Approx(rhs).epsilon(1e-5));
+  }
+}

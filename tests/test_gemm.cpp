@@ -1,1 +1,123 @@
+// gemm against a direct triple loop in double: all four transpose combinations, odd shapes,
+// alpha/beta != 1/0, empty dimensions, and 1 vs 2 device threads.
 #include <doctest/doctest.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "check.hpp"
+#include "core/thread_pool.hpp"
+#include "kernels/cpu/kernels.hpp"
+
+namespace cpu = d2l::kernels::cpu;
+
+namespace {
+
+using d2l::test::close;
+using d2l::test::lcg_data;
+
+// C = alpha * op(A) @ op(B) + beta * C, everything in double, indexing the stored layouts directly.
+std::vector<double> ref_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha,
+                             const std::vector<float>& A, const std::vector<float>& B, double beta,
+                             const std::vector<float>& C0) {
+  std::vector<double> C(static_cast<size_t>(M * N));
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      double acc = 0.0;
+      for (int64_t k = 0; k < K; ++k) {
+        double a = ta ? A[k * M + i] : A[i * K + k];  // A stored (K, M) when ta, else (M, K)
+        double b = tb ? B[j * K + k] : B[k * N + j];  // B stored (N, K) when tb, else (K, N)
+        acc += a * b;
+      }
+      C[i * N + j] = alpha * acc + (beta == 0.0 ? 0.0 : beta * C0[i * N + j]);
+    }
+  return C;
+}
+
+struct Shape {
+  int64_t M, N, K;
+};
+const Shape kShapes[] = {{1, 1, 1}, {3, 5, 7}, {67, 33, 129}, {1, 1000, 7}, {2, 67, 5},
+                         {1000, 3, 2}, {7, 1, 33}, {33, 7, 1}};
+
+// Runs gemm for one shape/transpose/alpha/beta and compares with the reference.
+// Tolerance: float accumulation over K terms of size <= 1 -> atol 1e-5 * (K + 1), rtol 1e-5.
+bool run_case(const cpu::Ctx& c, bool ta, bool tb, Shape s, float alpha, float beta, uint32_t seed) {
+  auto A = lcg_data(s.M * s.K, seed), B = lcg_data(s.K * s.N, seed + 1), C = lcg_data(s.M * s.N, seed + 2);
+  auto ref = ref_gemm(ta, tb, s.M, s.N, s.K, alpha, A, B, beta, C);
+  cpu::gemm(c, ta, tb, s.M, s.N, s.K, alpha, A.data(), B.data(), beta, C.data());
+  return close(ref, C, 1e-5 * static_cast<double>(s.K + 1), 1e-5, "gemm");
+}
+
+}  // namespace
+
+TEST_CASE("gemm matches the double reference: all transposes, odd shapes, threads 1 and 2") {
+  cpu::ThreadPool pool(1);
+  const cpu::Ctx ctxs[] = {cpu::serial_ctx(), cpu::Ctx{2, &pool}};
+  uint32_t seed = 1;
+  for (const auto& c : ctxs)
+    for (bool ta : {false, true})
+      for (bool tb : {false, true})
+        for (const Shape& s : kShapes) {
+          CAPTURE(c.threads);
+          CAPTURE(ta);
+          CAPTURE(tb);
+          CAPTURE(s.M);
+          CAPTURE(s.N);
+          CAPTURE(s.K);
+          CHECK(run_case(c, ta, tb, s, 0.75f, -0.5f, seed));
+          CHECK(run_case(c, ta, tb, s, 1.0f, 0.0f, seed + 7));
+          CHECK(run_case(c, ta, tb, s, -1.25f, 1.0f, seed + 13));
+          seed += 3;
+        }
+}
+
+TEST_CASE("gemm with beta == 0 ignores NaN already in C") {
+  cpu::ThreadPool pool(1);
+  cpu::Ctx c{2, &pool};
+  const int64_t M = 9, N = 11, K = 4;
+  auto A = lcg_data(M * K, 5), B = lcg_data(K * N, 6);
+  std::vector<float> C(M * N, std::numeric_limits<float>::quiet_NaN()), C0(M * N, 0.0f);
+  auto ref = ref_gemm(false, false, M, N, K, 2.0, A, B, 0.0, C0);
+  cpu::gemm(c, false, false, M, N, K, 2.0f, A.data(), B.data(), 0.0f, C.data());
+  CHECK(close(ref, C, 1e-5 * (K + 1), 1e-5, "gemm beta=0"));
+}
+
+TEST_CASE("gemm with an empty dimension") {
+  cpu::ThreadPool pool(1);
+  const cpu::Ctx ctxs[] = {cpu::serial_ctx(), cpu::Ctx{2, &pool}};
+  for (const auto& c : ctxs) {
+    CAPTURE(c.threads);
+    // K == 0: the product is empty, so C = beta * C.
+    auto C = lcg_data(3 * 5, 9);
+    std::vector<double> ref(C.begin(), C.end());
+    for (auto& v : ref) v *= -0.5;
+    cpu::gemm(c, false, false, 3, 5, 0, 1.0f, nullptr, nullptr, -0.5f, C.data());
+    CHECK(close(ref, C, 0.0, 0.0, "K=0"));
+    // K == 0 and beta == 0: C becomes zero even if it held NaN.
+    std::vector<float> Cn(6, std::numeric_limits<float>::quiet_NaN());
+    cpu::gemm(c, true, true, 2, 3, 0, 1.0f, nullptr, nullptr, 0.0f, Cn.data());
+    for (float v : Cn) CHECK(v == 0.0f);
+    // M == 0 or N == 0: nothing to write; C must be untouched (and no pointer read).
+    std::vector<float> sentinel = {42.0f};
+    cpu::gemm(c, false, false, 0, 1, 4, 1.0f, nullptr, nullptr, 0.0f, sentinel.data());
+    cpu::gemm(c, true, false, 1, 0, 4, 1.0f, nullptr, nullptr, 0.0f, sentinel.data());
+    CHECK(sentinel[0] == 42.0f);
+  }
+}
+
+TEST_CASE("gemm row and column splits agree with the serial result within rounding") {
+  // gemm is the one kernel not promised bitwise thread-invariant (OpenBLAS blocks); check 1 vs 2
+  // threads agree closely on a row-split shape and a column-split shape.
+  cpu::ThreadPool pool(1);
+  cpu::Ctx two{2, &pool};
+  for (Shape s : {Shape{67, 33, 129}, Shape{2, 1000, 65}}) {
+    auto A = lcg_data(s.M * s.K, 21), B = lcg_data(s.K * s.N, 22), C1 = lcg_data(s.M * s.N, 23);
+    auto C2 = C1;
+    cpu::gemm(cpu::serial_ctx(), false, true, s.M, s.N, s.K, 0.5f, A.data(), B.data(), 2.0f,
+                   C1.data());
+    cpu::gemm(two, false, true, s.M, s.N, s.K, 0.5f, A.data(), B.data(), 2.0f, C2.data());
+    CHECK(close(C1, C2, 1e-5 * (s.K + 1), 1e-5, "threads 1 vs 2"));
+  }
+}

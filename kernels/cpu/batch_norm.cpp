@@ -1,1 +1,101 @@
-// placeholder
+// Batch normalisation over channels: x (N, C, HW), gamma and beta (C). Dense layers use HW = 1.
+// Each channel c normalises its M = N*HW values x[n][c][i]:
+//   training  mean = sum(x) / M,  var = sum((x - mean)^2) / M       (biased; in double)
+//             invstd = 1 / sqrt(var + eps),  xhat = (x - mean) * invstd,  y = gamma * xhat + beta
+//             saves mean and invstd (C) for backward, and updates the running statistics
+//             running_mean = (1 - momentum) * running_mean + momentum * mean
+//             running_var  = (1 - momentum) * running_var  + momentum * var * M / (M - 1)  (unbiased;
+//                            the biased var when M == 1)
+//   eval      y = gamma * (x - running_mean) / sqrt(running_var + eps) + beta
+//   backward  (training mode: mean and var depend on x)
+//             dbeta = sum(dy),  dgamma = sum(dy * xhat)
+//             dx = gamma * invstd / M * (M * dy - dbeta - xhat * dgamma)
+// Every channel is independent: all loops split over C.
+#include <cmath>
+
+#include "kernels.hpp"
+
+namespace d2l::kernels::cpu {
+
+void batch_norm_train_forward(const Ctx& c, int64_t N, int64_t C, int64_t HW, const float* x,
+                              const float* gamma, const float* beta, float eps, float momentum, float* y,
+                              float* mean, float* invstd, float* running_mean, float* running_var) {
+  const int64_t M = N * HW;
+  c.parallel_for(C, [&](int64_t begin, int64_t end) {
+    for (int64_t ch = begin; ch < end; ++ch) {
+      // Two passes in double: the mean, then the squared deviations from it.
+      double sum = 0.0;
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t i = 0; i < HW; ++i) sum += x[(n * C + ch) * HW + i];
+      const double mu = sum / static_cast<double>(M);
+      double sq = 0.0;
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t i = 0; i < HW; ++i) {
+          const double d = x[(n * C + ch) * HW + i] - mu;
+          sq += d * d;
+        }
+      const double var = sq / static_cast<double>(M);
+      const double istd = 1.0 / std::sqrt(var + static_cast<double>(eps));
+
+      const float scale = static_cast<float>(gamma[ch] * istd);  // y = scale * (x - mean) + beta
+      const float m = static_cast<float>(mu);
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t i = 0; i < HW; ++i) {
+          const int64_t k = (n * C + ch) * HW + i;
+          y[k] = scale * (x[k] - m) + beta[ch];
+        }
+
+      mean[ch] = m;
+      invstd[ch] = static_cast<float>(istd);
+      const double unbiased = M > 1 ? sq / static_cast<double>(M - 1) : var;
+      running_mean[ch] = static_cast<float>((1.0 - momentum) * running_mean[ch] + momentum * mu);
+      running_var[ch] = static_cast<float>((1.0 - momentum) * running_var[ch] + momentum * unbiased);
+    }
+  });
+}
+
+void batch_norm_eval_forward(const Ctx& c, int64_t N, int64_t C, int64_t HW, const float* x, const float* gamma,
+                             const float* beta, const float* running_mean, const float* running_var, float eps,
+                             float* y) {
+  c.parallel_for(C, [&](int64_t begin, int64_t end) {
+    for (int64_t ch = begin; ch < end; ++ch) {
+      const float scale = static_cast<float>(gamma[ch] / std::sqrt(static_cast<double>(running_var[ch]) + eps));
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t i = 0; i < HW; ++i) {
+          const int64_t k = (n * C + ch) * HW + i;
+          y[k] = scale * (x[k] - running_mean[ch]) + beta[ch];
+        }
+    }
+  });
+}
+
+void batch_norm_backward(const Ctx& c, int64_t N, int64_t C, int64_t HW, const float* x, const float* dy,
+                         const float* gamma, const float* mean, const float* invstd, float* dx, float* dgamma,
+                         float* dbeta) {
+  const int64_t M = N * HW;
+  c.parallel_for(C, [&](int64_t begin, int64_t end) {
+    for (int64_t ch = begin; ch < end; ++ch) {
+      const double mu = mean[ch], istd = invstd[ch];
+      double sum_dy = 0.0, sum_dy_xhat = 0.0;
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t i = 0; i < HW; ++i) {
+          const int64_t k = (n * C + ch) * HW + i;
+          sum_dy += dy[k];
+          sum_dy_xhat += dy[k] * ((x[k] - mu) * istd);
+        }
+      dbeta[ch] = static_cast<float>(sum_dy);
+      dgamma[ch] = static_cast<float>(sum_dy_xhat);
+
+      // dx = gamma * invstd / M * (M * dy - sum_dy - xhat * sum_dy_xhat)
+      const double k1 = gamma[ch] * istd / static_cast<double>(M);
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t i = 0; i < HW; ++i) {
+          const int64_t k = (n * C + ch) * HW + i;
+          const double xhat = (x[k] - mu) * istd;
+          dx[k] = static_cast<float>(k1 * (static_cast<double>(M) * dy[k] - sum_dy - xhat * sum_dy_xhat));
+        }
+    }
+  });
+}
+
+}  // namespace d2l::kernels::cpu

@@ -1,1 +1,39 @@
-// placeholder
+// gemm: C (M, N) = alpha * op(A) (M, K) @ op(B) (K, N) + beta * C, all row-major.
+// op(A) = A^T when ta (A stored (K, M)); op(B) = B^T when tb (B stored (N, K)).
+#include <cblas.h>
+
+#include "kernels.hpp"
+
+namespace d2l::kernels::cpu {
+
+void gemm(const Ctx& c, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+          const float* B, float beta, float* C) {
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) {  // empty product: C = beta * C (beta == 0 overwrites, as BLAS does, even NaN)
+    c.parallel_for(M * N, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) C[i] = beta == 0.0f ? 0.0f : beta * C[i];
+    });
+    return;
+  }
+  const auto opA = ta ? CblasTrans : CblasNoTrans, opB = tb ? CblasTrans : CblasNoTrans;
+  const int64_t lda = ta ? M : K, ldb = tb ? K : N, ldc = N;  // leading dimensions as stored
+
+  // Each device thread makes one serial-OpenBLAS call on its own contiguous block of C: rows
+  // [b, e) normally, columns [b, e) when there are too few rows to share out. Note: OpenBLAS may
+  // order the K-sum differently at block edges, so C is not guaranteed bitwise identical for a
+  // different thread count (only within rounding); every other CPU kernel is thread-invariant.
+  const bool split_rows = M >= 4 * static_cast<int64_t>(c.threads) || M >= N;
+  if (split_rows) {
+    c.parallel_for(M, [&](int64_t b, int64_t e) {
+      const float* Ab = ta ? A + b : A + b * K;  // row b of op(A)
+      cblas_sgemm(CblasRowMajor, opA, opB, e - b, N, K, alpha, Ab, lda, B, ldb, beta, C + b * ldc, ldc);
+    });
+  } else {
+    c.parallel_for(N, [&](int64_t b, int64_t e) {
+      const float* Bb = tb ? B + b * K : B + b;  // column b of op(B)
+      cblas_sgemm(CblasRowMajor, opA, opB, M, e - b, K, alpha, A, lda, Bb, ldb, beta, C + b, ldc);
+    });
+  }
+}
+
+}  // namespace d2l::kernels::cpu

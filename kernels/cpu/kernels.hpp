@@ -1,4 +1,4 @@
-// CPU kernels: plain C++ over raw float/int32 pointers, contiguous row-major NCHW.
+// CPU kernels (namespace d2l::kernels::cpu; d2l::cpu(i) is the device): plain C++ over raw float/int32 pointers, contiguous row-major NCHW.
 // One op = one file (kernels/cpu/<op>.cpp), forward and backward side by side; kernels/cuda mirrors
 // these signatures. Kernels never allocate tensors and never throw for shapes: core/ops checks shapes
 // first. Counts are int64_t.
@@ -6,7 +6,7 @@
 #include <cstdint>
 #include "parallel.hpp"
 
-namespace d2l::cpu {
+namespace d2l::kernels::cpu {
 
 // ---- gemm.cpp: C (M, N) = alpha * op(A) (M, K) @ op(B) (K, N) + beta * C, row-major.
 // op(A) = A^T when ta (A stored (K, M)); op(B) = B^T when tb (B stored (N, K)).
@@ -103,4 +103,4 @@ void batch_norm_backward(const Ctx& c, int64_t N, int64_t C, int64_t HW, const f
                          const float* gamma, const float* mean, const float* invstd, float* dx, float* dgamma,
                          float* dbeta);
 
-}  // namespace d2l::cpu
+}  // namespace d2l::kernels::cpu

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <functional>
 
-namespace d2l::cpu {
+namespace d2l::kernels::cpu {
 
 class ThreadPool;  // core/thread_pool.hpp
 
@@ -21,4 +21,4 @@ struct Ctx {
 // A Ctx that runs everything on the calling thread (tests, references).
 inline Ctx serial_ctx() { return Ctx{}; }
 
-}  // namespace d2l::cpu
+}  // namespace d2l::kernels::cpu

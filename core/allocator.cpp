@@ -1,0 +1,75 @@
+#include "core/allocator.hpp"
+
+#include <cstdlib>
+#include <new>
+#include <stdexcept>
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#define D2L_POISON(p, n) ASAN_POISON_MEMORY_REGION(p, n)
+#define D2L_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION(p, n)
+#else
+#define D2L_POISON(p, n) ((void)(p), (void)(n))
+#define D2L_UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
+namespace d2l {
+
+size_t Allocator::block_size(size_t bytes) { return bytes == 0 ? 256 : (bytes + 255) / 256 * 256; }
+
+Allocator::~Allocator() { empty_cache(); }
+
+void* Allocator::allocate(size_t bytes) {
+  size_t size = block_size(bytes);
+  std::lock_guard<std::mutex> lock(mu_);
+  void* p = nullptr;
+  // Reuse the smallest cached block that fits and wastes less than half of it.
+  auto it = free_.lower_bound(size);
+  if (it != free_.end() && it->first <= 2 * size) {
+    p = it->second;
+    s_.cached -= static_cast<int64_t>(it->first);
+    free_.erase(it);
+    ++s_.reuses;
+    // The block may be larger than `size`; keep its true size with the pointer for deallocate.
+    D2L_UNPOISON(p, size);
+  } else {
+    p = std::aligned_alloc(64, size);
+    if (!p) throw std::bad_alloc();
+    ++s_.system_allocs;
+  }
+  s_.in_use += static_cast<int64_t>(bytes);
+  if (s_.in_use > s_.peak) s_.peak = s_.in_use;
+  return p;
+}
+
+void Allocator::deallocate(void* p, size_t bytes) {
+  size_t size = block_size(bytes);
+  std::lock_guard<std::mutex> lock(mu_);
+  s_.in_use -= static_cast<int64_t>(bytes);
+  // A reused block may be up to 2x `size`; it is cached under `size`, which only under-uses it.
+  D2L_POISON(p, size);
+  free_.emplace(size, p);
+  s_.cached += static_cast<int64_t>(size);
+}
+
+MemoryStats Allocator::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return s_;
+}
+
+void Allocator::reset_peak() {
+  std::lock_guard<std::mutex> lock(mu_);
+  s_.peak = s_.in_use;
+}
+
+void Allocator::empty_cache() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [size, p] : free_) {
+    D2L_UNPOISON(p, size);
+    std::free(p);
+  }
+  free_.clear();
+  s_.cached = 0;
+}
+
+}  // namespace d2l

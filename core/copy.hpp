@@ -1,0 +1,22 @@
+// Copies between host and devices and between devices (DESIGN.md): a copy into device d runs on
+// d's copy stream after an event from the source's compute stream; d's compute stream waits for it
+// before using the result, and the source waits before it may overwrite what is being read.
+#pragma once
+#include <cstddef>
+
+#include "core/tensor.hpp"
+
+namespace d2l {
+
+void copy_between(const Tensor& src, const Tensor& dst);  // same byte size; any two devices
+void copy_from_host(const void* host, size_t bytes, const Tensor& dst);  // host buffer copied at once
+void copy_to_host(const Tensor& src, void* host, size_t bytes);           // waits for src's device
+
+// Bytes copied into each device's memory from another device (chapter 1 counts traffic with these).
+struct CopyCounters {
+  int64_t bytes_in = 0, bytes_out = 0, copies = 0;
+};
+CopyCounters copy_counters(Device d);
+void reset_copy_counters();
+
+}  // namespace d2l

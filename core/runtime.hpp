@@ -1,0 +1,56 @@
+// What a device owns at run time: its compute and copy streams, its caching allocator, and, for
+// CPU-backed devices, the helper threads of its thread budget. Created on first use.
+#pragma once
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "core/allocator.hpp"
+#include "core/device.hpp"
+#include "core/stream.hpp"
+#include "core/thread_pool.hpp"
+
+namespace d2l {
+
+class DeviceRuntime {
+  kernels::cpu::ThreadPool pool_;  // first: destroyed after the streams whose tasks use it
+
+ public:
+  explicit DeviceRuntime(Device d);
+  Device device;
+  std::shared_ptr<Allocator> allocator;
+  Stream compute, copy;
+
+  // The threads this device's kernels may use (its budget) and a Ctx handing them to a kernel.
+  int threads() const { return threads_.load(); }
+  void set_threads(int n);
+  kernels::cpu::Ctx ctx() { return kernels::cpu::Ctx{threads_.load(), &pool_}; }
+  // Kernels run on this device since start-up (a device "did its share").
+  uint64_t kernels_run() const { return kernels_.load(); }
+  void count_kernel() { kernels_.fetch_add(1); }
+
+ private:
+  std::atomic<int> threads_;
+  std::atomic<uint64_t> kernels_{0};
+};
+
+// The runtime of a device; throws ConfigError for a kind whose backend is not built.
+DeviceRuntime& runtime(Device d);
+
+// Declares the devices a program computes on: each CPU-backed device (cpu, emu) gets
+// max(1, cores / their count) threads. Returns the budget given.
+int use_devices(const std::vector<Device>& devices);
+
+// Cores the process may use (D2L_NUM_THREADS overrides hardware_concurrency).
+int num_cores();
+
+// Host waits until every stream of every created device is idle; rethrows the first kept error.
+void waitall();
+
+// Enqueues a kernel on d's compute stream; fn gets the device's Ctx. `keep` holds the storage the
+// kernel touches until it has run.
+void launch(Device d, const char* op, std::vector<std::shared_ptr<Storage>> keep,
+            std::function<void(const kernels::cpu::Ctx&)> fn);
+
+}  // namespace d2l

@@ -1,0 +1,99 @@
+#include "core/stream.hpp"
+
+namespace d2l {
+
+void EventState::complete() {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    done = true;
+  }
+  cv.notify_all();
+}
+
+void EventState::wait() {
+  std::unique_lock<std::mutex> lock(mu);
+  cv.wait(lock, [&] { return done; });
+}
+
+bool Event::query() const {
+  if (!state_) return true;
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->done;
+}
+
+void Event::synchronize() const {
+  if (state_) state_->wait();
+}
+
+Stream::Stream(std::string name) : name_(std::move(name)) { thread_ = std::thread([this] { loop(); }); }
+
+Stream::~Stream() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void Stream::enqueue(const char* op, std::function<void()> fn) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.emplace_back(op, std::move(fn));
+  }
+  cv_.notify_one();
+}
+
+void Stream::record(Event& e) {
+  auto state = std::make_shared<EventState>();
+  e.state_ = state;
+  enqueue("record event", [state] { state->complete(); });
+}
+
+void Stream::wait(const Event& e) {
+  if (!e.state_) return;  // never recorded: nothing to wait for, as in CUDA
+  auto state = e.state_;
+  enqueue("wait event", [state] { state->wait(); });
+}
+
+void Stream::synchronize() {
+  std::unique_lock<std::mutex> lock(mu_);
+  idle_.wait(lock, [&] { return queue_.empty() && !busy_; });
+  if (!error_.empty()) {
+    std::string msg = std::move(error_);
+    error_.clear();
+    throw DeviceError(msg);
+  }
+}
+
+void Stream::loop() {
+  for (;;) {
+    std::pair<const char*, std::function<void()>> task;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stop requested and drained
+      task = std::move(queue_.front());
+      queue_.pop_front();
+      busy_ = true;
+    }
+    std::string err;
+    try {
+      task.second();
+    } catch (const std::exception& ex) {
+      err = std::string(task.first) + " on " + name_.substr(0, name_.find(' ')) + ": " + ex.what();
+    } catch (...) {
+      err = std::string(task.first) + " on " + name_.substr(0, name_.find(' ')) + ": unknown error";
+    }
+    task.second = nullptr;  // drop what the task held (storage returns to the allocator) before idling
+    tasks_run_.fetch_add(1);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!err.empty() && error_.empty()) error_ = err;
+      busy_ = false;
+      if (queue_.empty()) idle_.notify_all();
+    }
+  }
+}
+
+}  // namespace d2l

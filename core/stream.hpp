@@ -1,0 +1,69 @@
+// Streams and events (DESIGN.md "Devices, streams, memory"), CUDA's model on worker threads:
+// a Stream runs its tasks one after another, in the order they were enqueued, on its own thread;
+// the host thread only enqueues. An Event marks a point in a stream; another stream can wait for it.
+#pragma once
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+namespace d2l {
+
+// An error raised inside a stream, rethrown at the next synchronisation: "relu on cpu(1): ...".
+struct DeviceError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct EventState {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  void complete();
+  void wait();
+};
+
+// Like cudaEvent_t: record() replaces the point it marks; waiting on an event never recorded is a no-op.
+class Event {
+ public:
+  bool recorded() const { return state_ != nullptr; }
+  bool query() const;        // true when the recorded point has been reached (or never recorded)
+  void synchronize() const;  // host waits for the recorded point
+ private:
+  friend class Stream;
+  std::shared_ptr<EventState> state_;
+};
+
+class Stream {
+ public:
+  explicit Stream(std::string name);  // name: "cpu(0) compute"
+  ~Stream();
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+
+  // Runs fn on the stream's thread after everything enqueued before. `op` names it in errors.
+  void enqueue(const char* op, std::function<void()> fn);
+  void record(Event& e);        // e now marks "everything enqueued so far on this stream"
+  void wait(const Event& e);    // later tasks here start after e's point; no-op if e never recorded
+  void synchronize();           // host waits until the queue is drained; rethrows a kept error
+  const std::string& name() const { return name_; }
+  uint64_t tasks_run() const { return tasks_run_.load(); }
+
+ private:
+  void loop();
+  std::string name_;
+  std::mutex mu_;
+  std::condition_variable cv_, idle_;
+  std::deque<std::pair<const char*, std::function<void()>>> queue_;
+  bool busy_ = false, stop_ = false;
+  std::string error_;  // first error since the last synchronize
+  std::atomic<uint64_t> tasks_run_{0};
+  std::thread thread_;
+};
+
+}  // namespace d2l

@@ -1,0 +1,82 @@
+// Gradient checking for the kernel tests: an analytic gradient (from a backward kernel, float)
+// against central finite differences of a scalar loss computed in double by a reference forward:
+//   numeric[i] = (loss(x + h e_i) - loss(x - h e_i)) / (2h)
+// compared with d2l::test::close (|numeric - analytic| <= atol + rtol * |numeric|).
+// Also the thread settings every kernel test runs under.
+#pragma once
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <vector>
+
+#include "check.hpp"
+#include "core/thread_pool.hpp"
+
+namespace d2l::test {
+
+using LossFn = std::function<double(const std::vector<double>&)>;
+
+// Central differences of loss at up to max_points indices spread evenly over x (all of them when x
+// is small). skip(i) may veto an index (e.g. near a max-pool tie).
+struct FdSample {
+  std::vector<int64_t> idx;
+  std::vector<double> numeric;
+};
+
+inline FdSample fd_gradient(const std::vector<float>& x, const LossFn& loss, double h, int64_t max_points = 400,
+                            const std::function<bool(int64_t)>& skip = {}) {
+  const int64_t n = static_cast<int64_t>(x.size());
+  std::vector<double> xd(x.begin(), x.end());
+  FdSample fd;
+  const int64_t step = n <= max_points ? 1 : (n + max_points - 1) / max_points;
+  for (int64_t i = (step > 1 ? step / 2 : 0); i < n; i += step) {
+    if (skip && skip(i)) continue;
+    const double x0 = xd[i];
+    xd[i] = x0 + h;
+    const double up = loss(xd);
+    xd[i] = x0 - h;
+    const double down = loss(xd);
+    xd[i] = x0;
+    fd.idx.push_back(i);
+    fd.numeric.push_back((up - down) / (2 * h));
+  }
+  return fd;
+}
+
+// Does the analytic gradient agree with the sampled numeric one? Fails if nothing was sampled.
+inline bool fd_agrees(const FdSample& fd, const std::vector<float>& grad, double atol, double rtol,
+                      const char* what = "fd") {
+  if (fd.idx.empty()) {
+    std::printf("  %s: no points checked\n", what);
+    return false;
+  }
+  std::vector<double> analytic;
+  for (int64_t i : fd.idx) analytic.push_back(grad[static_cast<size_t>(i)]);
+  return close(fd.numeric, analytic, atol, rtol, what);
+}
+
+inline bool fd_check(const std::vector<float>& x, const std::vector<float>& grad, const LossFn& loss, double h,
+                     double atol, double rtol, int64_t max_points = 400,
+                     const std::function<bool(int64_t)>& skip = {}, const char* what = "fd") {
+  return fd_agrees(fd_gradient(x, loss, h, max_points, skip), grad, atol, rtol, what);
+}
+
+// sum(y * r): the loss whose gradient with respect to y is r.
+inline double dot(const std::vector<double>& y, const std::vector<float>& r) {
+  double s = 0;
+  for (size_t i = 0; i < y.size(); ++i) s += y[i] * r[i];
+  return s;
+}
+
+inline std::vector<double> to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+
+// Runs body(ctx) with 1, 2 and 3 threads (the pool holds threads - 1 helpers).
+inline void for_thread_counts(const std::function<void(const kernels::cpu::Ctx&)>& body) {
+  for (int t : {1, 2, 3}) {
+    kernels::cpu::ThreadPool pool(t - 1);
+    kernels::cpu::Ctx c{t, &pool};
+    body(c);
+  }
+}
+
+}  // namespace d2l::test

@@ -1,0 +1,99 @@
+// Streams really run in parallel across devices, in order within a stream, and events order work
+// across devices (DESIGN.md). Timing only bounds a wait (a deadline), never asserts speed.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <thread>
+
+#include "core/ops.hpp"
+#include "core/runtime.hpp"
+
+using namespace d2l;
+using namespace std::chrono_literals;
+
+TEST_CASE("tasks on cpu(0) and cpu(1) meet at a rendezvous: the devices run at the same time") {
+  use_devices({cpu(0), cpu(1)});
+  std::atomic<int> arrived{0};
+  std::atomic<bool> met0{false}, met1{false};
+  auto meet = [&](std::atomic<bool>& met) {
+    arrived.fetch_add(1);
+    auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (arrived.load() < 2 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(1ms);
+    met = arrived.load() == 2;  // false if the other device only starts after this one finishes
+  };
+  launch(cpu(0), "rendezvous", {}, [&](const kernels::cpu::Ctx&) { meet(met0); });
+  launch(cpu(1), "rendezvous", {}, [&](const kernels::cpu::Ctx&) { meet(met1); });
+  waitall();
+  CHECK(met0);
+  CHECK(met1);
+}
+
+TEST_CASE("cpu(1) waits on an event recorded on cpu(0) behind a held-back task") {
+  std::promise<void> gate;
+  std::shared_future<void> open = gate.get_future().share();
+  std::atomic<bool> released{false}, ran_early{false}, ran{false};
+  launch(cpu(0), "held back", {}, [&](const kernels::cpu::Ctx&) {
+    open.wait();
+    released = true;
+  });
+  Event e;
+  runtime(cpu(0)).compute.record(e);
+  runtime(cpu(1)).compute.wait(e);
+  launch(cpu(1), "after event", {}, [&](const kernels::cpu::Ctx&) {
+    ran_early = !released.load();
+    ran = true;
+  });
+  std::this_thread::sleep_for(100ms);
+  CHECK_FALSE(ran.load());   // still blocked behind the held-back task
+  CHECK_FALSE(e.query());
+  gate.set_value();
+  waitall();
+  CHECK(ran.load());
+  CHECK_FALSE(ran_early.load());
+  CHECK(e.query());
+}
+
+TEST_CASE("waiting on an event never recorded does not block") {
+  Event never;
+  CHECK_FALSE(never.recorded());
+  runtime(cpu(1)).compute.wait(never);
+  std::atomic<bool> ran{false};
+  launch(cpu(1), "after", {}, [&](const kernels::cpu::Ctx&) { ran = true; });
+  auto done = std::async(std::launch::async, [] { runtime(cpu(1)).compute.synchronize(); });
+  REQUIRE(done.wait_for(10s) == std::future_status::ready);
+  CHECK(ran.load());
+}
+
+TEST_CASE("within a stream, tasks run in the order they were enqueued") {
+  std::vector<int> seen;
+  for (int i = 0; i < 50; ++i) launch(cpu(0), "ordered", {}, [&seen, i](const kernels::cpu::Ctx&) { seen.push_back(i); });
+  waitall();
+  REQUIRE(seen.size() == 50);
+  for (int i = 0; i < 50; ++i) CHECK(seen[i] == i);
+}
+
+TEST_CASE("an exception inside a stream surfaces at the next sync, naming the op and the device") {
+  launch(cpu(1), "exploding_kernel", {}, [](const kernels::cpu::Ctx&) { throw std::runtime_error("bad value"); });
+  CHECK_THROWS_WITH_AS(waitall(), "exploding_kernel on cpu(1): bad value", DeviceError);
+  waitall();  // the error was reported once; the device keeps working
+  // The same through an op: a label out of range is found by the kernel, on the device.
+  Tensor logits = Tensor::zeros({2, 3}, cpu(1));
+  Tensor labels = Tensor::from_vector(std::vector<int32_t>{0, 7}, {2}, cpu(1));
+  Tensor l = softmax_cross_entropy(logits, labels);
+  CHECK_THROWS_WITH_AS(l.item(), doctest::Contains("softmax_cross_entropy on cpu(1): label 7"), DeviceError);
+}
+
+TEST_CASE("copies between devices are ordered after the producer and before the consumer") {
+  use_devices({cpu(0), cpu(1)});
+  for (int round = 0; round < 20; ++round) {
+    Tensor a = Tensor::full({1000}, static_cast<float>(round), cpu(0));
+    Tensor b = add(a, a).to(cpu(1));  // produced on cpu(0), copied on cpu(1)'s copy stream
+    Tensor c = add(b, b);             // consumed on cpu(1)
+    fill_(a, -1.0f);                  // a later write on cpu(0) must not race the copy of add(a, a)
+    auto v = c.to_vector();
+    CHECK(v.front() == 4.0f * round);
+    CHECK(v.back() == 4.0f * round);
+  }
+}
