@@ -36,7 +36,7 @@ inline void write(const std::string& path, const std::vector<uint8_t>& b, bool g
     return;
   }
   FILE* f = std::fopen(path.c_str(), "wb");
-  if (!f || std::fwrite(b.data(), 1, b.size(), f) != b.size()) throw std::runtime_error("idx_write: cannot write " + path);
+  if (!f || (!b.empty() && std::fwrite(b.data(), 1, b.size(), f) != b.size())) throw std::runtime_error("idx_write: cannot write " + path);
   std::fclose(f);
 }
 

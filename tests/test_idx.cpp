@@ -98,6 +98,15 @@ TEST_CASE("wrong number of dimensions (labels file given as images)") {
                 "unsigned bytes) with 3 dimensions"});
 }
 
+TEST_CASE("header cut inside the sizes, or an image size of 0") {
+  TempDir dir;
+  write(dir / "x", {0, 0, 8, 3, 0, 0, 0, 5, 0, 0}, false);
+  expect_error([&] { d2l::read_idx_images(dir / "x"); }, {"truncated header: 6 of the 12 bytes of dimension sizes"});
+  write(dir / "z", bytes(0x803, {5, 0, 28}, {}), false);
+  expect_error([&] { d2l::read_idx_images(dir / "z"); },
+               {"header claims 5 images of 0x28; expected every size after the count > 0"});
+}
+
 TEST_CASE("empty file, or too short for the magic number") {
   TempDir dir;
   write(dir / "x", {0, 0}, false);
@@ -131,6 +140,14 @@ TEST_CASE("trailing bytes after the data") {
     write(dir / "l", bytes(0x801, {10}, zeros(13)), gz);
     expect_error([&] { d2l::read_idx_labels(dir / "l"); }, {"trailing data: 3 bytes after the data", "10 labels"});
   }
+}
+
+TEST_CASE("the allocation counter sees the reader's allocations") {  // control for the next two cases
+  TempDir dir;
+  write(dir / "big", bytes(0x801, {3u << 20}, zeros(3u << 20)), false);
+  g_largest_alloc = 0;
+  CHECK(d2l::read_idx_labels(dir / "big").data.size() == (3u << 20));
+  CHECK(g_largest_alloc.load() >= (3u << 20));
 }
 
 TEST_CASE("absurd claimed size is refused before allocating") {
