@@ -23,8 +23,8 @@ struct FdSample {
   std::vector<double> numeric;
 };
 
-inline FdSample fd_gradient(const std::vector<float>& x, const LossFn& loss, double h, int64_t max_points = 400,
-                            const std::function<bool(int64_t)>& skip = {}) {
+inline FdSample fd_gradient(const std::vector<float>& x, const LossFn& loss, double h,
+                            int64_t max_points = 400, const std::function<bool(int64_t)>& skip = {}) {
   const int64_t n = static_cast<int64_t>(x.size());
   std::vector<double> xd(x.begin(), x.end());
   FdSample fd;
@@ -55,8 +55,8 @@ inline bool fd_agrees(const FdSample& fd, const std::vector<float>& grad, double
   return close(fd.numeric, analytic, atol, rtol, what);
 }
 
-inline bool fd_check(const std::vector<float>& x, const std::vector<float>& grad, const LossFn& loss, double h,
-                     double atol, double rtol, int64_t max_points = 400,
+inline bool fd_check(const std::vector<float>& x, const std::vector<float>& grad, const LossFn& loss,
+                     double h, double atol, double rtol, int64_t max_points = 400,
                      const std::function<bool(int64_t)>& skip = {}, const char* what = "fd") {
   return fd_agrees(fd_gradient(x, loss, h, max_points, skip), grad, atol, rtol, what);
 }

@@ -72,7 +72,8 @@ struct Grads {
 };
 Grads backward(const Ctx& c, const Shape& s, const std::vector<float>& x, const std::vector<float>& dy,
                const std::vector<float>& gamma, const Out& o) {
-  Grads g{std::vector<float>(x.size(), -7.0f), std::vector<float>(s.C, -7.0f), std::vector<float>(s.C, -7.0f)};
+  Grads g{std::vector<float>(x.size(), -7.0f), std::vector<float>(s.C, -7.0f),
+          std::vector<float>(s.C, -7.0f)};
   d2l::kernels::cpu::batch_norm_backward(c, s.N, s.C, s.HW, x.data(), dy.data(), gamma.data(), o.mean.data(),
                                          o.invstd.data(), g.dx.data(), g.dgamma.data(), g.dbeta.data());
   return g;
@@ -114,12 +115,16 @@ TEST_CASE("batch_norm backward matches finite differences (dx, dgamma, dbeta)") 
     CAPTURE(s.C);
     CAPTURE(s.HW);
     auto x = lcg_data(s.size(), 3), gamma = gamma_of(s.C), beta = lcg_data(s.C, 4), r = lcg_data(s.size(), 5);
-    const auto xd = d2l::test::to_double(x), gd = d2l::test::to_double(gamma), bd = d2l::test::to_double(beta);
+    const auto xd = d2l::test::to_double(x), gd = d2l::test::to_double(gamma),
+               bd = d2l::test::to_double(beta);
     const double h = 1e-3;
     using V = std::vector<double>;
-    auto fd_x = d2l::test::fd_gradient(x, [&](const V& v) { return d2l::test::dot(ref_train(s, v, gd, bd).y, r); }, h);
-    auto fd_g = d2l::test::fd_gradient(gamma, [&](const V& v) { return d2l::test::dot(ref_train(s, xd, v, bd).y, r); }, h);
-    auto fd_b = d2l::test::fd_gradient(beta, [&](const V& v) { return d2l::test::dot(ref_train(s, xd, gd, v).y, r); }, h);
+    auto fd_x = d2l::test::fd_gradient(
+        x, [&](const V& v) { return d2l::test::dot(ref_train(s, v, gd, bd).y, r); }, h);
+    auto fd_g = d2l::test::fd_gradient(
+        gamma, [&](const V& v) { return d2l::test::dot(ref_train(s, xd, v, bd).y, r); }, h);
+    auto fd_b = d2l::test::fd_gradient(
+        beta, [&](const V& v) { return d2l::test::dot(ref_train(s, xd, gd, v).y, r); }, h);
     d2l::test::for_thread_counts([&](const Ctx& c) {
       CAPTURE(c.threads);
       auto g = backward(c, s, x, r, gamma, train_forward(c, s, x, gamma, beta));
@@ -171,9 +176,9 @@ TEST_CASE("batch_norm running statistics after 3 training steps, then eval forwa
       CAPTURE(c.threads);
       std::vector<float> rm(s.C, 0.0f), rv(s.C, 1.0f), y(s.size()), mean(s.C), invstd(s.C);
       for (const auto& x : batches)
-        d2l::kernels::cpu::batch_norm_train_forward(c, s.N, s.C, s.HW, x.data(), gamma.data(), beta.data(), kEps,
-                                                    float(momentum), y.data(), mean.data(), invstd.data(),
-                                                    rm.data(), rv.data());
+        d2l::kernels::cpu::batch_norm_train_forward(c, s.N, s.C, s.HW, x.data(), gamma.data(), beta.data(),
+                                                    kEps, float(momentum), y.data(), mean.data(),
+                                                    invstd.data(), rm.data(), rv.data());
       CHECK(close(rmean, rm, 1e-6, 1e-6, "running_mean"));
       CHECK(close(rvar, rv, 1e-6, 1e-6, "running_var"));
       std::vector<float> y_eval(s.size(), -7.0f);

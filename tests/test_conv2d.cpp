@@ -19,7 +19,8 @@ using d2l::test::lcg_data;
 namespace {
 
 // y[n][oc][oh][ow] = sum over ci, kh, kw of x[n][ci][oh*sh - ph + kh][ow*sw - pw + kw] * w[oc][ci][kh][kw]
-std::vector<double> ref_conv(const Conv2dShape& s, const std::vector<double>& x, const std::vector<double>& w) {
+std::vector<double> ref_conv(const Conv2dShape& s, const std::vector<double>& x,
+                             const std::vector<double>& w) {
   const int64_t OH = s.OH(), OW = s.OW();
   std::vector<double> y(static_cast<size_t>(s.N * s.OC * OH * OW), 0.0);
   for (int64_t n = 0; n < s.N; ++n)
@@ -32,7 +33,8 @@ std::vector<double> ref_conv(const Conv2dShape& s, const std::vector<double>& x,
               for (int64_t kw = 0; kw < s.KW; ++kw) {
                 int64_t ih = oh * s.stride_h - s.pad_h + kh, iw = ow * s.stride_w - s.pad_w + kw;
                 if (ih < 0 || ih >= s.H || iw < 0 || iw >= s.W) continue;
-                acc += x[((n * s.C + ci) * s.H + ih) * s.W + iw] * w[((oc * s.C + ci) * s.KH + kh) * s.KW + kw];
+                acc +=
+                    x[((n * s.C + ci) * s.H + ih) * s.W + iw] * w[((oc * s.C + ci) * s.KH + kh) * s.KW + kw];
               }
           y[((n * s.OC + oc) * OH + oh) * OW + ow] = acc;
         }
@@ -41,24 +43,25 @@ std::vector<double> ref_conv(const Conv2dShape& s, const std::vector<double>& x,
 
 // {N, C, H, W, OC, KH, KW, stride_h, stride_w, pad_h, pad_w}
 const std::vector<Conv2dShape> kShapes = {
-    {1, 1, 7, 5, 1, 3, 3, 1, 1, 0, 0},     // batch 1, one channel, 3x3
-    {1, 1, 7, 5, 2, 3, 3, 1, 1, 1, 1},     // padding 1
-    {2, 3, 13, 11, 4, 3, 5, 2, 2, 1, 2},   // non-square kernel, stride 2, pad (1, 2)
-    {3, 5, 7, 5, 6, 1, 1, 1, 1, 0, 0},     // 1x1 stride 1 (no im2col)
-    {2, 4, 9, 7, 3, 1, 1, 2, 2, 0, 0},     // 1x1 stride 2 (im2col)
-    {2, 2, 9, 8, 3, 5, 5, 1, 1, 2, 2},     // 5x5 pad 2
-    {2, 3, 15, 13, 4, 7, 7, 2, 2, 3, 3},   // ResNet stem: 7x7 stride 2 pad 3
-    {5, 2, 6, 7, 3, 2, 3, 2, 1, 0, 1},     // more images than threads, stride (2, 1)
-    {2, 2, 5, 4, 3, 5, 4, 1, 1, 0, 0},     // kernel covers the image: 1x1 output
-    {3, 2, 4, 6, 2, 3, 3, 3, 3, 2, 1},     // stride 3, output size rounds down
-    {4, 3, 8, 8, 5, 3, 3, 1, 1, 1, 1},     // "same" 3x3
+    {1, 1, 7, 5, 1, 3, 3, 1, 1, 0, 0},    // batch 1, one channel, 3x3
+    {1, 1, 7, 5, 2, 3, 3, 1, 1, 1, 1},    // padding 1
+    {2, 3, 13, 11, 4, 3, 5, 2, 2, 1, 2},  // non-square kernel, stride 2, pad (1, 2)
+    {3, 5, 7, 5, 6, 1, 1, 1, 1, 0, 0},    // 1x1 stride 1 (no im2col)
+    {2, 4, 9, 7, 3, 1, 1, 2, 2, 0, 0},    // 1x1 stride 2 (im2col)
+    {2, 2, 9, 8, 3, 5, 5, 1, 1, 2, 2},    // 5x5 pad 2
+    {2, 3, 15, 13, 4, 7, 7, 2, 2, 3, 3},  // ResNet stem: 7x7 stride 2 pad 3
+    {5, 2, 6, 7, 3, 2, 3, 2, 1, 0, 1},    // more images than threads, stride (2, 1)
+    {2, 2, 5, 4, 3, 5, 4, 1, 1, 0, 0},    // kernel covers the image: 1x1 output
+    {3, 2, 4, 6, 2, 3, 3, 3, 3, 2, 1},    // stride 3, output size rounds down
+    {4, 3, 8, 8, 5, 3, 3, 1, 1, 1, 1},    // "same" 3x3
 };
 
 std::string describe(const Conv2dShape& s) {
   char b[160];
   std::snprintf(b, sizeof b, "N%lld C%lld %lldx%lld OC%lld k%lldx%lld s%lld,%lld p%lld,%lld", (long long)s.N,
-                (long long)s.C, (long long)s.H, (long long)s.W, (long long)s.OC, (long long)s.KH, (long long)s.KW,
-                (long long)s.stride_h, (long long)s.stride_w, (long long)s.pad_h, (long long)s.pad_w);
+                (long long)s.C, (long long)s.H, (long long)s.W, (long long)s.OC, (long long)s.KH,
+                (long long)s.KW, (long long)s.stride_h, (long long)s.stride_w, (long long)s.pad_h,
+                (long long)s.pad_w);
   return b;
 }
 
@@ -163,7 +166,8 @@ TEST_CASE("im2col matches its definition and col2im is its adjoint") {
             for (int64_t ow = 0; ow < s.OW(); ++ow) {
               int64_t ih = oh * s.stride_h - s.pad_h + kh, iw = ow * s.stride_w - s.pad_w + kw;
               bool inside = ih >= 0 && ih < s.H && iw >= 0 && iw < s.W;
-              ref[((ci * s.KH + kh) * s.KW + kw) * P + oh * s.OW() + ow] = inside ? x[(ci * s.H + ih) * s.W + iw] : 0;
+              ref[((ci * s.KH + kh) * s.KW + kw) * P + oh * s.OW() + ow] =
+                  inside ? x[(ci * s.H + ih) * s.W + iw] : 0;
             }
     CHECK(close(ref, col, 0, 0, "col"));
     // <im2col(x), r> == <x, col2im(r)>

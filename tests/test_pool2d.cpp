@@ -22,16 +22,16 @@ namespace {
 
 // {N, C, H, W, KH, KW, stride_h, stride_w, pad_h, pad_w}
 const std::vector<Pool2dShape> kShapes = {
-    {1, 1, 7, 5, 3, 3, 2, 2, 1, 1},     // ResNet's 3x3/2 pad 1 max pool, batch 1, one channel
-    {2, 3, 13, 11, 3, 3, 2, 2, 1, 1},   // the same on more planes
-    {1, 1, 7, 5, 2, 2, 2, 2, 0, 0},     // LeNet's 2x2/2 on odd sizes: the last row/column dropped
-    {2, 2, 13, 11, 3, 3, 2, 2, 0, 0},   // AlexNet's overlapping 3x3/2
-    {2, 3, 9, 8, 3, 3, 1, 1, 1, 1},     // stride 1: every input in up to 9 windows
-    {3, 2, 11, 7, 3, 2, 2, 1, 1, 0},    // non-square kernel and stride
-    {2, 2, 10, 9, 5, 5, 3, 3, 2, 2},    // 5x5/3 pad 2
-    {1, 4, 6, 5, 6, 5, 1, 1, 0, 0},     // window = whole image
-    {5, 1, 8, 7, 1, 1, 1, 1, 0, 0},     // 1x1: identity
-    {2, 2, 5, 5, 2, 2, 1, 1, 1, 1},     // 2x2 pad 1: corner windows hold one image value
+    {1, 1, 7, 5, 3, 3, 2, 2, 1, 1},    // ResNet's 3x3/2 pad 1 max pool, batch 1, one channel
+    {2, 3, 13, 11, 3, 3, 2, 2, 1, 1},  // the same on more planes
+    {1, 1, 7, 5, 2, 2, 2, 2, 0, 0},    // LeNet's 2x2/2 on odd sizes: the last row/column dropped
+    {2, 2, 13, 11, 3, 3, 2, 2, 0, 0},  // AlexNet's overlapping 3x3/2
+    {2, 3, 9, 8, 3, 3, 1, 1, 1, 1},    // stride 1: every input in up to 9 windows
+    {3, 2, 11, 7, 3, 2, 2, 1, 1, 0},   // non-square kernel and stride
+    {2, 2, 10, 9, 5, 5, 3, 3, 2, 2},   // 5x5/3 pad 2
+    {1, 4, 6, 5, 6, 5, 1, 1, 0, 0},    // window = whole image
+    {5, 1, 8, 7, 1, 1, 1, 1, 0, 0},    // 1x1: identity
+    {2, 2, 5, 5, 2, 2, 1, 1, 1, 1},    // 2x2 pad 1: corner windows hold one image value
 };
 
 std::string describe(const Pool2dShape& s) {
@@ -60,11 +60,15 @@ void for_windows(const Pool2dShape& s, F f) {
 }
 
 // Max over the image values of each window (padding ignored); arg = flat index of the first max.
-std::vector<double> ref_max(const Pool2dShape& s, const std::vector<double>& x, std::vector<int64_t>* arg = nullptr) {
+std::vector<double> ref_max(const Pool2dShape& s, const std::vector<double>& x,
+                            std::vector<int64_t>* arg = nullptr) {
   std::vector<double> y(static_cast<size_t>(y_size(s)), -INFINITY);
   std::vector<int64_t> a(y.size(), -1);
   for_windows(s, [&](int64_t o, int64_t i) {
-    if (x[i] > y[o]) y[o] = x[i], a[o] = i % (s.H * s.W);
+    if (x[i] > y[o]) {  // strictly: the first maximum wins
+      y[o] = x[i];
+      a[o] = i % (s.H * s.W);
+    }
   });
   if (arg) *arg = a;
   return y;
@@ -82,8 +86,12 @@ std::vector<double> ref_avg(const Pool2dShape& s, const std::vector<double>& x) 
 std::vector<bool> near_ties(const Pool2dShape& s, const std::vector<float>& x, double margin) {
   std::vector<double> top(static_cast<size_t>(y_size(s)), -INFINITY), second(top);
   for_windows(s, [&](int64_t o, int64_t i) {
-    if (x[i] > top[o]) second[o] = top[o], top[o] = x[i];
-    else if (x[i] > second[o]) second[o] = x[i];
+    if (x[i] > top[o]) {
+      second[o] = top[o];
+      top[o] = x[i];
+    } else if (x[i] > second[o]) {
+      second[o] = x[i];
+    }
   });
   std::vector<bool> skip(x.size(), false);
   for_windows(s, [&](int64_t o, int64_t i) {
@@ -182,7 +190,8 @@ TEST_CASE("avg_pool2d backward matches finite differences") {
   for (const auto& s : kShapes) {
     INFO(describe(s));
     auto x = lcg_data(x_size(s), 6), r = lcg_data(y_size(s), 7);
-    auto fd = d2l::test::fd_gradient(x, [&](const auto& v) { return d2l::test::dot(ref_avg(s, v), r); }, 1e-2);
+    auto fd = d2l::test::fd_gradient(
+        x, [&](const auto& v) { return d2l::test::dot(ref_avg(s, v), r); }, 1e-2);
     d2l::test::for_thread_counts([&](const Ctx& c) {
       CAPTURE(c.threads);
       CHECK(d2l::test::fd_agrees(fd, avg_backward(c, s, r), 1e-6, 1e-5, "dx"));
@@ -202,7 +211,8 @@ TEST_CASE("global_avg_pool forward and backward") {
         for (int64_t i = 0; i < HW; ++i) y[p] += v[p * HW + i] / double(HW);
       return y;
     };
-    auto fd = d2l::test::fd_gradient(x, [&](const auto& v) { return d2l::test::dot(ref(v), r); }, 1e-2);
+    auto fd = d2l::test::fd_gradient(
+        x, [&](const auto& v) { return d2l::test::dot(ref(v), r); }, 1e-2);
     d2l::test::for_thread_counts([&](const Ctx& c) {
       CAPTURE(c.threads);
       std::vector<float> y(N * C, -7.0f), dx(N * C * HW, -7.0f);

@@ -54,12 +54,13 @@ void batch_norm_train_forward(const Ctx& c, int64_t N, int64_t C, int64_t HW, co
   });
 }
 
-void batch_norm_eval_forward(const Ctx& c, int64_t N, int64_t C, int64_t HW, const float* x, const float* gamma,
-                             const float* beta, const float* running_mean, const float* running_var, float eps,
-                             float* y) {
+void batch_norm_eval_forward(const Ctx& c, int64_t N, int64_t C, int64_t HW, const float* x,
+                             const float* gamma, const float* beta, const float* running_mean,
+                             const float* running_var, float eps, float* y) {
   c.parallel_for(C, [&](int64_t begin, int64_t end) {
     for (int64_t ch = begin; ch < end; ++ch) {
-      const float scale = static_cast<float>(gamma[ch] / std::sqrt(static_cast<double>(running_var[ch]) + eps));
+      const float scale =
+          static_cast<float>(gamma[ch] / std::sqrt(static_cast<double>(running_var[ch]) + eps));
       for (int64_t n = 0; n < N; ++n)
         for (int64_t i = 0; i < HW; ++i) {
           const int64_t k = (n * C + ch) * HW + i;

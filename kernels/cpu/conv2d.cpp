@@ -133,8 +133,8 @@ void conv2d_backward_weight(const Ctx& c, const Conv2dShape& s, const float* x, 
   const int64_t K = col_rows(s), P = col_cols(s);
   const int64_t x_img = s.C * s.H * s.W, y_img = s.OC * P, wsize = s.OC * K;
   constexpr int64_t kMaxGroups = 64, kPartialBudget = int64_t{1} << 22;  // floats (16 MiB) for partials
-  const int64_t G = std::max<int64_t>(1, std::min({s.N, kMaxGroups,
-                                                     kPartialBudget / std::max<int64_t>(wsize, 1)}));
+  const int64_t G =
+      std::max<int64_t>(1, std::min({s.N, kMaxGroups, kPartialBudget / std::max<int64_t>(wsize, 1)}));
   std::vector<float> partial((G - 1) * wsize);
 
   // Groups [gbegin, gend) with one col buffer; gemm runs on `gc`.
