@@ -29,10 +29,17 @@ void copy_between(const Tensor& src, const Tensor& dst) {
   if (dst.storage()->bytes != bytes)
     throw ShapeError("copy: " + str(src.shape()) + " does not fit into " + str(dst.shape()));
   if (src.storage() == dst.storage()) return;
+  copy_bytes(src, 0, dst, 0, bytes);
+}
+
+void copy_bytes(const Tensor& src, size_t src_offset, const Tensor& dst, size_t dst_offset, size_t bytes) {
+  if (src_offset + bytes > src.storage()->bytes || dst_offset + bytes > dst.storage()->bytes)
+    throw ShapeError("copy: byte range outside a tensor");
+  if (bytes == 0) return;
   DeviceRuntime& s = runtime(src.device());
   DeviceRuntime& d = runtime(dst.device());
-  const void* from = src.storage()->ptr;
-  void* to = dst.storage()->ptr;
+  const void* from = static_cast<const char*>(src.storage()->ptr) + src_offset;
+  void* to = static_cast<char*>(dst.storage()->ptr) + dst_offset;
   auto keep_src = src.storage(), keep_dst = dst.storage();
   if (&s == &d) {  // on one device: an ordinary kernel on its compute stream
     launch(src.device(), "copy", {keep_src, keep_dst}, [=](const kernels::cpu::Ctx&) { std::memcpy(to, from, bytes); });

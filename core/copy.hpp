@@ -9,6 +9,8 @@
 namespace d2l {
 
 void copy_between(const Tensor& src, const Tensor& dst);  // same byte size; any two devices
+// Bytes [src_offset, +bytes) of src into [dst_offset, +bytes) of dst, ordered like copy_between.
+void copy_bytes(const Tensor& src, size_t src_offset, const Tensor& dst, size_t dst_offset, size_t bytes);
 void copy_from_host(const void* host, size_t bytes, const Tensor& dst);  // host buffer copied at once
 void copy_to_host(const Tensor& src, void* host, size_t bytes);           // waits for src's device
 

@@ -38,7 +38,9 @@ Tensor reshape(const Tensor& x, const Shape& shape) {
 
 Tensor flatten(const Tensor& x) {
   if (x.ndim() < 1) fail("flatten", "needs at least one dimension");
-  return reshape(x, {x.dim(0), x.dim(0) ? x.numel() / x.dim(0) : 0});
+  int64_t rest = 1;
+  for (int64_t i = 1; i < x.ndim(); ++i) rest *= x.shape()[i];
+  return reshape(x, {x.dim(0), rest});
 }
 
 // Copies `rows` rows of `src` starting at src_row into dst starting at dst_row (same row size).

@@ -1,5 +1,6 @@
 #include "core/tensor.hpp"
 
+#include <cmath>
 #include <cstring>
 #include <iomanip>
 #include <sstream>
@@ -164,22 +165,41 @@ void Tensor::copyto(const Tensor& dst) const {
   copy_between(*this, dst);
 }
 
+// Nested brackets as NumPy/MXNet print them, then the shape and the device:
+// [[1. 1.]]
+// <Tensor 1x2 @cpu(0)>
+static void print_block(std::ostringstream& os, const std::vector<float>& v, const Shape& s, size_t dim,
+                        int64_t& at, int indent, bool is_int) {
+  if (dim == s.size()) {
+    float x = v[static_cast<size_t>(at++)];
+    if (is_int) os << static_cast<int64_t>(x);
+    else if (x == static_cast<float>(static_cast<int64_t>(x)) && std::fabs(x) < 1e7f) os << static_cast<int64_t>(x) << ".";
+    else os << x;
+    return;
+  }
+  os << "[";
+  for (int64_t i = 0; i < s[dim]; ++i) {
+    if (i) {
+      if (dim + 1 == s.size()) os << " ";
+      else os << "\n" << std::string(static_cast<size_t>(indent + 1), ' ');
+    }
+    print_block(os, v, s, dim + 1, at, indent + 1, is_int);
+  }
+  os << "]";
+}
+
 std::string Tensor::str() const {
   std::ostringstream os;
   os << std::setprecision(7);
-  const Shape& s = shape();
-  int64_t row = s.empty() ? 1 : s.back();
   std::vector<float> v;
-  if (dtype() == DType::f32) v = to_vector();
+  bool is_int = dtype() == DType::i32;
+  if (!is_int) v = to_vector();
   else for (auto x : to_labels()) v.push_back(static_cast<float>(x));
-  os << "[";
-  for (int64_t i = 0; i < static_cast<int64_t>(v.size()); ++i) {
-    if (i && row && i % row == 0) os << "]\n [";
-    else if (i) os << " ";
-    os << v[i];
-  }
-  os << "]\n<Tensor ";
-  for (size_t i = 0; i < s.size(); ++i) os << (i ? "x" : "") << s[i];
+  int64_t at = 0;
+  if (shape().empty()) print_block(os, v, shape(), 0, at, 0, is_int);
+  else print_block(os, v, shape(), 0, at, 0, is_int);
+  os << "\n<Tensor ";
+  for (size_t i = 0; i < shape().size(); ++i) os << (i ? "x" : "") << shape()[i];
   os << " @" << device() << ">";
   return os.str();
 }

@@ -1,0 +1,49 @@
+// multi_gpu_scratch: d2l "Multi-GPU training" from scratch (book/002).
+//   multi_gpu_scratch --num-gpus 2 --batch-size 256 --lr 0.2     (the book's train(...))
+//   multi_gpu_scratch demo                                        (get_params, allreduce, split)
+#include <CLI/CLI.hpp>
+
+#include "chapters/multi_gpu_scratch/multi_gpu_scratch.hpp"
+#include "core/cli.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{"Multi-GPU training from scratch: LeNet, get_params, allreduce, split_batch, train"};
+  d2l::DeviceFlags dev;
+  d2l::scratch::Config cfg;
+  bool quick = false;
+  d2l::add_device_flags(app, dev);
+  auto* batch = app.add_option("--batch-size", cfg.batch_size, "minibatch size (split over the devices)")->capture_default_str();
+  auto* lr = app.add_option("--lr", cfg.lr, "learning rate")->capture_default_str();
+  auto* epochs = app.add_option("--num-epochs", cfg.num_epochs, "epochs")->capture_default_str();
+  app.add_option("--seed", cfg.seed, "seed for the initial parameters and the shuffling")->capture_default_str();
+  app.add_option("--data-dir", cfg.data_dir, "Fashion-MNIST (or any IDX) directory; default $D2L_DATA_DIR, then Debian's dataset-fashion-mnist");
+  app.add_flag("--scale-batch", cfg.scale_batch, "exercise 1: use batch k*b on k devices");
+  app.add_flag("--scale-lr", cfg.scale_lr, "exercise 2: multiply the learning rate by the device count");
+  app.add_option("--allreduce", cfg.allreduce, "exercise 3: naive (the book's) or ring")->capture_default_str();
+  app.add_flag("--eval-all-devices", cfg.eval_all_devices, "exercise 4: every device evaluates a shard of the test set");
+  app.add_option("--plot", cfg.plot, "PNG of test accuracy per epoch ('' for none)")->capture_default_str();
+  app.add_flag("--quick", quick, "a generated data set, batch 32, lr 0.5, 3 epochs: seconds on a CPU (tests)");
+  auto* demo = app.add_subcommand("demo", "the section's demonstrations: get_params, allreduce, split_and_load");
+  demo->fallthrough();
+  return d2l::guarded_main(app, argc, argv, [&] {
+    cfg.devices = d2l::choose_devices(dev);
+    if (*demo) {
+      d2l::scratch::demo(cfg.devices);
+      return 0;
+    }
+    if (quick) {  // flags given explicitly keep their values
+      d2l::scratch::Config given = cfg;
+      d2l::scratch::make_quick(cfg);
+      if (*batch) cfg.batch_size = given.batch_size;
+      if (*lr) cfg.lr = given.lr;
+      if (*epochs) cfg.num_epochs = given.num_epochs;
+    }
+    d2l::require_positive("--batch-size", static_cast<double>(cfg.batch_size));
+    d2l::require_positive("--lr", cfg.lr);
+    d2l::require_positive("--num-epochs", cfg.num_epochs);
+    if (cfg.allreduce != "naive" && cfg.allreduce != "ring")
+      throw d2l::ConfigError("bad --allreduce '" + cfg.allreduce + "': expected naive or ring");
+    d2l::scratch::train(cfg);
+    return 0;
+  });
+}

@@ -1,0 +1,145 @@
+// d2l "Multi-GPU training" from scratch (book/002), section by section.
+#include "chapters/multi_gpu_scratch/multi_gpu_scratch.hpp"
+
+#include "core/autograd.hpp"
+#include "core/comm.hpp"
+#include "core/ops.hpp"
+#include "core/ops_nn.hpp"
+#include "core/rng.hpp"
+
+namespace d2l::scratch {
+
+// ---- "A Toy Network": initialize model parameters (scale = 0.01).
+std::vector<Tensor> init_params(Device d) {
+  const float scale = 0.01f;
+  return {normal({20, 1, 3, 3}, 0, scale, d),  Tensor::zeros({20}, d),
+          normal({50, 20, 5, 5}, 0, scale, d), Tensor::zeros({50}, d),
+          normal({800, 128}, 0, scale, d),     Tensor::zeros({128}, d),
+          normal({128, 10}, 0, scale, d),      Tensor::zeros({10}, d)};
+}
+
+// ---- Define the model.
+Tensor lenet(const Tensor& X, const std::vector<Tensor>& params) {
+  Tensor h1_conv = conv2d(X, params[0], params[1]);
+  Tensor h1_activation = relu(h1_conv);
+  Tensor h1 = avg_pool2d(h1_activation, {2, 2}, {2, 2});
+  Tensor h2_conv = conv2d(h1, params[2], params[3]);
+  Tensor h2_activation = relu(h2_conv);
+  Tensor h2 = avg_pool2d(h2_activation, {2, 2}, {2, 2});
+  h2 = flatten(h2);  // h2.reshape(h2.shape[0], -1)
+  Tensor h3_linear = bias_add(matmul(h2, params[4]), params[5]);
+  Tensor h3 = relu(h3_linear);
+  return bias_add(matmul(h3, params[6]), params[7]);
+}
+
+// ---- Cross-entropy loss (reduction='none', as the PyTorch version).
+Tensor loss(const Tensor& y_hat, const Tensor& y) { return softmax_cross_entropy(y_hat, y, Reduction::none); }
+
+// ---- Data synchronization: "distribute the parameters to multiple devices and attach gradients".
+std::vector<Tensor> get_params(const std::vector<Tensor>& params, Device device) {
+  std::vector<Tensor> new_params;
+  for (auto& p : params) {
+    Tensor q = Tensor::empty(p.shape(), device);
+    p.copyto(q);  // always a copy, also on p's own device
+    q.attach_grad();
+    new_params.push_back(q);
+  }
+  return new_params;
+}
+
+// "Sum all vectors and broadcast the result back to all devices": data[0] += data[i] (copied to
+// data[0]'s device), then the sum is copied INTO every data[i] (in place, so the replicas really
+// change; a rebinding like data[i] = ... would leave them unsynchronised).
+void allreduce(const std::vector<Tensor>& data) {
+  NoGrad no_grad;
+  for (size_t i = 1; i < data.size(); ++i) add_(data[0], data[i].to(data[0].device()));
+  for (size_t i = 1; i < data.size(); ++i) data[0].copyto(data[i]);
+}
+
+// ---- Data distribution.
+static std::vector<int64_t> shard_sizes(int64_t n, size_t k) {
+  std::vector<int64_t> s(k);
+  for (size_t i = 0; i < k; ++i) s[i] = n / static_cast<int64_t>(k) + (static_cast<int64_t>(i) < n % static_cast<int64_t>(k));
+  return s;
+}
+
+std::vector<Tensor> split_and_load(const std::vector<float>& data, int64_t rows, int64_t cols,
+                                   const std::vector<Device>& devices) {
+  std::vector<Tensor> out;
+  int64_t at = 0;
+  for (size_t i = 0; i < devices.size(); ++i) {
+    int64_t n = shard_sizes(rows, devices.size())[i];
+    std::vector<float> part(data.begin() + at * cols, data.begin() + (at + n) * cols);
+    out.push_back(Tensor::from_vector(part, {n, cols}, devices[i]));
+    at += n;
+  }
+  return out;
+}
+
+std::pair<std::vector<Tensor>, std::vector<Tensor>> split_batch(const Batch& batch, const std::vector<Device>& devices) {
+  const int64_t row = batch.n ? static_cast<int64_t>(batch.X.size()) / batch.n : 0;
+  std::vector<Tensor> Xs, ys;
+  int64_t at = 0;
+  auto sizes = shard_sizes(batch.n, devices.size());
+  for (size_t i = 0; i < devices.size(); ++i) {
+    Shape shape = batch.shape;
+    shape[0] = sizes[i];
+    std::vector<float> x(batch.X.begin() + at * row, batch.X.begin() + (at + sizes[i]) * row);
+    std::vector<int32_t> y(batch.y.begin() + at, batch.y.begin() + at + sizes[i]);
+    Xs.push_back(Tensor::from_vector(x, shape, devices[i]));
+    ys.push_back(Tensor::from_vector(y, {sizes[i]}, devices[i]));
+    at += sizes[i];
+  }
+  return {Xs, ys};
+}
+
+// ---- Training.
+void sgd(const std::vector<Tensor>& params, float lr, int64_t batch_size) {
+  NoGrad no_grad;
+  for (auto& p : params) {
+    sgd_update_(p, p.grad(), lr / static_cast<float>(batch_size));
+    p.zero_grad();
+  }
+}
+
+std::vector<Tensor> train_batch(const Batch& batch, std::vector<std::vector<Tensor>>& device_params,
+                                const std::vector<Device>& devices, float lr, const std::string& allreduce_algorithm) {
+  auto [X_shards, y_shards] = split_batch(batch, devices);
+  // Loss calculation on each device; a device with an empty shard adds a zero gradient.
+  std::vector<Tensor> ls;
+  for (size_t i = 0; i < devices.size(); ++i)
+    if (X_shards[i].dim(0) > 0) ls.push_back(sum(loss(lenet(X_shards[i], device_params[i]), y_shards[i])));
+  for (auto& l : ls) l.backward();  // back propagation on each device, in parallel
+  // Sum all gradients from each device and broadcast them to all devices.
+  if (allreduce_algorithm != "none") {
+    for (size_t i = 0; i < device_params[0].size(); ++i) {
+      std::vector<Tensor> grads;
+      for (size_t c = 0; c < devices.size(); ++c) grads.push_back(device_params[c][i].grad());
+      if (allreduce_algorithm == "naive") allreduce(grads);
+      else d2l::allreduce(grads, allreduce_algorithm);  // ring (exercise 3)
+    }
+  }
+  // The model parameters are updated separately on each device, with the full minibatch size.
+  for (auto& param : device_params) sgd(param, lr, batch.n);
+  std::vector<Tensor> out;
+  for (auto& l : ls) out.push_back(l.detach());
+  return out;
+}
+
+double evaluate_accuracy(const DataIter& test_iter, const std::vector<std::vector<Tensor>>& device_params,
+                         const std::vector<Device>& devices, bool all_devices) {
+  NoGrad no_grad;
+  TrainMode eval(false);
+  std::vector<Device> used = all_devices ? devices : std::vector<Device>{devices[0]};
+  std::vector<Tensor> counts;
+  for (const Batch& b : test_iter.epoch(0)) {
+    auto [Xs, ys] = split_batch(b, used);
+    for (size_t i = 0; i < used.size(); ++i)
+      if (Xs[i].dim(0) > 0) counts.push_back(count_correct(lenet(Xs[i], device_params[i]), ys[i]));
+  }
+  double correct = 0;
+  for (auto& c : counts) correct += c.item();
+  return correct / static_cast<double>(test_iter.size());
+}
+
+}  // namespace d2l::scratch

@@ -1,0 +1,87 @@
+// Multi-GPU training from scratch (d2l "Multi-GPU training", book/002): LeNet as a function of a
+// list of parameters, copied to every device (get_params), a minibatch split over the devices
+// (split_batch), gradients summed with allreduce, and the same SGD step on every device.
+#pragma once
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/tensor.hpp"
+#include "datasets/data_iter.hpp"
+
+namespace d2l::scratch {
+
+// "Initialize model parameters": W1 (20,1,3,3), b1, W2 (50,20,5,5), b2, W3 (800,128), b3,
+// W4 (128,10), b4; weights N(0, 0.01), biases zero; on device d.
+std::vector<Tensor> init_params(Device d);
+// "Define the model": conv 20@3x3 -> relu -> avg pool 2 -> conv 50@5x5 -> relu -> avg pool 2 ->
+// flatten -> dense 128 -> relu -> dense 10. X (N, 1, 28, 28) -> (N, 10).
+Tensor lenet(const Tensor& X, const std::vector<Tensor>& params);
+// "Cross-entropy loss": per-example losses (N).
+Tensor loss(const Tensor& y_hat, const Tensor& y);
+
+// "Data synchronization": copies of params on `device`, each with a zero gradient attached.
+std::vector<Tensor> get_params(const std::vector<Tensor>& params, Device device);
+// The book's allreduce: sum into data[0]'s device, then copy the sum back into every data[i] in place.
+void allreduce(const std::vector<Tensor>& data);
+
+// "Data distribution": X and y split into shards as even as possible (sizes differ by at most
+// one), shard i copied to devices[i]. A device may get an empty shard in a short last batch.
+std::pair<std::vector<Tensor>, std::vector<Tensor>> split_batch(const Batch& batch, const std::vector<Device>& devices);
+// Splits the rows of a host matrix (rows, cols) over the devices (the book's 4x5 example).
+std::vector<Tensor> split_and_load(const std::vector<float>& data, int64_t rows, int64_t cols,
+                                   const std::vector<Device>& devices);
+
+// "Training": one minibatch on every device. Returns the summed loss (on devices[0]'s host copy,
+// read later) as one detached tensor per device that had examples.
+// allreduce_algorithm: "naive" (the book's), "ring", or "none" (tests: no synchronisation at all).
+std::vector<Tensor> train_batch(const Batch& batch, std::vector<std::vector<Tensor>>& device_params,
+                                const std::vector<Device>& devices, float lr, const std::string& allreduce_algorithm);
+// The book's d2l.sgd: param -= lr * grad / batch_size, then the gradient is zeroed.
+void sgd(const std::vector<Tensor>& params, float lr, int64_t batch_size);
+
+// Test accuracy with the parameters on one device (the book), or with every device evaluating a
+// shard of each test batch and the counts summed (exercise 4).
+double evaluate_accuracy(const DataIter& test_iter, const std::vector<std::vector<Tensor>>& device_params,
+                         const std::vector<Device>& devices, bool all_devices);
+
+struct Config {
+  std::vector<Device> devices{cpu(0)};
+  int64_t batch_size = 256;
+  float lr = 0.2f;
+  int num_epochs = 10;
+  uint64_t seed = 0;
+  std::string data_dir;                     // "" = D2L_DATA_DIR, then Debian's dataset-fashion-mnist
+  bool scale_batch = false;                 // exercise 1: batch k*b on k devices
+  bool scale_lr = false;                    // exercise 2: learning rate times k
+  std::string allreduce = "naive";          // exercise 3: naive | ring
+  bool eval_all_devices = false;            // exercise 4
+  std::string plot = "multi_gpu_scratch.png";  // "" = no plot
+  bool verbose = true;
+  int64_t max_steps = -1;                   // stop after this many minibatches (tests)
+  std::optional<ArrayDataset> train_data, test_data;  // generated data instead of Fashion-MNIST
+};
+
+struct Result {
+  std::vector<double> test_acc;     // per epoch
+  std::vector<double> train_loss;   // mean per epoch
+  double sec_per_epoch = 0;
+  int64_t batch_size = 0;           // after scaling
+  float lr = 0;                     // after scaling
+  std::vector<std::vector<std::vector<float>>> params;  // final parameters, per device
+  std::vector<uint64_t> kernels_per_device;
+};
+
+// --quick: a generated 10-class image set (4000 train, 1000 test, 28x28) that a CPU trains through
+// in seconds; batch 32 and lr 0.5 so the tiny N(0, 0.01) initialisation leaves its plateau within
+// the first two epochs (about 200 steps); 3 epochs. Flags given explicitly still win in main().
+void make_quick(Config& cfg);
+
+// The book's train(num_gpus, batch_size, lr), with the exercises as options.
+Result train(const Config& cfg);
+
+// The `demo` subcommand: b1 after get_params, allreduce before/after, split of the 4x5 matrix.
+void demo(const std::vector<Device>& devices);
+
+}  // namespace d2l::scratch

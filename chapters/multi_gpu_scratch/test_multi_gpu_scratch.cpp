@@ -1,0 +1,139 @@
+// Chapter 1 (multi-GPU from scratch): it learns, data parallelism on k devices computes exactly what
+// one device computes, every device does its share, and the exercises change what they should.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "chapters/multi_gpu_scratch/multi_gpu_scratch.hpp"
+#include "core/runtime.hpp"
+#include "datasets/idx.hpp"
+#include "datasets/synthetic.hpp"
+
+using namespace d2l;
+
+namespace {
+std::vector<Device> cpus(int n) {
+  std::vector<Device> d;
+  for (int i = 0; i < n; ++i) d.push_back(cpu(i));
+  use_devices(d);
+  return d;
+}
+
+// 20 steps of batch 10 on a generated set: small enough for the sanitizer runs.
+scratch::Config small(int devices) {
+  scratch::Config c;
+  c.devices = cpus(devices);
+  c.train_data = make_image_classification(200, 28, 10, 11);
+  c.test_data = make_image_classification(40, 28, 10, 12);
+  c.batch_size = 10;
+  c.lr = 0.5f;
+  c.num_epochs = 1;
+  c.max_steps = 20;
+  c.verbose = false;
+  c.plot = "";
+  c.seed = 3;
+  return c;
+}
+
+// Largest relative difference between two parameter sets, per tensor: |a - b| / |a| (2-norms).
+double max_rel_diff(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
+  double worst = 0;
+  for (size_t t = 0; t < a.size(); ++t) {
+    double diff = 0, norm = 0;
+    for (size_t i = 0; i < a[t].size(); ++i) {
+      diff += (double(a[t][i]) - b[t][i]) * (double(a[t][i]) - b[t][i]);
+      norm += double(a[t][i]) * a[t][i];
+    }
+    worst = std::max(worst, std::sqrt(diff) / std::max(std::sqrt(norm), 1e-12));
+  }
+  return worst;
+}
+}  // namespace
+
+TEST_CASE("quick run on 2 CPU devices: held-out accuracy >= 0.8") {
+  scratch::Config c;
+  scratch::make_quick(c);
+  c.devices = cpus(2);
+  c.verbose = false;
+  c.plot = "";
+  auto r = scratch::train(c);
+  MESSAGE("test acc per epoch: " << r.test_acc[0] << " ... " << r.test_acc.back());
+  CHECK(r.test_acc.back() >= 0.8);
+  CHECK(r.train_loss.back() < r.train_loss.front());
+}
+
+TEST_CASE("20 steps on 2 and on 3 devices give the parameters of 1 device (within 1e-5 relative)") {
+  auto one = scratch::train(small(1));
+  auto two = scratch::train(small(2));
+  auto three = scratch::train(small(3));  // batch 10 -> shards 4/3/3
+  CHECK(max_rel_diff(one.params[0], two.params[0]) < 1e-5);
+  MESSAGE("rel diff 2 devices " << max_rel_diff(one.params[0], two.params[0]) << ", 3 devices " << max_rel_diff(one.params[0], three.params[0]));
+  CHECK(max_rel_diff(one.params[0], three.params[0]) < 1e-5);
+  // The replicas stay identical: allreduce copies the same sum into every device.
+  CHECK(two.params[0] == two.params[1]);
+  CHECK(three.params[0] == three.params[2]);
+  // Every device did its share (the same kernels on every device, give or take the evaluation on 0).
+  for (auto k : three.kernels_per_device) CHECK(k > 0.5 * three.kernels_per_device[1]);
+  // It is not passing by accident: without allreduce each device only sees its own shard.
+  auto c = small(2);
+  c.allreduce = "none";
+  auto apart = scratch::train(c);
+  CHECK(max_rel_diff(one.params[0], apart.params[0]) > 1e-3);
+  CHECK(apart.params[0] != apart.params[1]);
+}
+
+TEST_CASE("exercise 3: ring allreduce trains the same model as the naive one") {
+  auto c = small(3);
+  c.allreduce = "ring";
+  auto ring = scratch::train(c);
+  auto naive = scratch::train(small(3));
+  CHECK(max_rel_diff(naive.params[0], ring.params[0]) < 1e-5);
+  CHECK(ring.params[0] == ring.params[1]);
+}
+
+TEST_CASE("exercises 1 and 2: batch k*b and learning rate k*lr on k devices") {
+  auto c = small(2);
+  c.scale_batch = true;
+  c.scale_lr = true;
+  c.max_steps = 5;
+  auto r = scratch::train(c);
+  CHECK(r.batch_size == 20);
+  CHECK(r.lr == doctest::Approx(1.0));
+  // Same k*b and k*lr on one device gives the same parameters: only the split differs.
+  auto d = small(1);
+  d.batch_size = 20;
+  d.lr = 1.0f;
+  d.max_steps = 5;
+  CHECK(max_rel_diff(scratch::train(d).params[0], r.params[0]) < 1e-5);
+}
+
+TEST_CASE("exercise 4: accuracy evaluated on all devices equals accuracy on device 0") {
+  auto c = small(2);
+  auto on0 = scratch::train(c);
+  c.eval_all_devices = true;
+  uint64_t before = runtime(cpu(1)).kernels_run();
+  auto all = scratch::train(c);
+  CHECK(all.test_acc.back() == on0.test_acc.back());
+  CHECK(runtime(cpu(1)).kernels_run() > before);
+}
+
+TEST_CASE("bad input: a batch smaller than the device count, missing or corrupt data") {
+  auto c = small(2);
+  c.batch_size = 1;
+  CHECK_THROWS_WITH_AS(scratch::train(c), doctest::Contains("--batch-size 1"), ConfigError);
+  scratch::Config real;
+  real.devices = cpus(1);
+  real.verbose = false;
+  real.data_dir = "/nonexistent/fashion";
+  CHECK_THROWS_WITH_AS(scratch::train(real), doctest::Contains("does not exist"), DataError);
+  auto dir = std::filesystem::temp_directory_path() / "d2l_corrupt_fashion";
+  std::filesystem::create_directories(dir);
+  for (const char* f : {"train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"})
+    std::ofstream(dir / f) << "not an IDX file";
+  real.data_dir = dir.string();
+  CHECK_THROWS_AS(scratch::train(real), DataError);
+  std::filesystem::remove_all(dir);
+}

@@ -1,0 +1,113 @@
+// The book's train(num_gpus, batch_size, lr): parameters copied to every device, each minibatch
+// trained on all of them, test accuracy after every epoch, plotted like the book's Animator.
+#include <chrono>
+#include <cstdio>
+#include <unistd.h>
+
+#include "chapters/multi_gpu_scratch/multi_gpu_scratch.hpp"
+#include "core/plot.hpp"
+#include "core/rng.hpp"
+#include "core/runtime.hpp"
+#include "datasets/fashion_mnist.hpp"
+#include "datasets/synthetic.hpp"
+
+namespace d2l::scratch {
+
+namespace {
+void progress(int epoch, int64_t done, int64_t total) {
+  std::fprintf(stderr, "\repoch %d: %lld/%lld minibatches", epoch, (long long)done, (long long)total);
+  if (done == total) std::fprintf(stderr, "\r%*s\r", 48, "");
+  std::fflush(stderr);
+}
+}  // namespace
+
+void make_quick(Config& cfg) {
+  cfg.train_data = make_image_classification(4000, 28, 10, cfg.seed + 1);
+  cfg.test_data = make_image_classification(1000, 28, 10, cfg.seed + 2);
+  cfg.batch_size = 32;
+  cfg.lr = 0.5f;
+  cfg.num_epochs = 3;
+}
+
+Result train(const Config& cfg) {
+  const auto& devices = cfg.devices;
+  if (devices.empty()) throw ConfigError("no devices to train on");
+  const int64_t k = static_cast<int64_t>(devices.size());
+  Result r;
+  r.batch_size = cfg.scale_batch ? cfg.batch_size * k : cfg.batch_size;  // exercise 1
+  r.lr = cfg.scale_lr ? cfg.lr * static_cast<float>(k) : cfg.lr;          // exercise 2
+  if (r.batch_size < k)
+    throw ConfigError("--batch-size " + std::to_string(r.batch_size) + " is smaller than the " + std::to_string(k) +
+                      " devices: every device needs at least one example per minibatch");
+  if (cfg.allreduce != "naive" && cfg.allreduce != "ring" && cfg.allreduce != "none")
+    throw ConfigError("bad --allreduce '" + cfg.allreduce + "': expected naive or ring");
+
+  // train_iter, test_iter = d2l.load_data_fashion_mnist(batch_size)
+  std::optional<DataIter> train_iter, test_iter;
+  if (cfg.train_data && cfg.test_data) {
+    train_iter.emplace(*cfg.train_data, r.batch_size, true, cfg.seed);
+    test_iter.emplace(*cfg.test_data, r.batch_size, false);
+  } else {
+    auto iters = load_data_fashion_mnist(r.batch_size, cfg.data_dir, cfg.seed);
+    train_iter.emplace(iters.train_iter);
+    test_iter.emplace(iters.test_iter);
+  }
+
+  // Copy model parameters to every device.
+  manual_seed(cfg.seed);
+  std::vector<Tensor> params = init_params(devices[0]);
+  std::vector<std::vector<Tensor>> device_params;
+  for (auto d : devices) device_params.push_back(get_params(params, d));
+  std::vector<uint64_t> kernels_before;
+  for (auto d : devices) kernels_before.push_back(runtime(d).kernels_run());
+
+  double train_seconds = 0;
+  int64_t steps = 0;
+  for (int epoch = 0; epoch < cfg.num_epochs; ++epoch) {
+    auto start = std::chrono::steady_clock::now();
+    std::vector<Tensor> losses;
+    std::vector<Event> in_flight(devices.size());
+    int64_t i = 0, total = train_iter->num_batches();
+    for (const Batch& b : train_iter->epoch(epoch)) {
+      if (cfg.max_steps >= 0 && steps >= cfg.max_steps) break;
+      // Multi-device training on one minibatch.
+      for (auto& l : train_batch(b, device_params, devices, r.lr, cfg.allreduce)) losses.push_back(l);
+      // At most two minibatches in flight: the host enqueues the next while the devices compute.
+      for (auto& e : in_flight) e.synchronize();
+      for (size_t d = 0; d < devices.size(); ++d) runtime(devices[d]).compute.record(in_flight[d]);
+      ++steps;
+      if (cfg.verbose && isatty(2) && (++i % 10 == 0 || i == total)) progress(epoch + 1, i, total);
+    }
+    waitall();
+    train_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    double loss_sum = 0;
+    for (auto& l : losses) loss_sum += l.item();
+    r.train_loss.push_back(loss_sum / static_cast<double>(train_iter->size()));
+    // Evaluate the model on device 0 (or on all devices: exercise 4).
+    r.test_acc.push_back(evaluate_accuracy(*test_iter, device_params, devices, cfg.eval_all_devices));
+    if (cfg.verbose)
+      std::printf("epoch %d, loss %.3f, test acc %.2f, %.1f sec\n", epoch + 1, r.train_loss.back(), r.test_acc.back(),
+                  train_seconds / (epoch + 1));
+    std::fflush(stdout);
+    if (cfg.max_steps >= 0 && steps >= cfg.max_steps) break;
+  }
+  r.sec_per_epoch = train_seconds / std::max<size_t>(1, r.test_acc.size());
+  for (size_t d = 0; d < devices.size(); ++d) {
+    r.kernels_per_device.push_back(runtime(devices[d]).kernels_run() - kernels_before[d]);
+    std::vector<std::vector<float>> values;
+    for (auto& p : device_params[d]) values.push_back(p.to_vector());
+    r.params.push_back(values);
+  }
+  if (cfg.verbose) std::printf("test acc: %.2f, %.1f sec/epoch on %s\n", r.test_acc.back(), r.sec_per_epoch, str(devices).c_str());
+
+  if (!cfg.plot.empty()) {  // the book's Animator('epoch', 'test acc', xlim=[1, num_epochs])
+    Series s{"test acc", {}, r.test_acc};
+    for (size_t e = 0; e < r.test_acc.size(); ++e) s.x.push_back(static_cast<double>(e + 1));
+    PlotSpec spec{"LeNet on " + str(devices) + ", batch " + std::to_string(r.batch_size), "epoch", "test acc", {s}};
+    std::string err = plot_png(spec, cfg.plot);
+    if (cfg.verbose) std::printf("%s\n", err.empty() ? ("plot: " + cfg.plot).c_str() : ("note: " + err).c_str());
+  }
+  return r;
+}
+
+}  // namespace d2l::scratch

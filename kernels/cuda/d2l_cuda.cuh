@@ -1,0 +1,41 @@
+// What every kernels/cuda/*.cu includes first. Each .cu is compiled twice (DESIGN.md "Running
+// CUDA kernels without a GPU"):
+//   nvcc (real GPUs)         namespace d2l::kernels::cuda, Stream = cudaStream_t
+//   g++ + kernels/emu        namespace d2l::kernels::emu,  Stream = const cpu::Ctx* (thread budget)
+// so both can sit in one binary. Write kernels with the project macros, identical in both:
+//   namespace D2L_CUDA_NS { ... }                  kernels and launchers
+//   D2L_SHARED(float, tile, [16][16]);             static shared memory (__shared__ float tile[16][16];)
+//   D2L_DYNAMIC_SHARED(float, buf);                dynamic shared memory, the launch's shmem bytes
+//                                                  (extern __shared__ float buf[];), as float* buf
+//   D2L_LAUNCH(kernel, grid, block, shmem, stream)(args...);   kernel<<<grid, block, shmem, stream>>>(args...)
+//   D2L_CHECK_LAUNCH(kernel);                      after a launch: throws if it failed (nvcc);
+//                                                  emulated launches throw by themselves
+// threadIdx, __syncthreads(), __shfl_down_sync(), atomicAdd(), ... are CUDA's own names.
+#pragma once
+
+#ifdef __CUDACC__
+#include <cuda_runtime.h>
+
+#include <stdexcept>
+#include <string>
+
+#define D2L_CUDA_NS d2l::kernels::cuda
+#define D2L_SHARED(T, name, dims) __shared__ T name dims
+// One byte array per name: extern __shared__ arrays of different types in one file would clash.
+#define D2L_DYNAMIC_SHARED(T, name)                                            \
+  extern __shared__ __align__(16) unsigned char d2l_dynamic_shared_##name[]; \
+  T* name = reinterpret_cast<T*>(d2l_dynamic_shared_##name)
+#define D2L_LAUNCH(kernel, grid, block, shmem, stream) kernel<<<(grid), (block), (shmem), (stream)>>>
+#define D2L_CHECK_LAUNCH(kernel) ::d2l::kernels::cuda::check_launch(#kernel)
+
+namespace d2l::kernels::cuda {
+using Stream = cudaStream_t;
+inline void check_launch(const char* kernel) {
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) throw std::runtime_error(std::string("launch of kernel ") + kernel + ": " + cudaGetErrorString(e));
+}
+}  // namespace d2l::kernels::cuda
+
+#else
+#include "kernels/emu/cuda_emu.hpp"
+#endif

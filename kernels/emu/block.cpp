@@ -1,0 +1,228 @@
+// Block scheduler: fibers, barriers, deadlock detection, shared memory (see block.hpp).
+#include "kernels/emu/block.hpp"
+
+#include <cstring>
+#include <stdexcept>
+
+#ifdef __SANITIZE_ADDRESS__
+#include <sanitizer/asan_interface.h>
+#define D2L_POISON(p, n) ASAN_POISON_MEMORY_REGION(p, n)
+#define D2L_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION(p, n)
+#else
+#define D2L_POISON(p, n) ((void)(p), (void)(n))
+#define D2L_UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
+namespace d2l::cuda_emu {
+
+namespace {
+thread_local BlockRunner* t_running = nullptr;  // the runner whose block runs on this OS thread
+
+std::string str3(uint3 v) {
+  return "(" + std::to_string(v.x) + "," + std::to_string(v.y) + "," + std::to_string(v.z) + ")";
+}
+}  // namespace
+
+BlockRunner::BlockRunner() = default;
+BlockRunner::~BlockRunner() = default;
+
+BlockRunner& BlockRunner::local() {
+  thread_local std::unique_ptr<BlockRunner> runner;
+  if (!runner) runner = std::make_unique<BlockRunner>();
+  return *runner;
+}
+
+BlockRunner& BlockRunner::running(const char* what) {
+  if (!t_running || !Fiber::inside())
+    throw std::logic_error(std::string(what) + " called outside an emulated kernel");
+  return *t_running;
+}
+
+void BlockRunner::run(const BlockJob& job, uint3 block_idx) {
+  job_ = &job;
+  block_idx_ = block_idx;
+  const dim3 b = job.block;
+  n_ = static_cast<int>(b.x * b.y * b.z);
+  while (static_cast<int>(fibers_.size()) < n_) fibers_.push_back(std::make_unique<Fiber>(kFiberStackBytes));
+  state_.assign(n_, kReady);
+  mask_.assign(n_, 0);
+  tid_.resize(n_);
+  for (int t = 0; t < n_; ++t) {
+    unsigned u = static_cast<unsigned>(t);
+    tid_[t] = {u % b.x, u / b.x % b.y, u / (b.x * b.y)};
+  }
+  warp_waiting_.assign((n_ + 31) / 32, 0);
+  lane_bits_.assign(n_, ~uint64_t{0});
+  exited_ = at_block_ = 0;
+  cancelled_ = false;
+  error_ = nullptr;
+  slots_.clear();
+  shared_bytes_ = job.dynamic_shared;
+  shared_used_ = (job.dynamic_shared + 15) / 16 * 16 + kRedzone;
+  D2L_POISON(arena_, kArenaBytes);
+  D2L_UNPOISON(arena_, job.dynamic_shared);
+  std::memset(arena_, 0xFF, job.dynamic_shared);  // NaN: see shared.hpp
+
+  builtins::blockIdx = block_idx;
+  builtins::blockDim = job.block;
+  builtins::gridDim = job.grid;
+  t_running = this;
+  struct Reset {
+    ~Reset() { t_running = nullptr; }
+  } reset;
+  for (int t = 0; t < n_; ++t) fibers_[t]->start(&thread_main, this);
+
+  for (;;) {
+    for (int t = 0; t < n_; ++t) {  // one sweep: each ready thread runs to its next wait or its end
+      if (state_[t] != kReady) continue;
+      current_ = t;
+      builtins::threadIdx = tid_[t];
+      fibers_[t]->resume();
+    }
+    if (exited_ == n_) break;
+    if (error_) {  // a thread threw: stop the block, report that
+      cancel();
+      break;
+    }
+    if (!release()) {  // nobody can move on
+      error_ = std::make_exception_ptr(std::runtime_error(deadlock_report()));
+      cancel();
+      break;
+    }
+  }
+  if (error_) {
+    std::exception_ptr e = error_;
+    error_ = nullptr;
+    std::rethrow_exception(e);
+  }
+}
+
+// First frame of every emulated thread (on its fiber).
+void BlockRunner::thread_main(void* p) {
+  auto* self = static_cast<BlockRunner*>(p);
+  const int t = self->current_;
+  try {
+    self->job_->body(self->job_->ctx);
+  } catch (const Cancelled&) {
+    // unwound by cancel(): the block's error is already recorded
+  } catch (const std::exception& e) {
+    if (!self->error_)
+      self->error_ = std::make_exception_ptr(
+          std::runtime_error("kernel " + std::string(self->job_->kernel) + " " + self->where(t) + ": " + e.what()));
+  } catch (...) {
+    if (!self->error_) self->error_ = std::current_exception();
+  }
+  self->state_[t] = kExited;
+  ++self->exited_;
+}
+
+void BlockRunner::wait_at(State where, unsigned mask) {
+  const int t = current_;
+  if (cancelled_) throw Cancelled{};
+  state_[t] = where;
+  if (where == kAtBlock) {
+    ++at_block_;
+  } else {
+    ++warp_waiting_[t / 32];
+    mask_[t] = mask | 1u << (t % 32);  // a lane always waits for itself
+  }
+  Fiber::yield();
+  if (cancelled_) throw Cancelled{};
+}
+
+void BlockRunner::sync_block() { wait_at(kAtBlock); }
+void BlockRunner::sync_warp(unsigned mask) { wait_at(kAtWarp, mask); }
+
+uint64_t BlockRunner::exchange(uint64_t bits, int src_lane, unsigned mask) {
+  const int t = current_;
+  lane_bits_[t] = bits;
+  wait_at(kAtWarp, mask);  // every live lane of the mask has written
+  const int src = (t & ~31) + src_lane;
+  // A lane that does not exist or has exited: undefined on a GPU, all-ones bits (NaN) here.
+  bool valid = src_lane >= 0 && src_lane < 32 && src < n_ && state_[src] != kExited;
+  uint64_t out = valid ? lane_bits_[src] : ~uint64_t{0};
+  wait_at(kAtWarp, mask);  // ... and read, before anyone writes again
+  return out;
+}
+
+bool BlockRunner::release() {
+  bool any = false;
+  if (at_block_ > 0 && at_block_ + exited_ == n_) {  // exited threads count as arrived
+    for (State& s : state_)
+      if (s == kAtBlock) s = kReady;
+    at_block_ = 0;
+    any = true;
+  }
+  for (int w = 0; w < static_cast<int>(warp_waiting_.size()); ++w) {
+    if (warp_waiting_[w] == 0) continue;
+    // Release when every live lane that some waiting lane's mask names is waiting too.
+    unsigned live = 0, waiting = 0, needed = 0;
+    for (int l = 0; l < warp_lanes(w); ++l) {
+      const int t = 32 * w + l;
+      if (state_[t] != kExited) live |= 1u << l;
+      if (state_[t] == kAtWarp) waiting |= 1u << l, needed |= mask_[t];
+    }
+    if ((needed & live & ~waiting) != 0) continue;
+    for (int l = 0; l < warp_lanes(w); ++l)
+      if (waiting >> l & 1u) state_[32 * w + l] = kReady;
+    warp_waiting_[w] = 0;
+    any = true;
+  }
+  return any;
+}
+
+void BlockRunner::cancel() {
+  cancelled_ = true;
+  for (int t = 0; t < n_; ++t) {
+    if (state_[t] != kAtBlock && state_[t] != kAtWarp) continue;
+    state_[t] = kReady;
+    current_ = t;
+    builtins::threadIdx = tid_[t];
+    fibers_[t]->resume();  // its barrier throws Cancelled; the thread unwinds and exits
+  }
+}
+
+std::string BlockRunner::deadlock_report() const {
+  int at_warp = 0;
+  for (int w : warp_waiting_) at_warp += w;
+  std::string s = "deadlock in kernel " + std::string(job_->kernel) + ": ";
+  std::string of = " of " + std::to_string(n_) + " threads";
+  if (at_block_ > 0) s += std::to_string(at_block_) + of + " wait at __syncthreads";
+  if (at_warp > 0)
+    s += (at_block_ > 0 ? ", " + std::to_string(at_warp) : std::to_string(at_warp) + of + " wait") +
+         " at __syncwarp or a warp shuffle";
+  if (exited_ > 0) s += ", the rest exited";
+  return s + " (block " + str3(block_idx_) + ")";
+}
+
+std::string BlockRunner::where(int t) const { return "block " + str3(block_idx_) + " thread " + str3(tid_[t]); }
+
+void* BlockRunner::shared_static(const void* key, size_t bytes, size_t align) {
+  for (const Slot& s : slots_)
+    if (s.key == key) return s.ptr;
+  const size_t a = align < 16 ? 16 : align;
+  const size_t offset = (shared_used_ + a - 1) / a * a;
+  shared_bytes_ = (shared_bytes_ + a - 1) / a * a + bytes;
+  if (shared_bytes_ > kSharedBytes || offset + bytes > kArenaBytes)
+    throw std::runtime_error("shared memory needs " + std::to_string(shared_bytes_) +
+                             " bytes (static + dynamic), more than the 49152 (48 KiB) a block may use");
+  void* p = arena_ + offset;
+  D2L_UNPOISON(p, bytes);
+  std::memset(p, 0xFF, bytes);  // NaN until written
+  shared_used_ = offset + bytes + kRedzone;
+  slots_.push_back({key, p});
+  return p;
+}
+
+// ---- the entry points kernel code calls (builtins.hpp, shared.hpp)
+void sync_block() { BlockRunner::running("__syncthreads").sync_block(); }
+void sync_warp(unsigned mask) { BlockRunner::running("__syncwarp").sync_warp(mask); }
+uint64_t warp_exchange(uint64_t bits, int src_lane, unsigned mask) {
+  return BlockRunner::running("a warp shuffle").exchange(bits, src_lane, mask);
+}
+void* shared_static(const void* key, size_t bytes, size_t align) {
+  return BlockRunner::running("D2L_SHARED").shared_static(key, bytes, align);
+}
+void* shared_dynamic() { return BlockRunner::running("D2L_DYNAMIC_SHARED").shared_dynamic(); }
+
+}  // namespace d2l::cuda_emu

@@ -1,0 +1,99 @@
+// One block of an emulated grid: its threads as fibers on one OS thread, the barriers between
+// them, its shared memory. Each OS thread that runs blocks owns one BlockRunner (fibers, stacks
+// and the shared-memory arena are reused from block to block).
+//
+// Scheduling is a deterministic sweep: run thread 0 until it waits or exits, then thread 1, ...
+// then release every barrier that all its live threads have reached, and sweep again. A sweep
+// that releases nothing while threads still wait is a deadlock: the waiting threads are unwound
+// (their barrier call throws an internal exception) and the launch fails with a message naming
+// the kernel and where the threads wait. Same inputs, same interleaving: a racy kernel gives
+// the same (wrong) answer on every run.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/emu/builtins.hpp"
+#include "kernels/emu/fiber.hpp"
+#include "kernels/emu/shared.hpp"
+
+namespace d2l::cuda_emu {
+
+using builtins::dim3;
+using builtins::uint3;
+
+// What every block of one launch runs.
+struct BlockJob {
+  const char* kernel;     // name, for messages
+  dim3 grid, block;
+  size_t dynamic_shared;  // bytes
+  void (*body)(void*);    // runs the kernel for the current thread (threadIdx etc. already set)
+  void* ctx;
+};
+
+class BlockRunner {
+ public:
+  BlockRunner();
+  ~BlockRunner();
+  // The calling OS thread's runner (created on first use, destroyed with the thread).
+  static BlockRunner& local();
+  // The runner executing a block on this OS thread; throws when called outside a kernel.
+  static BlockRunner& running(const char* what);
+
+  // Runs every thread of block block_idx to completion. Throws the first exception a thread
+  // threw (prefixed with the kernel, block and thread) or the deadlock report.
+  void run(const BlockJob& job, uint3 block_idx);
+
+  // Called from kernel code (builtins.hpp / shared.hpp).
+  void sync_block();
+  void sync_warp(unsigned mask);
+  uint64_t exchange(uint64_t bits, int src_lane, unsigned mask);
+  void* shared_static(const void* key, size_t bytes, size_t align);
+  void* shared_dynamic() { return arena_; }
+
+ private:
+  enum State : uint8_t { kReady, kAtBlock, kAtWarp, kExited };
+  struct Cancelled {};  // thrown out of a barrier to unwind a thread of a cancelled block
+  struct Slot {
+    const void* key;
+    void* ptr;
+  };
+
+  static void thread_main(void* self);
+  void wait_at(State where, unsigned mask = 0);
+  bool release();  // releases every complete barrier; false when none was
+  void cancel();   // unwinds every waiting thread
+  std::string deadlock_report() const;
+  std::string where(int t) const;  // "block (x,y,z) thread (x,y,z)"
+  int warp_lanes(int w) const { return n_ - 32 * w < 32 ? n_ - 32 * w : 32; }
+
+  const BlockJob* job_ = nullptr;
+  uint3 block_idx_{0, 0, 0};
+  int n_ = 0;        // threads in the block
+  int current_ = 0;  // the thread running now
+  int exited_ = 0, at_block_ = 0;
+  bool cancelled_ = false;
+  std::exception_ptr error_;
+  std::vector<std::unique_ptr<Fiber>> fibers_;
+  std::vector<State> state_;
+  std::vector<uint3> tid_;
+  std::vector<unsigned> mask_;  // lanes a thread waiting at a warp barrier waits for
+  std::vector<int> warp_waiting_;  // threads of each warp waiting at a warp barrier
+  std::vector<uint64_t> lane_bits_;  // shuffle mailbox, one slot per thread
+  std::vector<Slot> slots_;          // static shared declarations used by this block
+  size_t shared_used_ = 0;   // arena offset of the next allocation
+  size_t shared_bytes_ = 0;  // bytes the block has declared (checked against kSharedBytes)
+  // Under ASan, allocations are separated by poisoned redzones, so an index past the end of a
+  // shared array is reported as an error instead of reading the neighbouring array.
+#ifdef __SANITIZE_ADDRESS__
+  static constexpr size_t kRedzone = 32, kArenaBytes = 2 * kSharedBytes;
+#else
+  static constexpr size_t kRedzone = 0, kArenaBytes = kSharedBytes;
+#endif
+  alignas(64) unsigned char arena_[kArenaBytes];
+};
+
+}  // namespace d2l::cuda_emu

@@ -1,0 +1,315 @@
+// The CUDA emulation (kernels/emu) on small kernels written here: index variables, barriers with
+// early-returning threads, deadlock reports, shared memory (one address per block, NaN-filled),
+// warp shuffles and atomics (exact), launch checks and the launch log. Cases tagged "threads"
+// spread blocks over several OS threads (run again under TSan).
+#include <doctest/doctest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "core/thread_pool.hpp"
+#include "kernels/emu/cuda_emu.hpp"
+#include "kernels/emu/fiber.hpp"
+
+namespace cpu = d2l::kernels::cpu;
+namespace emu = d2l::cuda_emu;
+
+// ---- kernels under test (device code lives in D2L_CUDA_NS, where the built-ins are visible)
+namespace D2L_CUDA_NS::testing {
+
+// Every thread writes its indices: out[g] = {threadIdx, blockIdx, blockDim, gridDim} (12 ints).
+__global__ void index_kernel(unsigned* out) {
+  const unsigned tid = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+  const unsigned bid = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+  unsigned* o = out + 12 * (bid * blockDim.x * blockDim.y * blockDim.z + tid);
+  const unsigned v[12] = {threadIdx.x, threadIdx.y, threadIdx.z, blockIdx.x, blockIdx.y, blockIdx.z,
+                          blockDim.x,  blockDim.y,  blockDim.z,  gridDim.x,  gridDim.y,  gridDim.z};
+  for (int i = 0; i < 12; ++i) o[i] = v[i];
+}
+
+// Threads >= live return at once; the rest tree-reduce 0 + 1 + ... + (live - 1) with barriers.
+__global__ void early_exit_sum(float* out, int live) {
+  D2L_SHARED(float, buf, [1024]);
+  const int t = threadIdx.x;
+  if (t >= live) return;
+  buf[t] = static_cast<float>(t);
+  __syncthreads();
+  for (int s = 512; s > 0; s >>= 1) {
+    if (t < s && t + s < live) buf[t] += buf[t + s];
+    __syncthreads();
+  }
+  if (t == 0) out[blockIdx.x] = buf[0];
+}
+
+// Threads 0..15 wait at __syncthreads, 16..31 (same warp) at __syncwarp: nobody can go on.
+__global__ void split_barrier_kernel(int* out) {
+  if (threadIdx.x < 16)
+    __syncthreads();
+  else if (threadIdx.x < 32)
+    __syncwarp();
+  out[blockIdx.x * blockDim.x + threadIdx.x] = 1;
+}
+
+// Per warp of a (128-thread) block: sum by __shfl_down_sync (lane 0), by __shfl_xor_sync (every
+// lane), lane 5's value by __shfl_sync, inclusive prefix sum by __shfl_up_sync, and sums over
+// 8-lane segments (width 8).
+__global__ void warp_ops(const float* in, float* down, float* butterfly, float* bcast, float* scan, float* seg8) {
+  const unsigned g = blockIdx.x * blockDim.x + threadIdx.x;
+  const float v = in[g];
+  float s = v;
+  for (int off = 16; off > 0; off /= 2) s += __shfl_down_sync(0xffffffffu, s, off);
+  if (threadIdx.x % 32 == 0) down[g / 32] = s;
+  float b = v;
+  for (int m = 1; m < 32; m *= 2) b += __shfl_xor_sync(0xffffffffu, b, m);
+  butterfly[g] = b;
+  bcast[g] = __shfl_sync(0xffffffffu, v, 5);
+  float p = v;
+  for (int off = 1; off < 32; off *= 2) {
+    const float up = __shfl_up_sync(0xffffffffu, p, off);
+    if (static_cast<int>(threadIdx.x % 32) >= off) p += up;
+  }
+  scan[g] = p;
+  float q = v;
+  for (int m = 1; m < 8; m *= 2) q += __shfl_xor_sync(0xffffffffu, q, m, 8);
+  seg8[g] = q;
+}
+
+// Lanes 0..7 shuffle among themselves (mask 0xff) while lanes 8..31 wait at __syncthreads.
+__global__ void partial_mask_shuffle(int* out) {
+  int v = static_cast<int>(threadIdx.x);
+  if (threadIdx.x < 8)
+    for (int off = 4; off > 0; off /= 2) v += __shfl_down_sync(0xffu, v, off, 8);
+  __syncthreads();
+  out[threadIdx.x] = v;
+}
+
+// Threads g < n: +1 into an int and a float, max of g.
+__global__ void atomic_count(int* count, float* fcount, int* gmax, int n) {
+  const int g = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (g >= n) return;
+  atomicAdd(count, 1);
+  atomicAdd(fcount, 1.0f);
+  atomicMax(gmax, g);
+}
+
+// Shared memory: the address each thread sees, what a never-written slot holds, and dynamic
+// memory reversed through a barrier.
+__global__ void shared_probe(uintptr_t* addr, float* unwritten, int* unwritten_int, float* reversed) {
+  D2L_SHARED(float, s, [64]);
+  D2L_SHARED(int, si, [64]);
+  D2L_DYNAMIC_SHARED(float, dyn);
+  const int t = threadIdx.x, g = blockIdx.x * blockDim.x + t;
+  addr[g] = reinterpret_cast<uintptr_t>(&s[0]);
+  unwritten[g] = s[t];  // NaN: every block starts afresh, though the one before wrote s and si
+  unwritten_int[g] = si[t];
+  __syncthreads();
+  s[t] = 1.0f;
+  si[t] = 1;
+  dyn[t] = static_cast<float>(g);
+  __syncthreads();
+  reversed[g] = dyn[blockDim.x - 1 - t];
+}
+
+__global__ void too_much_shared(float* out) {
+  D2L_SHARED(float, big, [13000]);  // 52000 bytes > 48 KiB
+  big[threadIdx.x] = 1.0f;
+  out[0] = big[0];
+}
+
+template <int F>
+__global__ void scale_kernel(float* x) {
+  x[threadIdx.x] *= F;
+}
+
+__global__ void nested_launch(float* x) { D2L_LAUNCH((scale_kernel<2>), 1, 1, 0, nullptr)(x); }
+
+}  // namespace D2L_CUDA_NS::testing
+
+namespace k = d2l::kernels::emu::testing;
+using emu::dim3;
+
+namespace {
+// Device budget for the multi-threaded cases: the calling thread + 3 helpers.
+struct Threads4 {
+  cpu::ThreadPool pool{3};
+  cpu::Ctx ctx{4, &pool};
+};
+}  // namespace
+
+TEST_CASE("fibers switch back and forth; yield outside a fiber is an error") {
+  std::vector<int> trace;
+  emu::Fiber f(emu::kFiberStackBytes);
+  struct Arg {
+    std::vector<int>* trace;
+  } arg{&trace};
+  f.start(
+      [](void* p) {
+        auto* a = static_cast<Arg*>(p);
+        for (int i = 0; i < 3; ++i) {
+          a->trace->push_back(i);
+          emu::Fiber::yield();
+        }
+      },
+      &arg);
+  while (!f.finished()) {
+    trace.push_back(-1);
+    f.resume();
+  }
+  CHECK(trace == std::vector<int>{-1, 0, -1, 1, -1, 2, -1});
+  CHECK_THROWS_AS(emu::Fiber::yield(), std::logic_error);
+  CHECK_THROWS_AS(d2l::kernels::emu::__syncthreads(), std::logic_error);
+}
+
+TEST_CASE("threadIdx, blockIdx, blockDim and gridDim in a 3-D grid of 3-D blocks") {
+  const dim3 grid(3, 2, 2), block(5, 3, 2);
+  std::vector<unsigned> out(12 * 12 * 30, 999);
+  D2L_LAUNCH(k::index_kernel, grid, block, 0, nullptr)(out.data());
+  int bad = 0;
+  for (unsigned bz = 0; bz < 2; ++bz)
+    for (unsigned by = 0; by < 2; ++by)
+      for (unsigned bx = 0; bx < 3; ++bx)
+        for (unsigned tz = 0; tz < 2; ++tz)
+          for (unsigned ty = 0; ty < 3; ++ty)
+            for (unsigned tx = 0; tx < 5; ++tx) {
+              unsigned g = ((bz * 2 + by) * 3 + bx) * 30 + (tz * 3 + ty) * 5 + tx;
+              const unsigned want[12] = {tx, ty, tz, bx, by, bz, 5, 3, 2, 3, 2, 2};
+              for (int i = 0; i < 12; ++i) bad += out[12 * g + i] != want[i];
+            }
+  CHECK(bad == 0);
+}
+
+TEST_CASE("early-returning threads count as arrived at __syncthreads (no hang)") {
+  for (int live : {1, 100, 1024}) {
+    std::vector<float> out(3, -1.0f);
+    D2L_LAUNCH(k::early_exit_sum, 3, 1024, 0, nullptr)(out.data(), live);
+    const float want = static_cast<float>(live) * static_cast<float>(live - 1) / 2;  // exact in float
+    CHECK(out == std::vector<float>(3, want));
+  }
+}
+
+TEST_CASE("a barrier some threads never reach is reported as a deadlock naming the kernel") {
+  std::vector<int> out(64, 0);
+  std::string msg;
+  try {
+    D2L_LAUNCH(k::split_barrier_kernel, 1, 64, 0, nullptr)(out.data());
+  } catch (const std::runtime_error& e) {
+    msg = e.what();
+  }
+  CHECK(msg ==
+        "deadlock in kernel k::split_barrier_kernel: 16 of 64 threads wait at __syncthreads, 16 at __syncwarp or "
+        "a warp shuffle, the rest exited (block (0,0,0))");
+  // The waiting threads were unwound: they never wrote; the runner works again afterwards.
+  CHECK(out[0] == 0);
+  CHECK(out[40] == 1);
+  std::vector<float> sum(1);
+  D2L_LAUNCH(k::early_exit_sum, 1, 64, 0, nullptr)(sum.data(), 64);
+  CHECK(sum[0] == 2016.0f);
+}
+
+TEST_CASE("shuffles: warp sums are exact, broadcast, scan and 8-lane segments") {
+  const int n = 2 * 128;  // 2 blocks of 4 warps
+  std::vector<float> in(n), down(n / 32), butterfly(n), bcast(n), scan(n), seg8(n);
+  for (int g = 0; g < n; ++g) in[g] = static_cast<float>(g % 32);  // lane values 0..31
+  D2L_LAUNCH(k::warp_ops, 2, 128, 0, nullptr)(in.data(), down.data(), butterfly.data(), bcast.data(), scan.data(),
+                                              seg8.data());
+  CHECK(down == std::vector<float>(n / 32, 496.0f));  // 0 + 1 + ... + 31
+  CHECK(butterfly == std::vector<float>(n, 496.0f));
+  CHECK(bcast == std::vector<float>(n, 5.0f));
+  int bad = 0;
+  for (int g = 0; g < n; ++g) {
+    const int lane = g % 32, seg0 = lane / 8 * 8;
+    bad += scan[g] != static_cast<float>(lane * (lane + 1) / 2);
+    bad += seg8[g] != static_cast<float>(8 * seg0 + 28);  // seg0 + ... + seg0 + 7
+  }
+  CHECK(bad == 0);
+}
+
+TEST_CASE("a shuffle with a partial mask does not wait for lanes outside it") {
+  std::vector<int> out(64);
+  D2L_LAUNCH(k::partial_mask_shuffle, 1, 64, 0, nullptr)(out.data());
+  CHECK(out[0] == 0 + 1 + 2 + 3 + 4 + 5 + 6 + 7);
+  CHECK(out[8] == 8);
+  CHECK(out[63] == 63);
+}
+
+TEST_CASE("atomics from 10000 threads in 40 blocks are exact" * doctest::test_suite("threads")) {
+  Threads4 dev;
+  const cpu::Ctx* streams[] = {nullptr, &dev.ctx};  // the calling thread alone; 4 threads
+  for (const cpu::Ctx* stream : streams) {
+    int count = 0, gmax = -1;
+    float fcount = 0.0f;
+    D2L_LAUNCH(k::atomic_count, 40, 256, 0, stream)(&count, &fcount, &gmax, 10000);
+    CHECK(count == 10000);
+    CHECK(fcount == 10000.0f);
+    CHECK(gmax == 9999);
+  }
+}
+
+TEST_CASE("shared memory: one address per block, NaN until written, dynamic bytes") {
+  const int blocks = 3, t = 64, n = blocks * t;
+  std::vector<uintptr_t> addr(n);
+  std::vector<float> unwritten(n), reversed(n);
+  std::vector<int> unwritten_int(n);
+  D2L_LAUNCH(k::shared_probe, blocks, t, t * sizeof(float), nullptr)(addr.data(), unwritten.data(),
+                                                                     unwritten_int.data(), reversed.data());
+  int bad = 0;
+  for (int g = 0; g < n; ++g) {
+    bad += addr[g] != addr[g / t * t];
+    bad += !std::isnan(unwritten[g]);
+    bad += unwritten_int[g] != -1;
+    bad += reversed[g] != static_cast<float>(g / t * t + t - 1 - g % t);
+  }
+  CHECK(bad == 0);
+}
+
+TEST_CASE("bad launches: too many threads, too much shared memory, a launch inside a kernel") {
+  std::vector<float> x(1024, 1.0f);
+  auto message = [](auto&& launch) {
+    try {
+      launch();
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  std::string m = message([&] { D2L_LAUNCH(k::scale_kernel<2>, 1, 1025, 0, nullptr)(x.data()); });
+  CHECK(m.find("invalid launch of kernel k::scale_kernel<2>: grid (1,1,1), block (1025,1,1)") == 0);
+  CHECK(m.find("more than 1024 threads a block") != std::string::npos);
+  m = message([&] { D2L_LAUNCH(k::scale_kernel<2>, 1, 32, 49153, nullptr)(x.data()); });
+  CHECK(m.find("more than 48 KiB of dynamic shared memory") != std::string::npos);
+  m = message([&] { D2L_LAUNCH(k::too_much_shared, 1, 32, 0, nullptr)(x.data()); });
+  CHECK(m.find("kernel k::too_much_shared block (0,0,0) thread (0,0,0): shared memory needs 52000 bytes") == 0);
+  m = message([&] { D2L_LAUNCH(k::nested_launch, 1, 1, 0, nullptr)(x.data()); });
+  CHECK(m.find("launched from inside a kernel") != std::string::npos);
+}
+
+TEST_CASE("the launch log counts every launch by kernel name" * doctest::test_suite("threads")) {
+  Threads4 dev;
+  emu::clear_launch_log();
+  std::vector<float> x(32, 1.0f);
+  D2L_LAUNCH((k::scale_kernel<3>), 1, 32, 0, &dev.ctx)(x.data());
+  D2L_LAUNCH((k::scale_kernel<3>), 1, 32, 0, nullptr)(x.data());
+  std::vector<float> sum(4);
+  D2L_LAUNCH(k::early_exit_sum, 4, 128, 0, &dev.ctx)(sum.data(), 128);
+  CHECK(x[31] == 9.0f);
+  CHECK(sum == std::vector<float>(4, 8128.0f));
+  const auto log = emu::launch_log();
+  CHECK(log == std::map<std::string, int64_t>{{"k::scale_kernel<3>", 2}, {"k::early_exit_sum", 1}});
+}
+
+TEST_CASE("a deadlock in one block of a multi-threaded grid is reported, not hung" * doctest::test_suite("threads")) {
+  Threads4 dev;
+  std::vector<int> out(64 * 16, 0);
+  CHECK_THROWS_WITH_AS(D2L_LAUNCH(k::split_barrier_kernel, 16, 64, 0, &dev.ctx)(out.data()),
+                       doctest::Contains("deadlock in kernel k::split_barrier_kernel: 16 of 64 threads"),
+                       std::runtime_error);
+  int count = 0;
+  float fcount = 0;
+  int gmax = 0;
+  D2L_LAUNCH(k::atomic_count, 64, 64, 0, &dev.ctx)(&count, &fcount, &gmax, 4096);  // the pool still works
+  CHECK(count == 4096);
+}
