@@ -32,7 +32,8 @@ namespace d2l::kernels::cuda {
 using Stream = cudaStream_t;
 inline void check_launch(const char* kernel) {
   cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) throw std::runtime_error(std::string("launch of kernel ") + kernel + ": " + cudaGetErrorString(e));
+  if (e != cudaSuccess)
+    throw std::runtime_error(std::string("launch of kernel ") + kernel + ": " + cudaGetErrorString(e));
 }
 }  // namespace d2l::kernels::cuda
 

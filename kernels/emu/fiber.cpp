@@ -1,6 +1,6 @@
 // Fiber switching (see fiber.hpp). Two mechanisms behind one small Impl:
-//   x86-64: d2l_emu_switch below saves the callee-saved registers and the FP control words on the
-//           old stack, stores its stack pointer, loads the other one and restores from there;
+//   x86-64: d2l_emu_switch below pushes the callee-saved registers on the old stack, stores its
+//           stack pointer, loads the other one and pops them from there;
 //   other:  ucontext's swapcontext.
 // Around every switch the sanitizer hooks run in the order their documentation asks for:
 // ASan start_switch before / finish_switch after, TSan switch_to_fiber right before.
@@ -9,6 +9,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <stdexcept>
@@ -31,6 +32,8 @@
 // Saved frame, from the stack pointer up: r15 r14 r13 r12 rbx rbp return-address. The FP control
 // words (MXCSR, x87 CW) are not switched (ldmxcsr/fldcw are slow): every fiber of an OS thread
 // shares that thread's, and nothing here changes them; a fiber starts with the thread's values.
+// It returns by pop + jmp, not ret: the return-stack predictor is always wrong across a stack
+// switch, while the indirect-jump predictor learns the usual target (half the cost measured here).
 // d2l_emu_trampoline is where a new fiber "returns" to: it calls r13(r12) = Impl::entry(impl);
 // its CFI marks the return address undefined so unwinders stop at the fiber's first frame.
 asm(R"(
@@ -54,7 +57,8 @@ d2l_emu_switch:
   popq %r12
   popq %rbx
   popq %rbp
-  ret
+  popq %rcx
+  jmpq *%rcx
   .size d2l_emu_switch, .-d2l_emu_switch
 
   .p2align 4
@@ -85,6 +89,7 @@ struct Fiber::Impl {
   size_t map_bytes = 0;
   char* stack_lo = nullptr;
   size_t stack_bytes = 0;
+  size_t color = 0;  // the stack starts this many bytes below its top (see the constructor)
   void (*fn)(void*) = nullptr;
   void* arg = nullptr;
   bool* finished = nullptr;  // the owning Fiber's flag
@@ -171,13 +176,19 @@ Fiber::Fiber(size_t stack_bytes) : impl_(std::make_unique<Impl>()) {
   stack_bytes = (stack_bytes + page - 1) / page * page;
   void* p = mmap(nullptr, stack_bytes + page, PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
-  if (p == MAP_FAILED) throw std::runtime_error("emu: cannot map a fiber stack of " + std::to_string(stack_bytes) + " bytes");
+  if (p == MAP_FAILED)
+    throw std::runtime_error("emu: cannot map a fiber stack of " + std::to_string(stack_bytes) + " bytes");
   impl_->map = static_cast<char*>(p);
   impl_->map_bytes = stack_bytes + page;
   mprotect(impl_->map, page, PROT_NONE);  // guard page: stacks grow down into it
   impl_->stack_lo = impl_->map + page;
   impl_->stack_bytes = stack_bytes;
   impl_->finished = &finished_;
+  // Stacks are page-aligned, so all fibers' hot top frames would share the same cache sets;
+  // starting each one 0..63 cache lines lower spreads them (measured here: switching among 1024
+  // fibers got 2x faster).
+  static std::atomic<unsigned> serial{0};
+  impl_->color = serial.fetch_add(1, std::memory_order_relaxed) % 64 * 64;
 #ifdef __SANITIZE_THREAD__
   impl_->tsan_fiber = __tsan_create_fiber(0);
   __tsan_set_fiber_name(impl_->tsan_fiber, "emulated CUDA thread");
@@ -204,9 +215,9 @@ void Fiber::start(void (*fn)(void*), void* arg) {
   f.entered = true;
 #ifdef D2L_EMU_ASM_SWITCH
   // The frame d2l_emu_switch pops: r15 r14 r13 = entry, r12 = impl, rbx rbp, then the return
-  // address = trampoline. After that ret, rsp = top (16-byte aligned), so the trampoline's call
-  // enters Impl::entry with the ABI's stack alignment.
-  uintptr_t top = reinterpret_cast<uintptr_t>(f.stack_lo + f.stack_bytes) & ~uintptr_t{15};
+  // address = trampoline. After the switch pops it, rsp = top (16-byte aligned), so the
+  // trampoline's call enters Impl::entry with the ABI's stack alignment.
+  uintptr_t top = reinterpret_cast<uintptr_t>(f.stack_lo + f.stack_bytes - f.color) & ~uintptr_t{15};
   void** s = reinterpret_cast<void**>(top - 7 * sizeof(void*));
   std::memset(s, 0, 7 * sizeof(void*));
   s[2] = reinterpret_cast<void*>(&Impl::entry);         // r13
@@ -216,7 +227,7 @@ void Fiber::start(void (*fn)(void*), void* arg) {
 #else
   getcontext(&f.ctx);
   f.ctx.uc_stack.ss_sp = f.stack_lo;
-  f.ctx.uc_stack.ss_size = f.stack_bytes;
+  f.ctx.uc_stack.ss_size = f.stack_bytes - f.color;
   f.ctx.uc_link = nullptr;
   auto p = reinterpret_cast<uintptr_t>(&f);
   makecontext(&f.ctx, reinterpret_cast<void (*)()>(&Impl::uc_entry), 2, static_cast<unsigned>(p >> 32),
