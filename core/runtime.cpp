@@ -6,6 +6,8 @@
 #include <mutex>
 #include <thread>
 
+#include "kernels/cpu/kernels.hpp"
+
 namespace d2l {
 
 int num_cores() {
@@ -46,6 +48,7 @@ DeviceRuntime& runtime(Device d) {
     throw ConfigError(d.str() + ": the " + (d.kind == DeviceKind::gpu ? "CUDA" : "emulated GPU") +
                       " backend is not built in this version; use cpu devices (e.g. --devices cpu:0,cpu:1)");
   if (d.index < 0) throw ConfigError("bad device " + d.str() + ": index must be >= 0");
+  kernels::cpu::check_blas();
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);
   auto& slot = r.devices[d];

@@ -3,6 +3,7 @@
 
 #include "core/device.hpp"
 #include "core/runtime.hpp"
+#include "kernels/cpu/kernels.hpp"
 
 using namespace d2l;
 
@@ -53,4 +54,9 @@ TEST_CASE("thread budget: cores shared among the CPU devices in use") {
   int each = use_devices({cpu(0), cpu(1)});
   CHECK(each == std::max(1, cores / 2));
   CHECK(runtime(cpu(1)).threads() == each);
+}
+
+TEST_CASE("the serial OpenBLAS build is the one loaded") {
+  runtime(cpu(0));
+  CHECK(kernels::cpu::blas_parallel_mode() == 0);
 }

@@ -14,6 +14,11 @@ namespace d2l::kernels::cpu {
 void gemm(const Ctx& c, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
           const float* B, float beta, float* C);
 
+// ---- blas_check.cpp: the OpenBLAS build loaded (0 serial, 1 pthreads, 2 OpenMP); check_blas() runs
+// once when the first device starts and pins a threaded build to 1 thread per call.
+int blas_parallel_mode();
+void check_blas();
+
 // ---- fill.cpp
 void fill(const Ctx& c, float* x, int64_t n, float value);
 void copy(const Ctx& c, const float* src, float* dst, int64_t n);  // also used for int32 via bytes
