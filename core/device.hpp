@@ -38,6 +38,7 @@ std::vector<Device> parse_devices(const std::string& text);
 
 // Real GPUs present (0 when built without CUDA, without a driver, or with none).
 int num_gpus();
+bool built_with_cuda();  // the CUDA runtime is linked (gpu option enabled and nvcc found)
 // Whether a backend for this kind is compiled in; kinds that are not say so when used.
 bool backend_built(DeviceKind kind);
 

@@ -41,8 +41,6 @@ Registry& registry() {
 
 bool backend_built(DeviceKind kind) { return kind == DeviceKind::cpu; }
 
-int num_gpus() { return 0; }
-
 DeviceRuntime& runtime(Device d) {
   if (!backend_built(d.kind))
     throw ConfigError(d.str() + ": the " + (d.kind == DeviceKind::gpu ? "CUDA" : "emulated GPU") +

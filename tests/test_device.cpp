@@ -60,3 +60,10 @@ TEST_CASE("the serial OpenBLAS build is the one loaded") {
   runtime(cpu(0));
   CHECK(kernels::cpu::blas_parallel_mode() == 0);
 }
+
+TEST_CASE("the GPU count is answered cleanly, also by the CUDA build on a machine without a GPU") {
+  int n = num_gpus();
+  CHECK(n >= 0);
+  MESSAGE("built with CUDA: " << std::string(built_with_cuda() ? "yes" : "no") << ", GPUs: " << n);
+  if (n == 0) CHECK(resolve_num_gpus(2, n).devices == std::vector<Device>{cpu(0), cpu(1)});
+}
