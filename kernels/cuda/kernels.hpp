@@ -8,6 +8,8 @@
 // a launch returns once queued on `stream` (emulated: once finished).
 #include <cstdint>
 
+#include "kernels/cpu/kernels.hpp"  // Conv2dShape, Pool2dShape: one shape type for every backend
+
 namespace D2L_CUDA_NS {
 
 // ---- matmul.cu: C (M, N) = alpha * op(A) (M, K) @ op(B) (K, N) + beta * C, row-major.
@@ -16,5 +18,80 @@ namespace D2L_CUDA_NS {
 enum class GemmKernel { naive = 1, tiled = 2, regblock = 3 };
 void gemm(Stream stream, GemmKernel kernel, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
           const float* A, const float* B, float beta, float* C);
+
+// ---- fill.cu
+void fill(Stream stream, float* x, int64_t n, float value);
+void copy(Stream stream, const float* src, float* dst, int64_t n);  // also used for int32 via bytes
+void scale(Stream stream, const float* x, float* y, int64_t n, float alpha);  // y = alpha * x
+
+// ---- rng.cu: Philox4x32-10, the same numbers as kernels/cpu (bit-identical, any launch shape).
+void normal(Stream stream, float* x, int64_t n, uint64_t seed, uint64_t offset, float mean, float stddev);
+void uniform(Stream stream, float* x, int64_t n, uint64_t seed, uint64_t offset, float lo, float hi);
+
+// ---- relu.cu
+void relu_forward(Stream stream, const float* x, float* y, int64_t n);
+void relu_backward(Stream stream, const float* x, const float* dy, float* dx, int64_t n);  // dx = dy * (x > 0)
+
+// ---- add.cu: y = a + b (elementwise); axpy: y += alpha * x; mul: y = a * b
+void add(Stream stream, const float* a, const float* b, float* y, int64_t n);
+void axpy(Stream stream, float alpha, const float* x, float* y, int64_t n);
+void mul(Stream stream, const float* a, const float* b, float* y, int64_t n);
+
+// ---- bias_add.cu: x viewed as (outer, C, inner); y = x + b[c]. db[c] = sum over outer and inner of dy.
+void bias_add_forward(Stream stream, const float* x, const float* b, float* y, int64_t outer, int64_t C,
+                      int64_t inner);
+void bias_add_backward(Stream stream, const float* dy, float* db, int64_t outer, int64_t C, int64_t inner);
+
+// ---- sum.cu: out[0] = sum of x (double accumulation, fixed order)
+void sum(Stream stream, const float* x, float* out, int64_t n);
+
+// ---- softmax_ce.cu: logits (N, K), labels (N) int32 in [0, K); per-sample losses.
+void softmax_ce_forward(Stream stream, const float* logits, const int32_t* labels, float* loss, int64_t N,
+                        int64_t K);
+void softmax_ce_backward(Stream stream, const float* logits, const int32_t* labels, const float* dloss,
+                         float* dlogits, int64_t N, int64_t K);
+
+// ---- mse.cu: l[i] = (p[i] - t[i])^2 / 2;  dp[i] = dl[i] * (p[i] - t[i])
+void mse_forward(Stream stream, const float* p, const float* t, float* l, int64_t n);
+void mse_backward(Stream stream, const float* p, const float* t, const float* dl, float* dp, int64_t n);
+
+// ---- argmax.cu: x (N, K) -> idx (N) int32 (first maximum); correct[0] = #{i : idx[i] == labels[i]}
+void argmax(Stream stream, const float* x, int32_t* idx, int64_t N, int64_t K);
+void count_correct(Stream stream, const float* x, const int32_t* labels, float* correct, int64_t N, int64_t K);
+
+// ---- sgd.cu: w -= lr * g
+void sgd_update(Stream stream, float* w, const float* g, int64_t n, float lr);
+
+// ---- conv2d.cu: x (N, C, H, W), w (OC, C, KH, KW) -> y (N, OC, OH, OW); no bias. im2col + the
+// tiled GEMM of matmul.cu; dx and dw are overwritten. conv2d_direct_forward: the same result by a
+// hand-written direct convolution (one thread per output element, no col buffer).
+using Conv2dShape = ::d2l::kernels::cpu::Conv2dShape;
+void im2col(Stream stream, const Conv2dShape& s, const float* x_img, float* col);  // one image
+void col2im(Stream stream, const Conv2dShape& s, const float* col, float* dx_img);  // adds into dx_img
+void conv2d_forward(Stream stream, const Conv2dShape& s, const float* x, const float* w, float* y);
+void conv2d_backward_data(Stream stream, const Conv2dShape& s, const float* dy, const float* w, float* dx);
+void conv2d_backward_weight(Stream stream, const Conv2dShape& s, const float* x, const float* dy, float* dw);
+void conv2d_direct_forward(Stream stream, const Conv2dShape& s, const float* x, const float* w, float* y);
+
+// ---- pool2d.cu: x (N, C, H, W) -> y (N, C, OH, OW); max keeps argmax (flat h*W + w in its plane);
+// average divides by KH*KW. Global average: x (N, C, HW) -> y (N, C). dx overwritten.
+using Pool2dShape = ::d2l::kernels::cpu::Pool2dShape;
+void max_pool2d_forward(Stream stream, const Pool2dShape& s, const float* x, float* y, int32_t* argmax);
+void max_pool2d_backward(Stream stream, const Pool2dShape& s, const float* dy, const int32_t* argmax, float* dx);
+void avg_pool2d_forward(Stream stream, const Pool2dShape& s, const float* x, float* y);
+void avg_pool2d_backward(Stream stream, const Pool2dShape& s, const float* dy, float* dx);
+void global_avg_pool_forward(Stream stream, int64_t N, int64_t C, int64_t HW, const float* x, float* y);
+void global_avg_pool_backward(Stream stream, int64_t N, int64_t C, int64_t HW, const float* dy, float* dx);
+
+// ---- batch_norm.cu: x (N, C, HW), gamma/beta/mean/invstd/running stats (C); as kernels/cpu.
+void batch_norm_train_forward(Stream stream, int64_t N, int64_t C, int64_t HW, const float* x,
+                              const float* gamma, const float* beta, float eps, float momentum, float* y,
+                              float* mean, float* invstd, float* running_mean, float* running_var);
+void batch_norm_eval_forward(Stream stream, int64_t N, int64_t C, int64_t HW, const float* x, const float* gamma,
+                             const float* beta, const float* running_mean, const float* running_var, float eps,
+                             float* y);
+void batch_norm_backward(Stream stream, int64_t N, int64_t C, int64_t HW, const float* x, const float* dy,
+                         const float* gamma, const float* mean, const float* invstd, float* dx, float* dgamma,
+                         float* dbeta);
 
 }  // namespace D2L_CUDA_NS

@@ -1,0 +1,43 @@
+// add: y = a + b;  axpy: y += alpha * x;  mul: y = a * b   (elementwise over n floats)
+// The CUDA twin of kernels/cpu/add.cpp. Threads: one element per thread per grid-stride step.
+// No __restrict__: y may be a or b (in-place add).
+#include "kernels/cuda/d2l_cuda.cuh"
+#include "kernels/cuda/kernels.hpp"
+#include "kernels/cuda/common.cuh"
+
+namespace D2L_CUDA_NS {
+
+__global__ void add_kernel(const float* a, const float* b, float* y, int64_t n) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) y[i] = a[i] + b[i];
+}
+
+__global__ void axpy_kernel(float alpha, const float* x, float* y, int64_t n) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) y[i] += alpha * x[i];
+}
+
+__global__ void mul_kernel(const float* a, const float* b, float* y, int64_t n) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) y[i] = a[i] * b[i];
+}
+
+void add(Stream stream, const float* a, const float* b, float* y, int64_t n) {
+  if (n <= 0) return;
+  D2L_LAUNCH(add_kernel, grid_for(n), kThreads, 0, stream)(a, b, y, n);
+  D2L_CHECK_LAUNCH(add_kernel);
+}
+
+void axpy(Stream stream, float alpha, const float* x, float* y, int64_t n) {
+  if (n <= 0) return;
+  D2L_LAUNCH(axpy_kernel, grid_for(n), kThreads, 0, stream)(alpha, x, y, n);
+  D2L_CHECK_LAUNCH(axpy_kernel);
+}
+
+void mul(Stream stream, const float* a, const float* b, float* y, int64_t n) {
+  if (n <= 0) return;
+  D2L_LAUNCH(mul_kernel, grid_for(n), kThreads, 0, stream)(a, b, y, n);
+  D2L_CHECK_LAUNCH(mul_kernel);
+}
+
+}  // namespace D2L_CUDA_NS

@@ -1,0 +1,68 @@
+// Small helpers shared by the kernels/cuda/*.cu launchers (after d2l_cuda.cuh, inside D2L_CUDA_NS):
+//   grid_for(n)       the grid of an elementwise kernel over n items (256 threads a block)
+//   ScratchBuffer<T>  a temporary device buffer owned by one launcher (conv2d's col, sum's partials)
+#pragma once
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace D2L_CUDA_NS {
+
+// 256 threads a block: 8 warps, a common choice that leaves room for several blocks per SM.
+constexpr int kThreads = 256;
+
+// Elementwise kernels loop over their items with a grid-stride loop
+//   for (i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+// so the grid only needs to be big enough to keep the device busy, not to cover n:
+//   GPU        at most 1024 blocks (262144 threads: more than a current GPU holds at once);
+//   emulated   at most 16 blocks: every emulated thread is a fiber that costs a start and a switch,
+//              so fewer threads doing more items each are faster; 16 blocks still spread over the
+//              device's OS threads. Results never depend on the grid (each item is independent).
+#ifdef __CUDACC__
+constexpr int64_t kMaxBlocks = 1024;
+#else
+constexpr int64_t kMaxBlocks = 16;
+#endif
+inline unsigned grid_for(int64_t n) {
+  const int64_t blocks = (n + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(blocks < 1 ? 1 : blocks < kMaxBlocks ? blocks : kMaxBlocks);
+}
+
+// A temporary device buffer of n values of type T, released when the launcher returns.
+//   nvcc      cudaMallocAsync / cudaFreeAsync on the launcher's stream: stream-ordered, so the kernels
+//             queued before the free have finished with it before the memory is reused.
+//   emulated  host memory (an emulated launch has finished when it returns).
+template <class T>
+class ScratchBuffer {
+ public:
+  ScratchBuffer(Stream stream, int64_t n) : stream_(stream) {
+    if (n <= 0) return;  // nothing to allocate (data() is null)
+#ifdef __CUDACC__
+    const cudaError_t e = cudaMallocAsync(reinterpret_cast<void**>(&p_), static_cast<size_t>(n) * sizeof(T), stream);
+    if (e != cudaSuccess)
+      throw std::runtime_error("scratch buffer of " + std::to_string(n * sizeof(T)) + " bytes: " +
+                               cudaGetErrorString(e));
+#else
+    host_.resize(static_cast<size_t>(n));
+    p_ = host_.data();
+#endif
+  }
+  ~ScratchBuffer() {
+#ifdef __CUDACC__
+    if (p_) cudaFreeAsync(p_, stream_);
+#endif
+  }
+  ScratchBuffer(const ScratchBuffer&) = delete;
+  ScratchBuffer& operator=(const ScratchBuffer&) = delete;
+  T* data() const { return p_; }
+
+ private:
+  Stream stream_;
+  T* p_ = nullptr;
+#ifndef __CUDACC__
+  std::vector<T> host_;
+#endif
+};
+
+}  // namespace D2L_CUDA_NS

@@ -1,0 +1,164 @@
+// 2-D convolution (the book's cross-correlation, no bias): the CUDA twin of kernels/cpu/conv2d.cpp.
+//   x (N, C, H, W), w (OC, C, KH, KW) -> y (N, OC, OH, OW)
+//   OH = (H + 2*pad_h - KH) / stride_h + 1, OW likewise.
+// im2col unrolls one image into col (C*KH*KW, OH*OW): row (ci, kh, kw), column (oh, ow) holds
+//   x[ci][oh*stride_h - pad_h + kh][ow*stride_w - pad_w + kw]   (0 where that falls in the padding),
+// so that with K = C*KH*KW and P = OH*OW, per image n (GEMMs by matmul.cu's tiled kernel):
+//   forward          y_n (OC, P)  = w (OC, K) @ col_n (K, P)
+//   backward_data    col (K, P)   = w^T @ dy_n,     then col2im adds col back into dx_n
+//   backward_weight  dw (OC, K)   = sum over n of dy_n (OC, P) @ col_n^T   (accumulated in image order)
+// A 1x1, stride-1, unpadded conv needs no unrolling: col_n is x_n itself, viewed as (C, H*W).
+// conv2d_direct_forward is the hand-written alternative: no col buffer, no GEMM, one thread per
+// output element looping over its C*KH*KW inputs (simple; no reuse of x or w between threads).
+#include "kernels/cuda/d2l_cuda.cuh"
+#include "kernels/cuda/kernels.hpp"
+#include "kernels/cuda/common.cuh"
+
+namespace D2L_CUDA_NS {
+
+namespace {
+int64_t col_rows(const Conv2dShape& s) { return s.C * s.KH * s.KW; }
+int64_t col_cols(const Conv2dShape& s) { return s.OH() * s.OW(); }
+
+// 1x1, stride 1, no padding: im2col would copy x_n unchanged.
+bool is_pointwise(const Conv2dShape& s) {
+  return s.KH == 1 && s.KW == 1 && s.stride_h == 1 && s.stride_w == 1 && s.pad_h == 0 && s.pad_w == 0;
+}
+}  // namespace
+
+// Threads: one col element per thread per grid-stride step: e = r * P + q, row r = (ci, kh, kw),
+// column q = (oh, ow). Neighbouring threads write neighbouring col entries.
+__global__ void im2col_kernel(Conv2dShape s, int64_t OH, int64_t OW, const float* __restrict__ x_img,
+                              float* __restrict__ col) {
+  const int64_t P = OH * OW, total = s.C * s.KH * s.KW * P, stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += stride) {
+    const int64_t q = e % P, r = e / P;
+    const int64_t ow = q % OW, oh = q / OW;
+    const int64_t kw = r % s.KW, kh = r / s.KW % s.KH, ci = r / (s.KW * s.KH);
+    const int64_t ih = oh * s.stride_h - s.pad_h + kh, iw = ow * s.stride_w - s.pad_w + kw;
+    col[e] = (ih >= 0 && ih < s.H && iw >= 0 && iw < s.W) ? x_img[(ci * s.H + ih) * s.W + iw] : 0.0f;
+  }
+}
+
+// The adjoint of im2col, adding into dx_img. Threads: one input pixel (ci, ih, iw) per thread per
+// grid-stride step, gathering every col entry copied from it: for each (kh, kw), the output
+// position with oh*stride_h - pad_h + kh == ih (if stride divides and it is inside), likewise ow.
+// One writer per pixel: no atomics, and a fixed order of additions ((kh, kw) row-major).
+__global__ void col2im_kernel(Conv2dShape s, int64_t OH, int64_t OW, const float* __restrict__ col,
+                              float* __restrict__ dx_img) {
+  const int64_t P = OH * OW, total = s.C * s.H * s.W, stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
+    const int64_t iw = i % s.W, ih = i / s.W % s.H, ci = i / (s.W * s.H);
+    float g = 0.0f;
+    for (int64_t kh = 0; kh < s.KH; ++kh) {
+      const int64_t th = ih + s.pad_h - kh;  // = oh * stride_h
+      if (th < 0 || th % s.stride_h != 0 || th / s.stride_h >= OH) continue;
+      const int64_t oh = th / s.stride_h;
+      for (int64_t kw = 0; kw < s.KW; ++kw) {
+        const int64_t tw = iw + s.pad_w - kw;  // = ow * stride_w
+        if (tw < 0 || tw % s.stride_w != 0 || tw / s.stride_w >= OW) continue;
+        const int64_t ow = tw / s.stride_w;
+        g += col[((ci * s.KH + kh) * s.KW + kw) * P + oh * OW + ow];
+      }
+    }
+    dx_img[i] += g;
+  }
+}
+
+// Direct convolution. Threads: one output element o = ((n * OC + oc) * OH + oh) * OW + ow per
+// thread per grid-stride step; it reads its C*KH*KW window of x and the filter w[oc].
+__global__ void conv2d_direct_forward_kernel(Conv2dShape s, int64_t OH, int64_t OW, const float* __restrict__ x,
+                                             const float* __restrict__ w, float* __restrict__ y) {
+  const int64_t total = s.N * s.OC * OH * OW, stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t o = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; o < total; o += stride) {
+    const int64_t ow = o % OW, oh = o / OW % OH, oc = o / (OW * OH) % s.OC, n = o / (OW * OH * s.OC);
+    float acc = 0.0f;
+    for (int64_t ci = 0; ci < s.C; ++ci) {
+      const float* xc = x + (n * s.C + ci) * s.H * s.W;
+      const float* wc = w + (oc * s.C + ci) * s.KH * s.KW;
+      for (int64_t kh = 0; kh < s.KH; ++kh) {
+        const int64_t ih = oh * s.stride_h - s.pad_h + kh;
+        if (ih < 0 || ih >= s.H) continue;  // padding row: contributes 0
+        for (int64_t kw = 0; kw < s.KW; ++kw) {
+          const int64_t iw = ow * s.stride_w - s.pad_w + kw;
+          if (iw >= 0 && iw < s.W) acc += xc[ih * s.W + iw] * wc[kh * s.KW + kw];
+        }
+      }
+    }
+    y[o] = acc;
+  }
+}
+
+// ---- launchers
+void im2col(Stream stream, const Conv2dShape& s, const float* x_img, float* col) {
+  const int64_t n = col_rows(s) * col_cols(s);
+  if (n <= 0) return;
+  D2L_LAUNCH(im2col_kernel, grid_for(n), kThreads, 0, stream)(s, s.OH(), s.OW(), x_img, col);
+  D2L_CHECK_LAUNCH(im2col_kernel);
+}
+
+void col2im(Stream stream, const Conv2dShape& s, const float* col, float* dx_img) {
+  const int64_t n = s.C * s.H * s.W;
+  if (n <= 0) return;
+  D2L_LAUNCH(col2im_kernel, grid_for(n), kThreads, 0, stream)(s, s.OH(), s.OW(), col, dx_img);
+  D2L_CHECK_LAUNCH(col2im_kernel);
+}
+
+// ---- forward: y_n = w @ col_n
+void conv2d_forward(Stream stream, const Conv2dShape& s, const float* x, const float* w, float* y) {
+  const int64_t K = col_rows(s), P = col_cols(s);
+  const int64_t x_img = s.C * s.H * s.W, y_img = s.OC * P;
+  ScratchBuffer<float> col(stream, is_pointwise(s) ? 0 : K * P);
+  for (int64_t n = 0; n < s.N; ++n) {
+    const float* cn = x + n * x_img;
+    if (!is_pointwise(s)) {
+      im2col(stream, s, x + n * x_img, col.data());
+      cn = col.data();
+    }
+    gemm(stream, GemmKernel::tiled, false, false, s.OC, P, K, 1.0f, w, cn, 0.0f, y + n * y_img);
+  }
+}
+
+// ---- backward_data: col = w^T @ dy_n, dx_n = col2im(col)
+void conv2d_backward_data(Stream stream, const Conv2dShape& s, const float* dy, const float* w, float* dx) {
+  const int64_t K = col_rows(s), P = col_cols(s);
+  const int64_t x_img = s.C * s.H * s.W, y_img = s.OC * P;
+  if (is_pointwise(s)) {  // col2im is the identity: write straight into dx_n
+    for (int64_t n = 0; n < s.N; ++n)
+      gemm(stream, GemmKernel::tiled, true, false, K, P, s.OC, 1.0f, w, dy + n * y_img, 0.0f, dx + n * x_img);
+    return;
+  }
+  ScratchBuffer<float> col(stream, K * P);
+  fill(stream, dx, s.N * x_img, 0.0f);  // col2im adds
+  for (int64_t n = 0; n < s.N; ++n) {
+    gemm(stream, GemmKernel::tiled, true, false, K, P, s.OC, 1.0f, w, dy + n * y_img, 0.0f, col.data());
+    col2im(stream, s, col.data(), dx + n * x_img);
+  }
+}
+
+// ---- backward_weight: dw = sum over n of dy_n @ col_n^T, accumulated image by image into dw
+// (beta = 1 after the first image): one fixed order, so the same bits on every run.
+void conv2d_backward_weight(Stream stream, const Conv2dShape& s, const float* x, const float* dy, float* dw) {
+  const int64_t K = col_rows(s), P = col_cols(s);
+  const int64_t x_img = s.C * s.H * s.W, y_img = s.OC * P;
+  if (s.N == 0) return fill(stream, dw, s.OC * K, 0.0f);  // no images: the gradient is zero
+  ScratchBuffer<float> col(stream, is_pointwise(s) ? 0 : K * P);
+  for (int64_t n = 0; n < s.N; ++n) {
+    const float* cn = x + n * x_img;
+    if (!is_pointwise(s)) {
+      im2col(stream, s, x + n * x_img, col.data());
+      cn = col.data();
+    }
+    gemm(stream, GemmKernel::tiled, false, true, s.OC, K, P, 1.0f, dy + n * y_img, cn, n == 0 ? 0.0f : 1.0f, dw);
+  }
+}
+
+// ---- the hand-written alternative to forward
+void conv2d_direct_forward(Stream stream, const Conv2dShape& s, const float* x, const float* w, float* y) {
+  const int64_t OH = s.OH(), OW = s.OW(), n = s.N * s.OC * OH * OW;
+  if (n <= 0) return;
+  D2L_LAUNCH(conv2d_direct_forward_kernel, grid_for(n), kThreads, 0, stream)(s, OH, OW, x, w, y);
+  D2L_CHECK_LAUNCH(conv2d_direct_forward_kernel);
+}
+
+}  // namespace D2L_CUDA_NS

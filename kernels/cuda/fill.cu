@@ -1,0 +1,45 @@
+// fill: x[i] = value;  copy: dst[i] = src[i];  scale: y[i] = alpha * x[i]   (i < n, flat arrays)
+// The CUDA twin of kernels/cpu/fill.cpp. Threads: one item per thread per step of a grid-stride
+// loop (common.cuh grid_for): thread t of the grid handles i = t, t + gridDim.x * blockDim.x, ...
+#include "kernels/cuda/d2l_cuda.cuh"
+#include "kernels/cuda/kernels.hpp"
+#include "kernels/cuda/common.cuh"
+
+namespace D2L_CUDA_NS {
+
+__global__ void fill_kernel(float* x, int64_t n, float value) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) x[i] = value;
+}
+
+// Moves the bits unchanged (loads and stores never convert), so int32 data copies too.
+__global__ void copy_kernel(const float* __restrict__ src, float* __restrict__ dst, int64_t n) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) dst[i] = src[i];
+}
+
+// x and y may be the same array (in-place scaling): no __restrict__.
+__global__ void scale_kernel(const float* x, float* y, int64_t n, float alpha) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) y[i] = alpha * x[i];
+}
+
+void fill(Stream stream, float* x, int64_t n, float value) {
+  if (n <= 0) return;
+  D2L_LAUNCH(fill_kernel, grid_for(n), kThreads, 0, stream)(x, n, value);
+  D2L_CHECK_LAUNCH(fill_kernel);
+}
+
+void copy(Stream stream, const float* src, float* dst, int64_t n) {
+  if (n <= 0) return;
+  D2L_LAUNCH(copy_kernel, grid_for(n), kThreads, 0, stream)(src, dst, n);
+  D2L_CHECK_LAUNCH(copy_kernel);
+}
+
+void scale(Stream stream, const float* x, float* y, int64_t n, float alpha) {
+  if (n <= 0) return;
+  D2L_LAUNCH(scale_kernel, grid_for(n), kThreads, 0, stream)(x, y, n, alpha);
+  D2L_CHECK_LAUNCH(scale_kernel);
+}
+
+}  // namespace D2L_CUDA_NS
