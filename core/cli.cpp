@@ -5,6 +5,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "core/ops_util.hpp"
 #include "core/parameter.hpp"
 #include "core/runtime.hpp"
 #include "core/tensor.hpp"
@@ -15,10 +16,13 @@ void add_device_flags(CLI::App& app, DeviceFlags& f) {
   app.add_option("--num-gpus", f.num_gpus,
                  "number of GPUs to train on; CPU devices stand in when the machine has no GPU")
       ->capture_default_str();
-  app.add_option("--devices", f.devices, "explicit device list, e.g. cpu:0,cpu:1 or gpu:0,gpu:1 (overrides --num-gpus)");
+  app.add_option("--devices", f.devices, "explicit device list, e.g. cpu:0,cpu:1, gpu:0,gpu:1 or emu:0,emu:1 (overrides --num-gpus)");
+  app.add_option("--gemm", f.gemm, "GEMM on GPUs: cublas, tiled, regblock or naive (hand-written CUDA kernels)")
+      ->capture_default_str();
 }
 
 std::vector<Device> choose_devices(const DeviceFlags& f, bool print_note) {
+  detail::set_gemm(f.gemm);
   std::vector<Device> devices;
   if (!f.devices.empty()) {
     devices = parse_devices(f.devices);

@@ -17,12 +17,12 @@ Tensor relu(const Tensor& x) {
   const float* X = x.data();
   float* Y = y.data();
   int64_t n = x.numel();
-  launch(d, "relu", keep({x, y}), [=](const kernels::cpu::Ctx& c) { kernels::cpu::relu_forward(c, X, Y, n); });
+  launch(d, "relu", keep({x, y}), [=](const kernels::cpu::Ctx& c) { D2L_KERNEL(c, relu_forward, X, Y, n); });
   record(y, "relu", {x}, [x, n](const Tensor& gy) {
     Tensor gx = Tensor::empty(x.shape(), x.device());
     const float *X = x.data(), *G = gy.data();
     float* GX = gx.data();
-    launch(x.device(), "relu_backward", keep({x, gy, gx}), [=](const kernels::cpu::Ctx& c) { kernels::cpu::relu_backward(c, X, G, GX, n); });
+    launch(x.device(), "relu_backward", keep({x, gy, gx}), [=](const kernels::cpu::Ctx& c) { D2L_KERNEL(c, relu_backward, X, G, GX, n); });
     return std::vector<Tensor>{gx};
   });
   return y;
@@ -37,7 +37,7 @@ Tensor add(const Tensor& a, const Tensor& b) {
   const float *A = a.data(), *B = b.data();
   float* Y = y.data();
   int64_t n = a.numel();
-  launch(d, "add", keep({a, b, y}), [=](const kernels::cpu::Ctx& c) { kernels::cpu::add(c, A, B, Y, n); });
+  launch(d, "add", keep({a, b, y}), [=](const kernels::cpu::Ctx& c) { D2L_KERNEL(c, add, A, B, Y, n); });
   record(y, "add", {a, b}, [](const Tensor& gy) { return std::vector<Tensor>{gy, gy}; });
   return y;
 }
@@ -51,7 +51,7 @@ Tensor mul(const Tensor& a, const Tensor& b) {
   const float *A = a.data(), *B = b.data();
   float* Y = y.data();
   int64_t n = a.numel();
-  launch(d, "mul", keep({a, b, y}), [=](const kernels::cpu::Ctx& c) { kernels::cpu::mul(c, A, B, Y, n); });
+  launch(d, "mul", keep({a, b, y}), [=](const kernels::cpu::Ctx& c) { D2L_KERNEL(c, mul, A, B, Y, n); });
   record(y, "mul", {a, b}, [a, b](const Tensor& gy) { return std::vector<Tensor>{mul(gy, b), mul(gy, a)}; });
   return y;
 }
@@ -63,7 +63,7 @@ Tensor scale(const Tensor& x, float alpha) {
   const float* X = x.data();
   float* Y = y.data();
   int64_t n = x.numel();
-  launch(d, "scale", keep({x, y}), [=](const kernels::cpu::Ctx& c) { kernels::cpu::scale(c, X, Y, n, alpha); });
+  launch(d, "scale", keep({x, y}), [=](const kernels::cpu::Ctx& c) { D2L_KERNEL(c, scale, X, Y, n, alpha); });
   record(y, "scale", {x}, [alpha](const Tensor& gy) { return std::vector<Tensor>{scale(gy, alpha)}; });
   return y;
 }
@@ -76,7 +76,7 @@ void fill_(const Tensor& x, float value) {
   Device d = same_device("fill", {x});
   float* X = static_cast<float*>(x.storage()->ptr);  // int32 zeros share 0.0f's bits
   int64_t n = x.numel();
-  launch(d, "fill", keep({x}), [=](const kernels::cpu::Ctx& c) { kernels::cpu::fill(c, X, n, value); });
+  launch(d, "fill", keep({x}), [=](const kernels::cpu::Ctx& c) { D2L_KERNEL(c, fill, X, n, value); });
 }
 
 void add_(const Tensor& y, const Tensor& x, float alpha) {
@@ -86,7 +86,7 @@ void add_(const Tensor& y, const Tensor& x, float alpha) {
   const float* X = x.data();
   float* Y = y.data();
   int64_t n = x.numel();
-  launch(d, "add_", keep({x, y}), [=](const kernels::cpu::Ctx& c) { kernels::cpu::axpy(c, alpha, X, Y, n); });
+  launch(d, "add_", keep({x, y}), [=](const kernels::cpu::Ctx& c) { D2L_KERNEL(c, axpy, alpha, X, Y, n); });
 }
 
 void scale_(const Tensor& x, float alpha) {
@@ -94,7 +94,7 @@ void scale_(const Tensor& x, float alpha) {
   expect_f32("scale_", x, "x");
   float* X = x.data();
   int64_t n = x.numel();
-  launch(d, "scale_", keep({x}), [=](const kernels::cpu::Ctx& c) { kernels::cpu::scale(c, X, X, n, alpha); });
+  launch(d, "scale_", keep({x}), [=](const kernels::cpu::Ctx& c) { D2L_KERNEL(c, scale, X, X, n, alpha); });
 }
 
 void sgd_update_(const Tensor& w, const Tensor& g, float lr) {
@@ -103,7 +103,7 @@ void sgd_update_(const Tensor& w, const Tensor& g, float lr) {
   float* W = w.data();
   const float* G = g.data();
   int64_t n = w.numel();
-  launch(d, "sgd_update", keep({w, g}), [=](const kernels::cpu::Ctx& c) { kernels::cpu::sgd_update(c, W, G, n, lr); });
+  launch(d, "sgd_update", keep({w, g}), [=](const kernels::cpu::Ctx& c) { D2L_KERNEL(c, sgd_update, W, G, n, lr); });
 }
 
 // ---- random: element i of this draw is Philox(seed, offset + i) on every device.
@@ -112,7 +112,7 @@ Tensor normal(const Shape& shape, float mean, float stddev, Device d) {
   float* X = x.data();
   int64_t n = x.numel();
   uint64_t seed = current_seed(), offset = take_offset(static_cast<uint64_t>(n));
-  launch(d, "normal", keep({x}), [=](const kernels::cpu::Ctx& c) { kernels::cpu::normal(c, X, n, seed, offset, mean, stddev); });
+  launch(d, "normal", keep({x}), [=](const kernels::cpu::Ctx& c) { D2L_KERNEL(c, normal, X, n, seed, offset, mean, stddev); });
   return x;
 }
 
@@ -122,7 +122,7 @@ Tensor uniform(const Shape& shape, float lo, float hi, Device d) {
   float* X = x.data();
   int64_t n = x.numel();
   uint64_t seed = current_seed(), offset = take_offset(static_cast<uint64_t>(n));
-  launch(d, "uniform", keep({x}), [=](const kernels::cpu::Ctx& c) { kernels::cpu::uniform(c, X, n, seed, offset, lo, hi); });
+  launch(d, "uniform", keep({x}), [=](const kernels::cpu::Ctx& c) { D2L_KERNEL(c, uniform, X, n, seed, offset, lo, hi); });
   return x;
 }
 

@@ -19,7 +19,7 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
   const float *A = a.data(), *B = b.data();
   float* C = y.data();
   launch(d, "matmul", keep({a, b, y}),
-         [=](const kernels::cpu::Ctx& c) { kernels::cpu::gemm(c, ta, tb, M, N, K, 1.0f, A, B, 0.0f, C); });
+         [=](const kernels::cpu::Ctx& c) { run_gemm(c, ta, tb, M, N, K, 1.0f, A, B, 0.0f, C); });
   // y = op(a) @ op(b): d op(a) = gy @ op(b)^T, d op(b) = op(a)^T @ gy, transposed back to storage.
   record(y, "matmul", {a, b}, [a, b, ta, tb](const Tensor& gy) {
     Tensor ga = ta ? matmul(b, gy, tb, true) : matmul(gy, b, false, !tb);
@@ -42,13 +42,13 @@ Tensor bias_add(const Tensor& x, const Tensor& b) {
   const float *X = x.data(), *Bp = b.data();
   float* Y = y.data();
   launch(d, "bias_add", keep({x, b, y}),
-         [=](const kernels::cpu::Ctx& c) { kernels::cpu::bias_add_forward(c, X, Bp, Y, outer, C, inner); });
+         [=](const kernels::cpu::Ctx& c) { D2L_KERNEL(c, bias_add_forward, X, Bp, Y, outer, C, inner); });
   record(y, "bias_add", {x, b}, [outer, C, inner](const Tensor& gy) {
     Tensor gb = Tensor::empty({C}, gy.device());
     const float* G = gy.data();
     float* GB = gb.data();
     launch(gy.device(), "bias_add_backward", keep({gy, gb}),
-           [=](const kernels::cpu::Ctx& c) { kernels::cpu::bias_add_backward(c, G, GB, outer, C, inner); });
+           [=](const kernels::cpu::Ctx& c) { D2L_KERNEL(c, bias_add_backward, G, GB, outer, C, inner); });
     return std::vector<Tensor>{gy, gb};
   });
   return y;

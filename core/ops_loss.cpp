@@ -12,14 +12,14 @@ Tensor sum(const Tensor& x) {
   const float* X = x.data();
   float* Y = y.data();
   int64_t n = x.numel();
-  launch(d, "sum", keep({x, y}), [=](const kernels::cpu::Ctx& c) { kernels::cpu::sum(c, X, Y, n); });
+  launch(d, "sum", keep({x, y}), [=](const kernels::cpu::Ctx& c) { D2L_KERNEL(c, sum, X, Y, n); });
   Shape shape = x.shape();
   record(y, "sum", {x}, [shape, n](const Tensor& gy) {
     // d sum / d x_i = 1: every element gets grad_out (read on the device, after it is computed).
     Tensor gx = Tensor::empty(shape, gy.device());
     const float* G = gy.data();
     float* GX = gx.data();
-    launch(gy.device(), "sum_backward", keep({gy, gx}), [=](const kernels::cpu::Ctx& c) { kernels::cpu::fill(c, GX, n, G[0]); });
+    launch(gy.device(), "sum_backward", keep({gy, gx}), [=](const kernels::cpu::Ctx& c) { D2L_KERNEL(c, fill, GX, n, G[0]); });
     return std::vector<Tensor>{gx};
   });
   return y;
@@ -47,7 +47,7 @@ Tensor softmax_cross_entropy(const Tensor& logits, const Tensor& labels, Reducti
   launch(d, "softmax_cross_entropy", keep({logits, labels, loss}), [=](const kernels::cpu::Ctx& c) {
     for (int64_t i = 0; i < N; ++i)
       if (Y[i] < 0 || Y[i] >= K) throw std::out_of_range("label " + std::to_string(Y[i]) + " outside [0, " + std::to_string(K) + ")");
-    kernels::cpu::softmax_ce_forward(c, L, Y, out, N, K);
+    D2L_KERNEL(c, softmax_ce_forward, L, Y, out, N, K);
   });
   record(loss, "softmax_cross_entropy", {logits, labels}, [logits, labels, N, K](const Tensor& gy) {
     Tensor gx = Tensor::empty(logits.shape(), logits.device());
@@ -55,7 +55,7 @@ Tensor softmax_cross_entropy(const Tensor& logits, const Tensor& labels, Reducti
     const int32_t* Y = labels.labels();
     float* GX = gx.data();
     launch(logits.device(), "softmax_cross_entropy_backward", keep({logits, labels, gy, gx}),
-           [=](const kernels::cpu::Ctx& c) { kernels::cpu::softmax_ce_backward(c, L, Y, G, GX, N, K); });
+           [=](const kernels::cpu::Ctx& c) { D2L_KERNEL(c, softmax_ce_backward, L, Y, G, GX, N, K); });
     return std::vector<Tensor>{gx, Tensor()};
   });
   return reduce(loss, r);
@@ -70,12 +70,12 @@ Tensor mse_loss(const Tensor& p, const Tensor& t, Reduction r) {
   const float *P = p.data(), *T = t.data();
   float* out = l.data();
   int64_t n = p.numel();
-  launch(d, "mse_loss", keep({p, t, l}), [=](const kernels::cpu::Ctx& c) { kernels::cpu::mse_forward(c, P, T, out, n); });
+  launch(d, "mse_loss", keep({p, t, l}), [=](const kernels::cpu::Ctx& c) { D2L_KERNEL(c, mse_forward, P, T, out, n); });
   record(l, "mse_loss", {p, t}, [p, t, n](const Tensor& gy) {
     Tensor gp = Tensor::empty(p.shape(), p.device());
     const float *P = p.data(), *T = t.data(), *G = gy.data();
     float* GP = gp.data();
-    launch(p.device(), "mse_loss_backward", keep({p, t, gy, gp}), [=](const kernels::cpu::Ctx& c) { kernels::cpu::mse_backward(c, P, T, G, GP, n); });
+    launch(p.device(), "mse_loss_backward", keep({p, t, gy, gp}), [=](const kernels::cpu::Ctx& c) { D2L_KERNEL(c, mse_backward, P, T, G, GP, n); });
     return std::vector<Tensor>{gp, scale(gp, -1.0f)};  // d/dt = -(p - t) * gy
   });
   return reduce(l, r);
@@ -89,7 +89,7 @@ Tensor argmax(const Tensor& x) {
   Tensor idx = Tensor::empty({N}, d, DType::i32);
   const float* X = x.data();
   int32_t* I = idx.labels();
-  launch(d, "argmax", keep({x, idx}), [=](const kernels::cpu::Ctx& c) { kernels::cpu::argmax(c, X, I, N, K); });
+  launch(d, "argmax", keep({x, idx}), [=](const kernels::cpu::Ctx& c) { D2L_KERNEL(c, argmax, X, I, N, K); });
   return idx;
 }
 
@@ -103,7 +103,7 @@ Tensor count_correct(const Tensor& logits, const Tensor& labels) {
   const float* X = logits.data();
   const int32_t* Y = labels.labels();
   float* O = out.data();
-  launch(d, "count_correct", keep({logits, labels, out}), [=](const kernels::cpu::Ctx& c) { kernels::cpu::count_correct(c, X, Y, O, N, K); });
+  launch(d, "count_correct", keep({logits, labels, out}), [=](const kernels::cpu::Ctx& c) { D2L_KERNEL(c, count_correct, X, Y, O, N, K); });
   return out;
 }
 

@@ -24,14 +24,14 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, Pair stride, Pa
   Tensor y = Tensor::empty({s.N, s.OC, s.OH(), s.OW()}, d);
   const float *X = x.data(), *W = w.data();
   float* Y = y.data();
-  launch(d, "conv2d", keep({x, w, y}), [=](const k::Ctx& c) { k::conv2d_forward(c, s, X, W, Y); });
+  launch(d, "conv2d", keep({x, w, y}), [=](const k::Ctx& c) { D2L_KERNEL(c, conv2d_forward, s, X, W, Y); });
   record(y, "conv2d", {x, w}, [x, w, s](const Tensor& gy) {
     Tensor gx = Tensor::empty(x.shape(), x.device()), gw = Tensor::empty(w.shape(), w.device());
     const float *X = x.data(), *W = w.data(), *G = gy.data();
     float *GX = gx.data(), *GW = gw.data();
     launch(x.device(), "conv2d_backward", keep({x, w, gy, gx, gw}), [=](const k::Ctx& c) {
-      k::conv2d_backward_data(c, s, G, W, GX);
-      k::conv2d_backward_weight(c, s, X, G, GW);
+      D2L_KERNEL(c, conv2d_backward_data, s, G, W, GX);
+      D2L_KERNEL(c, conv2d_backward_weight, s, X, G, GW);
     });
     return std::vector<Tensor>{gx, gw};
   });
@@ -59,13 +59,13 @@ Tensor max_pool2d(const Tensor& x, Pair kernel, Pair stride, Pair padding) {
   const float* X = x.data();
   float* Y = y.data();
   int32_t* A = arg.labels();
-  launch(d, "max_pool2d", keep({x, y, arg}), [=](const k::Ctx& c) { k::max_pool2d_forward(c, s, X, Y, A); });
+  launch(d, "max_pool2d", keep({x, y, arg}), [=](const k::Ctx& c) { D2L_KERNEL(c, max_pool2d_forward, s, X, Y, A); });
   record(y, "max_pool2d", {x}, [arg, s](const Tensor& gy) {
     Tensor gx = Tensor::empty({s.N, s.C, s.H, s.W}, gy.device());
     const float* G = gy.data();
     const int32_t* A = arg.labels();
     float* GX = gx.data();
-    launch(gy.device(), "max_pool2d_backward", keep({arg, gy, gx}), [=](const k::Ctx& c) { k::max_pool2d_backward(c, s, G, A, GX); });
+    launch(gy.device(), "max_pool2d_backward", keep({arg, gy, gx}), [=](const k::Ctx& c) { D2L_KERNEL(c, max_pool2d_backward, s, G, A, GX); });
     return std::vector<Tensor>{gx};
   });
   return y;
@@ -77,12 +77,12 @@ Tensor avg_pool2d(const Tensor& x, Pair kernel, Pair stride, Pair padding) {
   Tensor y = Tensor::empty({s.N, s.C, s.OH(), s.OW()}, d);
   const float* X = x.data();
   float* Y = y.data();
-  launch(d, "avg_pool2d", keep({x, y}), [=](const k::Ctx& c) { k::avg_pool2d_forward(c, s, X, Y); });
+  launch(d, "avg_pool2d", keep({x, y}), [=](const k::Ctx& c) { D2L_KERNEL(c, avg_pool2d_forward, s, X, Y); });
   record(y, "avg_pool2d", {x}, [s](const Tensor& gy) {
     Tensor gx = Tensor::empty({s.N, s.C, s.H, s.W}, gy.device());
     const float* G = gy.data();
     float* GX = gx.data();
-    launch(gy.device(), "avg_pool2d_backward", keep({gy, gx}), [=](const k::Ctx& c) { k::avg_pool2d_backward(c, s, G, GX); });
+    launch(gy.device(), "avg_pool2d_backward", keep({gy, gx}), [=](const k::Ctx& c) { D2L_KERNEL(c, avg_pool2d_backward, s, G, GX); });
     return std::vector<Tensor>{gx};
   });
   return y;
@@ -96,14 +96,14 @@ Tensor global_avg_pool2d(const Tensor& x) {
   Tensor y = Tensor::empty({N, C, 1, 1}, d);
   const float* X = x.data();
   float* Y = y.data();
-  launch(d, "global_avg_pool2d", keep({x, y}), [=](const k::Ctx& c) { k::global_avg_pool_forward(c, N, C, HW, X, Y); });
+  launch(d, "global_avg_pool2d", keep({x, y}), [=](const k::Ctx& c) { D2L_KERNEL(c, global_avg_pool_forward, N, C, HW, X, Y); });
   Shape shape = x.shape();
   record(y, "global_avg_pool2d", {x}, [shape, N, C, HW](const Tensor& gy) {
     Tensor gx = Tensor::empty(shape, gy.device());
     const float* G = gy.data();
     float* GX = gx.data();
     launch(gy.device(), "global_avg_pool2d_backward", keep({gy, gx}),
-           [=](const k::Ctx& c) { k::global_avg_pool_backward(c, N, C, HW, G, GX); });
+           [=](const k::Ctx& c) { D2L_KERNEL(c, global_avg_pool_backward, N, C, HW, G, GX); });
     return std::vector<Tensor>{gx};
   });
   return y;
@@ -122,7 +122,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, cons
   float *Y = y.data(), *RM = running_mean.data(), *RV = running_var.data();
   if (!is_training()) {
     launch(d, "batch_norm", keep({x, gamma, beta, running_mean, running_var, y}),
-           [=](const k::Ctx& c) { k::batch_norm_eval_forward(c, N, C, HW, X, G, B, RM, RV, eps, Y); });
+           [=](const k::Ctx& c) { D2L_KERNEL(c, batch_norm_eval_forward, N, C, HW, X, G, B, RM, RV, eps, Y); });
     // Evaluation statistics are constants: y = gamma * (x - rm) / sqrt(rv + eps) + beta.
     record(y, "batch_norm", {x, gamma, beta}, [](const Tensor&) -> std::vector<Tensor> {
       throw std::logic_error("batch_norm: backward in evaluation mode is not supported; train with TrainMode(true)");
@@ -133,14 +133,14 @@ Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, cons
   Tensor mean = Tensor::empty({C}, d), invstd = Tensor::empty({C}, d);
   float *M = mean.data(), *S = invstd.data();
   launch(d, "batch_norm", keep({x, gamma, beta, running_mean, running_var, y, mean, invstd}), [=](const k::Ctx& c) {
-    k::batch_norm_train_forward(c, N, C, HW, X, G, B, eps, momentum, Y, M, S, RM, RV);
+    D2L_KERNEL(c, batch_norm_train_forward, N, C, HW, X, G, B, eps, momentum, Y, M, S, RM, RV);
   });
   record(y, "batch_norm", {x, gamma, beta}, [x, gamma, mean, invstd, N, C, HW](const Tensor& gy) {
     Tensor gx = Tensor::empty(x.shape(), x.device()), gg = Tensor::empty({C}, x.device()), gb = Tensor::empty({C}, x.device());
     const float *X = x.data(), *GY = gy.data(), *G = gamma.data(), *M = mean.data(), *S = invstd.data();
     float *GX = gx.data(), *GG = gg.data(), *GB = gb.data();
     launch(x.device(), "batch_norm_backward", keep({x, gy, gamma, mean, invstd, gx, gg, gb}),
-           [=](const k::Ctx& c) { k::batch_norm_backward(c, N, C, HW, X, GY, G, M, S, GX, GG, GB); });
+           [=](const k::Ctx& c) { D2L_KERNEL(c, batch_norm_backward, N, C, HW, X, GY, G, M, S, GX, GG, GB); });
     return std::vector<Tensor>{gx, gg, gb};
   });
   return y;

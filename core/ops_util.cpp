@@ -1,6 +1,27 @@
 #include "core/ops_util.hpp"
 
+#include <atomic>
+
 namespace d2l::detail {
+
+static std::atomic<int> g_gemm{0};  // 0 = cublas (CPU GEMM on emu), else a kernels::emu::GemmKernel
+
+void set_gemm(const std::string& name) {
+  if (name == "cublas") g_gemm = 0;
+  else if (name == "naive") g_gemm = static_cast<int>(kernels::emu::GemmKernel::naive);
+  else if (name == "tiled") g_gemm = static_cast<int>(kernels::emu::GemmKernel::tiled);
+  else if (name == "regblock") g_gemm = static_cast<int>(kernels::emu::GemmKernel::regblock);
+  else throw ConfigError("bad --gemm '" + name + "': expected cublas, tiled, regblock or naive");
+}
+
+void run_gemm(const kernels::cpu::Ctx& c, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+          const float* B, float beta, float* C) {
+  int g = g_gemm.load();
+  if (c.emulated && g != 0)
+    kernels::emu::gemm(&c, static_cast<kernels::emu::GemmKernel>(g), ta, tb, M, N, K, alpha, A, B, beta, C);
+  else
+    kernels::cpu::gemm(c, ta, tb, M, N, K, alpha, A, B, beta, C);
+}
 
 void fail(const char* op, const std::string& msg) { throw ShapeError(std::string(op) + ": " + msg); }
 

@@ -6,6 +6,7 @@
 #include "core/autograd.hpp"
 #include "core/ops.hpp"
 #include "core/rng.hpp"
+#include "core/ops_util.hpp"
 #include "core/runtime.hpp"
 #include "kernels/cpu/kernels.hpp"
 
@@ -67,9 +68,9 @@ void Parameter::materialize() {
     Tensor t = Tensor::empty(shape_, d);
     float* X = t.data();
     launch(d, "initialize", {t.storage()}, [=](const kernels::cpu::Ctx& c) {
-      if (kind == Init::normal) kernels::cpu::normal(c, X, n, seed, offset, 0.0f, a);
-      else if (kind == Init::uniform) kernels::cpu::uniform(c, X, n, seed, offset, -a, a);
-      else kernels::cpu::fill(c, X, n, a);
+      if (kind == Init::normal) D2L_KERNEL(c, normal, X, n, seed, offset, 0.0f, a);
+      else if (kind == Init::uniform) D2L_KERNEL(c, uniform, X, n, seed, offset, -a, a);
+      else D2L_KERNEL(c, fill, X, n, a);
     });
     t.attach_grad();
     replicas_.push_back(t);

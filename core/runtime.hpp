@@ -25,7 +25,7 @@ class DeviceRuntime {
   // The threads this device's kernels may use (its budget) and a Ctx handing them to a kernel.
   int threads() const { return threads_.load(); }
   void set_threads(int n);
-  kernels::cpu::Ctx ctx() { return kernels::cpu::Ctx{threads_.load(), &pool_}; }
+  kernels::cpu::Ctx ctx() { return kernels::cpu::Ctx{threads_.load(), &pool_, device.kind == DeviceKind::emu}; }
   // Kernels run on this device since start-up (a device "did its share").
   uint64_t kernels_run() const { return kernels_.load(); }
   void count_kernel() { kernels_.fetch_add(1); }

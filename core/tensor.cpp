@@ -196,8 +196,7 @@ std::string Tensor::str() const {
   if (!is_int) v = to_vector();
   else for (auto x : to_labels()) v.push_back(static_cast<float>(x));
   int64_t at = 0;
-  if (shape().empty()) print_block(os, v, shape(), 0, at, 0, is_int);
-  else print_block(os, v, shape(), 0, at, 0, is_int);
+  print_block(os, v, shape(), 0, at, 0, is_int);
   os << "\n<Tensor ";
   for (size_t i = 0; i < shape().size(); ++i) os << (i ? "x" : "") << shape()[i];
   os << " @" << device() << ">";
