@@ -48,7 +48,7 @@ ArrayDataset make_image_classification(int64_t n, int64_t side, int64_t classes,
     for (int64_t y = 0; y < side; ++y)
       for (int64_t x = 0; x < side; ++x) {
         double r2 = (y - cy) * (y - cy) + (x - cx) * (x - cx);
-        float v = static_cast<float>(std::exp(-r2 / (side * side / 40.0))) + noise(rng);
+        float v = static_cast<float>(std::exp(-r2 / (side * side / 15.0))) + noise(rng);
         d.features[(i * side + y) * side + x] = std::min(1.0f, v);
       }
   }

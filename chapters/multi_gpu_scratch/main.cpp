@@ -22,7 +22,7 @@ int main(int argc, char** argv) {
   app.add_option("--allreduce", cfg.allreduce, "exercise 3: naive (the book's) or ring")->capture_default_str();
   app.add_flag("--eval-all-devices", cfg.eval_all_devices, "exercise 4: every device evaluates a shard of the test set");
   app.add_option("--plot", cfg.plot, "PNG of test accuracy per epoch ('' for none)")->capture_default_str();
-  app.add_flag("--quick", quick, "a generated data set, batch 32, lr 0.5, 3 epochs: seconds on a CPU (tests)");
+  app.add_flag("--quick", quick, "a generated data set, batch 32, lr 0.3, 4 epochs: seconds on a CPU (tests)");
   auto* demo = app.add_subcommand("demo", "the section's demonstrations: get_params, allreduce, split_and_load");
   demo->fallthrough();
   return d2l::guarded_main(app, argc, argv, [&] {

@@ -25,8 +25,8 @@ void make_quick(Config& cfg) {
   cfg.train_data = make_image_classification(4000, 28, 10, cfg.seed + 1);
   cfg.test_data = make_image_classification(1000, 28, 10, cfg.seed + 2);
   cfg.batch_size = 32;
-  cfg.lr = 0.5f;
-  cfg.num_epochs = 3;
+  cfg.lr = 0.3f;
+  cfg.num_epochs = 4;
 }
 
 Result train(const Config& cfg) {
