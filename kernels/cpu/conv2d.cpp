@@ -1,18 +1,29 @@
 // 2-D convolution (the book's cross-correlation, no bias) by im2col + GEMM.
 //   x (N, C, H, W), w (OC, C, KH, KW) -> y (N, OC, OH, OW)
 //   OH = (H + 2*pad_h - KH) / stride_h + 1, OW likewise.
-// im2col unrolls one image into col (C*KH*KW, OH*OW): row (ci, kh, kw), column (oh, ow) holds
-//   x[ci][oh*stride_h - pad_h + kh][ow*stride_w - pad_w + kw]   (0 where that falls in the padding),
-// so that with K = C*KH*KW and P = OH*OW, per image n:
-//   forward          y_n (OC, P)  = w (OC, K) @ col_n (K, P)
-//   backward_data    col (K, P)   = w^T @ dy_n,     then col2im adds col back into dx_n
-//   backward_weight  dw (OC, K)   = sum over n of dy_n (OC, P) @ col_n^T
-// A 1x1, stride-1, unpadded conv needs no unrolling: col_n is x_n itself, viewed as (C, H*W).
+// im2col unrolls one image into col (K, P), K = C*KH*KW, P = OH*OW: row (ci, kh, kw), column (oh, ow)
+// holds x[ci][oh*stride_h - pad_h + kh][ow*stride_w - pad_w + kw]   (0 where that falls in the padding).
 //
-// Threads: with at least as many images as threads, each thread takes whole images (its own col
-// buffer, a serial gemm); with fewer images, images run one at a time and gemm splits its rows over
-// the device's threads.
+// A chunk of B images is unrolled side by side into ONE col (K, B*P) (image b owns the columns
+// b*P .. b*P + P-1), so that one GEMM covers the whole chunk:
+//   forward          yc (OC, B*P) = w (OC, K) @ col (K, B*P),  then yc is copied out to each y_n (OC, P)
+//   backward_data    col (K, B*P) = w^T @ dyc (OC, B*P),       then col2im adds col into each dx_n
+//   backward_weight  dw (OC, K)  += dyc (OC, B*P) @ col^T
+// where dyc is the chunk's dy_n (OC, P) side by side. Why chunks: a GEMM per image can be narrow
+// (LeNet's conv2: (50, 500) @ (500, 81)) and OpenBLAS pays its call, packing and edge costs once per
+// image; 7 such images make one GEMM with 567 columns. Images with enough columns of their own
+// (LeNet's conv1: P = 676) stay one per chunk: then gemm reads and writes x_n's col, y_n and dy_n
+// in place, with no copying to or from the chunk layout, and its output stays in cache.
+//
+// Chunk sizes depend on the shape only: B = enough images for kMinCols columns, but no more than
+// fit in kColFloats of col, and no more than N / kMinChunks (so that the threads can share chunks).
+// Threads: each thread takes whole chunks, unrolls them into its own col (a per-thread buffer kept
+// from call to call: no allocation per minibatch) and calls a serial gemm. With fewer chunks than
+// threads (a batch of one image) the chunks run one after another and gemm splits its rows over the
+// threads instead. Since the chunks never depend on the thread count, neither do the results
+// (except for gemm's row split in that few-chunks case).
 #include <algorithm>
+#include <bit>
 #include <vector>
 
 #include "kernels.hpp"
@@ -21,150 +32,255 @@ namespace d2l::kernels::cpu {
 
 namespace {
 
+constexpr int64_t kMinCols = 512;                 // GEMMs 256..1024 wide ran alike here; 81 is ~15% slower
+constexpr int64_t kColFloats = int64_t{1} << 19;  // 2 MiB of col per chunk: about one core's L2 cache
+constexpr int64_t kMinChunks = 8;                 // but at least 8 chunks, to keep 2..8 threads busy
+constexpr int64_t kMaxGroups = 16;                // backward_weight: partial sums of dw, at most
+constexpr int64_t kPartialFloats = int64_t{1} << 23;  // ... and at most 32 MiB of them
+
 int64_t col_rows(const Conv2dShape& s) { return s.C * s.KH * s.KW; }
 int64_t col_cols(const Conv2dShape& s) { return s.OH() * s.OW(); }
 
-// 1x1, stride 1, no padding: im2col would copy x_n unchanged.
-bool is_pointwise(const Conv2dShape& s) {
-  return s.KH == 1 && s.KW == 1 && s.stride_h == 1 && s.stride_w == 1 && s.pad_h == 0 && s.pad_w == 0;
+// y[0, n) = x[0, n) and y[0, n) += x[0, n) for the short rows of im2col (LeNet's conv2: 9 floats), four
+// floats at a time: GCC vectorizes at -O2 only loops whose trip count it knows, hence the fixed-length
+// inner loops (all loads before the stores). copy_row ends with the last four floats, overlapping the
+// block before them, instead of a one-at-a-time tail. always_inline: a call per 9 floats costs more
+// than the copy.
+[[gnu::always_inline]] inline void copy4(const float* x, float* y) {
+  float v[4];
+  for (int j = 0; j < 4; ++j) v[j] = x[j];
+  for (int j = 0; j < 4; ++j) y[j] = v[j];
+}
+[[gnu::always_inline]] inline void copy_row(const float* x, float* y, int64_t n) {
+  if (n < 4) {
+    for (int64_t i = 0; i < n; ++i) y[i] = x[i];
+    return;
+  }
+  for (int64_t i = 0; i + 4 < n; i += 4) copy4(x + i, y + i);
+  copy4(x + n - 4, y + n - 4);
+}
+[[gnu::always_inline]] inline void add_row(const float* x, float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    float v[4];
+    for (int j = 0; j < 4; ++j) v[j] = y[i + j] + x[i + j];
+    for (int j = 0; j < 4; ++j) y[i + j] = v[j];
+  }
+  for (; i < n; ++i) y[i] += x[i];
 }
 
-// Whole images per thread when there are enough of them, else let gemm use the threads.
-bool split_over_images(const Ctx& c, int64_t N) { return c.threads > 1 && N >= c.threads; }
+// Outputs [begin, end) along one axis.
+struct Span {
+  int64_t begin, end;
+};
+
+// Where each window offset reads the image rather than the padding, worked out once per call:
+// rows[kh] = the output rows oh whose input row oh*stride_h - pad_h + kh lies inside [0, H),
+// cols[kw] = the output columns ow whose input column ow*stride_w - pad_w + kw lies inside [0, W).
+struct Geometry {
+  Conv2dShape s;
+  int64_t OH, OW;
+  std::vector<Span> rows, cols;
+
+  explicit Geometry(const Conv2dShape& shape) : s(shape), OH(shape.OH()), OW(shape.OW()) {
+    for (int64_t kh = 0; kh < s.KH; ++kh) rows.push_back(inside(kh - s.pad_h, s.stride_h, s.H, OH));
+    for (int64_t kw = 0; kw < s.KW; ++kw) cols.push_back(inside(kw - s.pad_w, s.stride_w, s.W, OW));
+  }
+  // The outputs o in [0, n) whose input o*stride + offset lies inside [0, size).
+  static Span inside(int64_t offset, int64_t stride, int64_t size, int64_t n) {
+    const int64_t begin = std::min(n, offset >= 0 ? 0 : (-offset + stride - 1) / stride);
+    const int64_t end = offset > size - 1 ? 0 : (size - 1 - offset) / stride + 1;
+    return {begin, std::clamp(end, begin, n)};
+  }
+};
+
+// im2col of B consecutive images of x into col (K, B*P): row (ci, kh, kw) holds image 0's P columns,
+// then image 1's, ... (so each row is written front to back). Output rows outside g.rows[kh] and
+// output columns outside g.cols[kw] read padding (zeros); the rest is copied from x_b[ci], one run
+// of output columns per output row. Rows with no padding at either end (all of them in LeNet) take
+// the short loop: one copy per output row, pointers stepped rather than recomputed.
+void unroll(const Geometry& g, const float* x, int64_t B, float* col) {
+  const Conv2dShape& s = g.s;
+  const int64_t P = g.OH * g.OW, OW = g.OW, x_img = s.C * s.H * s.W;
+  for (int64_t ci = 0; ci < s.C; ++ci)
+    for (int64_t kh = 0; kh < s.KH; ++kh)
+      for (int64_t kw = 0; kw < s.KW; ++kw) {
+        const Span rows = g.rows[kh], cols = g.cols[kw];
+        const int64_t n = cols.end - cols.begin;  // output columns that read the image
+        const bool whole_rows = s.stride_w == 1 && n == OW;
+        // x_b[ci][ih][iw] for the first output row and column that read the image
+        const int64_t ih = rows.begin * s.stride_h - s.pad_h + kh, iw = cols.begin * s.stride_w - s.pad_w + kw;
+        for (int64_t b = 0; b < B; ++b) {
+          float* row = col + ((ci * s.KH + kh) * s.KW + kw) * B * P + b * P;
+          const float* in = x + b * x_img + (ci * s.H + ih) * s.W + iw;
+          float* out = row + rows.begin * OW;
+          std::fill(row, out, 0.0f);  // output rows reading the padding above the image
+          for (int64_t oh = rows.begin; oh < rows.end; ++oh, in += s.stride_h * s.W, out += OW) {
+            if (whole_rows) {
+              copy_row(in, out, OW);
+              continue;
+            }
+            std::fill(out, out + cols.begin, 0.0f);
+            if (s.stride_w == 1)
+              copy_row(in, out + cols.begin, n);
+            else
+              for (int64_t j = 0; j < n; ++j) out[cols.begin + j] = in[j * s.stride_w];
+            std::fill(out + cols.begin + n, out + OW, 0.0f);
+          }
+          std::fill(out, row + P, 0.0f);  // ... and below it
+        }
+      }
+}
+
+// col2im, the adjoint of unroll: every col entry is added to the input pixel it was copied from
+// (padding entries are dropped). Same loops as unroll, with `+=` into dx_b for `=` out of x_b.
+void fold(const Geometry& g, const float* col, int64_t B, float* dx) {
+  const Conv2dShape& s = g.s;
+  const int64_t P = g.OH * g.OW, OW = g.OW, x_img = s.C * s.H * s.W;
+  for (int64_t ci = 0; ci < s.C; ++ci)
+    for (int64_t kh = 0; kh < s.KH; ++kh)
+      for (int64_t kw = 0; kw < s.KW; ++kw) {
+        const Span rows = g.rows[kh], cols = g.cols[kw];
+        const int64_t n = cols.end - cols.begin;
+        const int64_t ih = rows.begin * s.stride_h - s.pad_h + kh, iw = cols.begin * s.stride_w - s.pad_w + kw;
+        for (int64_t b = 0; b < B; ++b) {
+          const float* from = col + ((ci * s.KH + kh) * s.KW + kw) * B * P + b * P + rows.begin * OW + cols.begin;
+          float* out = dx + b * x_img + (ci * s.H + ih) * s.W + iw;
+          for (int64_t oh = rows.begin; oh < rows.end; ++oh, from += OW, out += s.stride_h * s.W) {
+            if (s.stride_w == 1)
+              add_row(from, out, n);
+            else
+              for (int64_t j = 0; j < n; ++j) out[j * s.stride_w] += from[j];
+          }
+        }
+      }
+}
+
+// Images (B, rows, P) <-> the chunk layout (rows, B*P) the GEMMs use (image b in columns b*P...).
+void to_chunk(const float* images, int64_t B, int64_t rows, int64_t P, float* chunk) {
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t r = 0; r < rows; ++r) copy_row(images + (b * rows + r) * P, chunk + r * B * P + b * P, P);
+}
+void from_chunk(const float* chunk, int64_t B, int64_t rows, int64_t P, float* images) {
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t r = 0; r < rows; ++r) copy_row(chunk + r * B * P + b * P, images + (b * rows + r) * P, P);
+}
+
+// How the N images are cut into chunks: chunk i holds images [first(i), first(i + 1)), about B each.
+struct Chunks {
+  int64_t N, count;
+  int64_t first(int64_t i) const { return N * i / count; }
+};
+Chunks chunks(const Conv2dShape& s) {
+  const int64_t P = col_cols(s), per_image = col_rows(s) * P;
+  const int64_t wide = (kMinCols + P - 1) / P;                // images for kMinCols columns
+  const int64_t fits = kColFloats / per_image;                // images whose col fits kColFloats
+  const int64_t share = (s.N + kMinChunks - 1) / kMinChunks;  // images per chunk for kMinChunks chunks
+  const int64_t B = std::max<int64_t>(1, std::min({wide, fits, share}));
+  return {s.N, (s.N + B - 1) / B};
+}
+
+// This thread's scratch buffer `slot`, grown to at least n floats and kept for the next call.
+enum Slot { kCol, kChunk, kPartials };
+float* scratch(Slot slot, int64_t n) {
+  thread_local std::vector<float> buffers[3];
+  std::vector<float>& b = buffers[slot];
+  if (static_cast<int64_t>(b.size()) < n) b.resize(static_cast<size_t>(n));
+  return b.data();
+}
+
+// Calls item(gc, i) for i in [0, count): whole items per thread, each with a serial gemm (gc); or,
+// with fewer items than threads, one after another with gemm using all the threads.
+template <class Item>
+void for_each_item(const Ctx& c, int64_t count, const Item& item) {
+  if (count >= c.threads)
+    c.parallel_for(count, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) item(serial_ctx(), i);
+    });
+  else
+    for (int64_t i = 0; i < count; ++i) item(c, i);
+}
 
 }  // namespace
 
-void im2col(const Conv2dShape& s, const float* x_img, float* col) {
-  const int64_t OH = s.OH(), OW = s.OW();
-  for (int64_t ci = 0; ci < s.C; ++ci) {
-    const float* xc = x_img + ci * s.H * s.W;
-    for (int64_t kh = 0; kh < s.KH; ++kh)
-      for (int64_t kw = 0; kw < s.KW; ++kw) {
-        float* row = col + ((ci * s.KH + kh) * s.KW + kw) * OH * OW;
-        for (int64_t oh = 0; oh < OH; ++oh) {
-          const int64_t ih = oh * s.stride_h - s.pad_h + kh;
-          float* out = row + oh * OW;
-          if (ih < 0 || ih >= s.H) {  // the whole output row reads padding
-            std::fill(out, out + OW, 0.0f);
-            continue;
-          }
-          for (int64_t ow = 0; ow < OW; ++ow) {
-            const int64_t iw = ow * s.stride_w - s.pad_w + kw;
-            out[ow] = (iw >= 0 && iw < s.W) ? xc[ih * s.W + iw] : 0.0f;
-          }
-        }
-      }
-  }
-}
+void im2col(const Conv2dShape& s, const float* x_img, float* col) { unroll(Geometry(s), x_img, 1, col); }
 
-// The adjoint of im2col: every col entry is added to the input pixel it was copied from
-// (padding entries are dropped). dx_img must be zeroed by the caller.
-void col2im(const Conv2dShape& s, const float* col, float* dx_img) {
-  const int64_t OH = s.OH(), OW = s.OW();
-  for (int64_t ci = 0; ci < s.C; ++ci) {
-    float* dxc = dx_img + ci * s.H * s.W;
-    for (int64_t kh = 0; kh < s.KH; ++kh)
-      for (int64_t kw = 0; kw < s.KW; ++kw) {
-        const float* row = col + ((ci * s.KH + kh) * s.KW + kw) * OH * OW;
-        for (int64_t oh = 0; oh < OH; ++oh) {
-          const int64_t ih = oh * s.stride_h - s.pad_h + kh;
-          if (ih < 0 || ih >= s.H) continue;
-          const float* in = row + oh * OW;
-          for (int64_t ow = 0; ow < OW; ++ow) {
-            const int64_t iw = ow * s.stride_w - s.pad_w + kw;
-            if (iw >= 0 && iw < s.W) dxc[ih * s.W + iw] += in[ow];
-          }
-        }
-      }
-  }
-}
+void col2im(const Conv2dShape& s, const float* col, float* dx_img) { fold(Geometry(s), col, 1, dx_img); }
 
-// ---- forward: y_n = w @ col_n
+// ---- forward: yc = w @ col, per chunk
 void conv2d_forward(const Ctx& c, const Conv2dShape& s, const float* x, const float* w, float* y) {
-  const int64_t K = col_rows(s), P = col_cols(s);
-  const int64_t x_img = s.C * s.H * s.W, y_img = s.OC * P;
-  // Images [begin, end) with one col buffer; gemm runs on `gc` (serial or the device's threads).
-  auto images = [&](const Ctx& gc, int64_t begin, int64_t end) {
-    std::vector<float> col(is_pointwise(s) ? 0 : K * P);
-    for (int64_t n = begin; n < end; ++n) {
-      const float* cn = x + n * x_img;
-      if (!is_pointwise(s)) {
-        im2col(s, x + n * x_img, col.data());
-        cn = col.data();
-      }
-      gemm(gc, false, false, s.OC, P, K, 1.0f, w, cn, 0.0f, y + n * y_img);
-    }
-  };
-  if (split_over_images(c, s.N))
-    c.parallel_for(s.N, [&](int64_t b, int64_t e) { images(serial_ctx(), b, e); });
-  else
-    images(c, 0, s.N);
+  const int64_t K = col_rows(s), P = col_cols(s), x_img = s.C * s.H * s.W, y_img = s.OC * P;
+  const Chunks ch = chunks(s);
+  const Geometry g(s);
+  for_each_item(c, ch.count, [&](const Ctx& gc, int64_t i) {
+    const int64_t n0 = ch.first(i), B = ch.first(i + 1) - n0;
+    float* col = scratch(kCol, K * B * P);
+    unroll(g, x + n0 * x_img, B, col);
+    // One image: y_n (OC, P) is the chunk layout already, so gemm writes it directly.
+    float* yc = B == 1 ? y + n0 * y_img : scratch(kChunk, s.OC * B * P);
+    gemm(gc, false, false, s.OC, B * P, K, 1.0f, w, col, 0.0f, yc);
+    if (B > 1) from_chunk(yc, B, s.OC, P, y + n0 * y_img);
+  });
 }
 
-// ---- backward_data: col = w^T @ dy_n, dx_n = col2im(col)
+// ---- backward_data: col = w^T @ dyc, then col2im into each dx_n, per chunk
 void conv2d_backward_data(const Ctx& c, const Conv2dShape& s, const float* dy, const float* w, float* dx) {
-  const int64_t K = col_rows(s), P = col_cols(s);
-  const int64_t x_img = s.C * s.H * s.W, y_img = s.OC * P;
-  auto images = [&](const Ctx& gc, int64_t begin, int64_t end) {
-    std::vector<float> col(is_pointwise(s) ? 0 : K * P);
-    for (int64_t n = begin; n < end; ++n) {
-      float* dxn = dx + n * x_img;
-      if (is_pointwise(s)) {  // col2im is the identity: write straight into dx_n
-        gemm(gc, true, false, K, P, s.OC, 1.0f, w, dy + n * y_img, 0.0f, dxn);
-        continue;
-      }
-      gemm(gc, true, false, K, P, s.OC, 1.0f, w, dy + n * y_img, 0.0f, col.data());
-      std::fill(dxn, dxn + x_img, 0.0f);
-      col2im(s, col.data(), dxn);
+  const int64_t K = col_rows(s), P = col_cols(s), x_img = s.C * s.H * s.W, y_img = s.OC * P;
+  const Chunks ch = chunks(s);
+  const Geometry g(s);
+  for_each_item(c, ch.count, [&](const Ctx& gc, int64_t i) {
+    const int64_t n0 = ch.first(i), B = ch.first(i + 1) - n0;
+    const float* dyc = dy + n0 * y_img;
+    if (B > 1) {
+      float* gathered = scratch(kChunk, s.OC * B * P);
+      to_chunk(dyc, B, s.OC, P, gathered);
+      dyc = gathered;
     }
-  };
-  if (split_over_images(c, s.N))
-    c.parallel_for(s.N, [&](int64_t b, int64_t e) { images(serial_ctx(), b, e); });
-  else
-    images(c, 0, s.N);
+    float* col = scratch(kCol, K * B * P);
+    gemm(gc, true, false, K, B * P, s.OC, 1.0f, w, dyc, 0.0f, col);
+    std::fill(dx + n0 * x_img, dx + (n0 + B) * x_img, 0.0f);
+    fold(g, col, B, dx + n0 * x_img);
+  });
 }
 
-// ---- backward_weight: dw = sum over n of dy_n @ col_n^T
-// The images are cut into G groups fixed by the shape alone (never by the thread count). Each
-// group sums its images, in order, into its own partial dw (group 0 into dw itself); the partials
-// are then added in group order. So dw does not depend on the number of threads (as long as a
-// gemm row does not depend on how gemm splits its rows).
+// ---- backward_weight: dw = sum over chunks of dyc @ col^T
+// The chunks are cut into G groups fixed by the shape alone (never by the thread count). Each group
+// sums its chunks, in order, into its own partial dw (group 0 into dw itself); the partials are then
+// added in group order. So dw does not depend on the number of threads. G is a power of two, so
+// 2, 4, 8 ... threads get equal numbers of groups.
 void conv2d_backward_weight(const Ctx& c, const Conv2dShape& s, const float* x, const float* dy, float* dw) {
-  const int64_t K = col_rows(s), P = col_cols(s);
-  const int64_t x_img = s.C * s.H * s.W, y_img = s.OC * P, wsize = s.OC * K;
-  constexpr int64_t kMaxGroups = 64, kPartialBudget = int64_t{1} << 22;  // floats (16 MiB) for partials
-  const int64_t G =
-      std::max<int64_t>(1, std::min({s.N, kMaxGroups, kPartialBudget / std::max<int64_t>(wsize, 1)}));
-  std::vector<float> partial((G - 1) * wsize);
+  const int64_t K = col_rows(s), P = col_cols(s), x_img = s.C * s.H * s.W, y_img = s.OC * P;
+  const int64_t wsize = s.OC * K;
+  const Chunks ch = chunks(s);
+  const Geometry g(s);
+  if (ch.count == 0) {  // no images: the gradient is zero
+    std::fill(dw, dw + wsize, 0.0f);
+    return;
+  }
+  const int64_t G = static_cast<int64_t>(std::bit_floor(static_cast<uint64_t>(
+      std::max<int64_t>(1, std::min({ch.count, kMaxGroups, kPartialFloats / std::max<int64_t>(wsize, 1)})))));
+  float* partial = G > 1 ? scratch(kPartials, (G - 1) * wsize) : nullptr;
 
-  // Groups [gbegin, gend) with one col buffer; gemm runs on `gc`.
-  auto groups = [&](const Ctx& gc, int64_t gbegin, int64_t gend) {
-    std::vector<float> col(is_pointwise(s) ? 0 : K * P);
-    for (int64_t g = gbegin; g < gend; ++g) {
-      float* out = g == 0 ? dw : partial.data() + (g - 1) * wsize;
-      const int64_t first = s.N * g / G, last = s.N * (g + 1) / G;
-      for (int64_t n = first; n < last; ++n) {
-        const float* cn = x + n * x_img;
-        if (!is_pointwise(s)) {
-          im2col(s, x + n * x_img, col.data());
-          cn = col.data();
-        }
-        gemm(gc, false, true, s.OC, K, P, 1.0f, dy + n * y_img, cn, n == first ? 0.0f : 1.0f, out);
+  for_each_item(c, G, [&](const Ctx& gc, int64_t group) {
+    float* out = group == 0 ? dw : partial + (group - 1) * wsize;
+    const int64_t first = ch.count * group / G, last = ch.count * (group + 1) / G;
+    for (int64_t i = first; i < last; ++i) {
+      const int64_t n0 = ch.first(i), B = ch.first(i + 1) - n0;
+      float* col = scratch(kCol, K * B * P);
+      unroll(g, x + n0 * x_img, B, col);
+      const float* dyc = dy + n0 * y_img;
+      if (B > 1) {
+        float* gathered = scratch(kChunk, s.OC * B * P);
+        to_chunk(dyc, B, s.OC, P, gathered);
+        dyc = gathered;
       }
+      gemm(gc, false, true, s.OC, K, B * P, 1.0f, dyc, col, i == first ? 0.0f : 1.0f, out);
     }
-  };
-  if (G >= c.threads)
-    c.parallel_for(G, [&](int64_t b, int64_t e) { groups(serial_ctx(), b, e); });
-  else
-    groups(c, 0, G);
+  });
 
-  if (s.N == 0) std::fill(dw, dw + wsize, 0.0f);  // no images: the gradient is zero
   if (G == 1) return;
   c.parallel_for(wsize, [&](int64_t b, int64_t e) {
-    for (int64_t g = 1; g < G; ++g) {
-      const float* p = partial.data() + (g - 1) * wsize;
-      for (int64_t i = b; i < e; ++i) dw[i] += p[i];
-    }
+    for (int64_t group = 1; group < G; ++group) add_row(partial + (group - 1) * wsize + b, dw + b, e - b);
   });
 }
 

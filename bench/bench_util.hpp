@@ -1,0 +1,78 @@
+// Small helpers shared by the benchmarks: wall and CPU clocks, min/median of repeats, a one-line
+// banner with what the numbers depend on (OpenBLAS kernel set, load average), and the
+// machine-readable "RESULT <key> <value>" lines bench/compare.sh collects.
+#pragma once
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+extern "C" char* openblas_get_corename(void);  // OpenBLAS: the kernel set it picked (DYNAMIC_ARCH)
+
+namespace d2l::bench {
+
+inline double wall_now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// CPU seconds used by all threads of this process so far (user + system). On a loaded machine the
+// wall time grows with the load; the CPU time much less, so both are printed.
+inline double cpu_now() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         1e-6 * static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
+// The 1-minute load average (a 2-core machine is busy beyond 2).
+inline double load_average() {
+  std::ifstream f("/proc/loadavg");
+  double l = -1;
+  f >> l;
+  return l;
+}
+
+struct Stats {
+  double min = 0, median = 0;      // wall seconds per repeat
+  double cpu_min = 0, cpu_median = 0;  // CPU seconds (all threads) per repeat
+};
+
+inline double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n == 0 ? 0 : (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
+}
+
+// Runs fn `warmup` times untimed, then `repeats` times timed.
+inline Stats time_it(const std::function<void()>& fn, int warmup, int repeats) {
+  for (int i = 0; i < warmup; ++i) fn();
+  std::vector<double> wall, cpu;
+  for (int i = 0; i < repeats; ++i) {
+    const double w0 = wall_now(), c0 = cpu_now();
+    fn();
+    wall.push_back(wall_now() - w0);
+    cpu.push_back(cpu_now() - c0);
+  }
+  Stats s;
+  s.min = *std::min_element(wall.begin(), wall.end());
+  s.median = median_of(wall);
+  s.cpu_min = *std::min_element(cpu.begin(), cpu.end());
+  s.cpu_median = median_of(cpu);
+  return s;
+}
+
+inline void banner(const char* what) {
+  std::printf("%s\n  OpenBLAS kernels: %s (OPENBLAS_CORETYPE=%s), load average %.2f\n", what, openblas_get_corename(),
+              std::getenv("OPENBLAS_CORETYPE") ? std::getenv("OPENBLAS_CORETYPE") : "unset", load_average());
+}
+
+// One figure for bench/compare.sh: "RESULT <key> <value>".
+inline void result(const std::string& key, double value) { std::printf("RESULT %s %.6g\n", key.c_str(), value); }
+
+}  // namespace d2l::bench

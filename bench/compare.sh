@@ -1,0 +1,89 @@
+#!/bin/sh
+# bench/compare.sh: our benchmarks and PyTorch's (bench/pytorch_reference.py) back to back, and the
+# ratio ours / PyTorch of each figure ("LeNet epoch: 7.9 s vs PyTorch 11.3 s = 0.70x"; below 1 means
+# we are faster). Each of our runs is followed at once by PyTorch's on the same work, so both see the
+# same machine load. Not part of the tests or CI.
+#   bench/compare.sh [BUILD_DIR]        (default: build; the benchmarks must be built there)
+# Environment:
+#   STEPS=60          LeNet training steps per timed repeat, extrapolated to the 235 of an epoch
+#                     (STEPS=235 times whole epochs)
+#   REPEATS=3         timed repeats per figure (min and median are printed; ratios use the min)
+#   RESNET=1          0 skips the ResNet-18 step (batch 256: a minute or more per side here)
+#   RESNET_BATCH=256
+#   NATIVE_OPENBLAS=0 1 unsets OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE for this command, so OpenBLAS
+#                     picks its kernels itself as on a user's machine (PyTorch's dense layers use
+#                     OpenBLAS too; its convolutions use oneDNN). Which kernels ran is printed.
+# PyTorch comes from Debian's python3-torch, which belongs to Debian's /usr/bin/python3 (the python3
+# first on PATH may be another interpreter); without it only our figures are printed.
+set -eu
+
+build=${1:-build}
+steps=${STEPS:-60}
+repeats=${REPEATS:-3}
+resnet=${RESNET:-1}
+resnet_batch=${RESNET_BATCH:-256}
+py=/usr/bin/python3
+here=$(cd "$(dirname "$0")" && pwd)
+results=$(mktemp)
+trap 'rm -f "$results"' EXIT
+
+if [ "${NATIVE_OPENBLAS:-0}" = 1 ]; then
+  unset OPENBLAS_CORETYPE OPENBLAS_L2_SIZE
+fi
+for exe in lenet_epoch_bench resnet18_step_bench; do
+  if [ ! -x "$build/bench/$exe" ]; then
+    echo "error: $build/bench/$exe not found: build first (meson setup $build && ninja -C $build)" >&2
+    exit 2
+  fi
+done
+
+torch=1
+if ! "$py" -c 'import torch' 2>/dev/null; then
+  torch=0
+  echo "note: PyTorch is skipped: $py cannot import torch (apt-get install python3-torch)"
+fi
+
+echo "compare.sh: OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+
+# Runs a command, shows its output, and keeps its "RESULT key value" lines.
+run() {
+  echo
+  echo "\$ $*"
+  "$@" | tee -a "$results"
+}
+ours_lenet() { run "$build/bench/lenet_epoch_bench" --steps "$steps" --repeats "$repeats" --setup "$1"; }
+torch_lenet() { [ $torch = 1 ] && run "$py" "$here/pytorch_reference.py" lenet --threads "$1" --steps "$steps" --repeats "$repeats"; }
+
+ours_lenet 1x2
+torch_lenet 2 || true
+ours_lenet 1x1
+torch_lenet 1 || true
+ours_lenet 2x1
+if [ "$resnet" = 1 ]; then
+  run "$build/bench/resnet18_step_bench" --batch "$resnet_batch" --repeats "$repeats"
+  [ $torch = 1 ] && run "$py" "$here/pytorch_reference.py" resnet --threads 2 --batch "$resnet_batch" --repeats "$repeats"
+fi
+
+# The figures side by side.
+get() { awk -v k="$1" '$1 == "RESULT" && $2 == k { v = $3 } END { print v }' "$results"; }
+line() {  # line "label" ours_key torch_key torch_label
+  ours=$(get "$2")
+  theirs=$(get "$3")
+  [ -n "$ours" ] || return 0
+  if [ -n "$theirs" ]; then
+    awk -v l="$1" -v a="$ours" -v b="$theirs" -v t="$4" 'BEGIN { printf "%s: %.2f s vs PyTorch %s %.2f s = %.2fx\n", l, a, t, b, a / b }'
+  else
+    awk -v l="$1" -v a="$ours" 'BEGIN { printf "%s: %.2f s (PyTorch skipped)\n", l, a }'
+  fi
+}
+echo
+echo "==== ours / PyTorch (min of $repeats repeats; wall time; below 1.00x = we are faster)"
+line "LeNet epoch, 1 device x 2 threads" lenet_epoch_1x2 pytorch_lenet_epoch_t2 "(2 threads)"
+line "LeNet epoch, 1 device x 1 thread " lenet_epoch_1x1 pytorch_lenet_epoch_t1 "(1 thread) "
+line "LeNet epoch, CPU time, 2 threads " lenet_epoch_cpu_1x2 pytorch_lenet_epoch_cpu_t2 "(2 threads)"
+line "LeNet epoch, CPU time, 1 thread  " lenet_epoch_cpu_1x1 pytorch_lenet_epoch_cpu_t1 "(1 thread) "
+line "LeNet epoch, 2 devices x 1 thread" lenet_epoch_2x1 pytorch_lenet_epoch_t2 "(2 threads)"
+awk -v a="$(get lenet_epoch_1x1)" -v b="$(get lenet_epoch_2x1)" \
+  'BEGIN { if (a != "" && b != "") printf "LeNet 2 devices x 1 thread vs 1 device x 1 thread: %.2fx the throughput\n", a / b }'
+line "ResNet-18 step, batch $resnet_batch, 2 threads" resnet18_step_t2 pytorch_resnet18_step_t2 "(2 threads)"
+echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -1,0 +1,220 @@
+// resnet18_step_bench: seconds per training step of d2l's ResNet-18 small-image variant (the
+// "Concise implementation for multiple GPUs" network) on cpu(0), written with the core ops:
+//   conv 64@3x3 pad 1 + batch norm + relu, then 4 stages of 2 residual blocks (64, 128, 256, 512
+//   channels; stages 2-4 start with stride 2 and a 1x1 conv shortcut), global average pool, dense 10.
+// One step = forward on a batch of 256 1x28x28 inputs, softmax cross-entropy (mean), backward, SGD.
+// 1. Validates one downsampling residual block (conv, BN in training mode, relu, 1x1 shortcut, add)
+//    on a small input against direct loops in double.
+// 2. Times: 1 warm-up step, then repeats; min and median wall time, CPU time beside it.
+// Napkin math: the convolutions' flops (forward + data and weight gradients) per step, as GFLOP/s.
+//   resnet18_step_bench [--batch N] [--repeats R]
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "bench/bench_util.hpp"
+#include "core/autograd.hpp"
+#include "core/ops.hpp"
+#include "core/ops_nn.hpp"
+#include "core/rng.hpp"
+#include "core/runtime.hpp"
+
+namespace b = d2l::bench;
+using d2l::Tensor;
+
+namespace {
+
+const d2l::Device kDev = d2l::cpu(0);
+double g_conv_flops = 0;  // per image, forward only; counted while building the first forward
+
+struct Conv {  // nn.Conv2d(in, out, k, stride, padding) with bias, as d2l's Residual
+  Tensor w, b;
+  int64_t stride, pad;
+};
+struct BatchNorm {
+  Tensor gamma, beta, running_mean, running_var;
+};
+
+std::vector<Tensor> g_params;  // every trainable tensor, for SGD
+
+Tensor param(Tensor t) {
+  t.attach_grad();
+  g_params.push_back(t);
+  return t;
+}
+Conv make_conv(int64_t in, int64_t out, int64_t k, int64_t stride, int64_t pad) {
+  const float std = std::sqrt(2.0f / static_cast<float>(in * k * k));  // He initialisation
+  return {param(d2l::normal({out, in, k, k}, 0, std, kDev)), param(Tensor::zeros({out}, kDev)), stride, pad};
+}
+BatchNorm make_bn(int64_t c) {
+  return {param(Tensor::ones({c}, kDev)), param(Tensor::zeros({c}, kDev)), Tensor::zeros({c}, kDev), Tensor::ones({c}, kDev)};
+}
+Tensor conv(const Conv& c, const Tensor& x, bool count) {
+  Tensor y = d2l::conv2d(x, c.w, c.b, {c.stride, c.stride}, {c.pad, c.pad});
+  if (count)
+    g_conv_flops += 2.0 * double(c.w.dim(0) * c.w.dim(1) * c.w.dim(2) * c.w.dim(3) * y.dim(2) * y.dim(3));
+  return y;
+}
+Tensor bn(const BatchNorm& n, const Tensor& x) { return d2l::batch_norm(x, n.gamma, n.beta, n.running_mean, n.running_var); }
+
+struct Residual {  // d2l's Residual(input_channels, num_channels, use_1x1conv, strides)
+  Conv conv1, conv2;
+  bool use_1x1conv;
+  Conv conv3;
+  BatchNorm bn1, bn2;
+  Residual(int64_t in, int64_t out, bool use_1x1conv, int64_t strides)
+      : conv1(make_conv(in, out, 3, strides, 1)), conv2(make_conv(out, out, 3, 1, 1)), use_1x1conv(use_1x1conv),
+        conv3(use_1x1conv ? make_conv(in, out, 1, strides, 0) : Conv{}), bn1(make_bn(out)), bn2(make_bn(out)) {}
+  Tensor forward(const Tensor& X, bool count) const {
+    Tensor Y = d2l::relu(bn(bn1, conv(conv1, X, count)));
+    Y = bn(bn2, conv(conv2, Y, count));
+    return d2l::relu(Y + (use_1x1conv ? conv(conv3, X, count) : X));
+  }
+};
+
+struct ResNet18 {
+  Conv stem = make_conv(1, 64, 3, 1, 1);
+  BatchNorm stem_bn = make_bn(64);
+  std::vector<Residual> blocks;
+  Tensor fc_w, fc_b;
+  ResNet18() {
+    const int64_t channels[] = {64, 64, 128, 256, 512};
+    for (int stage = 1; stage <= 4; ++stage)
+      for (int i = 0; i < 2; ++i) {
+        const bool first = i == 0 && stage > 1;  // resnet_block(in, out, 2, first_block=stage == 1)
+        blocks.emplace_back(first ? channels[stage - 1] : channels[stage], channels[stage], first, first ? 2 : 1);
+      }
+    fc_w = param(d2l::normal({10, 512}, 0, 0.05f, kDev));
+    fc_b = param(Tensor::zeros({10}, kDev));
+  }
+  Tensor forward(const Tensor& X, bool count) const {
+    Tensor Y = d2l::relu(bn(stem_bn, conv(stem, X, count)));
+    for (const auto& blk : blocks) Y = blk.forward(Y, count);
+    Y = d2l::reshape(d2l::global_avg_pool2d(Y), {Y.dim(0), 512});
+    return d2l::dense(Y, fc_w, fc_b);
+  }
+};
+
+void train_step(const ResNet18& net, const Tensor& X, const Tensor& y, float lr, bool count) {
+  Tensor l = d2l::softmax_cross_entropy(net.forward(X, count), y);
+  l.backward();
+  d2l::NoGrad no_grad;
+  for (auto& p : g_params) {
+    d2l::sgd_update_(p, p.grad(), lr);
+    p.zero_grad();
+  }
+  d2l::waitall();
+}
+
+// ---- 1. validation: a downsampling residual block (3 -> 4 channels, stride 2) in direct loops
+using Vec = std::vector<double>;
+Vec ref_conv(const Vec& x, int N, int C, int H, const std::vector<float>& w, const std::vector<float>& bias, int OC,
+             int K, int stride, int pad, int* OHp) {
+  const int OH = (H + 2 * pad - K) / stride + 1;
+  Vec y(N * OC * OH * OH);
+  for (int n = 0; n < N; ++n)
+    for (int oc = 0; oc < OC; ++oc)
+      for (int oh = 0; oh < OH; ++oh)
+        for (int ow = 0; ow < OH; ++ow) {
+          double acc = bias[oc];
+          for (int c = 0; c < C; ++c)
+            for (int kh = 0; kh < K; ++kh)
+              for (int kw = 0; kw < K; ++kw) {
+                const int ih = oh * stride - pad + kh, iw = ow * stride - pad + kw;
+                if (ih >= 0 && ih < H && iw >= 0 && iw < H)
+                  acc += x[((n * C + c) * H + ih) * H + iw] * w[((oc * C + c) * K + kh) * K + kw];
+              }
+          y[((n * OC + oc) * OH + oh) * OH + ow] = acc;
+        }
+  *OHp = OH;
+  return y;
+}
+Vec ref_bn(const Vec& x, int N, int C, int HW, bool relu) {  // training mode, gamma 1, beta 0, eps 1e-5
+  Vec y(x.size());
+  for (int c = 0; c < C; ++c) {
+    double mean = 0, var = 0;
+    for (int n = 0; n < N; ++n)
+      for (int i = 0; i < HW; ++i) mean += x[(n * C + c) * HW + i];
+    mean /= N * HW;
+    for (int n = 0; n < N; ++n)
+      for (int i = 0; i < HW; ++i) var += std::pow(x[(n * C + c) * HW + i] - mean, 2);
+    var /= N * HW;
+    for (int n = 0; n < N; ++n)
+      for (int i = 0; i < HW; ++i) {
+        const double v = (x[(n * C + c) * HW + i] - mean) / std::sqrt(var + 1e-5);
+        y[(n * C + c) * HW + i] = relu && v < 0 ? 0 : v;
+      }
+  }
+  return y;
+}
+
+bool validate() {
+  const int N = 2, C = 3, OC = 4, H = 7;
+  Residual blk(C, OC, true, 2);
+  std::vector<float> xs(N * C * H * H);
+  for (size_t i = 0; i < xs.size(); ++i) xs[i] = std::sin(0.7 * i);
+  const Tensor X = Tensor::from_vector(xs, {N, C, H, H}, kDev);
+  const std::vector<float> got = blk.forward(X, false).to_vector();
+
+  int OH = 0;
+  const Vec x(xs.begin(), xs.end());
+  Vec y = ref_conv(x, N, C, H, blk.conv1.w.to_vector(), blk.conv1.b.to_vector(), OC, 3, 2, 1, &OH);
+  y = ref_bn(y, N, OC, OH * OH, true);
+  y = ref_conv(y, N, OC, OH, blk.conv2.w.to_vector(), blk.conv2.b.to_vector(), OC, 3, 1, 1, &OH);
+  y = ref_bn(y, N, OC, OH * OH, false);
+  const Vec shortcut = ref_conv(x, N, C, H, blk.conv3.w.to_vector(), blk.conv3.b.to_vector(), OC, 1, 2, 0, &OH);
+  double worst = 0;
+  for (size_t i = 0; i < y.size(); ++i) {
+    const double want = std::max(0.0, y[i] + shortcut[i]);
+    worst = std::max(worst, std::fabs(want - got[i]) / (1e-3 + std::fabs(want)));
+  }
+  std::printf("validate: residual block 3->4 channels, stride 2, 1x1 shortcut, on 2x3x7x7 vs direct loops in double: "
+              "worst relative error %.1e %s\n", worst, worst < 1e-3 ? "(ok)" : "(FAILED: above 1e-3)");
+  return worst < 1e-3;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int64_t batch = 256;
+  int repeats = 3;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--batch") && i + 1 < argc) batch = std::atoll(argv[++i]);
+    else if (!std::strcmp(argv[i], "--repeats") && i + 1 < argc) repeats = std::atoi(argv[++i]);
+    else {
+      std::fprintf(stderr, "usage: resnet18_step_bench [--batch N] [--repeats R]\n");
+      return 2;
+    }
+  }
+  if (batch < 1 || repeats < 1) {
+    std::fprintf(stderr, "error: --batch and --repeats must be >= 1\n");
+    return 2;
+  }
+  const int threads = d2l::use_devices({kDev});
+  b::banner("resnet18_step_bench: d2l's ResNet-18 (small-image variant) training step, core ops on cpu(0)");
+  d2l::manual_seed(0);
+  if (!validate()) return 1;
+  g_params.clear();
+
+  const ResNet18 net;
+  std::vector<float> xs(batch * 28 * 28);
+  std::vector<int32_t> ys(batch);
+  for (int64_t i = 0; i < batch * 28 * 28; ++i) xs[i] = static_cast<float>((i * 7919) % 256) / 255.0f;
+  for (int64_t i = 0; i < batch; ++i) ys[i] = static_cast<int32_t>((i * 31) % 10);
+  const Tensor X = Tensor::from_vector(xs, {batch, 1, 28, 28}, kDev), y = Tensor::from_vector(ys, {batch}, kDev);
+
+  train_step(net, X, y, 0.1f, true);  // warm-up; counts the conv flops
+  const double step_flops = 3 * g_conv_flops * static_cast<double>(batch);  // forward + both gradients
+  const b::Stats st = b::time_it([&] { train_step(net, X, y, 0.1f, false); }, 0, repeats);
+  std::printf("batch %lld, %d thread(s) on cpu(0), %d repeat(s) after 1 warm-up step\n", (long long)batch, threads, repeats);
+  std::printf("  step: min %.2f s, median %.2f s, CPU %.2f s\n", st.min, st.median, st.cpu_median);
+  std::printf("  napkin: the 20 convolutions are %.0f GFLOP per step (%.2f GFLOP per image, x3 for the gradients): %.1f GFLOP/s\n",
+              step_flops / 1e9, 3 * g_conv_flops / 1e9, step_flops / st.min / 1e9);
+  b::result("resnet18_step_t" + std::to_string(threads), st.min);
+  b::result("resnet18_step_cpu_t" + std::to_string(threads), st.cpu_median);
+  std::printf("load average at the end: %.2f (a 2-core machine is busy beyond 2)\n", b::load_average());
+  return 0;
+}
