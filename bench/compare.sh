@@ -3,7 +3,8 @@
 # ratio ours / PyTorch of each figure ("LeNet epoch: 7.9 s vs PyTorch 11.3 s = 0.70x"; below 1 means
 # we are faster). Each of our runs is followed at once by PyTorch's on the same work, so both see the
 # same machine load. Not part of the tests or CI.
-#   bench/compare.sh [BUILD_DIR]        (default: build; the benchmarks must be built there)
+#   bench/compare.sh [BUILD_DIR]        (default: build; build the benchmarks there first:
+#                                        ninja -C build bench/lenet_epoch_bench bench/resnet18_step_bench)
 # Environment:
 #   STEPS=60          LeNet training steps per timed repeat, extrapolated to the 235 of an epoch
 #                     (STEPS=235 times whole epochs)
@@ -32,7 +33,8 @@ if [ "${NATIVE_OPENBLAS:-0}" = 1 ]; then
 fi
 for exe in lenet_epoch_bench resnet18_step_bench; do
   if [ ! -x "$build/bench/$exe" ]; then
-    echo "error: $build/bench/$exe not found: build first (meson setup $build && ninja -C $build)" >&2
+    echo "error: $build/bench/$exe not found: build the benchmarks first (they are not built by default):" \
+      "ninja -C $build bench/lenet_epoch_bench bench/resnet18_step_bench" >&2
     exit 2
   fi
 done
