@@ -2,9 +2,22 @@
 // op(A) = A^T when ta (A stored (K, M)); op(B) = B^T when tb (B stored (N, K)).
 #include <cblas.h>
 
+#include <mutex>
+
 #include "kernels.hpp"
 
 namespace d2l::kernels::cpu {
+
+// Debian's serial OpenBLAS is built without USE_LOCKING: its internal buffer pool is not safe when
+// two threads call sgemm at once (seen here as rare wrong results with two devices under load).
+// Until the project moves to a thread-safe build pinned to one thread per call, calls are
+// serialised: correct, but the GEMMs of two CPU devices do not overlap.
+static std::mutex blas_mutex;
+#define cblas_sgemm(...)                              \
+  do {                                                \
+    std::lock_guard<std::mutex> blas_lock(blas_mutex); \
+    ::cblas_sgemm(__VA_ARGS__);                       \
+  } while (0)
 
 void gemm(const Ctx& c, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
           const float* B, float beta, float* C) {
