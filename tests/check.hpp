@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <vector>
 
 namespace d2l::test {
@@ -47,6 +48,24 @@ inline std::vector<float> lcg_data(int64_t n, uint32_t seed) {
     x = static_cast<float>((s >> 8) * (1.0 / 16777216.0) * 2.0 - 1.0);
   }
   return v;
+}
+
+// Central finite differences of a scalar L(x) evaluated in double, for kernel-level gradient checks:
+// x[i] is moved by +-h in float and the difference is divided by the distance actually stored
+// (float(x+h) - float(x-h)).
+inline std::vector<double> numeric_grad(std::vector<float> x, const std::function<double(const std::vector<float>&)>& L,
+                                        float h = 1e-3f) {
+  std::vector<double> g(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float x0 = x[i];
+    x[i] = x0 + h;
+    const double lp = L(x), xp = x[i];
+    x[i] = x0 - h;
+    const double lm = L(x), xm = x[i];
+    x[i] = x0;
+    g[i] = (lp - lm) / (xp - xm);
+  }
+  return g;
 }
 
 }  // namespace d2l::test

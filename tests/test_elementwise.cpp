@@ -19,6 +19,7 @@ namespace {
 using d2l::test::close;
 using d2l::test::lcg_data;
 using Vec = std::vector<float>;
+using d2l::test::numeric_grad;
 
 const int64_t kSizes[] = {1, 7, 33, 1037};
 
@@ -30,22 +31,6 @@ struct Ctxs {
 
 bool bitwise_equal(const Vec& a, const Vec& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
-// Central finite differences of a scalar L(x) evaluated in double: x[i] is moved by +-h in float and
-// the difference is divided by the distance actually stored (float(x+h) - float(x-h)).
-std::vector<double> numeric_grad(Vec x, const std::function<double(const Vec&)>& L, float h = 1e-3f) {
-  std::vector<double> g(x.size());
-  for (size_t i = 0; i < x.size(); ++i) {
-    const float x0 = x[i];
-    x[i] = x0 + h;
-    const double lp = L(x), xp = x[i];
-    x[i] = x0 - h;
-    const double lm = L(x), xm = x[i];
-    x[i] = x0;
-    g[i] = (lp - lm) / (xp - xm);
-  }
-  return g;
 }
 
 // Gradient check tolerance: |numeric - analytic| <= 1e-4 + 1e-3 * |numeric|. relu, bias_add are

@@ -18,6 +18,7 @@ namespace {
 using d2l::test::close;
 using d2l::test::lcg_data;
 using Vec = std::vector<float>;
+using d2l::test::numeric_grad;
 using Labels = std::vector<int32_t>;
 
 struct Ctxs {  // a serial context and a two-thread one (the calling thread plus one helper)
@@ -38,22 +39,6 @@ double ref_ce(const float* x, int64_t K, int32_t label) {
   for (int64_t k = 1; k < K; ++k) m = std::fmax(m, double(x[k]));
   for (int64_t k = 0; k < K; ++k) s += std::exp(double(x[k]) - m);
   return std::log(s) + m - x[label];
-}
-
-// Central finite differences of a scalar L(x) evaluated in double: x[i] is moved by +-h in float and
-// the difference is divided by the distance actually stored (float(x+h) - float(x-h)).
-std::vector<double> numeric_grad(Vec x, const std::function<double(const Vec&)>& L, float h = 1e-3f) {
-  std::vector<double> g(x.size());
-  for (size_t i = 0; i < x.size(); ++i) {
-    const float x0 = x[i];
-    x[i] = x0 + h;
-    const double lp = L(x), xp = x[i];
-    x[i] = x0 - h;
-    const double lm = L(x), xm = x[i];
-    x[i] = x0;
-    g[i] = (lp - lm) / (xp - xm);
-  }
-  return g;
 }
 
 // Gradient check tolerance: |numeric - analytic| <= 1e-4 + 1e-3 * |numeric|. The central difference's
