@@ -5,6 +5,8 @@
 #include <new>
 #include <stdexcept>
 
+#include "core/gpu/cuda_layer.hpp"
+
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/asan_interface.h>
 #define D2L_POISON(p, n) ASAN_POISON_MEMORY_REGION(p, n)
@@ -30,6 +32,28 @@ size_t Allocator::block_size(size_t bytes) { return bytes == 0 ? 256 : (bytes + 
 
 Allocator::~Allocator() { empty_cache(); }
 
+void* Allocator::system_alloc(size_t size) {
+  if (mem_.gpu >= 0) {
+    try {
+      return cuda_layer::malloc(mem_.gpu, size);
+    } catch (const std::exception&) {  // out of memory: give the cached blocks back and try once more
+      for (auto& [n, p] : free_) cuda_layer::free(mem_.gpu, p);
+      free_.clear();
+      s_.cached = 0;
+      return cuda_layer::malloc(mem_.gpu, size);
+    }
+  }
+  void* p = std::aligned_alloc(64, size);
+  if (!p) throw std::bad_alloc();
+  return p;
+}
+
+void Allocator::system_free(void* p, size_t size) {
+  if (mem_.gpu >= 0) return cuda_layer::free(mem_.gpu, p);
+  D2L_UNPOISON(p, size);
+  std::free(p);
+}
+
 void* Allocator::allocate(size_t bytes) {
   size_t size = block_size(bytes);
   std::lock_guard<std::mutex> lock(mu_);
@@ -42,15 +66,17 @@ void* Allocator::allocate(size_t bytes) {
     free_.erase(it);
     ++s_.reuses;
     // The block may be larger than `size`; keep its true size with the pointer for deallocate.
-    D2L_UNPOISON(p, size);
+    if (mem_.gpu < 0) D2L_UNPOISON(p, size);
   } else {
-    p = std::aligned_alloc(64, size);
-    if (!p) throw std::bad_alloc();
+    p = system_alloc(size);
     ++s_.system_allocs;
   }
   s_.in_use += static_cast<int64_t>(bytes);
   if (s_.in_use > s_.peak) s_.peak = s_.in_use;
-  if (fill_nan()) std::memset(p, 0xFF, bytes);  // every float a NaN: reading before writing shows
+  if (fill_nan()) {  // every float a NaN: reading before writing shows
+    if (mem_.gpu >= 0) cuda_layer::fill_bytes(mem_.gpu, p, 0xFF, bytes);
+    else std::memset(p, 0xFF, bytes);
+  }
   return p;
 }
 
@@ -59,7 +85,7 @@ void Allocator::deallocate(void* p, size_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   s_.in_use -= static_cast<int64_t>(bytes);
   // A reused block may be up to 2x `size`; it is cached under `size`, which only under-uses it.
-  D2L_POISON(p, size);
+  if (mem_.gpu < 0) D2L_POISON(p, size);
   free_.emplace(size, p);
   s_.cached += static_cast<int64_t>(size);
 }
@@ -77,8 +103,7 @@ void Allocator::reset_peak() {
 void Allocator::empty_cache() {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& [size, p] : free_) {
-    D2L_UNPOISON(p, size);
-    std::free(p);
+    system_free(p, size);
   }
   free_.clear();
   s_.cached = 0;

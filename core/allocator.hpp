@@ -19,9 +19,14 @@ struct MemoryStats {
   int64_t reuses = 0;         // requests served from the cache
 };
 
+// Where blocks come from: host memory (cpu and emu devices) or a GPU's memory through the CUDA layer.
+struct SystemMemory {
+  int gpu = -1;  // -1: host memory (aligned_alloc / free, ASan-poisoned while cached); else that GPU
+};
+
 class Allocator : public std::enable_shared_from_this<Allocator> {
  public:
-  explicit Allocator(std::string device_name) : name_(std::move(device_name)) {}
+  explicit Allocator(std::string device_name, SystemMemory mem = {}) : name_(std::move(device_name)), mem_(mem) {}
   ~Allocator();
   void* allocate(size_t bytes);  // 64-byte aligned; bytes == 0 gives a valid 64-byte block
   void deallocate(void* p, size_t bytes);
@@ -31,7 +36,10 @@ class Allocator : public std::enable_shared_from_this<Allocator> {
   static size_t block_size(size_t bytes);  // rounded up to 256 bytes
 
  private:
+  void* system_alloc(size_t size);
+  void system_free(void* p, size_t size);
   std::string name_;
+  SystemMemory mem_;
   mutable std::mutex mu_;
   std::multimap<size_t, void*> free_;  // block size -> block
   MemoryStats s_;

@@ -5,6 +5,7 @@
 #include <mutex>
 #include <vector>
 
+#include "core/gpu/cuda_layer.hpp"
 #include "core/runtime.hpp"
 
 namespace d2l {
@@ -22,6 +23,21 @@ CopyCounters copy_counters(Device d) {
 void reset_copy_counters() {
   std::lock_guard<std::mutex> lock(counters_mu);
   counters.clear();
+}
+
+static int gpu_of(Device d) { return d.kind == DeviceKind::gpu ? d.index : -1; }
+
+// Moves bytes as a task of a stream of device `on`: a memcpy when both sides are host memory (cpu,
+// emu), otherwise the CUDA layer, queued on that stream's CUDA stream and waited for (a copy task
+// ends when its bytes have landed, so the task's storage may be released after it).
+static void transfer(void* to, Device to_dev, const void* from, Device from_dev, size_t bytes, void* cuda_stream) {
+  if (gpu_of(to_dev) < 0 && gpu_of(from_dev) < 0) std::memcpy(to, from, bytes);
+  else cuda_layer::copy(to, gpu_of(to_dev), from, gpu_of(from_dev), bytes, cuda_stream, true);
+}
+
+void copy_on_device(Device d, const kernels::cpu::Ctx& c, void* to, const void* from, size_t bytes) {
+  if (c.cuda_stream) cuda_layer::copy(to, d.index, from, d.index, bytes, c.cuda_stream, false);  // stream-ordered
+  else std::memcpy(to, from, bytes);
 }
 
 void copy_between(const Tensor& src, const Tensor& dst) {
@@ -42,7 +58,9 @@ void copy_bytes(const Tensor& src, size_t src_offset, const Tensor& dst, size_t 
   void* to = static_cast<char*>(dst.storage()->ptr) + dst_offset;
   auto keep_src = src.storage(), keep_dst = dst.storage();
   if (&s == &d) {  // on one device: an ordinary kernel on its compute stream
-    launch(src.device(), "copy", {keep_src, keep_dst}, [=](const kernels::cpu::Ctx&) { std::memcpy(to, from, bytes); });
+    launch(src.device(), "copy", {keep_src, keep_dst}, [=, d = src.device()](const kernels::cpu::Ctx& c) {
+      copy_on_device(d, c, to, from, bytes);
+    });
     return;
   }
   Event src_ready, dst_free, done;
@@ -50,7 +68,9 @@ void copy_bytes(const Tensor& src, size_t src_offset, const Tensor& dst, size_t 
   d.compute.record(dst_free);   // earlier kernels on d are done reading the destination
   d.copy.wait(src_ready);
   d.copy.wait(dst_free);
-  d.copy.enqueue("copy", [keep_src, keep_dst, from, to, bytes] { std::memcpy(to, from, bytes); });
+  Device sd = src.device(), dd = dst.device();
+  void* stream = d.gpu.copy ? d.gpu.copy : s.gpu.copy;  // a gpu -> cpu copy runs on the GPU's copy stream
+  d.copy.enqueue("copy", [keep_src, keep_dst, from, to, bytes, sd, dd, stream] { transfer(to, dd, from, sd, bytes, stream); });
   d.copy.record(done);
   d.compute.wait(done);  // d computes with the copy only once it has landed
   s.compute.wait(done);  // s does not overwrite the source while it is being read
@@ -68,7 +88,11 @@ void copy_from_host(const void* host, size_t bytes, const Tensor& dst) {
   Event dst_free, done;
   d.compute.record(dst_free);
   d.copy.wait(dst_free);
-  d.copy.enqueue("copy from host", [staged, keep, bytes] { std::memcpy(keep->ptr, staged->data(), bytes); });
+  Device dd = dst.device();
+  void* stream = d.gpu.copy;
+  d.copy.enqueue("copy from host", [staged, keep, bytes, dd, stream] {
+    transfer(keep->ptr, dd, staged->data(), cpu(0), bytes, stream);
+  });
   d.copy.record(done);
   d.compute.wait(done);
 }
@@ -77,7 +101,7 @@ void copy_to_host(const Tensor& src, void* host, size_t bytes) {
   DeviceRuntime& s = runtime(src.device());
   s.compute.synchronize();  // every copy into s is waited for by s's compute stream
   s.copy.synchronize();
-  std::memcpy(host, src.storage()->ptr, bytes);
+  transfer(host, cpu(0), src.storage()->ptr, src.device(), bytes, nullptr);
 }
 
 }  // namespace d2l

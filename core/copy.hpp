@@ -5,6 +5,7 @@
 #include <cstddef>
 
 #include "core/tensor.hpp"
+#include "kernels/cpu/parallel.hpp"
 
 namespace d2l {
 
@@ -13,6 +14,9 @@ void copy_between(const Tensor& src, const Tensor& dst);  // same byte size; any
 void copy_bytes(const Tensor& src, size_t src_offset, const Tensor& dst, size_t dst_offset, size_t bytes);
 void copy_from_host(const void* host, size_t bytes, const Tensor& dst);  // host buffer copied at once
 void copy_to_host(const Tensor& src, void* host, size_t bytes);           // waits for src's device
+// Inside a kernel task on device d (c: its Ctx): memcpy for host memory, a stream-ordered
+// device-to-device copy on a GPU.
+void copy_on_device(Device d, const kernels::cpu::Ctx& c, void* to, const void* from, size_t bytes);
 
 // Bytes copied into each device's memory from another device (chapter 1 counts traffic with these).
 struct CopyCounters {

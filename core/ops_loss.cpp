@@ -15,11 +15,15 @@ Tensor sum(const Tensor& x) {
   launch(d, "sum", keep({x, y}), [=](const kernels::cpu::Ctx& c) { D2L_KERNEL(c, sum, X, Y, n); });
   Shape shape = x.shape();
   record(y, "sum", {x}, [shape, n](const Tensor& gy) {
-    // d sum / d x_i = 1: every element gets grad_out (read on the device, after it is computed).
+    // d sum / d x_i = 1: every element gets grad_out. grad_out stays in device memory (a GPU's is not
+    // readable by the host), so gx = 0 + grad_out broadcast, as a bias add with one channel.
     Tensor gx = Tensor::empty(shape, gy.device());
     const float* G = gy.data();
     float* GX = gx.data();
-    launch(gy.device(), "sum_backward", keep({gy, gx}), [=](const kernels::cpu::Ctx& c) { D2L_KERNEL(c, fill, GX, n, G[0]); });
+    launch(gy.device(), "sum_backward", keep({gy, gx}), [=](const kernels::cpu::Ctx& c) {
+      D2L_KERNEL(c, fill, GX, n, 0.0f);
+      D2L_KERNEL(c, bias_add_forward, GX, G, GX, n, 1, 1);
+    });
     return std::vector<Tensor>{gx};
   });
   return y;
@@ -45,7 +49,9 @@ Tensor softmax_cross_entropy(const Tensor& logits, const Tensor& labels, Reducti
   const int32_t* Y = labels.labels();
   float* out = loss.data();
   launch(d, "softmax_cross_entropy", keep({logits, labels, loss}), [=](const kernels::cpu::Ctx& c) {
-    for (int64_t i = 0; i < N; ++i)
+    // Labels in host memory (cpu, emu) are checked here; a GPU's are checked where they were made
+    // (the data pipeline builds them on the host).
+    for (int64_t i = 0; !c.cuda_stream && i < N; ++i)
       if (Y[i] < 0 || Y[i] >= K) throw std::out_of_range("label " + std::to_string(Y[i]) + " outside [0, " + std::to_string(K) + ")");
     D2L_KERNEL(c, softmax_ce_forward, L, Y, out, N, K);
   });

@@ -1,6 +1,7 @@
 // reshape, flatten, concat / slice_rows / split along the batch axis.
 #include <cstring>
 
+#include "core/copy.hpp"
 #include "core/ops.hpp"
 #include "core/ops_util.hpp"
 
@@ -50,7 +51,8 @@ static void copy_rows(const Tensor& src, int64_t src_row, const Tensor& dst, int
   const char* from = static_cast<const char*>(src.storage()->ptr) + src_row * row_bytes;
   char* to = static_cast<char*>(dst.storage()->ptr) + dst_row * row_bytes;
   size_t bytes = static_cast<size_t>(rows * row_bytes);
-  launch(dst.device(), "copy_rows", keep({src, dst}), [=](const kernels::cpu::Ctx&) { std::memcpy(to, from, bytes); });
+  launch(dst.device(), "copy_rows", keep({src, dst}),
+         [=, d = dst.device()](const kernels::cpu::Ctx& c) { copy_on_device(d, c, to, from, bytes); });
 }
 
 static Shape with_rows(const Shape& s, int64_t rows) {

@@ -2,6 +2,8 @@
 
 #include <atomic>
 
+#include "core/gpu/cuda_layer.hpp"
+
 namespace d2l::detail {
 
 static std::atomic<int> g_gemm{0};  // 0 = cublas (CPU GEMM on emu), else a kernels::emu::GemmKernel
@@ -17,6 +19,13 @@ void set_gemm(const std::string& name) {
 void run_gemm(const kernels::cpu::Ctx& c, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
           const float* B, float beta, float* C) {
   int g = g_gemm.load();
+#ifdef D2L_WITH_CUDA
+  if (c.cuda_stream) {
+    if (g == 0) return cuda_layer::sgemm(c.blas, ta, tb, M, N, K, alpha, A, B, beta, C);
+    return kernels::cuda::gemm(static_cast<kernels::cuda::Stream>(c.cuda_stream),
+                               static_cast<kernels::cuda::GemmKernel>(g), ta, tb, M, N, K, alpha, A, B, beta, C);
+  }
+#endif
   if (c.emulated && g != 0)
     kernels::emu::gemm(&c, static_cast<kernels::emu::GemmKernel>(g), ta, tb, M, N, K, alpha, A, B, beta, C);
   else

@@ -10,11 +10,21 @@
 #include "kernels/emu/kernels.hpp"
 
 // Runs kernel `name` on the backend of the device whose Ctx is `ctx`: kernels/cpu for cpu(i), the
-// hand-written CUDA kernels of kernels/cuda (compiled against the emulation) for emu(i). Both have
-// the same arguments after the first (the CPU Ctx, or the emulated stream).
-#define D2L_KERNEL(ctx, name, ...)                                                   \
+// hand-written CUDA kernels of kernels/cuda compiled against the emulation for emu(i), and the same
+// kernels compiled by nvcc for gpu(i) (a build with CUDA). All have the same arguments after the
+// first (the CPU Ctx, the emulated stream, or the cudaStream_t).
+#ifdef D2L_WITH_CUDA
+#include "kernels/cuda/gpu.hpp"
+#define D2L_KERNEL(ctx, name, ...)                                                                        \
+  ((ctx).cuda_stream                                                                                      \
+       ? ::d2l::kernels::cuda::name(static_cast<::d2l::kernels::cuda::Stream>((ctx).cuda_stream), __VA_ARGS__) \
+   : (ctx).emulated ? ::d2l::kernels::emu::name(&(ctx), __VA_ARGS__)                                     \
+                    : ::d2l::kernels::cpu::name((ctx), __VA_ARGS__))
+#else
+#define D2L_KERNEL(ctx, name, ...)                                 \
   ((ctx).emulated ? ::d2l::kernels::emu::name(&(ctx), __VA_ARGS__) \
                   : ::d2l::kernels::cpu::name((ctx), __VA_ARGS__))
+#endif
 
 namespace d2l::detail {
 
@@ -22,8 +32,9 @@ namespace d2l::detail {
 Device same_device(const char* op, const std::vector<Tensor>& ts);
 void expect_f32(const char* op, const Tensor& t, const char* what);
 void expect_ndim(const char* op, const Tensor& t, int64_t n, const char* what);
-// Which GEMM runs on emulated GPUs: "cublas" (stood in for by the CPU GEMM, the default),
-// "tiled", "naive" or "regblock" (the hand-written kernels of kernels/cuda/matmul.cu, emulated).
+// Which GEMM runs on GPUs: "cublas" (the default; on emu(i) the CPU GEMM stands in for it), or
+// "tiled", "naive", "regblock": the hand-written kernels of kernels/cuda/matmul.cu (nvcc-built on
+// gpu(i), emulated on emu(i)). cpu(i) always uses its OpenBLAS GEMM.
 void set_gemm(const std::string& name);
 void run_gemm(const kernels::cpu::Ctx& c, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
           const float* B, float beta, float* C);

@@ -6,6 +6,7 @@
 #include <mutex>
 #include <thread>
 
+#include "core/gpu/cuda_layer.hpp"
 #include "kernels/cpu/kernels.hpp"
 
 namespace d2l {
@@ -18,13 +19,31 @@ int num_cores() {
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
+static GpuHandles make_gpu_handles(Device d) {
+  GpuHandles h;
+  if (d.kind != DeviceKind::gpu) return h;
+  h.compute = cuda_layer::stream_create(d.index);
+  h.copy = cuda_layer::stream_create(d.index);
+  h.blas = cuda_layer::blas_create(d.index, h.compute);
+  return h;
+}
+
+// A gpu(i) stream's thread makes GPU i current; its fence waits for the CUDA stream behind it.
+static StreamHooks gpu_hooks(Device d, void* cuda_stream) {
+  if (d.kind != DeviceKind::gpu) return {};
+  int i = d.index;
+  return StreamHooks{[i] { cuda_layer::set_device(i); },
+                     [i, cuda_stream] { cuda_layer::stream_synchronize(i, cuda_stream); }};
+}
+
 DeviceRuntime::DeviceRuntime(Device d)
-    : pool_(num_cores() - 1),
+    : pool_(d.kind == DeviceKind::gpu ? 0 : num_cores() - 1),
+      gpu(make_gpu_handles(d)),
       device(d),
-      allocator(std::make_shared<Allocator>(d.str())),
-      compute(d.str() + " compute"),
-      copy(d.str() + " copy"),
-      threads_(num_cores()) {}
+      allocator(std::make_shared<Allocator>(d.str(), SystemMemory{d.kind == DeviceKind::gpu ? d.index : -1})),
+      compute(d.str() + " compute", gpu_hooks(d, gpu.compute)),
+      copy(d.str() + " copy", gpu_hooks(d, gpu.copy)),
+      threads_(d.kind == DeviceKind::gpu ? 1 : num_cores()) {}
 
 void DeviceRuntime::set_threads(int n) { threads_.store(std::clamp(n, 1, pool_.helpers() + 1)); }
 
@@ -39,13 +58,16 @@ Registry& registry() {
 }
 }  // namespace
 
-bool backend_built(DeviceKind kind) { return kind != DeviceKind::gpu; }  // gpu(i): the CUDA runtime layer is not wired yet
+bool backend_built(DeviceKind kind) { return kind != DeviceKind::gpu || built_with_cuda(); }
 
 DeviceRuntime& runtime(Device d) {
   if (!backend_built(d.kind))
-    throw ConfigError(d.str() + ": the " + (d.kind == DeviceKind::gpu ? "CUDA" : "emulated GPU") +
-                      " backend is not built in this version; use cpu devices (e.g. --devices cpu:0,cpu:1)");
+    throw ConfigError(d.str() + ": the CUDA backend is not built (nvcc was not found when the project was "
+                      "configured); use cpu or emu devices (e.g. --devices emu:0,emu:1)");
   if (d.index < 0) throw ConfigError("bad device " + d.str() + ": index must be >= 0");
+  if (d.kind == DeviceKind::gpu && d.index >= num_gpus())
+    throw ConfigError("no device " + d.str() + ": this machine has " + std::to_string(num_gpus()) +
+                      " GPU(s); use cpu or emu devices (e.g. --devices emu:0,emu:1)");
   kernels::cpu::check_blas();
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);

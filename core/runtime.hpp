@@ -1,5 +1,7 @@
 // What a device owns at run time: its compute and copy streams, its caching allocator, and, for
-// CPU-backed devices, the helper threads of its thread budget. Created on first use.
+// CPU-backed devices, the helper threads of its thread budget. Created on first use. A gpu(i)
+// device adds a CUDA stream behind each of its streams and a cuBLAS handle (core/gpu/cuda_layer.hpp):
+// the stream's worker thread queues the kernels, and events complete when the GPU has run them.
 #pragma once
 #include <atomic>
 #include <functional>
@@ -13,10 +15,18 @@
 
 namespace d2l {
 
+// The CUDA handles of a gpu(i) device (all null for cpu and emu). They live until the process ends.
+struct GpuHandles {
+  void* compute = nullptr;  // cudaStream_t behind the compute stream
+  void* copy = nullptr;     // and behind the copy stream
+  void* blas = nullptr;     // cublasHandle_t on `compute`
+};
+
 class DeviceRuntime {
   kernels::cpu::ThreadPool pool_;  // first: destroyed after the streams whose tasks use it
 
  public:
+  const GpuHandles gpu;
   explicit DeviceRuntime(Device d);
   Device device;
   std::shared_ptr<Allocator> allocator;
@@ -25,7 +35,9 @@ class DeviceRuntime {
   // The threads this device's kernels may use (its budget) and a Ctx handing them to a kernel.
   int threads() const { return threads_.load(); }
   void set_threads(int n);
-  kernels::cpu::Ctx ctx() { return kernels::cpu::Ctx{threads_.load(), &pool_, device.kind == DeviceKind::emu}; }
+  kernels::cpu::Ctx ctx() {
+    return kernels::cpu::Ctx{threads_.load(), &pool_, device.kind == DeviceKind::emu, gpu.compute, gpu.blas};
+  }
   // Kernels run on this device since start-up (a device "did its share").
   uint64_t kernels_run() const { return kernels_.load(); }
   void count_kernel() { kernels_.fetch_add(1); }

@@ -25,7 +25,9 @@ void Event::synchronize() const {
   if (state_) state_->wait();
 }
 
-Stream::Stream(std::string name) : name_(std::move(name)) { thread_ = std::thread([this] { loop(); }); }
+Stream::Stream(std::string name, StreamHooks hooks) : name_(std::move(name)), hooks_(std::move(hooks)) {
+  thread_ = std::thread([this] { loop(); });
+}
 
 Stream::~Stream() {
   {
@@ -47,7 +49,16 @@ void Stream::enqueue(const char* op, std::function<void()> fn) {
 void Stream::record(Event& e) {
   auto state = std::make_shared<EventState>();
   e.state_ = state;
-  enqueue("record event", [state] { state->complete(); });
+  if (!hooks_.fence) return enqueue("record event", [state] { state->complete(); });
+  enqueue("record event", [this, state] {
+    try {
+      hooks_.fence();
+    } catch (...) {
+      state->complete();  // a failed device still releases its waiters; the error surfaces at sync
+      throw;
+    }
+    state->complete();
+  });
 }
 
 void Stream::wait(const Event& e) {
@@ -59,6 +70,13 @@ void Stream::wait(const Event& e) {
 void Stream::synchronize() {
   std::unique_lock<std::mutex> lock(mu_);
   idle_.wait(lock, [&] { return queue_.empty() && !busy_; });
+  if (hooks_.fence && error_.empty()) {
+    try {
+      hooks_.fence();
+    } catch (const std::exception& ex) {
+      error_ = std::string("synchronize on ") + name_.substr(0, name_.find(' ')) + ": " + ex.what();
+    }
+  }
   if (!error_.empty()) {
     std::string msg = std::move(error_);
     error_.clear();
@@ -67,6 +85,14 @@ void Stream::synchronize() {
 }
 
 void Stream::loop() {
+  if (hooks_.on_thread_start) {
+    try {
+      hooks_.on_thread_start();
+    } catch (const std::exception& ex) {
+      std::lock_guard<std::mutex> lock(mu_);
+      error_ = "starting " + name_ + ": " + ex.what();
+    }
+  }
   for (;;) {
     std::pair<const char*, std::function<void()>> task;
     {

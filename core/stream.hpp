@@ -39,9 +39,17 @@ class Event {
   std::shared_ptr<EventState> state_;
 };
 
+// What a stream of a real GPU adds (core/runtime.cpp): its worker thread first makes the GPU current,
+// and since a task only queues work on a CUDA stream, a fence waits for that work to finish before an
+// event completes or synchronize() returns. CPU-backed streams have neither.
+struct StreamHooks {
+  std::function<void()> on_thread_start;
+  std::function<void()> fence;
+};
+
 class Stream {
  public:
-  explicit Stream(std::string name);  // name: "cpu(0) compute"
+  explicit Stream(std::string name, StreamHooks hooks = {});  // name: "cpu(0) compute"
   ~Stream();
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
@@ -57,6 +65,7 @@ class Stream {
  private:
   void loop();
   std::string name_;
+  StreamHooks hooks_;
   std::mutex mu_;
   std::condition_variable cv_, idle_;
   std::deque<std::pair<const char*, std::function<void()>>> queue_;

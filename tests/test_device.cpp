@@ -45,6 +45,14 @@ TEST_CASE("backends that are not built say so instead of crashing") {
   CHECK(backend_built(DeviceKind::cpu));
   if (!backend_built(DeviceKind::emu)) CHECK_THROWS_WITH_AS(runtime(emu(0)), doctest::Contains("not built"), ConfigError);
   if (!backend_built(DeviceKind::gpu)) CHECK_THROWS_WITH_AS(runtime(gpu(0)), doctest::Contains("not built"), ConfigError);
+  CHECK(backend_built(DeviceKind::gpu) == built_with_cuda());
+}
+
+TEST_CASE("a GPU index beyond the machine's count is a configuration error naming the count") {
+  if (!built_with_cuda()) return;  // covered above: "not built"
+  int n = num_gpus();
+  std::string expected = "this machine has " + std::to_string(n) + " GPU";
+  CHECK_THROWS_WITH_AS(runtime(gpu(n)), doctest::Contains(expected.c_str()), ConfigError);
 }
 
 TEST_CASE("thread budget: cores shared among the CPU devices in use") {

@@ -97,3 +97,36 @@ TEST_CASE("copies between devices are ordered after the producer and before the 
     CHECK(v.back() == 4.0f * round);
   }
 }
+
+// The hooks a gpu(i) stream uses (core/runtime.cpp), checked with stand-ins: a GPU task only queues
+// work, so an event may complete, and synchronize() return, only after the fence has waited for it.
+TEST_CASE("stream hooks: the thread-start hook runs on the worker; events and sync wait for the fence") {
+  std::atomic<int> fences{0};
+  std::atomic<bool> queued_work_done{false};
+  std::thread::id worker;
+  Stream s("gpu-like(0) compute",
+           StreamHooks{[&] { worker = std::this_thread::get_id(); },
+                       [&] {
+                         std::this_thread::sleep_for(20ms);  // the "GPU" finishes what the tasks queued
+                         queued_work_done = true;
+                         fences.fetch_add(1);
+                       }});
+  s.enqueue("queue work", [] {});
+  Event e;
+  s.record(e);
+  e.synchronize();
+  CHECK(queued_work_done.load());  // without the fence the event would complete at once
+  CHECK(fences.load() == 1);
+  s.synchronize();
+  CHECK(fences.load() == 2);
+  CHECK(worker != std::thread::id{});
+  CHECK(worker != std::this_thread::get_id());
+}
+
+TEST_CASE("a failing fence still completes its event (no hang) and its error surfaces at sync") {
+  Stream s("gpu-like(1) compute", StreamHooks{{}, [] { throw std::runtime_error("illegal address"); }});
+  Event e;
+  s.record(e);
+  e.synchronize();  // returns: waiters are released
+  CHECK_THROWS_WITH_AS(s.synchronize(), doctest::Contains("record event on gpu-like(1): illegal address"), DeviceError);
+}

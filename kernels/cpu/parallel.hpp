@@ -13,6 +13,8 @@ struct Ctx {
   int threads = 1;             // the device's budget; 1 means "run inline"
   ThreadPool* pool = nullptr;  // helper threads (threads - 1 of them), or null
   bool emulated = false;       // an emu(i) device: core runs the kernels/cuda kernels, emulated
+  void* cuda_stream = nullptr; // a gpu(i) device: the cudaStream_t its kernels are queued on
+  void* blas = nullptr;        // and its cuBLAS handle (bound to that stream)
 
   // Calls fn(begin, end) on disjoint ranges covering [0, n), at most `threads` at a time.
   // Ranges are contiguous and their bounds depend only on n and threads.

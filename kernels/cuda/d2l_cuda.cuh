@@ -26,14 +26,15 @@
   extern __shared__ __align__(16) unsigned char d2l_dynamic_shared_##name[]; \
   T* name = reinterpret_cast<T*>(d2l_dynamic_shared_##name)
 #define D2L_LAUNCH(kernel, grid, block, shmem, stream) kernel<<<(grid), (block), (shmem), (stream)>>>
-#define D2L_CHECK_LAUNCH(kernel) ::d2l::kernels::cuda::check_launch(#kernel)
+#define D2L_CHECK_LAUNCH(kernel) ::d2l::kernels::cuda::check_launch(#kernel, __FILE__, __LINE__)
 
 namespace d2l::kernels::cuda {
 using Stream = cudaStream_t;
-inline void check_launch(const char* kernel) {
+inline void check_launch(const char* kernel, const char* file, int line) {
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess)
-    throw std::runtime_error(std::string("launch of kernel ") + kernel + ": " + cudaGetErrorString(e));
+    throw std::runtime_error(std::string(file) + ":" + std::to_string(line) + ": launch of kernel " + kernel +
+                             " failed: " + cudaGetErrorString(e));
 }
 }  // namespace d2l::kernels::cuda
 

@@ -1,0 +1,142 @@
+// gpu(i) devices through the whole runtime: the CUDA layer (core/gpu/cuda_layer.cpp), the caching
+// allocator on cudaMalloc, streams with fences, copies (host, peer or staged), cuBLAS and the
+// nvcc-built kernels, each op checked against cpu(0). Built only with nvcc. On a machine without a
+// GPU it says so and exits 77, which meson reports as skipped (never as passed).
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+#include "chapters/mlp_smoke/mlp_smoke.hpp"
+#include "tests/check.hpp"
+#include "core/copy.hpp"
+#include "core/ops.hpp"
+#include "core/ops_nn.hpp"
+#include "core/ops_util.hpp"
+#include "core/runtime.hpp"
+
+using namespace d2l;
+using d2l::test::lcg_data;
+
+namespace {
+
+// Largest |a - b| / (1 + |a|) over two equally long vectors.
+double max_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  REQUIRE(a.size() == b.size());
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(double(a[i]) - b[i]) / (1.0 + std::fabs(a[i])));
+  return m;
+}
+
+// A small network that uses every op with a GPU kernel, forward and backward; returns the loss
+// and every gradient (flattened) computed on device d.
+std::vector<std::vector<float>> network(Device d) {
+  auto x = Tensor::from_vector(lcg_data(2 * 3 * 9 * 9, 1), {2, 3, 9, 9}, d).requires_grad();
+  auto w = Tensor::from_vector(lcg_data(4 * 3 * 3 * 3, 2), {4, 3, 3, 3}, d).requires_grad();
+  auto b = Tensor::from_vector(lcg_data(4, 3), {4}, d).requires_grad();
+  auto gamma = Tensor::ones({4}, d).requires_grad(), beta = Tensor::zeros({4}, d).requires_grad();
+  auto rm = Tensor::zeros({4}, d), rv = Tensor::ones({4}, d);
+  auto fw = Tensor::from_vector(lcg_data(5 * 4, 4), {5, 4}, d).requires_grad();
+  auto fb = Tensor::zeros({5}, d).requires_grad();
+  auto labels = Tensor::from_vector(std::vector<int32_t>{1, 4}, {2}, d);
+
+  Tensor h = conv2d(x, w, b, {2, 2}, {1, 1});           // (2, 4, 5, 5)
+  h = relu(batch_norm(h, gamma, beta, rm, rv));
+  Tensor p = max_pool2d(h, {2, 2}, {1, 1}) + avg_pool2d(h, {2, 2}, {1, 1});  // (2, 4, 4, 4)
+  Tensor g = flatten(global_avg_pool2d(p));             // (2, 4)
+  Tensor logits = dense(g, fw, fb);                      // (2, 5)
+  Tensor loss = softmax_cross_entropy(logits, labels) + mse_loss(scale(logits, 0.5f), mul(logits, logits));
+  loss.backward();
+  return {loss.to_vector(), x.grad().to_vector(), w.grad().to_vector(), b.grad().to_vector(),
+          gamma.grad().to_vector(), beta.grad().to_vector(), fw.grad().to_vector(), fb.grad().to_vector(),
+          rm.to_vector(), rv.to_vector(), argmax(logits).to(cpu(0)).to_vector()};
+}
+
+}  // namespace
+
+TEST_CASE("host <-> gpu(0) copies are exact, with byte offsets; the allocator caches cudaMalloc blocks") {
+  auto v = lcg_data(1001, 7);
+  auto t = Tensor::from_vector(v, {1001}, gpu(0));
+  CHECK(t.to_vector() == v);
+  auto dst = Tensor::zeros({1001}, gpu(0));
+  copy_bytes(t, 4 * 10, dst, 4 * 500, 4 * 300);
+  auto got = dst.to_vector();
+  for (int i = 0; i < 300; ++i) REQUIRE(got[500 + i] == v[10 + i]);
+  CHECK(got[499] == 0.0f);
+  auto& alloc = *runtime(gpu(0)).allocator;
+  int64_t before = alloc.stats().reuses;
+  { auto tmp = Tensor::empty({1001}, gpu(0)); }
+  { auto tmp = Tensor::empty({1001}, gpu(0)); }
+  waitall();
+  CHECK(alloc.stats().reuses > before);
+}
+
+TEST_CASE("copies between every pair of GPUs (peer or staged) and back to the host are exact") {
+  int n = num_gpus();
+  if (n < 2) {
+    MESSAGE("one GPU: the peer-copy case is skipped");
+    return;
+  }
+  auto v = lcg_data(3 << 20, 9);  // 12 MB: several chunks of a staged copy
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < n; ++j)
+      if (i != j) CHECK(Tensor::from_vector(v, {int64_t(v.size())}, gpu(i)).to(gpu(j)).to_vector() == v);
+}
+
+TEST_CASE("matmul on gpu(0): cuBLAS and the hand-written GEMMs match cpu(0)") {
+  for (const char* g : {"cublas", "tiled", "regblock", "naive"}) {
+    detail::set_gemm(g);
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        CAPTURE(g);
+        CAPTURE(ta);
+        CAPTURE(tb);
+        auto A = lcg_data(67 * 45, 1), B = lcg_data(45 * 33, 2);
+        Shape sa = ta ? Shape{45, 67} : Shape{67, 45}, sb = tb ? Shape{33, 45} : Shape{45, 33};
+        auto ref = matmul(Tensor::from_vector(A, sa, cpu(0)), Tensor::from_vector(B, sb, cpu(0)), ta, tb);
+        auto got = matmul(Tensor::from_vector(A, sa, gpu(0)), Tensor::from_vector(B, sb, gpu(0)), ta, tb);
+        CHECK(max_diff(ref.to_vector(), got.to_vector()) < 1e-4);
+      }
+  }
+  detail::set_gemm("cublas");
+}
+
+TEST_CASE("every op's forward and backward on gpu(0) matches cpu(0)") {
+  auto ref = network(cpu(0));
+  auto got = network(gpu(0));
+  const char* names[] = {"loss", "dx", "dw", "db", "dgamma", "dbeta", "dfw", "dfb", "running_mean", "running_var", "argmax"};
+  for (size_t i = 0; i < ref.size(); ++i) {
+    CAPTURE(names[i]);
+    CHECK(max_diff(ref[i], got[i]) < 1e-4);
+  }
+}
+
+TEST_CASE("the smoke MLP on GPUs gives the CPU devices' losses within 1e-4") {
+  smoke::Config cfg;
+  cfg.verbose = false;
+  cfg.num_epochs = 3;
+  cfg.n_train = 1000;
+  cfg.n_test = 300;
+  int k = std::min(2, num_gpus());
+  cfg.devices = k == 2 ? std::vector<Device>{cpu(0), cpu(1)} : std::vector<Device>{cpu(0)};
+  use_devices(cfg.devices);
+  auto on_cpu = smoke::run(cfg);
+  cfg.devices = k == 2 ? std::vector<Device>{gpu(0), gpu(1)} : std::vector<Device>{gpu(0)};
+  use_devices(cfg.devices);
+  auto on_gpu = smoke::run(cfg);
+  for (size_t e = 0; e < on_cpu.epoch_loss.size(); ++e)
+    CHECK(std::fabs(on_cpu.epoch_loss[e] - on_gpu.epoch_loss[e]) <= 1e-4 * on_cpu.epoch_loss[e]);
+  CHECK(on_gpu.test_acc > 0.9);
+}
+
+int main(int argc, char** argv) {
+  if (num_gpus() == 0) {
+    std::printf("skipped: no GPU (built with CUDA: %s; the CUDA runtime reports 0 devices)\n",
+                built_with_cuda() ? "yes" : "no");
+    return 77;
+  }
+  doctest::Context ctx(argc, argv);
+  return ctx.run();
+}
