@@ -1,7 +1,6 @@
 // reshape, flatten, concat / slice_rows / split along the batch axis.
 #include <cstring>
 
-#include "core/copy.hpp"
 #include "core/ops.hpp"
 #include "core/ops_util.hpp"
 
@@ -51,8 +50,11 @@ static void copy_rows(const Tensor& src, int64_t src_row, const Tensor& dst, int
   const char* from = static_cast<const char*>(src.storage()->ptr) + src_row * row_bytes;
   char* to = static_cast<char*>(dst.storage()->ptr) + dst_row * row_bytes;
   size_t bytes = static_cast<size_t>(rows * row_bytes);
-  launch(dst.device(), "copy_rows", keep({src, dst}),
-         [=, d = dst.device()](const kernels::cpu::Ctx& c) { copy_on_device(d, c, to, from, bytes); });
+  // Rows hold 4-byte elements (float32 or int32): the backend's copy kernel moves them as floats.
+  const float* f = reinterpret_cast<const float*>(from);
+  float* t = reinterpret_cast<float*>(to);
+  int64_t n = static_cast<int64_t>(bytes / 4);
+  launch(dst.device(), "copy_rows", keep({src, dst}), [=](const kernels::cpu::Ctx& c) { D2L_KERNEL(c, copy, f, t, n); });
 }
 
 static Shape with_rows(const Shape& s, int64_t rows) {
