@@ -1,5 +1,4 @@
 // reshape, flatten, concat / slice_rows / split along the batch axis.
-#include <cstring>
 
 #include "core/ops.hpp"
 #include "core/ops_util.hpp"
