@@ -1,0 +1,303 @@
+// gpu_gemm_bench: the GEMM family of kernels/cuda/matmul.cu (naive, tiled, regblock) next to cuBLAS
+// on a real GPU, then the conv2d kernels of kernels/cuda/conv2d.cu. Shapes: square 1024, 2048, 4096,
+// and the im2col GEMMs of the book's LeNet and of the ResNet-18 small-image variant at batch 256
+// (M = OC, N = batch*OH*OW, K = C*KH*KW: the convolution of a whole batch as one GEMM).
+// 1. Validates every kernel against cuBLAS (max |C - C_cublas| / max |C_cublas|), and the conv
+//    passes against each other: the im2col forward against the direct one, and the backward passes
+//    by the adjoint identity <dy, y> = <dx, x> = <dw, w> (each pass is the same linear map read
+//    another way). Exits 1 when one is wrong.
+// 2. Times each with CUDA events: 1 warm-up, then 7 repeats of enough calls to fill ~2 ms; min and
+//    median per call.
+// Napkin math: a GEMM costs 2*M*N*K flops, a conv pass 2*N*OC*K*OH*OW; GFLOP/s and the ratio to
+// cuBLAS (plain FP32, no TF32: the same arithmetic as ours). The targets at 4096: tiled >= 0.3x and
+// regblock >= 0.6x cuBLAS, printed as met or missed (timings are never asserted).
+// Built without CUDA, or run where there is no GPU, it prints "no GPU" and exits 0.
+//   gpu_gemm_bench
+#include <cstdio>
+
+#ifndef D2L_BENCH_CUDA
+int main() {
+  std::printf("no GPU\n");  // built without CUDA (meson option gpu disabled, or no nvcc)
+  return 0;
+}
+#else
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <exception>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "bench/bench_util.hpp"
+#include "core/device.hpp"
+#include "kernels/cuda/gpu.hpp"
+
+namespace b = d2l::bench;
+namespace kc = d2l::kernels::cuda;
+using kc::Conv2dShape;
+
+// Every CUDA and cuBLAS call: on failure, file:line, the call and the error string, then exit 1.
+#define CHECK_CUDA(call) check_cuda((call), #call, __FILE__, __LINE__)
+#define CHECK_CUBLAS(call) check_cublas((call), #call, __FILE__, __LINE__)
+
+namespace {
+
+void check_cuda(cudaError_t e, const char* call, const char* file, int line) {
+  if (e == cudaSuccess) return;
+  std::fprintf(stderr, "%s:%d: %s: %s\n", file, line, call, cudaGetErrorString(e));
+  std::exit(1);
+}
+void check_cublas(cublasStatus_t s, const char* call, const char* file, int line) {
+  if (s == CUBLAS_STATUS_SUCCESS) return;
+  std::fprintf(stderr, "%s:%d: %s: %s\n", file, line, call, cublasGetStatusString(s));
+  std::exit(1);
+}
+
+std::vector<float> random_data(int64_t n, uint32_t seed) {  // values in [-1, 1), as conv2d_bench
+  std::vector<float> v(static_cast<size_t>(n));
+  uint32_t state = seed * 2654435761u + 1;
+  for (auto& x : v) {
+    state = state * 1664525u + 1013904223u;
+    x = static_cast<float>(state >> 8) / 8388608.0f - 1.0f;
+  }
+  return v;
+}
+
+// n floats of device memory, filled from the host (or left as cudaMalloc gives them).
+struct DeviceArray {
+  float* p = nullptr;
+  int64_t n = 0;
+  explicit DeviceArray(int64_t count, uint32_t seed = 0) : n(count) {
+    CHECK_CUDA(cudaMalloc(&p, bytes()));
+    if (seed) CHECK_CUDA(cudaMemcpy(p, random_data(n, seed).data(), bytes(), cudaMemcpyHostToDevice));
+  }
+  ~DeviceArray() { cudaFree(p); }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+  size_t bytes() const { return static_cast<size_t>(n) * sizeof(float); }
+  std::vector<float> host() const {
+    std::vector<float> h(static_cast<size_t>(n));
+    CHECK_CUDA(cudaMemcpy(h.data(), p, bytes(), cudaMemcpyDeviceToHost));
+    return h;
+  }
+};
+
+struct Gpu {
+  cudaStream_t stream;
+  cublasHandle_t blas;
+};
+
+// ---- timing with CUDA events on the stream: seconds per call
+struct Stats {
+  double min = 0, median = 0;
+};
+Stats time_gpu(const Gpu& g, const std::function<void()>& fn) {
+  cudaEvent_t start, stop;
+  CHECK_CUDA(cudaEventCreate(&start));
+  CHECK_CUDA(cudaEventCreate(&stop));
+  auto batch = [&](int calls) {  // seconds per call, over `calls` calls between two events
+    CHECK_CUDA(cudaEventRecord(start, g.stream));
+    for (int i = 0; i < calls; ++i) fn();
+    CHECK_CUDA(cudaEventRecord(stop, g.stream));
+    CHECK_CUDA(cudaEventSynchronize(stop));
+    float ms = 0;
+    CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
+    return 1e-3 * ms / calls;
+  };
+  batch(1);  // warm-up
+  // A call of a few microseconds is below what one event pair resolves: time several per repeat.
+  const int calls = static_cast<int>(std::clamp(2e-3 / std::max(batch(1), 1e-7), 1.0, 100.0));
+  std::vector<double> t;
+  for (int r = 0; r < 7; ++r) t.push_back(batch(calls));
+  CHECK_CUDA(cudaEventDestroy(start));
+  CHECK_CUDA(cudaEventDestroy(stop));
+  return {*std::min_element(t.begin(), t.end()), b::median_of(t)};
+}
+
+// max |got - ref| / max |ref| (infinite when got holds a NaN)
+double rel_error(const std::vector<float>& ref, const std::vector<float>& got) {
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double d = std::fabs(double(got[i]) - ref[i]);
+    diff = std::isnan(d) ? INFINITY : std::max(diff, d);
+    scale = std::max(scale, std::fabs(double(ref[i])));
+  }
+  return diff / std::max(scale, 1e-30);
+}
+double dot(const std::vector<float>& a, const std::vector<float>& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += double(a[i]) * b[i];
+  return s;
+}
+constexpr double kTolerance = 1e-3;  // float sums of up to 4608 products of values in [-1, 1)
+
+// ---- the shapes
+struct Conv {
+  const char* name;
+  Conv2dShape s;  // {N, C, H, W, OC, KH, KW, stride_h, stride_w, pad_h, pad_w}
+  int count;      // how many times the network has this conv
+  bool lenet;
+};
+const std::vector<Conv> kConvs = {  // conv2d_bench's shapes, all at batch 256
+    {"LeNet conv1  1->20  3x3     28x28", {256, 1, 28, 28, 20, 3, 3, 1, 1, 0, 0}, 1, true},
+    {"LeNet conv2 20->50  5x5     13x13", {256, 20, 13, 13, 50, 5, 5, 1, 1, 0, 0}, 1, true},
+    {"R18 stem     1->64  3x3     28x28", {256, 1, 28, 28, 64, 3, 3, 1, 1, 1, 1}, 1, false},
+    {"R18 s1      64->64  3x3     28x28", {256, 64, 28, 28, 64, 3, 3, 1, 1, 1, 1}, 4, false},
+    {"R18 s2a     64->128 3x3 /2  28x28", {256, 64, 28, 28, 128, 3, 3, 2, 2, 1, 1}, 1, false},
+    {"R18 s2sc    64->128 1x1 /2  28x28", {256, 64, 28, 28, 128, 1, 1, 2, 2, 0, 0}, 1, false},
+    {"R18 s2     128->128 3x3     14x14", {256, 128, 14, 14, 128, 3, 3, 1, 1, 1, 1}, 3, false},
+    {"R18 s3a    128->256 3x3 /2  14x14", {256, 128, 14, 14, 256, 3, 3, 2, 2, 1, 1}, 1, false},
+    {"R18 s3sc   128->256 1x1 /2  14x14", {256, 128, 14, 14, 256, 1, 1, 2, 2, 0, 0}, 1, false},
+    {"R18 s3     256->256 3x3       7x7", {256, 256, 7, 7, 256, 3, 3, 1, 1, 1, 1}, 3, false},
+    {"R18 s4a    256->512 3x3 /2    7x7", {256, 256, 7, 7, 512, 3, 3, 2, 2, 1, 1}, 1, false},
+    {"R18 s4sc   256->512 1x1 /2    7x7", {256, 256, 7, 7, 512, 1, 1, 2, 2, 0, 0}, 1, false},
+    {"R18 s4     512->512 3x3       4x4", {256, 512, 4, 4, 512, 3, 3, 1, 1, 1, 1}, 3, false},
+};
+int64_t conv_k(const Conv2dShape& s) { return s.C * s.KH * s.KW; }
+int64_t conv_p(const Conv2dShape& s) { return s.OH() * s.OW(); }
+
+// ---- 1. GEMM: C (M, N) = A (M, K) @ B (K, N), row-major
+const char* const kVersions[] = {"naive", "tiled", "regblock", "cuBLAS"};
+const kc::GemmKernel kKernels[] = {kc::GemmKernel::naive, kc::GemmKernel::tiled, kc::GemmKernel::regblock};
+
+void gemm(const Gpu& g, int version, int64_t M, int64_t N, int64_t K, const float* A, const float* B, float* C) {
+  if (version < 3) return kc::gemm(g.stream, kKernels[version], false, false, M, N, K, 1.0f, A, B, 0.0f, C);
+  // cuBLAS is column-major: row-major C = A @ B is column-major C^T = B^T @ A^T, so B goes first.
+  const float alpha = 1.0f, beta = 0.0f;
+  CHECK_CUBLAS(cublasSgemm(g.blas, CUBLAS_OP_N, CUBLAS_OP_N, int(N), int(M), int(K), &alpha, B, int(N), A, int(K), &beta,
+                           C, int(N)));
+}
+
+// Validates and times the four versions; returns each one's GFLOP/s (empty when one is wrong).
+std::vector<double> bench_gemm(const Gpu& g, const char* name, int64_t M, int64_t N, int64_t K) {
+  DeviceArray A(M * K, 1), B(K * N, 2), C(M * N), C_ref(M * N);
+  gemm(g, 3, M, N, K, A.p, B.p, C_ref.p);
+  const std::vector<float> ref = C_ref.host();
+  double worst = 0;
+  for (int v = 0; v < 3; ++v) {
+    CHECK_CUDA(cudaMemset(C.p, 0xff, C.bytes()));  // NaNs: an element the kernel skips shows
+    gemm(g, v, M, N, K, A.p, B.p, C.p);
+    const double err = rel_error(ref, C.host());
+    worst = std::max(worst, err);
+    if (!(err <= kTolerance)) {
+      std::printf("  validation FAILED: %s on %s (%lld x %lld x %lld): max error %.2e relative to max |C|\n",
+                  kVersions[v], name, (long long)M, (long long)N, (long long)K, err);
+      return {};
+    }
+  }
+  std::vector<double> gflops;
+  for (int v = 0; v < 4; ++v) {
+    const Stats t = time_gpu(g, [&] { gemm(g, v, M, N, K, A.p, B.p, C.p); });
+    gflops.push_back(2.0 * double(M) * double(N) * double(K) / t.min / 1e9);
+  }
+  std::printf("%-34s %5lld %7lld %5lld | %8.0f %8.0f %8.0f %8.0f | %5.2fx %5.2fx %5.2fx | %.1e\n", name, (long long)M,
+              (long long)N, (long long)K, gflops[0], gflops[1], gflops[2], gflops[3], gflops[0] / gflops[3],
+              gflops[1] / gflops[3], gflops[2] / gflops[3], worst);
+  return gflops;
+}
+
+// ---- 2. conv2d: forward (im2col + tiled GEMM), direct forward, backward_data, backward_weight
+struct ConvTimes {
+  Stats fwd, direct, data, weight;
+};
+bool bench_conv(const Gpu& g, const Conv& c, ConvTimes& t) {
+  const Conv2dShape& s = c.s;
+  const int64_t nx = s.N * s.C * s.H * s.W, nw = s.OC * conv_k(s), ny = s.N * s.OC * conv_p(s);
+  DeviceArray x(nx, 4), w(nw, 5), dy(ny, 6), y(ny), y_direct(ny), dx(nx), dw(nw);
+  for (const DeviceArray* out : {&y, &y_direct, &dx, &dw}) CHECK_CUDA(cudaMemset(out->p, 0xff, out->bytes()));  // NaNs
+  kc::conv2d_forward(g.stream, s, x.p, w.p, y.p);
+  kc::conv2d_direct_forward(g.stream, s, x.p, w.p, y_direct.p);
+  kc::conv2d_backward_data(g.stream, s, dy.p, w.p, dx.p);
+  kc::conv2d_backward_weight(g.stream, s, x.p, dy.p, dw.p);
+  const std::vector<float> hy = y.host(), hdy = dy.host();
+  const double direct_err = rel_error(hy, y_direct.host());
+  const double dy_y = dot(hdy, hy), dx_x = dot(dx.host(), x.host()), dw_w = dot(dw.host(), w.host());
+  const double adjoint_err = std::max(std::fabs(dx_x - dy_y), std::fabs(dw_w - dy_y)) / std::fabs(dy_y);
+  if (!(direct_err <= kTolerance && adjoint_err <= kTolerance)) {
+    std::printf("  validation FAILED: %s: direct vs im2col forward %.2e; <dy,y> %.6g, <dx,x> %.6g, <dw,w> %.6g\n", c.name,
+                direct_err, dy_y, dx_x, dw_w);
+    return false;
+  }
+  t.fwd = time_gpu(g, [&] { kc::conv2d_forward(g.stream, s, x.p, w.p, y.p); });
+  t.direct = time_gpu(g, [&] { kc::conv2d_direct_forward(g.stream, s, x.p, w.p, y_direct.p); });
+  t.data = time_gpu(g, [&] { kc::conv2d_backward_data(g.stream, s, dy.p, w.p, dx.p); });
+  t.weight = time_gpu(g, [&] { kc::conv2d_backward_weight(g.stream, s, x.p, dy.p, dw.p); });
+  return true;
+}
+
+int run() {
+  cudaDeviceProp prop{};
+  CHECK_CUDA(cudaSetDevice(0));
+  CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+  Gpu g{};
+  CHECK_CUDA(cudaStreamCreate(&g.stream));
+  CHECK_CUBLAS(cublasCreate(&g.blas));
+  CHECK_CUBLAS(cublasSetStream(g.blas, g.stream));
+  CHECK_CUBLAS(cublasSetMathMode(g.blas, CUBLAS_DEFAULT_MATH));  // FP32 sgemm, no TF32 tensor cores
+  int blas_version = 0;
+  CHECK_CUBLAS(cublasGetVersion(g.blas, &blas_version));
+  std::printf("gpu_gemm_bench: kernels/cuda GEMMs and conv2d vs cuBLAS %d on gpu(0) = %s (sm_%d%d, %d SMs, %.0f GiB)\n\n",
+              blas_version, prop.name, prop.major, prop.minor, prop.multiProcessorCount,
+              double(prop.totalGlobalMem) / (1 << 30));
+
+  std::printf("%-34s %5s %7s %5s | %8s %8s %8s %8s | %-20s | %s\n", "GEMM (conv: batch 256)", "M", "N", "K", "naive",
+              "tiled", "regblock", "cuBLAS", "ratio to cuBLAS", "max err");
+  std::printf("%-34s %5s %7s %5s | %8s %8s %8s %8s | %6s %6s %6s | %s\n", "", "", "", "", "GFLOP/s", "GFLOP/s", "GFLOP/s",
+              "GFLOP/s", "naive", "tiled", "regblk", "vs cuBLAS");
+  std::vector<double> at4096;
+  for (int64_t n : {1024, 2048, 4096}) {
+    const std::string name = "square " + std::to_string(n);
+    at4096 = bench_gemm(g, name.c_str(), n, n, n);
+    if (at4096.empty()) return 1;
+  }
+  for (const Conv& c : kConvs)
+    if (bench_gemm(g, c.name, c.s.OC, c.s.N * conv_p(c.s), conv_k(c.s)).empty()) return 1;
+  const double tiled = at4096[1] / at4096[3], regblock = at4096[2] / at4096[3];
+  std::printf("\ntargets at 4096: tiled %.2fx cuBLAS (target >= 0.3x): %s; regblock %.2fx cuBLAS (target >= 0.6x): %s\n",
+              tiled, tiled >= 0.3 ? "met" : "missed", regblock, regblock >= 0.6 ? "met" : "missed");
+  for (int v = 0; v < 4; ++v) b::result(std::string("gpu_gemm4096_gflops_") + kVersions[v], at4096[v]);
+
+  std::printf("\n%-34s %8s %8s %8s %8s | %9s %9s\n", "conv2d, batch 256", "fwd", "direct", "bwd_data", "bwd_wt",
+              "fwd+bwd", "fwd+bwd");
+  std::printf("%-34s %8s %8s %8s %8s | %9s %9s\n", "", "GFLOP/s", "GFLOP/s", "GFLOP/s", "GFLOP/s", "min ms", "med ms");
+  double lenet_ms = 0, r18_ms = 0;
+  for (const Conv& c : kConvs) {
+    ConvTimes t;
+    if (!bench_conv(g, c, t)) return 1;
+    const double f = 2.0 * double(c.s.N * c.s.OC * conv_k(c.s) * conv_p(c.s));
+    const double min_ms = 1e3 * (t.fwd.min + t.data.min + t.weight.min);
+    std::printf("%-34s %8.0f %8.0f %8.0f %8.0f | %9.3f %9.3f\n", c.name, f / t.fwd.min / 1e9, f / t.direct.min / 1e9,
+                f / t.data.min / 1e9, f / t.weight.min / 1e9, min_ms,
+                1e3 * (t.fwd.median + t.data.median + t.weight.median));
+    (c.lenet ? lenet_ms : r18_ms) += c.count * min_ms;
+  }
+  std::printf("  fwd = im2col + tiled GEMM per image; direct = one thread per output; fwd+bwd = fwd + bwd_data + bwd_wt\n");
+  std::printf("  all convs of a batch-256 training step: LeNet %.2f ms, ResNet-18 %.2f ms\n", lenet_ms, r18_ms);
+  b::result("gpu_conv_lenet_step_ms", lenet_ms);
+  b::result("gpu_conv_resnet18_step_ms", r18_ms);
+
+  CHECK_CUBLAS(cublasDestroy(g.blas));
+  CHECK_CUDA(cudaStreamDestroy(g.stream));
+  return 0;
+}
+
+}  // namespace
+
+int main() {
+  if (d2l::num_gpus() == 0) {  // no driver, no device, or a CUDA runtime that cannot use it
+    std::printf("no GPU\n");
+    return 0;
+  }
+  try {
+    return run();
+  } catch (const std::exception& e) {  // a kernel launch that failed (kernels/cuda launchers throw)
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+}
+#endif
