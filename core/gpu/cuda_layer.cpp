@@ -144,12 +144,10 @@ void copy(void* dst, int dst_gpu, const void* src, int src_gpu, size_t bytes, vo
 
 void sgemm(void* blas, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
            const float* B, float beta, float* C) {
-  // cuBLAS is column-major: a row-major (M, N) C is a column-major (N, M) C^T = op(B)^T op(A)^T,
-  // so the operands swap places and each keeps its own transpose flag.
   auto h = static_cast<cublasHandle_t>(blas);
-  int m = static_cast<int>(M), n = static_cast<int>(N), k = static_cast<int>(K);
-  D2L_CHECK(cublasSgemm(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, B,
-                        tb ? k : n, A, ta ? m : k, &beta, C, n));
+  ColMajorGemm g = col_major_gemm(ta, tb, M, N, K);
+  D2L_CHECK(cublasSgemm(h, g.trans_first ? CUBLAS_OP_T : CUBLAS_OP_N, g.trans_second ? CUBLAS_OP_T : CUBLAS_OP_N, g.m,
+                        g.n, g.k, &alpha, B, g.ld_first, A, g.ld_second, &beta, C, g.ldc));
 }
 
 }  // namespace d2l::cuda_layer

@@ -36,6 +36,15 @@ void* blas_create(int gpu, void* stream);  // a cuBLAS handle whose work goes to
 void copy(void* dst, int dst_gpu, const void* src, int src_gpu, size_t bytes, void* stream, bool wait);
 
 // C (M, N) = alpha op(A) @ op(B) + beta C, row-major, with cuBLAS on the handle's stream.
+// cuBLAS is column-major: a row-major (M, N) C is a column-major (N, M) C^T = op(B)^T op(A)^T, so
+// B is passed first and A second, each keeping its own transpose flag. col_major_gemm() gives the
+// arguments (pure arithmetic, tested on the CPU against a column-major BLAS).
+struct ColMajorGemm {
+  bool trans_first, trans_second;  // op of the first operand (B) and of the second (A)
+  int m, n, k;                     // of the column-major product: m = N, n = M, k = K
+  int ld_first, ld_second, ldc;
+};
+ColMajorGemm col_major_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K);
 void sgemm(void* blas, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
            const float* B, float beta, float* C);
 
