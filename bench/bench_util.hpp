@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -28,6 +29,17 @@ inline double cpu_now() {
   getrusage(RUSAGE_SELF, &u);
   return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
          1e-6 * static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
+// n values in [-1, 1) from a seeded LCG: the same inputs in every run and every benchmark.
+inline std::vector<float> random_data(int64_t n, uint32_t seed) {
+  std::vector<float> v(static_cast<size_t>(n));
+  uint32_t state = seed * 2654435761u + 1;
+  for (auto& x : v) {
+    state = state * 1664525u + 1013904223u;
+    x = static_cast<float>(state >> 8) / 8388608.0f - 1.0f;
+  }
+  return v;
 }
 
 // The 1-minute load average (a 2-core machine is busy beyond 2).

@@ -52,16 +52,6 @@ int64_t w_size(const Conv2dShape& s) { return s.OC * s.C * s.KH * s.KW; }
 int64_t y_size(const Conv2dShape& s) { return s.N * s.OC * s.OH() * s.OW(); }
 double flops(const Conv2dShape& s) { return 2.0 * double(s.N * s.OC * s.C * s.KH * s.KW * s.OH() * s.OW()); }
 
-std::vector<float> random_data(int64_t n, uint32_t seed) {  // values in [-1, 1)
-  std::vector<float> v(static_cast<size_t>(n));
-  uint32_t state = seed * 2654435761u + 1;
-  for (auto& x : v) {
-    state = state * 1664525u + 1013904223u;
-    x = static_cast<float>(state >> 8) / 8388608.0f - 1.0f;
-  }
-  return v;
-}
-
 // ---- 1. validation: y, dx, dw from one direct loop nest in double
 struct Reference {
   std::vector<double> y, dx, dw;
@@ -108,7 +98,7 @@ bool agrees(const char* what, const std::vector<double>& ref, const std::vector<
 bool validate(const Case& cs) {
   Conv2dShape s = cs.s;
   s.N = 2;
-  const auto x = random_data(x_size(s), 1), w = random_data(w_size(s), 2), dy = random_data(y_size(s), 3);
+  const auto x = b::random_data(x_size(s), 1), w = b::random_data(w_size(s), 2), dy = b::random_data(y_size(s), 3);
   const Reference ref = direct(s, x, w, dy);
   bool ok = true;
   for (int threads : {1, 2}) {
@@ -135,7 +125,7 @@ struct Timing {
 Timing time_case(const Conv2dShape& s, int threads, int repeats) {
   k::ThreadPool pool(threads - 1);
   const Ctx c{threads, &pool};
-  const auto x = random_data(x_size(s), 4), w = random_data(w_size(s), 5), dy = random_data(y_size(s), 6);
+  const auto x = b::random_data(x_size(s), 4), w = b::random_data(w_size(s), 5), dy = b::random_data(y_size(s), 6);
   std::vector<float> y(y_size(s)), dx(x_size(s)), dw(w_size(s));
   Timing t;
   t.fwd = b::time_it([&] { k::conv2d_forward(c, s, x.data(), w.data(), y.data()); }, 1, repeats);
@@ -146,7 +136,7 @@ Timing time_case(const Conv2dShape& s, int threads, int repeats) {
 
 double sgemm_gflops() {  // one thread, 1024^3: what OpenBLAS reaches on a big, square product
   const int64_t n = 1024;
-  const auto A = random_data(n * n, 7), B = random_data(n * n, 8);
+  const auto A = b::random_data(n * n, 7), B = b::random_data(n * n, 8);
   std::vector<float> C(n * n);
   auto st = b::time_it([&] { k::gemm(k::serial_ctx(), false, false, n, n, n, 1.0f, A.data(), B.data(), 0.0f, C.data()); }, 1, 5);
   return 2.0 * double(n * n * n) / st.min / 1e9;

@@ -58,23 +58,13 @@ void check_cublas(cublasStatus_t s, const char* call, const char* file, int line
   std::exit(1);
 }
 
-std::vector<float> random_data(int64_t n, uint32_t seed) {  // values in [-1, 1), as conv2d_bench
-  std::vector<float> v(static_cast<size_t>(n));
-  uint32_t state = seed * 2654435761u + 1;
-  for (auto& x : v) {
-    state = state * 1664525u + 1013904223u;
-    x = static_cast<float>(state >> 8) / 8388608.0f - 1.0f;
-  }
-  return v;
-}
-
 // n floats of device memory, filled from the host (or left as cudaMalloc gives them).
 struct DeviceArray {
   float* p = nullptr;
   int64_t n = 0;
   explicit DeviceArray(int64_t count, uint32_t seed = 0) : n(count) {
     CHECK_CUDA(cudaMalloc(&p, bytes()));
-    if (seed) CHECK_CUDA(cudaMemcpy(p, random_data(n, seed).data(), bytes(), cudaMemcpyHostToDevice));
+    if (seed) CHECK_CUDA(cudaMemcpy(p, b::random_data(n, seed).data(), bytes(), cudaMemcpyHostToDevice));
   }
   ~DeviceArray() { cudaFree(p); }
   DeviceArray(const DeviceArray&) = delete;

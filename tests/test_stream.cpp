@@ -30,18 +30,20 @@ TEST_CASE("tasks on cpu(0) and cpu(1) meet at a rendezvous: the devices run at t
   CHECK(met1);
 }
 
-TEST_CASE("cpu(1) waits on an event recorded on cpu(0) behind a held-back task") {
+// b waits on an event recorded on a behind a held-back task (CPU devices and emulated GPUs alike).
+static void check_event_wait(Device a, Device b) {
+  use_devices({a, b});
   std::promise<void> gate;
   std::shared_future<void> open = gate.get_future().share();
   std::atomic<bool> released{false}, ran_early{false}, ran{false};
-  launch(cpu(0), "held back", {}, [&](const kernels::cpu::Ctx&) {
+  launch(a, "held back", {}, [&](const kernels::cpu::Ctx&) {
     open.wait();
     released = true;
   });
   Event e;
-  runtime(cpu(0)).compute.record(e);
-  runtime(cpu(1)).compute.wait(e);
-  launch(cpu(1), "after event", {}, [&](const kernels::cpu::Ctx&) {
+  runtime(a).compute.record(e);
+  runtime(b).compute.wait(e);
+  launch(b, "after event", {}, [&](const kernels::cpu::Ctx&) {
     ran_early = !released.load();
     ran = true;
   });
@@ -53,6 +55,12 @@ TEST_CASE("cpu(1) waits on an event recorded on cpu(0) behind a held-back task")
   CHECK(ran.load());
   CHECK_FALSE(ran_early.load());
   CHECK(e.query());
+}
+
+TEST_CASE("device 1 waits on an event recorded on device 0 behind a held-back task") {
+  SUBCASE("cpu(0) -> cpu(1)") { check_event_wait(cpu(0), cpu(1)); }
+  SUBCASE("emu(0) -> emu(1)") { check_event_wait(emu(0), emu(1)); }
+  SUBCASE("cpu(0) -> emu(2)") { check_event_wait(cpu(0), emu(2)); }
 }
 
 TEST_CASE("waiting on an event never recorded does not block") {
