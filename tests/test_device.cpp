@@ -1,4 +1,5 @@
 // Device names, --devices lists and --num-gpus resolution (DESIGN.md "Devices, streams, memory").
+#include <cblas.h>
 #include <doctest/doctest.h>
 
 #include "core/device.hpp"
@@ -64,9 +65,11 @@ TEST_CASE("thread budget: cores shared among the CPU devices in use") {
   CHECK(runtime(cpu(1)).threads() == each);
 }
 
-TEST_CASE("the serial OpenBLAS build is the one loaded") {
+TEST_CASE("a thread-safe (threaded) OpenBLAS is loaded and pinned to one thread per call") {
   runtime(cpu(0));
-  CHECK(kernels::cpu::blas_parallel_mode() == 0);
+  CHECK(kernels::cpu::blas_parallel_mode() != 0);  // 1 pthreads (the one installed), 2 OpenMP
+  CHECK(openblas_get_num_threads() == 1);
+  CHECK_FALSE(kernels::cpu::blas_serialised());  // GEMMs of different devices overlap
 }
 
 TEST_CASE("the GPU count is answered cleanly, also by the CUDA build on a machine without a GPU") {

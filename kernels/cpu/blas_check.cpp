@@ -1,9 +1,11 @@
-// Which OpenBLAS build is loaded (DESIGN.md "Kernels"). The project links the serial build: each
-// device thread runs a 1-thread sgemm on its own block. Debian's alternatives can swap in the
-// pthreads or OpenMP build at run time; those keep one process-wide thread count that every caller
-// overwrites, so then every call is pinned to 1 thread (the device threads give the parallelism).
+// Which OpenBLAS build is loaded (DESIGN.md "Kernels"). The project links the pthreads build and
+// pins it to one thread per call: each device thread runs a 1-thread sgemm on its own block, and
+// the device threads give the parallelism. Debian's alternatives can swap in another build at run
+// time: the OpenMP one is pinned the same way; the serial one is not thread-safe (its buffer pool
+// has no lock), so with it gemm.cpp serialises the calls and a note says so.
 #include <cblas.h>
 
+#include <atomic>
 #include <cstdio>
 #include <mutex>
 
@@ -11,16 +13,21 @@
 
 namespace d2l::kernels::cpu {
 
+static std::atomic<bool> serialised{false};
+
 int blas_parallel_mode() { return openblas_get_parallel(); }  // 0 serial, 1 pthreads, 2 OpenMP
+
+bool blas_serialised() { return serialised.load(std::memory_order_relaxed); }
 
 void check_blas() {
   static std::once_flag once;
   std::call_once(once, [] {
-    int mode = openblas_get_parallel();
-    if (mode != 0) {
+    if (openblas_get_parallel() == 0) {
+      serialised = true;
+      std::fprintf(stderr, "note: the serial OpenBLAS build is loaded; it is not thread-safe, so GEMM calls of "
+                           "different devices take turns (install libopenblas0-pthread for overlap)\n");
+    } else {
       openblas_set_num_threads(1);
-      std::fprintf(stderr, "note: a %s OpenBLAS is loaded instead of the serial build; using it with 1 thread per call\n",
-                   mode == 2 ? "OpenMP" : "threaded");
     }
   });
 }

@@ -8,20 +8,22 @@
 
 namespace d2l::kernels::cpu {
 
-// Debian's serial OpenBLAS is built without USE_LOCKING: its internal buffer pool is not safe when
-// two threads call sgemm at once (seen here as rare wrong results with two devices under load).
-// Until the project moves to a thread-safe build pinned to one thread per call, calls are
-// serialised: correct, but the GEMMs of two CPU devices do not overlap.
+// The project links the pthreads OpenBLAS, pinned to one thread per call (blas_check.cpp): device
+// threads then run their sgemm calls at the same time, safely. Debian's serial build has no locking
+// in its buffer pool (concurrent calls give rare wrong results); if the serial build is the one
+// loaded (Debian's alternatives), calls are serialised: correct, but without overlap.
 static std::mutex blas_mutex;
-#define cblas_sgemm(...)                              \
-  do {                                                \
-    std::lock_guard<std::mutex> blas_lock(blas_mutex); \
-    ::cblas_sgemm(__VA_ARGS__);                       \
+#define cblas_sgemm(...)                                                        \
+  do {                                                                          \
+    std::unique_lock<std::mutex> blas_lock(blas_mutex, std::defer_lock);        \
+    if (blas_serialised()) blas_lock.lock();                                    \
+    ::cblas_sgemm(__VA_ARGS__);                                                 \
   } while (0)
 
 void gemm(const Ctx& c, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
           const float* B, float beta, float* C) {
   if (M <= 0 || N <= 0) return;
+  check_blas();  // once: pins the threaded build to 1 thread per call (devices call it first anyway)
   if (K <= 0) {  // empty product: C = beta * C (beta == 0 overwrites, as BLAS does, even NaN)
     c.parallel_for(M * N, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) C[i] = beta == 0.0f ? 0.0f : beta * C[i];

@@ -15,9 +15,11 @@ void gemm(const Ctx& c, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float
           const float* B, float beta, float* C);
 
 // ---- blas_check.cpp: the OpenBLAS build loaded (0 serial, 1 pthreads, 2 OpenMP); check_blas() runs
-// once when the first device starts and pins a threaded build to 1 thread per call.
+// once when the first device starts: it pins a threaded build to 1 thread per call, or, for the
+// serial build (not thread-safe), makes gemm serialise its calls (blas_serialised()).
 int blas_parallel_mode();
 void check_blas();
+bool blas_serialised();
 
 // ---- fill.cpp
 void fill(const Ctx& c, float* x, int64_t n, float value);
