@@ -33,7 +33,7 @@ void gemm(const Ctx& c, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float
   const auto opA = ta ? CblasTrans : CblasNoTrans, opB = tb ? CblasTrans : CblasNoTrans;
   const int64_t lda = ta ? M : K, ldb = tb ? K : N, ldc = N;  // leading dimensions as stored
 
-  // Each device thread makes one serial-OpenBLAS call on its own contiguous block of C: rows
+  // Each device thread makes one 1-thread OpenBLAS call on its own contiguous block of C: rows
   // [b, e) normally, columns [b, e) when there are too few rows to share out. Note: OpenBLAS may
   // order the K-sum differently at block edges, so C is not guaranteed bitwise identical for a
   // different thread count (only within rounding); every other CPU kernel is thread-invariant.

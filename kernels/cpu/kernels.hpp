@@ -10,7 +10,7 @@ namespace d2l::kernels::cpu {
 
 // ---- gemm.cpp: C (M, N) = alpha * op(A) (M, K) @ op(B) (K, N) + beta * C, row-major.
 // op(A) = A^T when ta (A stored (K, M)); op(B) = B^T when tb (B stored (N, K)).
-// OpenBLAS (serial build) per row block, one block per device thread.
+// OpenBLAS (1 thread per call) per row block, one block per device thread.
 void gemm(const Ctx& c, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
           const float* B, float beta, float* C);
 
