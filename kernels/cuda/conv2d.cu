@@ -104,17 +104,21 @@ void col2im(Stream stream, const Conv2dShape& s, const float* col, float* dx_img
   D2L_CHECK_LAUNCH(col2im_kernel);
 }
 
+// The columns of image x_img: im2col into `col`, or, for a 1x1 stride-1 unpadded conv, the image
+// itself (its columns are its pixels).
+static const float* columns(Stream stream, const Conv2dShape& s, const float* x_img, float* col) {
+  if (is_pointwise(s)) return x_img;
+  im2col(stream, s, x_img, col);
+  return col;
+}
+
 // ---- forward: y_n = w @ col_n
 void conv2d_forward(Stream stream, const Conv2dShape& s, const float* x, const float* w, float* y) {
   const int64_t K = col_rows(s), P = col_cols(s);
   const int64_t x_img = s.C * s.H * s.W, y_img = s.OC * P;
   ScratchBuffer<float> col(stream, is_pointwise(s) ? 0 : K * P);
   for (int64_t n = 0; n < s.N; ++n) {
-    const float* cn = x + n * x_img;
-    if (!is_pointwise(s)) {
-      im2col(stream, s, x + n * x_img, col.data());
-      cn = col.data();
-    }
+    const float* cn = columns(stream, s, x + n * x_img, col.data());
     gemm(stream, GemmKernel::tiled, false, false, s.OC, P, K, 1.0f, w, cn, 0.0f, y + n * y_img);
   }
 }
@@ -144,11 +148,7 @@ void conv2d_backward_weight(Stream stream, const Conv2dShape& s, const float* x,
   if (s.N == 0) return fill(stream, dw, s.OC * K, 0.0f);  // no images: the gradient is zero
   ScratchBuffer<float> col(stream, is_pointwise(s) ? 0 : K * P);
   for (int64_t n = 0; n < s.N; ++n) {
-    const float* cn = x + n * x_img;
-    if (!is_pointwise(s)) {
-      im2col(stream, s, x + n * x_img, col.data());
-      cn = col.data();
-    }
+    const float* cn = columns(stream, s, x + n * x_img, col.data());
     gemm(stream, GemmKernel::tiled, false, true, s.OC, K, P, 1.0f, dy + n * y_img, cn, n == 0 ? 0.0f : 1.0f, dw);
   }
 }
