@@ -12,8 +12,8 @@
 
 namespace d2l {
 
-Parameter::Parameter(std::string name, Shape shape, Init default_init)
-    : name_(std::move(name)), shape_(std::move(shape)), init_(default_init) {}
+Parameter::Parameter(std::string name, Shape shape, Init default_init, bool differentiable)
+    : name_(std::move(name)), shape_(std::move(shape)), init_(default_init), differentiable_(differentiable) {}
 
 bool Parameter::shape_known() const {
   return !shape_.empty() && std::none_of(shape_.begin(), shape_.end(), [](int64_t d) { return d <= 0; });
@@ -72,7 +72,7 @@ void Parameter::materialize() {
       else if (kind == Init::uniform) D2L_KERNEL(c, uniform, X, n, seed, offset, -a, a);
       else D2L_KERNEL(c, fill, X, n, a);
     });
-    t.attach_grad();
+    if (differentiable_) t.attach_grad();
     replicas_.push_back(t);
   }
   pending_ = false;
@@ -118,6 +118,27 @@ void Parameter::set_data(const Tensor& value) {
   if (value.shape() != shape_)
     throw ParameterError("Parameter '" + name_ + "': set_data with shape " + str(value.shape()) + ", expected " + str(shape_));
   for (auto& t : list_data()) value.copyto(t);
+}
+
+void Parameter::reset_ctx(const std::vector<Device>& devices) {
+  if (devices.empty()) throw ParameterError("Parameter '" + name_ + "': reset_ctx needs at least one device");
+  for (auto& d : devices) runtime(d);
+  if (!initialized()) {
+    if (!pending_) throw ParameterError("Parameter '" + name_ + "' has not been initialized; call initialize(init, devices) first");
+    devices_ = devices;
+    return;
+  }
+  NoGrad no_grad;
+  Tensor source = replicas_[0];
+  std::vector<Tensor> moved;
+  for (auto& d : devices) {
+    auto same = std::find(devices_.begin(), devices_.end(), d);
+    Tensor t = same != devices_.end() ? replicas_[same - devices_.begin()] : source.to(d);
+    if (differentiable_ && !t.grad().defined()) t.attach_grad();
+    moved.push_back(t);
+  }
+  devices_ = devices;
+  replicas_ = std::move(moved);
 }
 
 }  // namespace d2l

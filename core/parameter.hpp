@@ -28,9 +28,14 @@ struct ParameterError : std::runtime_error {
 
 class Parameter {
  public:
-  Parameter(std::string name, Shape shape, Init default_init = Init::Uniform());
+  // differentiable = false: a state without a gradient (BatchNorm's running statistics; Gluon's
+  // grad_req 'null'); a Trainer leaves it alone, a checkpoint saves it.
+  Parameter(std::string name, Shape shape, Init default_init = Init::Uniform(), bool differentiable = true);
 
   const std::string& name() const { return name_; }
+  void set_name(std::string name) { name_ = std::move(name); }  // blocks give it its dotted path
+  bool differentiable() const { return differentiable_; }
+  const Init& default_init() const { return init_; }
   const Shape& shape() const { return shape_; }
   bool shape_known() const;
 
@@ -48,9 +53,13 @@ class Parameter {
   std::vector<Tensor> list_grad() const;
   const std::vector<Device>& list_ctx() const { return devices_; }
   bool initialized() const { return !replicas_.empty(); }
+  bool deferred() const { return pending_ && replicas_.empty(); }  // initialize() called, shape unknown
   void zero_grad() const;
   // Sets every replica to `value` (e.g. loaded weights); shape must match.
   void set_data(const Tensor& value);
+  // Gluon's reset_ctx: the same values, now on `devices` (copied from the first replica); a
+  // parameter still waiting for its shape just changes where it will be made.
+  void reset_ctx(const std::vector<Device>& devices);
 
  private:
   void materialize();
@@ -61,6 +70,7 @@ class Parameter {
   std::vector<Device> devices_;
   std::vector<Tensor> replicas_;
   bool pending_ = false;  // initialize() called, shape still unknown
+  bool differentiable_ = true;
 };
 
 }  // namespace d2l
