@@ -31,11 +31,13 @@ static int gpu_of(Device d) { return d.kind == DeviceKind::gpu ? d.index : -1; }
 // emu), otherwise the CUDA layer, queued on that stream's CUDA stream and waited for (a copy task
 // ends when its bytes have landed, so the task's storage may be released after it).
 static void transfer(void* to, Device to_dev, const void* from, Device from_dev, size_t bytes, void* cuda_stream) {
+  if (bytes == 0) return;  // an empty tensor may have no memory at all (memcpy of null is undefined)
   if (gpu_of(to_dev) < 0 && gpu_of(from_dev) < 0) std::memcpy(to, from, bytes);
   else cuda_layer::copy(to, gpu_of(to_dev), from, gpu_of(from_dev), bytes, cuda_stream, true);
 }
 
 void copy_on_device(Device d, const kernels::cpu::Ctx& c, void* to, const void* from, size_t bytes) {
+  if (bytes == 0) return;
   if (c.cuda_stream) cuda_layer::copy(to, d.index, from, d.index, bytes, c.cuda_stream, false);  // stream-ordered
   else std::memcpy(to, from, bytes);
 }

@@ -27,4 +27,15 @@ uint64_t take_offset(uint64_t n) {
   return o;
 }
 
+RngState rng_state() {
+  std::lock_guard<std::mutex> lock(mu);
+  return {g_seed, g_offset};
+}
+
+void set_rng_state(RngState state) {
+  std::lock_guard<std::mutex> lock(mu);
+  g_seed = state.seed;
+  g_offset = state.offset;
+}
+
 }  // namespace d2l

@@ -11,4 +11,13 @@ uint64_t current_seed();
 // Reserves n numbers; returns the offset of the first.
 uint64_t take_offset(uint64_t n);
 
+// The whole state of the stream, for checkpoints: restoring it makes the next draws the same
+// numbers they would have been.
+struct RngState {
+  uint64_t seed = 0;
+  uint64_t offset = 0;  // the counter: where the next draw starts
+};
+RngState rng_state();
+void set_rng_state(RngState state);
+
 }  // namespace d2l

@@ -25,7 +25,8 @@ void Event::synchronize() const {
   if (state_) state_->wait();
 }
 
-Stream::Stream(std::string name, StreamHooks hooks) : name_(std::move(name)), hooks_(std::move(hooks)) {
+Stream::Stream(std::string name, StreamHooks hooks)
+    : name_(std::move(name)), lane_(trace::lane_of(name_)), hooks_(std::move(hooks)) {
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -39,9 +40,14 @@ Stream::~Stream() {
 }
 
 void Stream::enqueue(const char* op, std::function<void()> fn) {
+  push(Task{op, std::move(fn), lane_.valid ? trace::capture() : nullptr});
+}
+
+// record() and wait() push directly: their tasks are not in the trace (waiting is idle time).
+void Stream::push(Task task) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    queue_.emplace_back(op, std::move(fn));
+    queue_.push_back(std::move(task));
   }
   cv_.notify_one();
 }
@@ -49,8 +55,8 @@ void Stream::enqueue(const char* op, std::function<void()> fn) {
 void Stream::record(Event& e) {
   auto state = std::make_shared<EventState>();
   e.state_ = state;
-  if (!hooks_.fence) return enqueue("record event", [state] { state->complete(); });
-  enqueue("record event", [this, state] {
+  if (!hooks_.fence) return push(Task{"record event", [state] { state->complete(); }, nullptr});
+  push(Task{"record event", [this, state] {
     try {
       hooks_.fence();
     } catch (...) {
@@ -58,13 +64,13 @@ void Stream::record(Event& e) {
       throw;
     }
     state->complete();
-  });
+  }, nullptr});
 }
 
 void Stream::wait(const Event& e) {
   if (!e.state_) return;  // never recorded: nothing to wait for, as in CUDA
   auto state = e.state_;
-  enqueue("wait event", [state] { state->wait(); });
+  push(Task{"wait event", [state] { state->wait(); }, nullptr});
 }
 
 void Stream::synchronize() {
@@ -94,7 +100,7 @@ void Stream::loop() {
     }
   }
   for (;;) {
-    std::pair<const char*, std::function<void()>> task;
+    Task task;
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
@@ -104,14 +110,18 @@ void Stream::loop() {
       busy_ = true;
     }
     std::string err;
+    trace::Clock::time_point started;
+    if (task.traced) started = trace::Clock::now();
     try {
-      task.second();
+      task.fn();
+      if (task.traced && hooks_.fence) hooks_.fence();  // gpu(i): the record ends when the GPU is done
     } catch (const std::exception& ex) {
-      err = std::string(task.first) + " on " + name_.substr(0, name_.find(' ')) + ": " + ex.what();
+      err = std::string(task.op) + " on " + name_.substr(0, name_.find(' ')) + ": " + ex.what();
     } catch (...) {
-      err = std::string(task.first) + " on " + name_.substr(0, name_.find(' ')) + ": unknown error";
+      err = std::string(task.op) + " on " + name_.substr(0, name_.find(' ')) + ": unknown error";
     }
-    task.second = nullptr;  // drop what the task held (storage returns to the allocator) before idling
+    if (task.traced) trace::finish(lane_, task.op, *task.traced, started, trace::Clock::now());
+    task.fn = nullptr;  // drop what the task held (storage returns to the allocator) before idling
     tasks_run_.fetch_add(1);
     {
       std::lock_guard<std::mutex> lock(mu_);

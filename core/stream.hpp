@@ -13,6 +13,8 @@
 #include <string>
 #include <thread>
 
+#include "core/trace.hpp"
+
 namespace d2l {
 
 // An error raised inside a stream, rethrown at the next synchronisation: "relu on cpu(1): ...".
@@ -54,7 +56,8 @@ class Stream {
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
 
-  // Runs fn on the stream's thread after everything enqueued before. `op` names it in errors.
+  // Runs fn on the stream's thread after everything enqueued before. `op` names it in errors and in
+  // the trace (core/trace.hpp), which records the task while recording is on.
   void enqueue(const char* op, std::function<void()> fn);
   void record(Event& e);        // e now marks "everything enqueued so far on this stream"
   void wait(const Event& e);    // later tasks here start after e's point; no-op if e never recorded
@@ -63,12 +66,19 @@ class Stream {
   uint64_t tasks_run() const { return tasks_run_.load(); }
 
  private:
+  struct Task {
+    const char* op = nullptr;
+    std::function<void()> fn;
+    std::unique_ptr<trace::Pending> traced;  // null unless the trace was recording at enqueue
+  };
+  void push(Task task);
   void loop();
   std::string name_;
+  trace::Lane lane_;  // this stream's lane in the trace: its device and "compute" or "copy"
   StreamHooks hooks_;
   std::mutex mu_;
   std::condition_variable cv_, idle_;
-  std::deque<std::pair<const char*, std::function<void()>>> queue_;
+  std::deque<Task> queue_;
   bool busy_ = false, stop_ = false;
   std::string error_;  // first error since the last synchronize
   std::atomic<uint64_t> tasks_run_{0};

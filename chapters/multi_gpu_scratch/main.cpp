@@ -1,16 +1,38 @@
 // multi_gpu_scratch: d2l "Multi-GPU training" from scratch (book/002).
 //   multi_gpu_scratch --num-gpus 2 --batch-size 256 --lr 0.2     (the book's train(...))
 //   multi_gpu_scratch demo                                        (get_params, allreduce, split)
+//   multi_gpu_scratch --num-gpus 2 --trace run.json               (the devices' timeline, Perfetto)
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdio>
 
 #include "chapters/multi_gpu_scratch/multi_gpu_scratch.hpp"
 #include "core/cli.hpp"
+#include "core/runtime.hpp"
+#include "core/trace.hpp"
+
+// Writes what trace::start() recorded as Chrome-trace JSON and prints each device's idle fraction
+// (the share of the traced window its compute stream waited).
+static void write_trace(const std::string& path) {
+  d2l::waitall();
+  d2l::trace::stop();
+  auto events = d2l::trace::events();
+  d2l::trace::write_chrome_json(path, events);
+  auto summary = d2l::trace::summarize(events);
+  double t0 = events.empty() ? 0 : events.front().start_us, t1 = t0;  // events are ordered by start
+  for (auto& e : events) t1 = std::max(t1, e.end_us);
+  std::printf("trace: %zu stream tasks over %.2f s written to %s%s\n", events.size(), (t1 - t0) * 1e-6, path.c_str(),
+              d2l::trace::full() ? " (the first ones: --trace-tasks)" : "");
+  std::printf("idle fraction of the compute streams: %s\n", d2l::trace::idle_line(summary).c_str());
+}
 
 int main(int argc, char** argv) {
   CLI::App app{"Multi-GPU training from scratch: LeNet, get_params, allreduce, split_batch, train"};
   d2l::DeviceFlags dev;
   d2l::scratch::Config cfg;
   bool quick = false;
+  std::string trace_file;
+  int64_t trace_tasks = 20000;
   d2l::add_device_flags(app, dev);
   auto* batch = app.add_option("--batch-size", cfg.batch_size, "minibatch size (split over the devices)")->capture_default_str();
   auto* lr = app.add_option("--lr", cfg.lr, "learning rate")->capture_default_str();
@@ -22,13 +44,21 @@ int main(int argc, char** argv) {
   app.add_option("--allreduce", cfg.allreduce, "exercise 3: naive (the book's) or ring")->capture_default_str();
   app.add_flag("--eval-all-devices", cfg.eval_all_devices, "exercise 4: every device evaluates a shard of the test set");
   app.add_option("--plot", cfg.plot, "PNG of test accuracy per epoch ('' for none)")->capture_default_str();
+  app.add_option("--trace", trace_file, "write the devices' timeline to this file as Chrome-trace JSON (Perfetto, chrome://tracing)");
+  app.add_option("--trace-tasks", trace_tasks, "--trace records at most this many stream tasks (the start of the run)")->capture_default_str();
   app.add_flag("--quick", quick, "a generated data set, batch 32, lr 0.3, 4 epochs: seconds on a CPU (tests)");
   auto* demo = app.add_subcommand("demo", "the section's demonstrations: get_params, allreduce, split_and_load");
   demo->fallthrough();
   return d2l::guarded_main(app, argc, argv, [&] {
+    if (!trace_file.empty()) {  // a bad path fails now, not after training
+      d2l::require_positive("--trace-tasks", static_cast<double>(trace_tasks));
+      d2l::trace::check_writable(trace_file);
+    }
     cfg.devices = d2l::choose_devices(dev);
+    if (!trace_file.empty()) d2l::trace::start(static_cast<size_t>(trace_tasks));
     if (*demo) {
       d2l::scratch::demo(cfg.devices);
+      if (!trace_file.empty()) write_trace(trace_file);
       return 0;
     }
     if (quick) {  // flags given explicitly keep their values
@@ -44,6 +74,7 @@ int main(int argc, char** argv) {
     if (cfg.allreduce != "naive" && cfg.allreduce != "ring")
       throw d2l::ConfigError("bad --allreduce '" + cfg.allreduce + "': expected naive or ring");
     d2l::scratch::train(cfg);
+    if (!trace_file.empty()) write_trace(trace_file);
     return 0;
   });
 }

@@ -1,6 +1,18 @@
 // Gluon's Trainer (book/000, 004): trainer.step(batch_size) sums each parameter's gradients over
 // its replicas through a kvstore, applies SGD (momentum, weight decay) with the gradient scaled by
 // 1 / batch_size, leaves every replica with the same new value, and resets the gradients.
+//
+// The update is MXNet's SGD with momentum (not PyTorch's: there the momentum buffer holds gradients
+// and lr multiplies it afterwards, so a learning-rate change acts at once on the whole buffer):
+//   mom = momentum * mom - lr * wd * w - (lr / batch_size) * sum over replicas of grad
+//   w   = w + mom                                    (mom starts at zero; wd applies to every weight)
+// A parameter that got no gradient this step (unused by the forward) holds a zero gradient, as
+// gradients are zeroed, not removed, after each step; it is updated like the others, so weight decay
+// and momentum still move it (PyTorch's behaviour after zero_grad(set_to_none=False); MXNet would
+// stop with a stale-gradient error): autograd adds into the zeroed gradient in place, so an unused
+// parameter looks the same as one whose gradient is zero.
+// Parameters still waiting for their shape may be given to the constructor; step() needs them
+// initialised (the book's error otherwise). Momentum follows a parameter moved by reset_ctx.
 #pragma once
 #include <map>
 #include <memory>
@@ -43,6 +55,7 @@ class Trainer {
   // What a checkpoint needs to continue bit for bit: "momentum/<parameter name>" per trainable
   // parameter (device 0's replica; all replicas are equal) and "num_update", "learning_rate"
   // (one value each). load_state_dict checks names and shapes and names what is wrong.
+  // The momentum is MXNet's (lr already folded in, see above); num_update is exact up to 2^24.
   std::map<std::string, HostTensor> state_dict() const;
   void load_state_dict(const std::map<std::string, HostTensor>& state);
 
@@ -51,6 +64,11 @@ class Trainer {
   SGDOptions options_;
   std::unique_ptr<KVStore> kv_;
   std::vector<std::vector<Tensor>> momentum_;  // per parameter, per replica
+  // Per parameter, momentum in host memory: the state itself when the kvstore updates on the host
+  // ('local'), otherwise values loaded by load_state_dict waiting for the next step to place them.
+  std::vector<std::vector<float>> host_momentum_;
+  // Puts parameter k's momentum where the kvstore wants it for these replicas (zeros at first).
+  void place_state(size_t k, const std::vector<Tensor>& weights);
   int64_t num_update_ = 0;
 };
 

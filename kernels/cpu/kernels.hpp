@@ -110,4 +110,25 @@ void batch_norm_backward(const Ctx& c, int64_t N, int64_t C, int64_t HW, const f
                          const float* gamma, const float* mean, const float* invstd, float* dx, float* dgamma,
                          float* dbeta);
 
+// ---- batch_norm_stats.cpp: batch norm in pieces for SyncBatchNorm (one shard x (N, C, HW) each).
+// stats (2, C): row 0 the mean, row 1 the biased variance (double sums, two passes). combine: K
+// shards' stats (K, 2, C) with counts[j] = N_j*HW values per channel -> the whole batch's (2, C).
+// apply: y = gamma * (x - mean) / sqrt(var + eps) + beta with given stats. Backward passes overwrite
+// their outputs; apply's dx holds the statistics fixed (their own gradient goes to dstats).
+void batch_norm_stats_forward(const Ctx& c, int64_t N, int64_t C, int64_t HW, const float* x, float* stats);
+void batch_norm_stats_backward(const Ctx& c, int64_t N, int64_t C, int64_t HW, const float* x, const float* stats,
+                               const float* dstats, float* dx);
+void batch_norm_combine_forward(const Ctx& c, int64_t K, int64_t C, const int32_t* counts, const float* stats,
+                                float* out);
+void batch_norm_combine_backward(const Ctx& c, int64_t K, int64_t C, const int32_t* counts, const float* stats,
+                                 const float* dout, float* dstats);
+void batch_norm_apply_forward(const Ctx& c, int64_t N, int64_t C, int64_t HW, const float* x, const float* stats,
+                              const float* gamma, const float* beta, float eps, float* y);
+void batch_norm_apply_backward(const Ctx& c, int64_t N, int64_t C, int64_t HW, const float* x, const float* dy,
+                               const float* stats, const float* gamma, float eps, float* dx, float* dstats,
+                               float* dgamma, float* dbeta);
+// running = (1 - momentum) * running + momentum * batch; running_var takes var * M / (M - 1).
+void batch_norm_update_running(const Ctx& c, int64_t C, int64_t M, const float* stats, float momentum,
+                               float* running_mean, float* running_var);
+
 }  // namespace d2l::kernels::cpu

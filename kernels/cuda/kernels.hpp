@@ -94,4 +94,21 @@ void batch_norm_backward(Stream stream, int64_t N, int64_t C, int64_t HW, const 
                          const float* gamma, const float* mean, const float* invstd, float* dx, float* dgamma,
                          float* dbeta);
 
+// ---- batch_norm_stats.cu: batch norm in pieces for SyncBatchNorm (one shard x (N, C, HW) each);
+// stats (2, C) mean and biased variance, combine (K, 2, C) + counts -> (2, C), apply, running; as kernels/cpu.
+void batch_norm_stats_forward(Stream stream, int64_t N, int64_t C, int64_t HW, const float* x, float* stats);
+void batch_norm_stats_backward(Stream stream, int64_t N, int64_t C, int64_t HW, const float* x, const float* stats,
+                               const float* dstats, float* dx);
+void batch_norm_combine_forward(Stream stream, int64_t K, int64_t C, const int32_t* counts, const float* stats,
+                                float* out);
+void batch_norm_combine_backward(Stream stream, int64_t K, int64_t C, const int32_t* counts, const float* stats,
+                                 const float* dout, float* dstats);
+void batch_norm_apply_forward(Stream stream, int64_t N, int64_t C, int64_t HW, const float* x, const float* stats,
+                              const float* gamma, const float* beta, float eps, float* y);
+void batch_norm_apply_backward(Stream stream, int64_t N, int64_t C, int64_t HW, const float* x, const float* dy,
+                               const float* stats, const float* gamma, float eps, float* dx, float* dstats,
+                               float* dgamma, float* dbeta);
+void batch_norm_update_running(Stream stream, int64_t C, int64_t M, const float* stats, float momentum,
+                               float* running_mean, float* running_var);
+
 }  // namespace D2L_CUDA_NS

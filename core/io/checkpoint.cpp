@@ -1,0 +1,140 @@
+#include "core/io/checkpoint.hpp"
+
+#include <algorithm>
+#include <charconv>
+
+#include "core/io/parameters_file.hpp"
+#include "core/rng.hpp"
+#include "core/runtime.hpp"
+
+namespace d2l::io {
+
+namespace {
+
+const std::string kTrainer = "trainer/";
+const std::string kReplica = "replica/";
+const std::string kFormat = "d2l-checkpoint";
+
+[[noreturn]] void fail(const std::string& path, const std::string& what) { throw FileError(path + ": " + what); }
+
+// Text that must be a whole number >= 0 in decimal, all of it.
+bool parse_whole(const std::string& s, uint64_t& v) {
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  return !s.empty() && ec == std::errc() && end == s.data() + s.size();
+}
+
+uint64_t metadata_whole(const SafetensorsFile& file, const std::string& key, const std::string& path) {
+  auto it = file.metadata.find(key);
+  if (it == file.metadata.end()) fail(path, "checkpoint has no \"" + key + "\" in __metadata__");
+  uint64_t v = 0;
+  if (!parse_whole(it->second, v))
+    fail(path, "checkpoint's __metadata__ \"" + key + "\" is \"" + it->second.substr(0, 40) + "\", expected a whole number");
+  return v;
+}
+
+// The trainer state of the file: the "trainer/" tensors, F32, under their keys without the prefix.
+std::map<std::string, optim::HostTensor> trainer_state(const SafetensorsFile& file, const std::string& path) {
+  std::map<std::string, optim::HostTensor> state;
+  for (auto& [name, t] : file.tensors) {
+    if (name.rfind(kTrainer, 0) != 0) continue;
+    if (t.dtype != FileDtype::f32)
+      throw ParameterError(path + ": trainer state '" + name + "' has dtype " + dtype_name(t.dtype) + ", expected F32");
+    state[name.substr(kTrainer.size())] = optim::HostTensor{t.shape, t.floats()};
+  }
+  return state;
+}
+
+// A state without a gradient (BatchNorm's running statistics) differs per device: its replica on
+// the i-th device (i >= 1) is saved as "replica/<i>/<name>", so that resuming on as many devices
+// continues bit for bit. (Trained parameters are equal on every device after each step.)
+struct ReplicaValues {
+  nn::ParameterPtr param;
+  size_t index;
+  const FileTensor* values;
+};
+
+std::vector<ReplicaValues> match_replicas(const nn::ParameterDict& params, const SafetensorsFile& file,
+                                          const std::string& path) {
+  std::vector<ReplicaValues> out;
+  for (auto& [name, t] : file.tensors) {
+    if (name.rfind(kReplica, 0) != 0) continue;
+    size_t slash = name.find('/', kReplica.size());
+    uint64_t i = 0;
+    bool ok = slash != std::string::npos && parse_whole(name.substr(kReplica.size(), slash - kReplica.size()), i) && i >= 1;
+    std::string base = ok ? name.substr(slash + 1) : "";
+    ok = ok && params.contains(base) && !params[base].differentiable() && file.tensors.count(base);
+    if (!ok) throw ParameterError(path + ": '" + name + "' is not replica/<i>/<name> of a state of the net (i >= 1)");
+    const FileTensor& first = file.tensors.at(base);
+    if (t.dtype != FileDtype::f32 || t.shape != first.shape)
+      throw ParameterError(path + ": '" + name + "' has dtype " + dtype_name(t.dtype) + " and shape " + str(t.shape) +
+                           ", expected F32 and " + str(first.shape) + " as '" + base + "'");
+    for (auto& [n, p] : params)
+      if (n == base) out.push_back({p, static_cast<size_t>(i), &t});
+  }
+  return out;
+}
+
+}  // namespace
+
+void save_checkpoint(const std::string& path, const nn::Block& block, const optim::Trainer& trainer, int64_t epoch) {
+  if (epoch < 0) throw ParameterError(path + ": save_checkpoint: epoch " + std::to_string(epoch) + " is negative");
+  nn::ParameterDict params = block.collect_params();
+  SafetensorsFile file;
+  file.tensors = parameter_tensors(params);
+  for (auto& [name, p] : params) {
+    if (p->differentiable()) continue;
+    auto replicas = p->list_data();
+    for (size_t i = 1; i < replicas.size(); ++i)
+      file.tensors[kReplica + std::to_string(i) + "/" + name] =
+          FileTensor::from_floats(replicas[i].shape(), replicas[i].to_vector());
+  }
+  for (auto& [key, h] : trainer.state_dict()) file.tensors[kTrainer + key] = FileTensor::from_floats(h.shape, h.values);
+  RngState rng = rng_state();
+  file.metadata = {{"format", kFormat},
+                   {"epoch", std::to_string(epoch)},
+                   {"rng_seed", std::to_string(rng.seed)},
+                   {"rng_offset", std::to_string(rng.offset)}};
+  save_safetensors(path, file);
+}
+
+int64_t load_checkpoint(const std::string& path, nn::Block& block, optim::Trainer& trainer,
+                        const std::vector<Device>& devices) {
+  SafetensorsFile file = load_safetensors(path);
+  auto format = file.metadata.find("format");
+  if (format == file.metadata.end() || format->second != kFormat)
+    fail(path, "not a checkpoint (its __metadata__ has no \"format\": \"" + kFormat +
+                   "\"; a parameters file loads with load_parameters)");
+  uint64_t epoch = metadata_whole(file, "epoch", path);
+  if (epoch > static_cast<uint64_t>(INT64_MAX)) fail(path, "checkpoint's epoch " + std::to_string(epoch) + " is too large");
+  RngState rng{metadata_whole(file, "rng_seed", path), metadata_whole(file, "rng_offset", path)};
+  nn::ParameterDict params = block.collect_params();
+  auto matched = match_parameters(params, file, path);
+  auto replicas = match_replicas(params, file, path);
+  auto state = trainer_state(file, path);
+  if (devices.empty()) throw ParameterError(path + ": load_checkpoint needs at least one device");
+  for (auto& d : devices) runtime(d);  // a backend that is not built fails here, before any change
+
+  // Trainer::load_state_dict checks names, shapes and values before it changes anything; its
+  // errors get the file's name. Only then are the parameters set.
+  try {
+    trainer.load_state_dict(state);
+  } catch (const ParameterError& e) {
+    throw ParameterError(path + ": " + e.what());
+  } catch (const ShapeError& e) {
+    throw ShapeError(path + ": " + e.what());
+  } catch (const ConfigError& e) {
+    throw ConfigError(path + ": " + e.what());
+  }
+  assign_parameters(matched, devices);
+  // The other devices' states, when there are as many devices as when saved; otherwise every
+  // device starts from device 0's.
+  size_t saved_devices = 1;
+  for (auto& r : replicas) saved_devices = std::max(saved_devices, r.index + 1);
+  if (saved_devices == devices.size())
+    for (auto& r : replicas)
+      Tensor::from_vector(r.values->floats(), r.values->shape, devices[r.index]).copyto(r.param->data(devices[r.index]));
+  set_rng_state(rng);
+  return static_cast<int64_t>(epoch);
+}
+
+}  // namespace d2l::io

@@ -1,0 +1,188 @@
+#include "core/optim/kvstore.hpp"
+
+#include <algorithm>
+
+#include "core/autograd.hpp"
+#include "core/comm.hpp"
+#include "core/copy.hpp"
+#include "core/ops.hpp"
+
+namespace d2l::optim {
+
+void sgd_step(const Tensor& w, const Tensor& mom, const Tensor& g, const SGDStep& s) {
+  scale_(mom, s.momentum);      // mom = momentum * mom
+  add_(mom, w, s.decay);        //     - lr * wd * w
+  add_(mom, g, s.grad_scale);   //     - (lr / batch_size) * g
+  add_(w, mom, 1.0f);           // w = w + mom
+}
+
+void sgd_step(float* w, float* mom, const float* g, int64_t n, const SGDStep& s) {
+  for (int64_t i = 0; i < n; ++i) {  // each line rounds to float, as each kernel above stores floats
+    mom[i] = s.momentum * mom[i];
+    mom[i] += s.decay * w[i];
+    mom[i] += s.grad_scale * g[i];
+    w[i] += 1.0f * mom[i];
+  }
+}
+
+namespace {
+
+// One key's values: float32, one shape, one per device.
+void check_values(const char* what, const std::vector<Tensor>& values) {
+  if (values.empty()) throw ShapeError(std::string("kvstore: no ") + what + " to reduce");
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (values[i].dtype() != DType::f32 || values[i].shape() != values[0].shape())
+      throw ShapeError(std::string("kvstore: every replica's ") + what + " must be float32 " + str(values[0].shape()) +
+                       ", got " + str(values[i].shape()) + " on " + values[i].device().str());
+    for (size_t j = 0; j < i; ++j)
+      if (values[j].device() == values[i].device())
+        throw ShapeError(std::string("kvstore: two ") + what + " on " + values[i].device().str());
+  }
+}
+
+size_t bytes_of(const Tensor& t) { return static_cast<size_t>(t.numel()) * sizeof(float); }
+
+// Replicas on devices of one kind run the same kernels on the same bits, so updating each in place
+// keeps them equal. Across kinds (a real GPU's fused multiply-add beside a CPU loop) the results
+// could differ in the last bit, so replica `home` updates and the others receive its bits.
+void update_replicas(const std::vector<Tensor>& w, const std::vector<Tensor>& g, const std::vector<Tensor>& mom,
+                     const SGDStep& s, size_t home) {
+  bool one_kind = std::all_of(w.begin(), w.end(), [&](const Tensor& t) { return t.device().kind == w[0].device().kind; });
+  if (one_kind) {
+    for (size_t i = 0; i < w.size(); ++i) sgd_step(w[i], mom[i], g[i], s);
+    return;
+  }
+  sgd_step(w[home], mom[home], g[home], s);
+  for (size_t i = 0; i < w.size(); ++i)
+    if (i != home) w[home].copyto(w[i]), mom[home].copyto(mom[i]);
+}
+
+// The sum of the replicas in host memory, added in replica order.
+std::vector<float> host_sum(const std::vector<Tensor>& values) {
+  const size_t n = static_cast<size_t>(values[0].numel());
+  std::vector<float> sum(n), part(n);
+  copy_to_host(values[0], sum.data(), bytes_of(values[0]));
+  for (size_t i = 1; i < values.size(); ++i) {
+    copy_to_host(values[i], part.data(), bytes_of(values[i]));
+    for (size_t j = 0; j < n; ++j) sum[j] += part[j];
+  }
+  return sum;
+}
+
+class DeviceKVStore : public KVStore {
+ public:
+  DeviceKVStore() : KVStore("device") {}
+
+  // The reducing device r gathers the others' values and adds them in replica order (a copy of
+  // replica 0 first), so the sum has the same bits whichever device reduces; then it is copied back.
+  void pushpull(int64_t key, const std::vector<Tensor>& values) override {
+    check_values("values", values);
+    if (values.size() < 2) return;
+    NoGrad no_grad;
+    const size_t r = reducer(key, values);
+    const Device dr = values[r].device();
+    Tensor acc = r == 0 ? values[0] : values[0].to(dr);
+    for (size_t i = 1; i < values.size(); ++i) add_(acc, i == r ? values[r] : values[i].to(dr));
+    for (auto& v : values)
+      if (!acc.same(v)) acc.copyto(v);
+  }
+
+  std::map<int64_t, Device> placement() const override { return placement_; }
+
+ protected:
+  size_t home(int64_t key, const std::vector<Tensor>& values) const override {
+    auto it = placement_.find(key);
+    for (size_t i = 0; it != placement_.end() && i < values.size(); ++i)
+      if (values[i].device() == it->second) return i;
+    return 0;
+  }
+
+ private:
+  // A key keeps its device while its replicas stay there. A new key goes to the device among its
+  // replicas with the fewest elements assigned so far (first in the list on a tie): MXNet's
+  // CommDevice balances keys by size the same way.
+  size_t reducer(int64_t key, const std::vector<Tensor>& values) {
+    auto it = placement_.find(key);
+    if (it != placement_.end()) {
+      for (size_t i = 0; i < values.size(); ++i)
+        if (values[i].device() == it->second) return i;
+      load_[it->second] -= values[0].numel();  // the parameter moved (reset_ctx): place it again
+    }
+    size_t best = 0;
+    for (size_t i = 1; i < values.size(); ++i)
+      if (load_[values[i].device()] < load_[values[best].device()]) best = i;
+    load_[values[best].device()] += values[0].numel();
+    placement_[key] = values[best].device();
+    return best;
+  }
+
+  std::map<int64_t, Device> placement_;
+  std::map<Device, int64_t> load_;  // elements reduced per device, over all keys
+};
+
+class LocalKVStore : public KVStore {
+ public:
+  LocalKVStore() : KVStore("local") {}
+
+  void pushpull(int64_t, const std::vector<Tensor>& values) override {
+    check_values("values", values);
+    if (values.size() < 2) return;
+    std::vector<float> sum = host_sum(values);
+    for (auto& v : values) copy_from_host(sum.data(), bytes_of(v), v);
+  }
+
+  bool updates_on_host(size_t replicas) const override { return replicas >= 2; }
+
+  // The weights are read from replica 0 every step (not cached), so values set on the parameter
+  // between steps (a loaded checkpoint) are what gets updated.
+  void update(int64_t key, const std::vector<Tensor>& weights, const std::vector<Tensor>& grads,
+              const std::vector<Tensor>& momentum, std::vector<float>& host_momentum, const SGDStep& s) override {
+    if (!updates_on_host(weights.size())) return KVStore::update(key, weights, grads, momentum, host_momentum, s);
+    check_values("gradients", grads);
+    check_values("weights", weights);
+    const int64_t n = weights[0].numel();
+    if (grads[0].shape() != weights[0].shape() || static_cast<int64_t>(host_momentum.size()) != n)
+      throw ShapeError("kvstore 'local': weights " + str(weights[0].shape()) + ", gradients " + str(grads[0].shape()) +
+                       " and momentum (" + std::to_string(host_momentum.size()) + ") do not match");
+    std::vector<float> g = host_sum(grads), w(static_cast<size_t>(n));
+    copy_to_host(weights[0], w.data(), bytes_of(weights[0]));
+    sgd_step(w.data(), host_momentum.data(), g.data(), n, s);
+    for (auto& t : weights) copy_from_host(w.data(), bytes_of(t), t);
+  }
+};
+
+class RingKVStore : public KVStore {
+ public:
+  RingKVStore() : KVStore("ring") {}
+  void pushpull(int64_t, const std::vector<Tensor>& values) override {
+    check_values("values", values);
+    NoGrad no_grad;
+    allreduce_ring(values);
+  }
+};
+
+}  // namespace
+
+void KVStore::update(int64_t key, const std::vector<Tensor>& weights, const std::vector<Tensor>& grads,
+                     const std::vector<Tensor>& momentum, std::vector<float>& host_momentum, const SGDStep& s) {
+  (void)host_momentum;
+  check_values("weights", weights);
+  if (grads.size() != weights.size() || momentum.size() != weights.size())
+    throw ShapeError("kvstore: " + std::to_string(weights.size()) + " weights but " + std::to_string(grads.size()) +
+                     " gradients and " + std::to_string(momentum.size()) + " momentum tensors");
+  NoGrad no_grad;
+  pushpull(key, grads);
+  update_replicas(weights, grads, momentum, s, home(key, grads));
+}
+
+std::unique_ptr<KVStore> create_kvstore(const std::string& name) {
+  if (name == "device") return std::make_unique<DeviceKVStore>();
+  if (name == "local") return std::make_unique<LocalKVStore>();
+  if (name == "ring") return std::make_unique<RingKVStore>();
+  if (name == "nccl")
+    throw ConfigError("kvstore 'nccl' needs GPUs and a build with NCCL, and this build has no NCCL; use 'device', "
+                      "'local' or 'ring'");
+  throw ConfigError("unknown kvstore '" + name + "': expected device, local, ring or nccl");
+}
+
+}  // namespace d2l::optim

@@ -1,0 +1,84 @@
+// Gluon's kvstores (book/000, 004; DESIGN.md "Communication"): how a Trainer sums each parameter's
+// gradients over its replicas and where the SGD update then runs. A key is a parameter's position
+// in the Trainer; its values are one tensor per replica, on distinct devices, of one shape.
+//   device  reduce on the devices: each key is summed on one of its devices, chosen so that the
+//           keys (weighted by size) spread over the devices (MXNet's CommDevice); the sum is
+//           copied back to every replica, which then updates itself.
+//   local   reduce in host memory: the gradients are copied into a host buffer and summed there;
+//           the update runs on a host copy of the weights, with the momentum kept in host memory;
+//           the new weights are copied back to every replica.
+//   ring    core/comm.hpp's allreduce_ring (reduce-scatter + all-gather), then each replica updates.
+//   nccl    needs GPUs and a build with NCCL (this build has none): a ConfigError.
+// device and local add the replicas in the same order (replica 0, then 1, ...), so they give the
+// same bits; ring adds chunk by chunk in ring order (equal within float reassociation). With one
+// replica nothing is summed and every kvstore updates the replica in place (MXNet uses no kvstore
+// for one device).
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.hpp"
+
+namespace d2l::optim {
+
+// One SGD step's constants, MXNet's sgd_mom_update with the gradient summed over replicas:
+//   mom = momentum * mom - lr * wd * w - (lr / batch_size) * g
+//   w   = w + mom
+struct SGDStep {
+  float momentum = 0.0f;
+  float decay = 0.0f;       // -lr * wd
+  float grad_scale = 0.0f;  // -lr / batch_size
+};
+
+// The step on one device: four kernels (scale_, add_) on w's device; w, mom, g of one shape there.
+void sgd_step(const Tensor& w, const Tensor& mom, const Tensor& g, const SGDStep& s);
+// The same float operations in the same order, on host arrays of n floats ('local').
+void sgd_step(float* w, float* mom, const float* g, int64_t n, const SGDStep& s);
+
+class KVStore {
+ public:
+  virtual ~KVStore() = default;
+  const std::string& type() const { return type_; }
+
+  // MXNet's kv.pushpull(key, values, out=values): every values[i] ends holding the sum over i, the
+  // same bits on every device. One value: nothing to do.
+  virtual void pushpull(int64_t key, const std::vector<Tensor>& values) = 0;
+
+  // Whether a key with this many replicas keeps its optimizer state in host memory ('local' with
+  // two or more) rather than one momentum tensor beside each replica.
+  virtual bool updates_on_host(size_t replicas) const {
+    (void)replicas;
+    return false;
+  }
+
+  // Trainer::step for one key: sums grads over the replicas and applies `s`; afterwards every
+  // weights[i] holds the same bits. The state is `momentum` (one per replica, on its device) or,
+  // when updates_on_host, `host_momentum` (numel floats). grads are left holding the sum (local:
+  // unchanged); the Trainer zeroes them.
+  virtual void update(int64_t key, const std::vector<Tensor>& weights, const std::vector<Tensor>& grads,
+                      const std::vector<Tensor>& momentum, std::vector<float>& host_momentum, const SGDStep& s);
+
+  // 'device': the device each key seen so far is reduced on (the others: empty).
+  virtual std::map<int64_t, Device> placement() const { return {}; }
+
+ protected:
+  explicit KVStore(std::string type) : type_(std::move(type)) {}
+  // The replica whose update is copied to the others when the replicas' devices are of different
+  // kinds (update() explains why); 'device' uses the key's reducing device.
+  virtual size_t home(int64_t key, const std::vector<Tensor>& values) const {
+    (void)key, (void)values;
+    return 0;
+  }
+
+ private:
+  std::string type_;
+};
+
+// "device", "local" or "ring". "nccl" (no NCCL in this build) and any other name: a ConfigError
+// naming the choices.
+std::unique_ptr<KVStore> create_kvstore(const std::string& name);
+
+}  // namespace d2l::optim

@@ -1,0 +1,103 @@
+"""Files exchanged with PyTorch, both ways. Run by tests/test_safetensors.cpp with Debian's python3
+(the one python3-torch installs into); by hand: /usr/bin/python3 tests/safetensors_torch.py DIR
+
+DIR/from_d2l.safetensors was written by d2l's save_parameters for the model below, every value
+v[i] = BASE[name] + i / 8 (exact in float32). This script
+  1. loads it into nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4)) with load_state_dict(strict=True)
+     (BatchNorm fills in the num_batches_tracked the file does not hold) and checks every value;
+  2. sets every value to -(BASE[name] + i / 8), num_batches_tracked to 7, and writes the model's
+     state_dict() to DIR/from_torch.safetensors for the C++ side to load;
+  3. with the safetensors package: writes the tensors of step 1 again to DIR/resaved.safetensors,
+     which must be byte for byte the file d2l wrote (the same writer rules).
+Exit status: 0 all passed, 77 PyTorch missing (the test is skipped), 1 a check failed.
+
+Debian bookworm packages python3-torch but not python3-safetensors: without the package, the small
+reader and writer of the format below (stdlib + torch) stand in, so the PyTorch side (names,
+layout, load_state_dict) is still checked; step 3 then does not run.
+"""
+import json
+import os
+import struct
+import sys
+
+try:
+    import torch
+    from torch import nn
+except ImportError:
+    print("safetensors_torch.py: PyTorch is not installed for " + sys.executable + "; skipped")
+    sys.exit(77)
+
+try:
+    from safetensors.torch import load_file, save_file
+    HAVE_SAFETENSORS = True
+except ImportError:
+    HAVE_SAFETENSORS = False
+    DTYPES = {"F32": torch.float32, "I32": torch.int32, "I64": torch.int64}
+
+    def load_file(path):
+        with open(path, "rb") as f:
+            b = f.read()
+        (n,) = struct.unpack("<Q", b[:8])
+        header = json.loads(b[8:8 + n].decode("utf-8"))
+        header.pop("__metadata__", None)
+        out = {}
+        for name, e in header.items():
+            begin, end = e["data_offsets"]
+            raw = bytearray(b[8 + n + begin:8 + n + end])
+            t = torch.frombuffer(raw, dtype=DTYPES[e["dtype"]]) if raw else torch.empty(0, dtype=DTYPES[e["dtype"]])
+            out[name] = t.reshape(e["shape"]).clone()
+        return out
+
+    def save_file(tensors, path):
+        names = {torch.float32: "F32", torch.int32: "I32", torch.int64: "I64"}
+        order = sorted(tensors.items(), key=lambda kv: (-kv[1].element_size(), kv[0]))
+        header, chunks, offset = {}, [], 0
+        for name, t in order:
+            data = bytes(t.contiguous().reshape(-1).view(torch.uint8).tolist())
+            header[name] = {"dtype": names[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + len(data)]}
+            chunks.append(data)
+            offset += len(data)
+        text = json.dumps(header, separators=(",", ":")).encode("utf-8")
+        text += b" " * ((8 - len(text) % 8) % 8)
+        with open(path, "wb") as f:
+            f.write(struct.pack("<Q", len(text)) + text + b"".join(chunks))
+
+BASE = {"0.weight": 0.0, "0.bias": 10.0, "1.weight": 20.0, "1.bias": 30.0, "1.running_mean": 40.0, "1.running_var": 50.0}
+
+
+def expected(name, shape, sign):
+    n = 1
+    for d in shape:
+        n *= d
+    return (sign * (BASE[name] + torch.arange(n, dtype=torch.float32) / 8)).reshape(shape)
+
+
+def main(folder):
+    model = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4))
+    ours = load_file(os.path.join(folder, "from_d2l.safetensors"))
+    if sorted(ours) != sorted(BASE):
+        print("from_d2l.safetensors holds", sorted(ours), "expected", sorted(BASE))
+        return 1
+    model.load_state_dict(dict(ours), strict=True)  # a copy: BatchNorm adds num_batches_tracked to it
+    state = model.state_dict()
+    for name in BASE:
+        want = expected(name, state[name].shape, 1)
+        if state[name].dtype != torch.float32 or not torch.equal(state[name], want):
+            print("value mismatch in", name, state[name], want)
+            return 1
+
+    with torch.no_grad():
+        for name in BASE:
+            state[name].copy_(expected(name, state[name].shape, -1))
+        state["1.num_batches_tracked"].fill_(7)
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, os.path.join(folder, "from_torch.safetensors"))
+
+    if HAVE_SAFETENSORS:
+        save_file(ours, os.path.join(folder, "resaved.safetensors"))
+    print("safetensors_torch.py: PyTorch", torch.__version__, "read and wrote the files",
+          "(safetensors package)" if HAVE_SAFETENSORS else "(stand-in reader/writer: no safetensors package)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

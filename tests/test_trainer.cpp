@@ -1,0 +1,358 @@
+// Trainer and kvstores: the SGD step against a hand computation in double, a small CNN (conv, relu,
+// pool, dense) trained on 1, 2 and 3 devices with uneven shards through every kvstore (equal to the
+// one-device run, replicas bitwise equal after every step), emulated GPUs, state_dict round trips,
+// the device kvstore spreading its reductions, and the configuration errors.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <map>
+
+#include "check.hpp"
+#include "core/copy.hpp"
+#include "core/nn/nn.hpp"
+#include "core/nn/split_and_load.hpp"
+#include "core/ops.hpp"
+#include "core/optim/kvstore.hpp"
+#include "core/optim/trainer.hpp"
+#include "core/rng.hpp"
+#include "core/runtime.hpp"
+
+using namespace d2l;
+using namespace d2l::nn;
+using namespace d2l::optim;
+
+namespace {
+
+const std::vector<std::string> kKVStores{"device", "local", "ring"};
+
+// conv(3x3, pad 1) + relu -> max pool 2 -> dense: (N, 1, S, S) -> (N, 3). No BatchNorm, so shards
+// of a batch compute exactly what the whole batch does.
+std::shared_ptr<Sequential> small_cnn(int64_t channels) {
+  auto net = std::make_shared<Sequential>();
+  net->add(std::make_shared<Conv2D>(channels, 3, 1, 1, true, 0, "relu"), std::make_shared<MaxPool2D>(2),
+           std::make_shared<Dense>(3));
+  return net;
+}
+
+struct Config {
+  int64_t batch = 11, size = 6, channels = 4;
+  int steps = 20;
+  SGDOptions opt{0.1f, 0.9f, 1e-4f};
+};
+
+// Device-0 values of every trainable parameter, by name.
+using Values = std::map<std::string, std::vector<float>>;
+
+Values values_of(const ParameterDict& params) {
+  Values out;
+  for (auto& [name, p] : params)
+    if (p->differentiable()) out[name] = p->data(p->list_ctx()[0]).to_vector();
+  return out;
+}
+
+// Every replica of every trainable parameter has the same bits as the first.
+bool replicas_equal(const ParameterDict& params) {
+  for (auto& [name, p] : params) {
+    auto reps = p->list_data();
+    for (size_t i = 1; i < reps.size(); ++i)
+      if (reps[i].to_vector() != reps[0].to_vector()) return false;
+  }
+  return true;
+}
+
+// Step s's batch: features from an LCG, labels from the features' signs (learnable).
+std::pair<std::vector<float>, std::vector<int32_t>> batch_data(const Config& c, int s) {
+  auto X = test::lcg_data(c.batch * c.size * c.size, 1000 + s);
+  std::vector<int32_t> y;
+  for (int64_t i = 0; i < c.batch; ++i) y.push_back((X[i * c.size * c.size] > 0) + (X[i * c.size * c.size + 1] > 0));
+  return {X, y};
+}
+
+// One training step, the book's way: shards, one loss per device, backward per loss, step.
+void train_step(Sequential& net, Trainer& trainer, const Config& c, int s, const std::vector<Device>& devices) {
+  auto [X, y] = batch_data(c, s);
+  auto Xs = split_and_load(X, {c.batch, 1, c.size, c.size}, devices, false);
+  auto ys = split_and_load(y, {c.batch}, devices, false);
+  std::vector<Tensor> losses;
+  for (size_t i = 0; i < Xs.size(); ++i) losses.push_back(softmax_cross_entropy(net(Xs[i]), ys[i], Reduction::sum));
+  for (auto& l : losses) l.backward();
+  trainer.step(c.batch);
+}
+
+// Trains a fresh net (same seed, so the same initial values everywhere); checks the replicas after
+// every step; returns the final parameters.
+Values train(const Config& c, const std::vector<Device>& devices, const std::string& kvstore) {
+  manual_seed(42);
+  auto net = small_cnn(c.channels);
+  net->initialize(Init::Xavier(), devices);
+  Trainer trainer(net->collect_params(), "sgd", c.opt, kvstore);  // before the shapes are known (deferred)
+  bool equal = true;
+  for (int s = 0; s < c.steps; ++s) {
+    train_step(*net, trainer, c, s, devices);
+    equal = equal && replicas_equal(net->collect_params());
+  }
+  CHECK_MESSAGE(equal, "replicas differ after a step, kvstore ", kvstore, " on ", str(devices));
+  CHECK(trainer.num_update() == c.steps);
+  return values_of(net->collect_params());
+}
+
+bool close_values(const Values& ref, const Values& got, double rtol, double atol) {
+  bool ok = ref.size() == got.size();
+  for (auto& [name, v] : ref) ok = test::close(v, got.at(name), atol, rtol, name.c_str()) && ok;
+  return ok;
+}
+
+}  // namespace
+
+TEST_CASE("one step matches a hand-computed SGD update with momentum and weight decay") {
+  const float lr = 0.5f, mom = 0.9f, wd = 0.01f;
+  const std::vector<float> w0{1.0f, -2.0f, 0.5f}, g0{0.3f, 0.1f, -0.2f}, g1{0.1f, -0.5f, 0.4f};
+  for (const std::vector<Device>& devices : {std::vector<Device>{cpu(0), cpu(1)}, std::vector<Device>{cpu(0), emu(0)}})
+    for (auto& kv : kKVStores) {
+      CAPTURE(kv);
+      CAPTURE(str(devices));
+      auto p = std::make_shared<Parameter>("w", Shape{3});
+      p->initialize(devices);
+      p->set_data(Tensor::from_vector(w0, {3}, cpu(0)));
+      ParameterDict dict;
+      dict.add("w", p);
+      Trainer trainer(dict, "sgd", {lr, mom, wd}, kv);
+      CHECK(trainer.kvstore_type() == kv);
+      // Reference in double: mom = m*mom - lr*wd*w - (lr/batch)*(g0+g1); w += mom.
+      std::vector<double> w(w0.begin(), w0.end()), m(3, 0.0);
+      auto ref_step = [&](double rate, const std::vector<float>& a, const std::vector<float>& b, int batch) {
+        for (int i = 0; i < 3; ++i) {
+          m[i] = mom * m[i] - rate * wd * w[i] - rate / batch * (double(a[i]) + b[i]);
+          w[i] += m[i];
+        }
+      };
+      Tensor::from_vector(g0, {3}, devices[0]).copyto(p->grad(devices[0]));
+      Tensor::from_vector(g1, {3}, devices[1]).copyto(p->grad(devices[1]));
+      trainer.step(4);
+      ref_step(lr, g0, g1, 4);
+      CHECK(test::close(w, p->data(devices[1]).to_vector(), 1e-6, 1e-6, "step 1"));
+      CHECK(p->grad(devices[0]).to_vector() == std::vector<float>(3, 0.0f));  // reset after the step
+      CHECK(p->grad(devices[1]).to_vector() == std::vector<float>(3, 0.0f));
+      // A new learning rate scales only the new terms (MXNet's formula), and a step with no gradient
+      // (the parameter unused) still applies momentum and weight decay.
+      trainer.set_learning_rate(0.25f);
+      trainer.step(4);
+      ref_step(0.25, {0, 0, 0}, {0, 0, 0}, 4);
+      CHECK(test::close(w, p->data(devices[0]).to_vector(), 1e-6, 1e-6, "step 2"));
+      CHECK(p->data(devices[0]).to_vector() == p->data(devices[1]).to_vector());
+      auto state = trainer.state_dict();
+      CHECK(test::close(m, state.at("momentum/w").values, 1e-6, 1e-6, "momentum"));
+      CHECK(state.at("num_update").values == std::vector<float>{2});
+      CHECK(state.at("learning_rate").values == std::vector<float>{0.25f});
+    }
+}
+
+TEST_CASE("momentum follows a parameter moved by reset_ctx, also between host and devices") {
+  const float lr = 0.5f, mom = 0.9f;
+  const std::vector<std::vector<Device>> moves{{cpu(0), cpu(1)}, {cpu(1), cpu(2)}, {cpu(2)}, {cpu(0), cpu(1)}};
+  for (auto& kv : kKVStores) {
+    CAPTURE(kv);
+    auto p = std::make_shared<Parameter>("w", Shape{2});
+    p->initialize(moves[0]);
+    p->set_data(Tensor::from_vector(std::vector<float>{1, -1}, {2}, cpu(0)));
+    ParameterDict dict;
+    dict.add("w", p);
+    Trainer trainer(dict, "sgd", {lr, mom, 0.0f}, kv);
+    std::vector<double> w{1, -1}, m{0, 0};
+    for (size_t s = 0; s < moves.size(); ++s) {
+      p->reset_ctx(moves[s]);
+      for (auto& d : moves[s]) Tensor::from_vector(std::vector<float>{1, 2}, {2}, d).copyto(p->grad(d));
+      trainer.step(1);
+      const double n = static_cast<double>(moves[s].size());
+      for (int i = 0; i < 2; ++i) m[i] = mom * m[i] - lr * n * (i + 1), w[i] += m[i];
+      CHECK(test::close(w, p->data(moves[s].back()).to_vector(), 1e-6, 1e-6));
+    }
+  }
+}
+
+TEST_CASE("momentum 0 is plain SGD with weight decay: w -= lr * (g / batch + wd * w)") {
+  auto p = std::make_shared<Parameter>("w", Shape{2});
+  p->initialize({cpu(0)});
+  p->set_data(Tensor::from_vector(std::vector<float>{2, -4}, {2}, cpu(0)));
+  ParameterDict dict;
+  dict.add("w", p);
+  Trainer trainer(dict, "sgd", {0.1f, 0.0f, 0.5f});
+  Tensor::from_vector(std::vector<float>{6, 6}, {2}, cpu(0)).copyto(p->grad(cpu(0)));
+  trainer.step(3);
+  CHECK(test::close(std::vector<double>{2 - 0.1 * (2 + 0.5 * 2), -4 - 0.1 * (2 - 0.5 * 4)},
+                    p->data(cpu(0)).to_vector(), 1e-6, 1e-6));
+}
+
+TEST_CASE("a CNN trained on 2 and 3 devices with uneven shards equals the 1-device run, for every kvstore") {
+  Config c;  // batch 11: shards 6/5 and 4/4/3
+  const Values ref = train(c, {cpu(0)}, "device");
+  for (auto& kv : kKVStores) {
+    CAPTURE(kv);
+    CHECK(train(c, {cpu(0)}, kv) == ref);  // one device: the kvstores do nothing, bit for bit
+  }
+  std::map<std::string, Values> by_kv;
+  for (const std::vector<Device>& devices : {std::vector<Device>{cpu(0), cpu(1)}, std::vector<Device>{cpu(0), cpu(1), cpu(2)}}) {
+    for (auto& kv : kKVStores) {
+      CAPTURE(kv);
+      CAPTURE(str(devices));
+      by_kv[kv] = train(c, devices, kv);
+      CHECK(close_values(ref, by_kv[kv], 1e-5, 1e-7));
+    }
+    // device and local add the replicas in the same order: the same bits; ring reassociates.
+    CHECK(by_kv["device"] == by_kv["local"]);
+    CHECK(close_values(by_kv["device"], by_kv["ring"], 1e-5, 1e-7));
+  }
+  // The run did learn something: parameters moved away from their initial values.
+  manual_seed(42);
+  auto fresh = small_cnn(c.channels);
+  fresh->initialize(Init::Xavier(), {cpu(0)});
+  fresh->forward(Tensor::zeros({1, 1, c.size, c.size}, cpu(0)));  // completes the deferred shapes
+  const Values start = values_of(fresh->collect_params());
+  double moved = 0;
+  for (auto& [name, v] : ref)
+    for (size_t j = 0; j < v.size(); ++j) moved = std::max(moved, double(std::fabs(v[j] - start.at(name)[j])));
+  CHECK(moved > 0.05);
+}
+
+TEST_CASE("on two emulated GPUs the replicas stay equal and follow the CPU run") {
+  Config c;
+  c.batch = 5, c.size = 4, c.channels = 2, c.steps = 3;
+  const Values ref = train(c, {cpu(0)}, "device");
+  for (const std::string kv : {"device", "ring"}) {
+    CAPTURE(kv);
+    CHECK(close_values(ref, train(c, {emu(0), emu(1)}, kv), 1e-4, 1e-6));
+  }
+}
+
+TEST_CASE("a trainer restored from state_dict continues bit for bit like the original") {
+  Config c;
+  c.steps = 3;
+  const std::vector<Device> devices{cpu(0), cpu(1)};
+  for (auto& kv : kKVStores) {
+    CAPTURE(kv);
+    manual_seed(3);
+    auto a = small_cnn(c.channels);
+    a->initialize(Init::Xavier(), devices);
+    Trainer ta(a->collect_params(), "sgd", c.opt, kv);
+    for (int s = 0; s < c.steps; ++s) train_step(*a, ta, c, s, devices);
+    ta.set_learning_rate(0.05f);
+    auto state = ta.state_dict();
+    CHECK(state.size() == 4 + 2);
+    CHECK(state.at("momentum/0.weight").shape == Shape{4, 1, 3, 3});
+    CHECK(state.at("momentum/2.bias").shape == Shape{3});
+
+    manual_seed(99);  // other initial values, replaced below
+    auto b = small_cnn(c.channels);
+    b->initialize(Init::Xavier(), devices);
+    b->forward(Tensor::zeros({1, 1, c.size, c.size}, cpu(0)));  // complete the deferred shapes
+    auto pa = a->collect_params(), pb = b->collect_params();
+    for (auto& [name, p] : pa) pb[name].set_data(p->data(cpu(0)));
+    Trainer tb(pb, "sgd", {0.3f, c.opt.momentum, c.opt.wd}, kv);
+    tb.load_state_dict(state);
+    CHECK(tb.learning_rate() == 0.05f);
+    CHECK(tb.num_update() == 3);
+    for (int s = c.steps; s < c.steps + 3; ++s) {
+      train_step(*a, ta, c, s, devices);
+      train_step(*b, tb, c, s, devices);
+    }
+    CHECK(values_of(pa) == values_of(pb));
+    auto sa = ta.state_dict(), sb = tb.state_dict();
+    for (auto& [key, t] : sa) CHECK(t.values == sb.at(key).values);
+
+    // What is wrong is named.
+    auto missing = state;
+    missing.erase("momentum/0.bias");
+    CHECK_THROWS_WITH_AS(tb.load_state_dict(missing), doctest::Contains("no 'momentum/0.bias'"), ParameterError);
+    auto bad_shape = state;
+    bad_shape["momentum/2.bias"] = HostTensor{{4}, {0, 0, 0, 0}};
+    CHECK_THROWS_WITH_AS(tb.load_state_dict(bad_shape), doctest::Contains("'momentum/2.bias' has shape (4,), parameter '2.bias' has shape (3,)"), ShapeError);
+    auto extra = state;
+    extra["momentum/9.weight"] = HostTensor{{1}, {0}};
+    CHECK_THROWS_WITH_AS(tb.load_state_dict(extra), doctest::Contains("unexpected 'momentum/9.weight'"), ParameterError);
+    CHECK(values_of(pa) == values_of(pb));  // a rejected state changes nothing
+  }
+}
+
+TEST_CASE("kvstores sum in place, bitwise equal on every device; device and local agree bit for bit") {
+  const std::vector<Device> devices{cpu(0), cpu(1), cpu(2)};
+  const int64_t n = 1001;
+  std::vector<std::vector<float>> parts;
+  std::vector<double> ref(n, 0.0);
+  for (int i = 0; i < 3; ++i) {
+    parts.push_back(test::lcg_data(n, 10 + i));
+    for (int64_t j = 0; j < n; ++j) ref[j] += parts[i][j];
+  }
+  std::map<std::string, std::vector<float>> sums;
+  for (auto& kv : kKVStores) {
+    CAPTURE(kv);
+    auto store = create_kvstore(kv);
+    std::vector<Tensor> values;
+    for (int i = 0; i < 3; ++i) values.push_back(Tensor::from_vector(parts[i], {n}, devices[i]));
+    store->pushpull(0, values);
+    sums[kv] = values[0].to_vector();
+    for (auto& v : values) CHECK(v.to_vector() == sums[kv]);
+    CHECK(test::close(ref, sums[kv], 1e-6, 1e-6, kv.c_str()));
+  }
+  CHECK(sums["device"] == sums["local"]);
+  // Closed form (STYLE.md 7): device i holds i + 1; every device must hold exactly 6.
+  for (auto& kv : kKVStores) {
+    std::vector<Tensor> values;
+    for (int i = 0; i < 3; ++i) values.push_back(Tensor::full({7}, float(i + 1), devices[i]));
+    create_kvstore(kv)->pushpull(5, values);
+    for (auto& v : values) CHECK(v.to_vector() == std::vector<float>(7, 6.0f));
+  }
+}
+
+TEST_CASE("the device kvstore spreads its keys over the devices") {
+  const std::vector<Device> devices{cpu(0), cpu(1)};
+  auto store = create_kvstore("device");
+  reset_copy_counters();
+  for (int64_t key = 0; key < 4; ++key) {
+    std::vector<Tensor> values{Tensor::full({256}, 1.0f, cpu(0)), Tensor::full({256}, 2.0f, cpu(1))};
+    store->pushpull(key, values);
+    CHECK(values[1].to_vector() == std::vector<float>(256, 3.0f));
+  }
+  auto where = store->placement();
+  REQUIRE(where.size() == 4);
+  int on0 = 0, on1 = 0;
+  for (auto& [key, d] : where) (d == cpu(0) ? on0 : on1)++;
+  CHECK(on0 == 2);
+  CHECK(on1 == 2);
+  // Both devices received gradients to reduce and sums to copy back: 4 keys, 1 KiB each way per key.
+  CHECK(copy_counters(cpu(0)).bytes_in == 4 * 1024);
+  CHECK(copy_counters(cpu(1)).bytes_in == 4 * 1024);
+  // A large key goes to the less loaded device: cpu(0) and cpu(1) hold 512 elements each, so the
+  // next (4096) goes to cpu(0) and the one after to cpu(1).
+  std::vector<Tensor> big{Tensor::zeros({4096}, cpu(0)), Tensor::zeros({4096}, cpu(1))};
+  store->pushpull(4, big);
+  std::vector<Tensor> small{Tensor::zeros({8}, cpu(0)), Tensor::zeros({8}, cpu(1))};
+  store->pushpull(5, small);
+  CHECK(store->placement().at(4) == cpu(0));
+  CHECK(store->placement().at(5) == cpu(1));
+  CHECK(create_kvstore("local")->placement().empty());
+}
+
+TEST_CASE("bad optimizer, kvstore and option values are configuration errors") {
+  auto p = std::make_shared<Parameter>("w", Shape{2});
+  p->initialize({cpu(0)});
+  ParameterDict dict;
+  dict.add("w", p);
+  CHECK_THROWS_WITH_AS(Trainer(dict, "adam", {}), "Trainer: unknown optimizer 'adam': expected sgd", ConfigError);
+  CHECK_THROWS_WITH_AS(Trainer(dict, "sgd", {}, "nccl"), doctest::Contains("kvstore 'nccl' needs GPUs and a build with NCCL"),
+                       ConfigError);
+  CHECK_THROWS_WITH_AS(Trainer(dict, "sgd", {}, "dist_sync"),
+                       "unknown kvstore 'dist_sync': expected device, local, ring or nccl", ConfigError);
+  CHECK_THROWS_AS(Trainer(dict, "sgd", {-0.1f, 0, 0}), ConfigError);
+  CHECK_THROWS_AS(Trainer(dict, "sgd", {0.1f, 1.5f, 0}), ConfigError);
+  CHECK_THROWS_AS(Trainer(dict, "sgd", {0.1f, 0, NAN}), ConfigError);
+  Trainer t(dict, "sgd", {0.1f, 0.9f, 0});
+  CHECK_THROWS_AS(t.step(0), ConfigError);
+  CHECK_THROWS_AS(t.set_learning_rate(INFINITY), ConfigError);
+  CHECK(t.learning_rate() == 0.1f);
+  // An uninitialised parameter: the book's error, and nothing updated.
+  auto q = std::make_shared<Parameter>("q", Shape{2});
+  dict.add("q", q);
+  Trainer t2(dict, "sgd", {});
+  CHECK_THROWS_AS(t2.step(1), ParameterError);
+  CHECK(t2.num_update() == 0);
+}
