@@ -1,0 +1,70 @@
+// Pipeline parallelism over K stages on K devices (book/003 "Step 4: use pipeline technology";
+// DESIGN.md "Layers, checkpoints, pipelines"). A pipeline is streams and events, not threads of its
+// own: stage s's work for micro-batch i is enqueued on device s's compute stream, its activation is
+// copied on the next device's copy stream after an event, and the host thread only enqueues, in the
+// order of the schedule (schedule.hpp), so device s works on micro-batch i+1 while device s+1 works
+// on micro-batch i. Nothing here reads a value, so nothing here waits.
+//
+//   std::vector<pipeline::Stage> stages{{seq1, cpu(0)}, {seq2, cpu(1)}};    // seq1->to(cpu(0)), ...
+//   Tensor y = pipeline::forward(stages, X, 20);                            // 120 rows, 6 micro-batches
+//   Tensor l = pipeline::forward_backward(stages, X, Y, 20, Schedule::one_f_one_b,
+//       [](const Tensor& out, const Tensor& t) { return mse_loss(out, t, Reduction::sum); });
+//
+// Trace labels (core/trace.hpp; tag = micro-batch): "stage s fwd mb i", "stage s bwd mb i" on device
+// s's streams, "stage s recv mb i" / "stage s recv grad mb i" on the copy stream of the device that
+// receives an activation / a gradient.
+//
+// forward_backward cuts autograd's graph at the stage boundaries: stage s+1's input is a fresh leaf
+// holding the copied activation; stage s+1's backward leaves that leaf's gradient, which is copied to
+// device s and handed to stage s's output (backward_from). So each stage's backward of each
+// micro-batch is its own piece of work the schedule can place (and carries its own trace label).
+//
+// Memory: the host drops a micro-batch's activations when it enqueues their backward, and the memory
+// returns once the queued kernels using it have run. Tensors are allocated when their op is
+// enqueued, and the host, which never waits, enqueues the whole step ahead of the devices; so the
+// peak is the same for both schedules here (1f1b's bound of K-s micro-batches per stage would need
+// an allocator that reuses memory in stream order, as CUDA's caching allocators do).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <utility>
+#include <vector>
+
+#include "core/nn/block.hpp"
+#include "core/pipeline/balance.hpp"
+#include "core/pipeline/schedule.hpp"
+
+namespace d2l::pipeline {
+
+struct Stage {
+  nn::BlockPtr block;  // its parameters live on `device` (Block::to)
+  Device device;
+};
+
+// Per-micro-batch loss: the last stage's output and the target rows of that micro-batch -> a
+// one-element tensor.
+using LossFn = std::function<Tensor(const Tensor& output, const Tensor& target)>;
+
+// Micro-batch row ranges [begin, end) of an n-row batch for split_size (the last one may be smaller):
+// (120, 50) -> [0, 50), [50, 100), [100, 120). ConfigError for n < 1 and for split_size outside
+// 1..n ("--split-size 0: expected 1..120 (the batch has 120 rows)").
+std::vector<std::pair<int64_t, int64_t>> micro_batches(int64_t n, int64_t split_size);
+
+// Forward only (the tutorial's PipelineParallelResNet50.forward): x (N, ...) on stage 0's device (or
+// any device: moved there) is cut into micro-batches; stage s runs on its device; activations are
+// copied to the next stage's device; the outputs are concatenated on the last stage's device:
+// (N, ...) there. Differentiable like any op (a loss of the result can backward through it).
+Tensor forward(const std::vector<Stage>& stages, const Tensor& x, int64_t split_size);
+
+// A training step's forward and backward, pipelined in the schedule's order (no parameter update):
+// gradients accumulate into every stage's parameters (and into x's gradient when x needs one);
+// returns the sum of the micro-batch losses (a (1) tensor on the loss's device, without history).
+// target (N, ...) anywhere; its rows [begin, end) go to the loss with micro-batch [begin, end).
+Tensor forward_backward(const std::vector<Stage>& stages, const Tensor& x, const Tensor& target, int64_t split_size,
+                        Schedule schedule, const LossFn& loss);
+
+// Autograd from a non-scalar output whose gradient d(loss)/d(output) is known (grad: output's shape
+// and device): accumulates into every leaf the output depends on, as loss.backward() would.
+void backward_from(const Tensor& output, const Tensor& grad);
+
+}  // namespace d2l::pipeline
