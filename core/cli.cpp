@@ -1,7 +1,15 @@
 #include "core/cli.hpp"
 
 #include <CLI/CLI.hpp>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cmath>
+#include <csignal>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <sstream>
 
@@ -25,9 +33,14 @@ std::vector<Device> choose_devices(const DeviceFlags& f, bool print_note) {
   detail::set_gemm(f.gemm);
   std::vector<Device> devices;
   if (!f.devices.empty()) {
-    devices = parse_devices(f.devices);
-    for (auto& d : devices) runtime(d);  // unknown or unbuilt backends fail here with one line
+    try {
+      devices = parse_devices(f.devices);
+      for (auto& d : devices) runtime(d);  // unknown or unbuilt backends fail here with one line
+    } catch (const std::exception& e) {
+      throw ConfigError("bad --devices " + f.devices + ": " + e.what());
+    }
   } else {
+    if (f.num_gpus > 0 && num_gpus() == 0) require_at_most("--num-gpus", f.num_gpus, max_cpu_devices(), "CPU devices (threads)");
     DeviceChoice c = resolve_num_gpus(f.num_gpus, num_gpus());
     if (print_note && !c.note.empty()) std::cout << c.note << "\n";
     devices = c.devices;
@@ -36,12 +49,108 @@ std::vector<Device> choose_devices(const DeviceFlags& f, bool print_note) {
   return devices;
 }
 
+static std::string bad(const char* flag, double value, const std::string& why) {
+  std::ostringstream os;
+  os << "bad " << flag << " " << value << ": " << why;
+  return os.str();
+}
+
 void require_positive(const char* flag, double value) {
-  if (!(value > 0)) {
+  if (!(value > 0) || !std::isfinite(value)) throw ConfigError(bad(flag, value, "expected a finite number > 0"));
+}
+
+void require_finite(const char* flag, double value) {
+  if (!std::isfinite(value)) throw ConfigError(bad(flag, value, "expected a finite number"));
+}
+
+void require_at_most(const char* flag, double value, double limit, const std::string& what) {
+  if (!(value <= limit)) {
     std::ostringstream os;
-    os << "bad " << flag << " " << value << ": expected a number > 0";
-    throw ConfigError(os.str());
+    os << "this machine provides at most " << limit << " " << what;
+    throw ConfigError(bad(flag, value, os.str()));
   }
+}
+
+double physical_memory_bytes() {
+  long pages = ::sysconf(_SC_PHYS_PAGES), size = ::sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && size > 0 ? static_cast<double>(pages) * static_cast<double>(size) : 0;
+}
+
+void require_memory(const char* flag, double value, double bytes) {
+  double have = physical_memory_bytes();
+  if (have > 0 && !(bytes <= have)) {
+    std::ostringstream os;
+    os.precision(3);
+    os << "needs " << bytes / 1e9 << " GB of memory; this machine has " << have / 1e9 << " GB";
+    throw ConfigError(bad(flag, value, os.str()));
+  }
+}
+
+int max_cpu_devices() {
+  double threads = 1e9;
+  struct rlimit rl {};
+  if (::getrlimit(RLIMIT_NPROC, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) threads = static_cast<double>(rl.rlim_cur);
+  std::ifstream max_file("/proc/sys/kernel/threads-max");
+  double sys = 0;
+  if (max_file >> sys && sys > 0) threads = std::min(threads, sys);
+  return static_cast<int>(std::max(1.0, std::min(256.0, threads / 4)));
+}
+
+void check_output_path(const char* flag, const std::string& path) {
+  if (path.empty()) return;
+  auto fail = [&](const std::string& why) { return ConfigError(std::string("bad ") + flag + " " + path + ": " + why); };
+  size_t slash = path.rfind('/');
+  std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) throw fail("directory '" + dir + "' does not exist");
+  if (::access(dir.c_str(), W_OK) != 0) throw fail("directory '" + dir + "' is not writable");
+  if (::stat(path.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) throw fail("it is a directory");
+    if (::access(path.c_str(), W_OK) != 0) throw fail("the file is not writable");
+  }
+}
+
+// ---- Interruption: the handler only stores the signal (async-signal-safe).
+static std::atomic<int> g_signal{0};
+
+static void on_signal(int sig) {
+  if (g_signal.exchange(sig) != 0) ::_exit(128 + sig);  // a second signal: stop now
+}
+
+void install_interrupt_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  ::sigaction(SIGINT, &sa, nullptr);
+  ::sigaction(SIGTERM, &sa, nullptr);
+}
+
+bool interrupted() { return g_signal.load(std::memory_order_relaxed) != 0; }
+int interrupt_signal() { return g_signal.load(std::memory_order_relaxed); }
+
+Interrupted::Interrupted(int sig)
+    : std::runtime_error(std::string("interrupted by ") + (sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : "a signal")),
+      signal(sig) {}
+
+void check_interrupt() {
+  if (int sig = interrupt_signal()) throw Interrupted(sig);
+}
+
+int exit_interrupted(const Interrupted& e) {
+  try {
+    waitall();  // the work already queued finishes before the buffers it uses go away
+  } catch (const std::exception&) {
+  }
+  std::cerr << e.what() << "; stopped\n";
+  return 128 + e.signal;
+}
+
+void check_loss(double loss, int epoch, int64_t step) {
+  if (std::isfinite(loss)) return;
+  std::ostringstream os;
+  os << "training diverged: loss " << loss << " at epoch " << epoch << ", step " << step << " (try a smaller --lr)";
+  throw DivergedError(os.str());
 }
 
 static std::string one_line(std::string s) {
@@ -63,6 +172,8 @@ int guarded_main(CLI::App& app, int argc, char** argv, const std::function<int()
   }
   try {
     return body();
+  } catch (const Interrupted& e) {
+    return exit_interrupted(e);
   } catch (const ConfigError& e) {
     std::cerr << "error: " << one_line(e.what()) << "\n";
     return 2;

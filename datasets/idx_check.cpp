@@ -19,6 +19,8 @@ int main(int argc, char** argv) {
       auto t0 = std::chrono::steady_clock::now();
       d2l::Dataset d = d2l::load_split(where.path, train);
       double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (d.n == 0)  // valid IDX files, but nothing to train on or evaluate
+        throw d2l::DataError(where.path + ": the " + (train ? "training" : "test") + " split holds no examples");
       int64_t counts[10] = {};
       for (int32_t y : d.labels) ++counts[y];
       std::printf("%s: %lld images of %lldx%lld, loaded in %.3f s; per class:", train ? "train" : "test",

@@ -17,10 +17,15 @@ int main(int argc, char** argv) {
   app.add_option("--batch-size", cfg.batch_size, "minibatch size, split over the devices")->capture_default_str();
   app.add_option("--lr", cfg.lr, "learning rate")->capture_default_str();
   app.add_option("--num-epochs", cfg.num_epochs, "epochs")->capture_default_str();
-  app.add_option("--seed", cfg.seed, "random seed (data and initial parameters)")->capture_default_str();
+  app.add_option("--seed", cfg.seed, "random seed (data and initial parameters)")
+      ->check([](const std::string& v) { return v.find('-') == std::string::npos ? "" : "expected a number >= 0"; })
+      ->capture_default_str();
   app.add_flag("--quick", quick, "a small, fast run (tests)");
+  d2l::install_interrupt_handlers();  // Ctrl-C / SIGTERM: stop after the current minibatch, exit 130 / 143
   return d2l::guarded_main(app, argc, argv, [&] {
     d2l::require_positive("--batch-size", static_cast<double>(cfg.batch_size));
+    // An example's features, hidden units and their gradients: well under 4 kB.
+    d2l::require_memory("--batch-size", static_cast<double>(cfg.batch_size), 4e3 * static_cast<double>(cfg.batch_size));
     d2l::require_positive("--lr", cfg.lr);
     d2l::require_positive("--num-epochs", cfg.num_epochs);
     cfg.devices = d2l::choose_devices(dev);

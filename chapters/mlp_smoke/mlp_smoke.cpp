@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "core/autograd.hpp"
+#include "core/cli.hpp"
 #include "core/comm.hpp"
 #include "core/ops.hpp"
 #include "core/parameter.hpp"
@@ -50,6 +51,8 @@ Result run(const Config& cfg) {
   spec.n = cfg.n_test;
   spec.sample_seed = 2;
   DataIter test_iter(make_classification(spec), cfg.batch_size, false);
+  if (train_iter.size() == 0 || test_iter.size() == 0)
+    throw ConfigError(std::string("smoke: the ") + (train_iter.size() == 0 ? "training" : "test") + " set has no examples");
   const int64_t features = train_iter.data().feature_shape[0];
 
   Mlp net(features, cfg.hidden, 10);
@@ -61,7 +64,9 @@ Result run(const Config& cfg) {
   auto start = std::chrono::steady_clock::now();
   for (int epoch = 0; epoch < cfg.num_epochs; ++epoch) {
     double loss_sum = 0;
+    int64_t step = 0;
     for (const Batch& b : train_iter.epoch(epoch)) {
+      check_interrupt();  // Ctrl-C: stop between minibatches
       auto sizes = shard_sizes(b.n, devs.size());
       std::vector<Tensor> losses;
       int64_t at = 0;
@@ -83,7 +88,10 @@ Result run(const Config& cfg) {
           w.zero_grad();
         }
       }
-      for (auto& l : losses) loss_sum += l.item();
+      double step_loss = 0;
+      for (auto& l : losses) step_loss += l.item();
+      check_loss(step_loss, epoch + 1, ++step);  // NaN or infinite: stop, naming the epoch and step
+      loss_sum += step_loss;
     }
     r.epoch_loss.push_back(loss_sum / static_cast<double>(train_iter.size()));
     if (cfg.verbose) std::printf("epoch %d, loss %.4f\n", epoch + 1, r.epoch_loss.back());

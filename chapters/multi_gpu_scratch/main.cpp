@@ -37,7 +37,9 @@ int main(int argc, char** argv) {
   auto* batch = app.add_option("--batch-size", cfg.batch_size, "minibatch size (split over the devices)")->capture_default_str();
   auto* lr = app.add_option("--lr", cfg.lr, "learning rate")->capture_default_str();
   auto* epochs = app.add_option("--num-epochs", cfg.num_epochs, "epochs")->capture_default_str();
-  app.add_option("--seed", cfg.seed, "seed for the initial parameters and the shuffling")->capture_default_str();
+  app.add_option("--seed", cfg.seed, "seed for the initial parameters and the shuffling")
+      ->check([](const std::string& v) { return v.find('-') == std::string::npos ? "" : "expected a number >= 0"; })
+      ->capture_default_str();
   app.add_option("--data-dir", cfg.data_dir, "Fashion-MNIST (or any IDX) directory; default $D2L_DATA_DIR, then Debian's dataset-fashion-mnist");
   app.add_flag("--scale-batch", cfg.scale_batch, "exercise 1: use batch k*b on k devices");
   app.add_flag("--scale-lr", cfg.scale_lr, "exercise 2: multiply the learning rate by the device count");
@@ -49,17 +51,13 @@ int main(int argc, char** argv) {
   app.add_flag("--quick", quick, "a generated data set, batch 32, lr 0.3, 4 epochs: seconds on a CPU (tests)");
   auto* demo = app.add_subcommand("demo", "the section's demonstrations: get_params, allreduce, split_and_load");
   demo->fallthrough();
+  d2l::install_interrupt_handlers();  // Ctrl-C / SIGTERM: stop after the current minibatch, exit 130 / 143
   return d2l::guarded_main(app, argc, argv, [&] {
-    if (!trace_file.empty()) {  // a bad path fails now, not after training
+    // Every flag is checked before any work starts (bad input: exit 2, one line naming the flag).
+    if (!trace_file.empty()) {
       d2l::require_positive("--trace-tasks", static_cast<double>(trace_tasks));
-      d2l::trace::check_writable(trace_file);
-    }
-    cfg.devices = d2l::choose_devices(dev);
-    if (!trace_file.empty()) d2l::trace::start(static_cast<size_t>(trace_tasks));
-    if (*demo) {
-      d2l::scratch::demo(cfg.devices);
-      if (!trace_file.empty()) write_trace(trace_file);
-      return 0;
+      d2l::require_memory("--trace-tasks", static_cast<double>(trace_tasks), 256.0 * static_cast<double>(trace_tasks));
+      d2l::check_output_path("--trace", trace_file);
     }
     if (quick) {  // flags given explicitly keep their values
       d2l::scratch::Config given = cfg;
@@ -68,11 +66,27 @@ int main(int argc, char** argv) {
       if (*lr) cfg.lr = given.lr;
       if (*epochs) cfg.num_epochs = given.num_epochs;
     }
-    d2l::require_positive("--batch-size", static_cast<double>(cfg.batch_size));
-    d2l::require_positive("--lr", cfg.lr);
-    d2l::require_positive("--num-epochs", cfg.num_epochs);
-    if (cfg.allreduce != "naive" && cfg.allreduce != "ring")
-      throw d2l::ConfigError("bad --allreduce '" + cfg.allreduce + "': expected naive or ring");
+    if (!*demo) {
+      d2l::require_positive("--batch-size", static_cast<double>(cfg.batch_size));
+      // A 28x28 example needs about 200 kB over forward and backward (conv1's 20x26x26 output and
+      // its gradient dominate); k devices with --scale-batch hold k times that in all.
+      d2l::require_memory("--batch-size", static_cast<double>(cfg.batch_size), 2e5 * static_cast<double>(cfg.batch_size));
+      d2l::require_positive("--lr", cfg.lr);
+      d2l::require_positive("--num-epochs", cfg.num_epochs);
+      if (cfg.allreduce != "naive" && cfg.allreduce != "ring")
+        throw d2l::ConfigError("bad --allreduce '" + cfg.allreduce + "': expected naive or ring");
+      d2l::check_output_path("--plot", cfg.plot);
+    }
+    cfg.devices = d2l::choose_devices(dev);
+    if (cfg.scale_batch)
+      d2l::require_memory("--batch-size", static_cast<double>(cfg.batch_size),
+                          2e5 * static_cast<double>(cfg.batch_size) * static_cast<double>(cfg.devices.size()));
+    if (!trace_file.empty()) d2l::trace::start(static_cast<size_t>(trace_tasks));
+    if (*demo) {
+      d2l::scratch::demo(cfg.devices);
+      if (!trace_file.empty()) write_trace(trace_file);
+      return 0;
+    }
     d2l::scratch::train(cfg);
     if (!trace_file.empty()) write_trace(trace_file);
     return 0;

@@ -2,10 +2,12 @@
 #include "chapters/multi_gpu_scratch/multi_gpu_scratch.hpp"
 
 #include "core/autograd.hpp"
+#include "core/cli.hpp"
 #include "core/comm.hpp"
 #include "core/ops.hpp"
 #include "core/ops_nn.hpp"
 #include "core/rng.hpp"
+#include "core/trace.hpp"
 
 namespace d2l::scratch {
 
@@ -112,6 +114,7 @@ std::vector<Tensor> train_batch(const Batch& batch, std::vector<std::vector<Tens
   for (auto& l : ls) l.backward();  // back propagation on each device, in parallel
   // Sum all gradients from each device and broadcast them to all devices.
   if (allreduce_algorithm != "none") {
+    trace::Label region("allreduce");  // names this work in a --trace timeline
     for (size_t i = 0; i < device_params[0].size(); ++i) {
       std::vector<Tensor> grads;
       for (size_t c = 0; c < devices.size(); ++c) grads.push_back(device_params[c][i].grad());
@@ -130,9 +133,11 @@ double evaluate_accuracy(const DataIter& test_iter, const std::vector<std::vecto
                          const std::vector<Device>& devices, bool all_devices) {
   NoGrad no_grad;
   TrainMode eval(false);
+  trace::Label region("evaluate");  // names this work in a --trace timeline
   std::vector<Device> used = all_devices ? devices : std::vector<Device>{devices[0]};
   std::vector<Tensor> counts;
   for (const Batch& b : test_iter.epoch(0)) {
+    check_interrupt();
     auto [Xs, ys] = split_batch(b, used);
     for (size_t i = 0; i < used.size(); ++i)
       if (Xs[i].dim(0) > 0) counts.push_back(count_correct(lenet(Xs[i], device_params[i]), ys[i]));

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "chapters/multi_gpu_scratch/multi_gpu_scratch.hpp"
+#include "core/cli.hpp"
 #include "core/plot.hpp"
 #include "core/rng.hpp"
 #include "core/runtime.hpp"
@@ -52,6 +53,9 @@ Result train(const Config& cfg) {
     train_iter.emplace(iters.train_iter);
     test_iter.emplace(iters.test_iter);
   }
+  if (train_iter->size() == 0 || test_iter->size() == 0)
+    throw DataError(std::string("the ") + (train_iter->size() == 0 ? "training" : "test") +
+                    " set has no examples; nothing to " + (train_iter->size() == 0 ? "train on" : "evaluate"));
 
   // Copy model parameters to every device.
   manual_seed(cfg.seed);
@@ -65,13 +69,14 @@ Result train(const Config& cfg) {
   int64_t steps = 0;
   for (int epoch = 0; epoch < cfg.num_epochs; ++epoch) {
     auto start = std::chrono::steady_clock::now();
-    std::vector<Tensor> losses;
+    std::vector<std::vector<Tensor>> losses;  // per step: the summed loss of every device with examples
     std::vector<Event> in_flight(devices.size());
     int64_t i = 0, total = train_iter->num_batches();
     for (const Batch& b : train_iter->epoch(epoch)) {
       if (cfg.max_steps >= 0 && steps >= cfg.max_steps) break;
+      check_interrupt();  // Ctrl-C: stop between minibatches (main() exits 130 after the devices finish)
       // Multi-device training on one minibatch.
-      for (auto& l : train_batch(b, device_params, devices, r.lr, cfg.allreduce)) losses.push_back(l);
+      losses.push_back(train_batch(b, device_params, devices, r.lr, cfg.allreduce));
       // At most two minibatches in flight: the host enqueues the next while the devices compute.
       for (auto& e : in_flight) e.synchronize();
       for (size_t d = 0; d < devices.size(); ++d) runtime(devices[d]).compute.record(in_flight[d]);
@@ -80,8 +85,15 @@ Result train(const Config& cfg) {
     }
     waitall();
     train_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    // A NaN or infinite loss stops training, naming its step. Checked once the epoch's work is done:
+    // reading each step's loss at once would make the host wait for the devices every step.
     double loss_sum = 0;
-    for (auto& l : losses) loss_sum += l.item();
+    for (size_t s = 0; s < losses.size(); ++s) {
+      double step_loss = 0;
+      for (auto& l : losses[s]) step_loss += l.item();
+      check_loss(step_loss, epoch + 1, steps - static_cast<int64_t>(losses.size() - s) + 1);
+      loss_sum += step_loss;
+    }
     r.train_loss.push_back(loss_sum / static_cast<double>(train_iter->size()));
     // Evaluate the model on device 0 (or on all devices: exercise 4).
     r.test_acc.push_back(evaluate_accuracy(*test_iter, device_params, devices, cfg.eval_all_devices));
@@ -101,10 +113,14 @@ Result train(const Config& cfg) {
   if (cfg.verbose) std::printf("test acc: %.2f, %.1f sec/epoch on %s\n", r.test_acc.back(), r.sec_per_epoch, str(devices).c_str());
 
   if (!cfg.plot.empty()) {  // the book's Animator('epoch', 'test acc', xlim=[1, num_epochs])
-    Series s{"test acc", {}, r.test_acc};
+    Series s;
+    s.name = "test acc";
+    s.y = r.test_acc;
     for (size_t e = 0; e < r.test_acc.size(); ++e) s.x.push_back(static_cast<double>(e + 1));
     PlotSpec spec{"LeNet on " + str(devices) + ", batch " + std::to_string(r.batch_size), "epoch", "test acc", {s}};
     std::string err = plot_png(spec, cfg.plot);
+    // No gnuplot is a note (the plot is optional); a plot that could not be written is an error.
+    if (!err.empty() && err.rfind("gnuplot not found", 0) != 0) throw std::runtime_error("--plot: " + err);
     if (cfg.verbose) std::printf("%s\n", err.empty() ? ("plot: " + cfg.plot).c_str() : ("note: " + err).c_str());
   }
   return r;

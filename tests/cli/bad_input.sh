@@ -1,0 +1,50 @@
+#!/bin/sh
+# bad_input.sh PROGRAM TABLE: runs PROGRAM once per line of TABLE, "CODE|WORD|ARGS" (ARGS split as
+# by the shell), and checks each bad input: the exit code is CODE, stderr is one line that contains
+# WORD (the flag or input it names), and no file in the working directory was created or changed
+# (keep.png stands for an earlier output that must survive). $DATA in ARGS is a directory of
+# prepared data sets: $DATA/empty holds IDX files with no examples, $DATA/file is a plain file.
+prog=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
+table=$(cd "$(dirname "$2")" && pwd)/$(basename "$2")
+work=$(mktemp -d) || exit 99
+trap 'chmod -R u+w "$work"; rm -rf "$work"' EXIT
+mkdir "$work/run" "$work/io" "$work/data" "$work/data/empty" "$work/run/adir"
+DATA=$work/data
+: >"$DATA/file"
+# IDX headers with zero examples: images (magic 0x803, dims 0x28x28), labels (magic 0x801, dim 0).
+for p in train t10k; do
+  printf '\000\000\010\003\000\000\000\000\000\000\000\034\000\000\000\034' >"$DATA/empty/$p-images-idx3-ubyte"
+  printf '\000\000\010\001\000\000\000\000' >"$DATA/empty/$p-labels-idx1-ubyte"
+done
+cd "$work/run" || exit 99
+echo "an earlier plot" >keep.png
+snapshot() { ls -la --time-style=full-iso . | grep -v ' \.\.$'; cksum keep.png; }
+before=$(snapshot)
+failed=0
+n=0
+while IFS='|' read -r code word args; do
+  case "$code" in '' | \#*) continue ;; esac
+  n=$((n + 1))
+  eval "set -- $args"
+  eval "word=\"$word\""
+  timeout 120 "$prog" "$@" >"$work/io/out" 2>"$work/io/err"
+  rc=$?
+  lines=$(wc -l <"$work/io/err")
+  why=""
+  [ "$rc" -eq "$code" ] || why="exit $rc, expected $code"
+  [ "$lines" -eq 1 ] || why="$why; $lines lines on stderr, expected 1"
+  grep -qF -- "$word" "$work/io/err" || why="$why; stderr does not name '$word'"
+  [ "$(snapshot)" = "$before" ] || why="$why; files in the working directory changed"
+  if [ -n "$why" ]; then
+    echo "FAIL $args: $why"
+    sed 's/^/  stderr: /' "$work/io/err" | head -5
+    failed=$((failed + 1))
+    rm -f -- $(ls | grep -v -e '^keep.png$' -e '^adir$')
+    echo "an earlier plot" >keep.png
+    before=$(snapshot)
+  else
+    echo "ok   $args -> $rc: $(cat "$work/io/err")"
+  fi
+done <"$table"
+echo "$n bad inputs, $failed failed"
+[ "$n" -gt 0 ] && [ "$failed" -eq 0 ]

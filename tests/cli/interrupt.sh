@@ -1,0 +1,38 @@
+#!/bin/sh
+# interrupt.sh SIGNAL CODE SECONDS PROGRAM ARGS...: starts a training run in an empty directory,
+# sends SIGNAL once it has printed its first line on stdout (training is under way), and checks
+# that it exits with CODE within SECONDS and leaves no file behind (outputs are written only at the
+# end, through temporary files). ARGS should name outputs in the working directory.
+sig=$1
+code=$2
+limit=$3
+shift 3
+prog=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
+shift
+work=$(mktemp -d) || exit 99
+trap 'rm -rf "$work"' EXIT
+mkdir "$work/run"
+cd "$work/run" || exit 99
+"$prog" "$@" >"$work/out" 2>"$work/err" &
+pid=$!
+i=0
+until [ -s "$work/out" ]; do  # the first epoch line (or the no-GPU note)
+  sleep 0.1
+  kill -0 $pid 2>/dev/null || { echo "FAIL: exited before the signal: $(cat "$work/err")"; exit 1; }
+  i=$((i + 1))
+  if [ $i -ge 600 ]; then echo "FAIL: no output after 60 s"; kill -KILL $pid; exit 1; fi
+done
+sleep 0.5
+t0=$(date +%s.%N)
+kill -"$sig" $pid
+wait $pid
+rc=$?
+t1=$(date +%s.%N)
+took=$(echo "$t1 - $t0" | bc)
+left=$(ls -A)
+echo "SIG$sig: exit $rc after $took s; stderr: $(tail -n 1 "$work/err" | tr '\r' ' ')"
+failed=0
+[ "$rc" -eq "$code" ] || { echo "FAIL: exit $rc, expected $code"; failed=1; }
+[ "$(echo "$took < $limit" | bc)" -eq 1 ] || { echo "FAIL: took $took s, limit $limit s"; failed=1; }
+[ -z "$left" ] || { echo "FAIL: files left: $left"; failed=1; }
+exit $failed
