@@ -22,6 +22,8 @@
 #include "chapters/mlp_smoke/mlp_smoke.hpp"
 #include "core/ops_util.hpp"  // detail::set_gemm: the GEMM of emulated GPUs (the --gemm flag)
 #include "core/runtime.hpp"
+#include "core/thread_pool.hpp"
+#include "kernels/emu/kernels.hpp"  // the emulated GEMMs, timed alone; set_plain_blocks
 
 namespace b = d2l::bench;
 using d2l::Device;
@@ -54,6 +56,35 @@ Run time_steps(const std::vector<Device>& devices, const std::string& gemm, int 
   return r;
 }
 
+// GFLOP/s of the emulated tiled GEMM, n^3, on `threads` OS threads (best of 3 after a warm-up),
+// validated against the CPU GEMM; 0 when wrong.
+double tiled_gflops(int64_t n, int threads) {
+  namespace kc = d2l::kernels::cpu;
+  namespace ke = d2l::kernels::emu;
+  const std::vector<float> A = b::random_data(n * n, 1), B = b::random_data(n * n, 2);
+  std::vector<float> ref(n * n), C(n * n);
+  kc::gemm(kc::serial_ctx(), false, false, n, n, n, 1.0f, A.data(), B.data(), 0.0f, ref.data());
+  kc::ThreadPool pool(threads - 1);
+  const kc::Ctx ctx{threads, &pool};
+  auto run = [&] {
+    ke::gemm(&ctx, ke::GemmKernel::tiled, false, false, n, n, n, 1.0f, A.data(), B.data(), 0.0f, C.data());
+  };
+  run();
+  double err = 0, scale = 0;
+  for (int64_t i = 0; i < n * n; ++i) {
+    err = std::max(err, double(std::fabs(C[i] - ref[i])));
+    scale = std::max(scale, double(std::fabs(ref[i])));
+  }
+  if (!(err <= 1e-4 * scale)) return 0;
+  double best = 1e30;
+  for (int r = 0; r < 3; ++r) {
+    const double t0 = b::wall_now();
+    run();
+    best = std::min(best, b::wall_now() - t0);
+  }
+  return 2.0 * double(n) * double(n) * double(n) / best * 1e-9;
+}
+
 int arg(int argc, char** argv, const char* flag, int fallback) {
   for (int i = 1; i + 1 < argc; ++i)
     if (std::strcmp(argv[i], flag) == 0) return std::atoi(argv[i + 1]);
@@ -75,6 +106,7 @@ int main(int argc, char** argv) {
     std::vector<Device> devices;
     const char* gemm;
     const char* key;
+    bool plain = true;  // false: every block on a fiber per thread (kernels/emu/block.hpp), for comparison
   };
   const std::vector<Config> configs = {
       {{d2l::cpu(0)}, "-", "cpu1"},
@@ -83,18 +115,21 @@ int main(int argc, char** argv) {
       {{d2l::cpu(0), d2l::cpu(1)}, "-", "cpu2"},
       {{d2l::emu(0), d2l::emu(1)}, "cublas", "emu2_cublas"},
       {{d2l::emu(0), d2l::emu(1)}, "tiled", "emu2_tiled"},
+      {{d2l::emu(0), d2l::emu(1)}, "cublas", "emu2_cublas_fibers", false},
   };
   double reference_loss = 0, cpu_median = 0;
   bool ok = true;
   for (const Config& c : configs) {
     const bool on_cpu = c.devices[0].kind == d2l::DeviceKind::cpu;
+    d2l::cuda_emu::set_plain_blocks(c.plain);
     const Run r = time_steps(c.devices, on_cpu ? "cublas" : c.gemm, steps, repeats);  // gemm: only emu reads it
+    d2l::cuda_emu::set_plain_blocks(true);
     if (reference_loss == 0) reference_loss = r.loss;
     if (on_cpu) cpu_median = r.step_median;
     char ratio[16] = "";
     if (!on_cpu) std::snprintf(ratio, sizeof ratio, "%.1fx", r.step_median / cpu_median);
-    std::printf("%-18s %-7s %9.2f %9.2f %11.0f %10s  %.6f\n", d2l::str(c.devices).c_str(), c.gemm, 1e3 * r.step_min,
-                1e3 * r.step_median, r.kernels_per_step, ratio, r.loss);
+    std::printf("%-18s %-7s %9.2f %9.2f %11.0f %10s  %.6f%s\n", d2l::str(c.devices).c_str(), c.gemm, 1e3 * r.step_min,
+                1e3 * r.step_median, r.kernels_per_step, ratio, r.loss, c.plain ? "" : "  (fibers only)");
     b::result(std::string("emu_step_ms_") + c.key, 1e3 * r.step_median);
     if (!(std::fabs(r.loss - reference_loss) <= 1e-4 * reference_loss)) {
       std::printf("  validation FAILED: loss %.6f differs from cpu(0)'s %.6f\n", r.loss, reference_loss);
@@ -102,6 +137,14 @@ int main(int argc, char** argv) {
     }
   }
   std::printf("\nemu/cpu: median ms per step on the emulated devices over the CPU devices' (same device count).\n");
+  std::printf("(fibers only): the same step with every block on a fiber per thread, no plain blocks.\n\n");
+  for (int threads : {1, 2}) {
+    const double g = tiled_gflops(256, threads);
+    std::printf("emulated tiled GEMM 256^3, %d thread%s: %.3f GFLOP/s%s\n", threads, threads > 1 ? "s" : "", g,
+                g == 0 ? "  validation FAILED" : "");
+    b::result("emu_tiled_gemm_gflops_" + std::to_string(threads), g);
+    ok = ok && g > 0;
+  }
   std::printf("load average at the end: %.2f (a 2-core machine is busy beyond 2)\n", b::load_average());
   return ok ? 0 : 1;
 }

@@ -8,12 +8,47 @@ namespace d2l::detail {
 
 static std::atomic<int> g_gemm{0};  // 0 = cublas (CPU GEMM on emu), else a kernels::emu::GemmKernel
 
+// The library GEMMs conv2d's passes call when the choice is cublas: on emu(i) the CPU GEMM (the
+// emulated stream is the device's Ctx), on gpu(i) cuBLAS on the handle of the Ctx whose kernel runs
+// (GpuCtxScope, set by D2L_KERNEL).
+static void emu_library_gemm(kernels::emu::Stream s, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                             const float* A, const float* B, float beta, float* C) {
+  kernels::cpu::gemm(s ? *s : kernels::cpu::serial_ctx(), ta, tb, M, N, K, alpha, A, B, beta, C);  // null: this thread
+}
+#ifdef D2L_WITH_CUDA
+static thread_local const kernels::cpu::Ctx* t_gpu_ctx = nullptr;
+GpuCtxScope::GpuCtxScope(const kernels::cpu::Ctx& c) : prev_(t_gpu_ctx) { t_gpu_ctx = &c; }
+GpuCtxScope::~GpuCtxScope() { t_gpu_ctx = prev_; }
+static void gpu_library_gemm(kernels::cuda::Stream stream, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                             float alpha, const float* A, const float* B, float beta, float* C) {
+  // Outside an op (a conv2d launcher called directly, as gpu_gemm_bench does) there is no handle:
+  // the hand-written tiled kernel, conv2d's own default.
+  if (!t_gpu_ctx)
+    return kernels::cuda::gemm(stream, kernels::cuda::GemmKernel::tiled, ta, tb, M, N, K, alpha, A, B, beta, C);
+  cuda_layer::sgemm(t_gpu_ctx->blas, ta, tb, M, N, K, alpha, A, B, beta, C);
+}
+#endif
+
+// Dense layers read g_gemm at each call; conv2d keeps its own copy of the choice (kernels/cuda).
+static void set_conv_gemm(int g) {
+  const auto k = static_cast<kernels::emu::GemmKernel>(g == 0 ? 2 : g);
+  kernels::emu::set_conv2d_gemm(k, g == 0 ? &emu_library_gemm : nullptr);
+#ifdef D2L_WITH_CUDA
+  kernels::cuda::set_conv2d_gemm(static_cast<kernels::cuda::GemmKernel>(static_cast<int>(k)),
+                                 g == 0 ? &gpu_library_gemm : nullptr);
+#endif
+}
+[[maybe_unused]] static const bool g_conv_default = (set_conv_gemm(0), true);  // cublas, as g_gemm
+
 void set_gemm(const std::string& name) {
-  if (name == "cublas") g_gemm = 0;
-  else if (name == "naive") g_gemm = static_cast<int>(kernels::emu::GemmKernel::naive);
-  else if (name == "tiled") g_gemm = static_cast<int>(kernels::emu::GemmKernel::tiled);
-  else if (name == "regblock") g_gemm = static_cast<int>(kernels::emu::GemmKernel::regblock);
+  int g = 0;
+  if (name == "cublas") g = 0;
+  else if (name == "naive") g = static_cast<int>(kernels::emu::GemmKernel::naive);
+  else if (name == "tiled") g = static_cast<int>(kernels::emu::GemmKernel::tiled);
+  else if (name == "regblock") g = static_cast<int>(kernels::emu::GemmKernel::regblock);
   else throw ConfigError("bad --gemm '" + name + "': expected cublas, tiled, regblock or naive");
+  g_gemm = g;
+  set_conv_gemm(g);
 }
 
 void run_gemm(const kernels::cpu::Ctx& c, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,

@@ -15,9 +15,23 @@
 // first (the CPU Ctx, the emulated stream, or the cudaStream_t).
 #ifdef D2L_WITH_CUDA
 #include "kernels/cuda/gpu.hpp"
+namespace d2l::detail {
+// While alive, the gpu(i) Ctx whose kernel runs on this thread: conv2d's cuBLAS GEMMs use its handle.
+class GpuCtxScope {
+ public:
+  explicit GpuCtxScope(const kernels::cpu::Ctx& c);
+  ~GpuCtxScope();
+  GpuCtxScope(const GpuCtxScope&) = delete;
+  GpuCtxScope& operator=(const GpuCtxScope&) = delete;
+
+ private:
+  const kernels::cpu::Ctx* prev_;
+};
+}  // namespace d2l::detail
 #define D2L_KERNEL(ctx, name, ...)                                                                        \
   ((ctx).cuda_stream                                                                                      \
-       ? ::d2l::kernels::cuda::name(static_cast<::d2l::kernels::cuda::Stream>((ctx).cuda_stream), __VA_ARGS__) \
+       ? (::d2l::detail::GpuCtxScope((ctx)),                                                              \
+          ::d2l::kernels::cuda::name(static_cast<::d2l::kernels::cuda::Stream>((ctx).cuda_stream), __VA_ARGS__)) \
    : (ctx).emulated ? ::d2l::kernels::emu::name(&(ctx), __VA_ARGS__)                                     \
                     : ::d2l::kernels::cpu::name((ctx), __VA_ARGS__))
 #else
@@ -34,7 +48,8 @@ void expect_f32(const char* op, const Tensor& t, const char* what);
 void expect_ndim(const char* op, const Tensor& t, int64_t n, const char* what);
 // Which GEMM runs on GPUs: "cublas" (the default; on emu(i) the CPU GEMM stands in for it), or
 // "tiled", "naive", "regblock": the hand-written kernels of kernels/cuda/matmul.cu (nvcc-built on
-// gpu(i), emulated on emu(i)). cpu(i) always uses its OpenBLAS GEMM.
+// gpu(i), emulated on emu(i)). cpu(i) always uses its OpenBLAS GEMM. Convolutions on GPU devices
+// follow the same choice (their im2col GEMMs).
 void set_gemm(const std::string& name);
 void run_gemm(const kernels::cpu::Ctx& c, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
           const float* B, float beta, float* C);

@@ -1,6 +1,7 @@
 // Several emulated GPUs side by side (DESIGN.md "Devices, streams, memory"): copies between emu(i)
 // and the host keep every byte, copies order work across them (event waits: test_stream), the thread budget and
-// the errors behave as on cpu(i), and allreduce over three of them gives the host's sum.
+// the errors behave as on cpu(i), allreduce over three of them gives the host's sum, and conv2d's
+// GEMMs follow --gemm (detail::set_gemm).
 // Timing only bounds a wait (a deadline), never asserts speed.
 #include <doctest/doctest.h>
 
@@ -9,12 +10,15 @@
 #include <cmath>
 #include <cstring>
 #include <future>
+#include <string>
 #include <thread>
 
 #include "check.hpp"
 #include "core/comm.hpp"
 #include "core/copy.hpp"
 #include "core/ops.hpp"
+#include "core/ops_nn.hpp"
+#include "core/ops_util.hpp"  // detail::set_gemm
 #include "core/runtime.hpp"
 #include "kernels/emu/launch.hpp"
 
@@ -199,4 +203,30 @@ TEST_CASE("naive and ring allreduce over three emulated GPUs give the host's sum
         allreduce(data, algo);
         for (auto& t : data) CHECK(t.to_vector() == want);
       }
+}
+
+TEST_CASE("conv2d on emu(0) follows --gemm: the CPU GEMM for cublas, the emulated kernel for tiled") {
+  emus(1);
+  const auto xv = test::lcg_data(2 * 3 * 6 * 6, 11), wv = test::lcg_data(4 * 3 * 3 * 3, 12);
+  const auto bv = test::lcg_data(4, 13);
+  const Tensor x = Tensor::from_vector(xv, {2, 3, 6, 6}, emu(0)), w = Tensor::from_vector(wv, {4, 3, 3, 3}, emu(0));
+  const Tensor b = Tensor::from_vector(bv, {4}, emu(0));
+  const Tensor host = conv2d(x.to(cpu(0)), w.to(cpu(0)), b.to(cpu(0)), {1, 1}, {1, 1});
+  for (const char* gemm : {"cublas", "tiled", "regblock", "naive"}) {
+    CAPTURE(gemm);
+    detail::set_gemm(gemm);
+    cuda_emu::clear_launch_log();
+    const std::vector<float> y = conv2d(x, w, b, {1, 1}, {1, 1}).to(cpu(0)).to_vector();
+    const auto log = cuda_emu::launch_log();
+    const bool hand_written = std::string(gemm) != "cublas";
+    CHECK((log.count("matmul_kernel2_tiled") + log.count("matmul_kernel3_regblock") +
+           log.count("matmul_kernel1_naive")) == (hand_written ? 1u : 0u));
+    CHECK(log.count("im2col_kernel") == 1);
+    const std::vector<float> want = host.to_vector();
+    REQUIRE(y.size() == want.size());
+    double err = 0;
+    for (size_t i = 0; i < y.size(); ++i) err = std::max(err, double(std::fabs(y[i] - want[i])));
+    CHECK(err <= 1e-4);
+  }
+  detail::set_gemm("cublas");
 }

@@ -112,7 +112,7 @@ void batch_norm_train_forward(Stream stream, int64_t N, int64_t C, int64_t HW, c
                               const float* gamma, const float* beta, float eps, float momentum, float* y,
                               float* mean, float* invstd, float* running_mean, float* running_var) {
   if (C <= 0) return;
-  D2L_LAUNCH(batch_norm_train_forward_kernel, static_cast<unsigned>(C), kThreads, 0, stream)(
+  D2L_LAUNCH(batch_norm_train_forward_kernel, static_cast<unsigned>(C), kReduceThreads, 0, stream)(
       N, C, HW, x, gamma, beta, eps, momentum, y, mean, invstd, running_mean, running_var);
   D2L_CHECK_LAUNCH(batch_norm_train_forward_kernel);
 }
@@ -131,7 +131,7 @@ void batch_norm_backward(Stream stream, int64_t N, int64_t C, int64_t HW, const 
                          const float* gamma, const float* mean, const float* invstd, float* dx, float* dgamma,
                          float* dbeta) {
   if (C <= 0) return;
-  D2L_LAUNCH(batch_norm_backward_kernel, static_cast<unsigned>(C), kThreads, 0, stream)(
+  D2L_LAUNCH(batch_norm_backward_kernel, static_cast<unsigned>(C), kReduceThreads, 0, stream)(
       N, C, HW, x, dy, gamma, mean, invstd, dx, dgamma, dbeta);
   D2L_CHECK_LAUNCH(batch_norm_backward_kernel);
 }

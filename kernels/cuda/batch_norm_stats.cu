@@ -149,7 +149,8 @@ __global__ void batch_norm_update_running_kernel(int64_t C, int64_t M, const flo
 // ---- launchers (nothing to do for an empty shard or no channels)
 void batch_norm_stats_forward(Stream stream, int64_t N, int64_t C, int64_t HW, const float* x, float* stats) {
   if (C <= 0 || N * HW <= 0) return;
-  D2L_LAUNCH(batch_norm_stats_forward_kernel, static_cast<unsigned>(C), kThreads, 0, stream)(N, C, HW, x, stats);
+  D2L_LAUNCH(batch_norm_stats_forward_kernel, static_cast<unsigned>(C), kReduceThreads, 0, stream)(N, C, HW, x,
+                                                                                                  stats);
   D2L_CHECK_LAUNCH(batch_norm_stats_forward_kernel);
 }
 
@@ -188,7 +189,7 @@ void batch_norm_apply_backward(Stream stream, int64_t N, int64_t C, int64_t HW, 
                                const float* stats, const float* gamma, float eps, float* dx, float* dstats,
                                float* dgamma, float* dbeta) {
   if (C <= 0) return;
-  D2L_LAUNCH(batch_norm_apply_backward_kernel, static_cast<unsigned>(C), kThreads, 0, stream)(
+  D2L_LAUNCH(batch_norm_apply_backward_kernel, static_cast<unsigned>(C), kReduceThreads, 0, stream)(
       N, C, HW, x, dy, stats, gamma, eps, dx, dstats, dgamma, dbeta);
   D2L_CHECK_LAUNCH(batch_norm_apply_backward_kernel);
 }

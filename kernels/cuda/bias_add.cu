@@ -43,7 +43,7 @@ void bias_add_forward(Stream stream, const float* x, const float* b, float* y, i
 
 void bias_add_backward(Stream stream, const float* dy, float* db, int64_t outer, int64_t C, int64_t inner) {
   if (C <= 0) return;
-  D2L_LAUNCH(bias_add_backward_kernel, static_cast<unsigned>(C), kThreads, 0, stream)(dy, db, outer, C, inner);
+  D2L_LAUNCH(bias_add_backward_kernel, static_cast<unsigned>(C), kReduceThreads, 0, stream)(dy, db, outer, C, inner);
   D2L_CHECK_LAUNCH(bias_add_backward_kernel);
 }
 

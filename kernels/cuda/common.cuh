@@ -16,14 +16,32 @@ constexpr int kThreads = 256;
 //   for (i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
 // so the grid only needs to be big enough to keep the device busy, not to cover n:
 //   GPU        at most 1024 blocks (262144 threads: more than a current GPU holds at once);
-//   emulated   at most 16 blocks: every emulated thread is a fiber that costs a start and a switch,
-//              so fewer threads doing more items each are faster; 16 blocks still spread over the
-//              device's OS threads. Results never depend on the grid (each item is independent).
+//   emulated   enough blocks for one item a thread: a block that never waits runs its threads as a
+//              plain loop (kernels/emu/block.hpp), so thread t + 1 takes the item after thread t's
+//              and memory is read in order; a grid-stride loop over few threads would instead walk
+//              the array at a stride of the grid, touching every cache line once per thread.
+// Results never depend on the grid (each item is independent).
+// kMaxReduceBlocks caps grids whose blocks reduce (sum's partials): there every emulated block pays
+// fiber switches at its barriers, so the emulation keeps them few.
 #ifdef __CUDACC__
 constexpr int64_t kMaxBlocks = 1024;
+constexpr unsigned kMaxReduceBlocks = 1024;
 #else
-constexpr int64_t kMaxBlocks = 16;
+constexpr int64_t kMaxBlocks = int64_t{1} << 24;
+constexpr unsigned kMaxReduceBlocks = 16;
 #endif
+// Block-wide reductions (block_sum, reduce.cuh: one block per channel, or sum's partials) run
+//   GPU        256 threads a block, as everything else;
+//   emulated   32 (one warp): every barrier and shuffle of block_sum costs a fiber switch per thread,
+//              so a 256-thread block pays 8x the switches of a 32-thread one for the same sum.
+//              Each thread strides over more values; the result is the same up to rounding (the
+//              order of the additions follows the launch shape, fixed for each build).
+#ifdef __CUDACC__
+constexpr int kReduceThreads = 256;
+#else
+constexpr int kReduceThreads = 32;
+#endif
+
 inline unsigned grid_for(int64_t n) {
   const int64_t blocks = (n + kThreads - 1) / kThreads;
   return static_cast<unsigned>(blocks < 1 ? 1 : blocks < kMaxBlocks ? blocks : kMaxBlocks);

@@ -3,7 +3,7 @@
 //   OH = (H + 2*pad_h - KH) / stride_h + 1, OW likewise.
 // im2col unrolls one image into col (C*KH*KW, OH*OW): row (ci, kh, kw), column (oh, ow) holds
 //   x[ci][oh*stride_h - pad_h + kh][ow*stride_w - pad_w + kw]   (0 where that falls in the padding),
-// so that with K = C*KH*KW and P = OH*OW, per image n (GEMMs by matmul.cu's tiled kernel):
+// so that with K = C*KH*KW and P = OH*OW, per image n (GEMMs as set_conv2d_gemm chose):
 //   forward          y_n (OC, P)  = w (OC, K) @ col_n (K, P)
 //   backward_data    col (K, P)   = w^T @ dy_n,     then col2im adds col back into dx_n
 //   backward_weight  dw (OC, K)   = sum over n of dy_n (OC, P) @ col_n^T   (accumulated in image order)
@@ -13,6 +13,8 @@
 #include "kernels/cuda/d2l_cuda.cuh"
 #include "kernels/cuda/kernels.hpp"
 #include "kernels/cuda/common.cuh"
+
+#include <atomic>
 
 namespace D2L_CUDA_NS {
 
@@ -24,7 +26,23 @@ int64_t col_cols(const Conv2dShape& s) { return s.OH() * s.OW(); }
 bool is_pointwise(const Conv2dShape& s) {
   return s.KH == 1 && s.KW == 1 && s.stride_h == 1 && s.stride_w == 1 && s.pad_h == 0 && s.pad_w == 0;
 }
+
+std::atomic<GemmKernel> g_kernel{GemmKernel::tiled};
+std::atomic<LibraryGemm> g_library{nullptr};
+
+// C = alpha op(A) @ op(B) + beta C with the GEMM set_conv2d_gemm chose.
+void conv_gemm(Stream stream, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+               const float* B, float beta, float* C) {
+  if (LibraryGemm library = g_library.load(std::memory_order_relaxed))
+    return library(stream, ta, tb, M, N, K, alpha, A, B, beta, C);
+  gemm(stream, g_kernel.load(std::memory_order_relaxed), ta, tb, M, N, K, alpha, A, B, beta, C);
+}
 }  // namespace
+
+void set_conv2d_gemm(GemmKernel kernel, LibraryGemm library) {
+  g_kernel = kernel;
+  g_library = library;
+}
 
 // Threads: one col element per thread per grid-stride step: e = r * P + q, row r = (ci, kh, kw),
 // column q = (oh, ow). Neighbouring threads write neighbouring col entries.
@@ -119,7 +137,7 @@ void conv2d_forward(Stream stream, const Conv2dShape& s, const float* x, const f
   ScratchBuffer<float> col(stream, is_pointwise(s) ? 0 : K * P);
   for (int64_t n = 0; n < s.N; ++n) {
     const float* cn = columns(stream, s, x + n * x_img, col.data());
-    gemm(stream, GemmKernel::tiled, false, false, s.OC, P, K, 1.0f, w, cn, 0.0f, y + n * y_img);
+    conv_gemm(stream, false, false, s.OC, P, K, 1.0f, w, cn, 0.0f, y + n * y_img);
   }
 }
 
@@ -129,13 +147,13 @@ void conv2d_backward_data(Stream stream, const Conv2dShape& s, const float* dy, 
   const int64_t x_img = s.C * s.H * s.W, y_img = s.OC * P;
   if (is_pointwise(s)) {  // col2im is the identity: write straight into dx_n
     for (int64_t n = 0; n < s.N; ++n)
-      gemm(stream, GemmKernel::tiled, true, false, K, P, s.OC, 1.0f, w, dy + n * y_img, 0.0f, dx + n * x_img);
+      conv_gemm(stream, true, false, K, P, s.OC, 1.0f, w, dy + n * y_img, 0.0f, dx + n * x_img);
     return;
   }
   ScratchBuffer<float> col(stream, K * P);
   fill(stream, dx, s.N * x_img, 0.0f);  // col2im adds
   for (int64_t n = 0; n < s.N; ++n) {
-    gemm(stream, GemmKernel::tiled, true, false, K, P, s.OC, 1.0f, w, dy + n * y_img, 0.0f, col.data());
+    conv_gemm(stream, true, false, K, P, s.OC, 1.0f, w, dy + n * y_img, 0.0f, col.data());
     col2im(stream, s, col.data(), dx + n * x_img);
   }
 }
@@ -149,7 +167,7 @@ void conv2d_backward_weight(Stream stream, const Conv2dShape& s, const float* x,
   ScratchBuffer<float> col(stream, is_pointwise(s) ? 0 : K * P);
   for (int64_t n = 0; n < s.N; ++n) {
     const float* cn = columns(stream, s, x + n * x_img, col.data());
-    gemm(stream, GemmKernel::tiled, false, true, s.OC, K, P, 1.0f, dy + n * y_img, cn, n == 0 ? 0.0f : 1.0f, dw);
+    conv_gemm(stream, false, true, s.OC, K, P, 1.0f, dy + n * y_img, cn, n == 0 ? 0.0f : 1.0f, dw);
   }
 }
 

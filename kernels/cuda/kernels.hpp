@@ -62,10 +62,16 @@ void count_correct(Stream stream, const float* x, const int32_t* labels, float* 
 // ---- sgd.cu: w -= lr * g
 void sgd_update(Stream stream, float* w, const float* g, int64_t n, float lr);
 
-// ---- conv2d.cu: x (N, C, H, W), w (OC, C, KH, KW) -> y (N, OC, OH, OW); no bias. im2col + the
-// tiled GEMM of matmul.cu; dx and dw are overwritten. conv2d_direct_forward: the same result by a
+// ---- conv2d.cu: x (N, C, H, W), w (OC, C, KH, KW) -> y (N, OC, OH, OW); no bias. im2col + a
+// GEMM per image; dx and dw are overwritten. conv2d_direct_forward: the same result by a
 // hand-written direct convolution (one thread per output element, no col buffer).
+// Which GEMM the passes call is process-wide (core's set_gemm sets it, as for the dense layers):
+// `library` when set (cuBLAS on a GPU, the CPU GEMM standing in for it on emu), else the
+// hand-written `kernel` of matmul.cu. The default, before any call: the tiled kernel.
 using Conv2dShape = ::d2l::kernels::cpu::Conv2dShape;
+using LibraryGemm = void (*)(Stream stream, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                             const float* A, const float* B, float beta, float* C);
+void set_conv2d_gemm(GemmKernel kernel, LibraryGemm library);
 void im2col(Stream stream, const Conv2dShape& s, const float* x_img, float* col);  // one image
 void col2im(Stream stream, const Conv2dShape& s, const float* col, float* dx_img);  // adds into dx_img
 void conv2d_forward(Stream stream, const Conv2dShape& s, const float* x, const float* w, float* y);

@@ -1,6 +1,7 @@
 // sum: out[0] = x[0] + ... + x[n-1], accumulated in double, rounded to float once at the end.
 // The CUDA twin of kernels/cpu/sum.cpp, as the classic two-pass block reduction:
-//   pass 1  sum_partials_kernel  grid_for(n) blocks of 256 threads; each thread sums a grid-stride
+//   pass 1  sum_partials_kernel  grid_for(n) blocks (at most kMaxReduceBlocks) of kReduceThreads
+//           threads (common.cuh: 256 on a GPU, 32 emulated); each thread sums a grid-stride
 //           share of x in double; the block adds its threads' shares (block_sum: warp shuffles,
 //           then one value per warp through shared memory) into partial[blockIdx.x];
 //   pass 2  sum_final_kernel     one block adds the partials the same way and writes out[0].
@@ -32,11 +33,11 @@ __global__ void sum_final_kernel(const double* __restrict__ partial, int64_t blo
 }
 
 void sum(Stream stream, const float* x, float* out, int64_t n) {
-  const unsigned blocks = grid_for(n);  // n == 0 still runs: out[0] = 0
+  const unsigned g = grid_for(n), blocks = g < kMaxReduceBlocks ? g : kMaxReduceBlocks;  // n == 0: out[0] = 0
   ScratchBuffer<double> partial(stream, blocks);
-  D2L_LAUNCH(sum_partials_kernel, blocks, kThreads, 0, stream)(x, partial.data(), n);
+  D2L_LAUNCH(sum_partials_kernel, blocks, kReduceThreads, 0, stream)(x, partial.data(), n);
   D2L_CHECK_LAUNCH(sum_partials_kernel);
-  D2L_LAUNCH(sum_final_kernel, 1, kThreads, 0, stream)(partial.data(), int64_t{blocks}, out);
+  D2L_LAUNCH(sum_final_kernel, 1, kReduceThreads, 0, stream)(partial.data(), int64_t{blocks}, out);
   D2L_CHECK_LAUNCH(sum_final_kernel);
 }
 

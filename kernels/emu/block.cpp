@@ -1,6 +1,7 @@
 // Block scheduler: fibers, barriers, deadlock detection, shared memory (see block.hpp).
 #include "kernels/emu/block.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 
@@ -38,30 +39,25 @@ BlockRunner& BlockRunner::running(const char* what) {
   return *t_running;
 }
 
-void BlockRunner::run(const BlockJob& job, uint3 block_idx) {
+bool BlockRunner::run(const BlockJob& job, uint3 block_idx, bool plain) {
   job_ = &job;
   block_idx_ = block_idx;
   const dim3 b = job.block;
   n_ = static_cast<int>(b.x * b.y * b.z);
-  while (static_cast<int>(fibers_.size()) < n_) fibers_.push_back(std::make_unique<Fiber>(kFiberStackBytes));
-  state_.assign(n_, kReady);
-  mask_.assign(n_, 0);
-  tid_.resize(n_);
-  for (int t = 0; t < n_; ++t) {
-    unsigned u = static_cast<unsigned>(t);
-    tid_[t] = {u % b.x, u / b.x % b.y, u / (b.x * b.y)};
-  }
-  warp_waiting_.assign((n_ + 31) / 32, 0);
-  lane_bits_.assign(n_, ~uint64_t{0});
+  bx_ = b.x;
+  by_ = b.y;
+  bxy_ = b.x * b.y;
   exited_ = at_block_ = 0;
   cancelled_ = false;
   error_ = nullptr;
   slots_.clear();
   shared_bytes_ = job.dynamic_shared;
   shared_used_ = (job.dynamic_shared + 15) / 16 * 16 + kRedzone;
+#ifdef __SANITIZE_ADDRESS__
   D2L_POISON(arena_, kArenaBytes);
   D2L_UNPOISON(arena_, job.dynamic_shared);
-  std::memset(arena_, 0xFF, job.dynamic_shared);  // NaN: see shared.hpp
+#endif
+  if (job.dynamic_shared > 0) std::memset(arena_, 0xFF, job.dynamic_shared);  // NaN: see shared.hpp
 
   builtins::blockIdx = block_idx;
   builtins::blockDim = job.block;
@@ -70,7 +66,30 @@ void BlockRunner::run(const BlockJob& job, uint3 block_idx) {
   struct Reset {
     ~Reset() { t_running = nullptr; }
   } reset;
-  for (int t = 0; t < n_; ++t) fibers_[t]->start(&thread_main, this);
+  if (fibers_.empty()) fibers_.push_back(std::make_unique<Fiber>(kFiberStackBytes));
+  int first = 0;  // the first thread the sweep has yet to start
+  if (plain) {
+    plain_ = true;
+    current_ = 0;
+    fibers_[0]->start(&plain_main, this);
+    fibers_[0]->resume();  // returns when every thread has run, one threw, or one waits (fall_back)
+    if (plain_) {
+      plain_ = false;
+      if (error_) {
+        std::exception_ptr e = error_;
+        error_ = nullptr;
+        std::rethrow_exception(e);
+      }
+      return true;
+    }
+    // Thread current_ waits on the loop's fiber: make that fiber its own.
+    first = current_ + 1;
+    std::swap(fibers_[0], fibers_[current_]);
+  } else {
+    while (static_cast<int>(fibers_.size()) < n_) fibers_.push_back(std::make_unique<Fiber>(kFiberStackBytes));
+    init_sweep(0);
+  }
+  for (int t = first; t < n_; ++t) fibers_[t]->start(&thread_main, this);
 
   for (;;) {
     for (int t = 0; t < n_; ++t) {  // one sweep: each ready thread runs to its next wait or its end
@@ -95,28 +114,83 @@ void BlockRunner::run(const BlockJob& job, uint3 block_idx) {
     error_ = nullptr;
     std::rethrow_exception(e);
   }
+  return false;
 }
 
-// First frame of every emulated thread (on its fiber).
-void BlockRunner::thread_main(void* p) {
-  auto* self = static_cast<BlockRunner*>(p);
-  const int t = self->current_;
+void BlockRunner::init_sweep(int exited) {
+  const dim3 b = job_->block;
+  if (b.x != tid_dims_.x || b.y != tid_dims_.y || b.z != tid_dims_.z) {
+    tid_.resize(n_);
+    for (int t = 0; t < n_; ++t) tid_[t] = tid(t);
+    tid_dims_ = b;
+  }
+  state_.assign(n_, kReady);
+  std::fill(state_.begin(), state_.begin() + exited, kExited);
+  exited_ = exited;
+  mask_.assign(n_, 0);
+  warp_waiting_.assign((n_ + 31) / 32, 0);
+  lane_bits_.assign(2 * n_, ~uint64_t{0});
+  published_.assign(n_, 0);
+}
+
+// Called by the plain loop's thread current_ at its first barrier: threads before it have exited,
+// the ones after it have not started; from here on every thread is scheduled by the sweep.
+void BlockRunner::fall_back() {
+  plain_ = false;
+  while (static_cast<int>(fibers_.size()) < n_) fibers_.push_back(std::make_unique<Fiber>(kFiberStackBytes));
+  init_sweep(current_);
+}
+
+bool BlockRunner::call_body(int t) {
   try {
-    self->job_->body(self->job_->ctx);
+    job_->body(job_->ctx);
+    return true;
   } catch (const Cancelled&) {
     // unwound by cancel(): the block's error is already recorded
   } catch (const std::exception& e) {
-    if (!self->error_)
-      self->error_ = std::make_exception_ptr(
-          std::runtime_error("kernel " + std::string(self->job_->kernel) + " " + self->where(t) + ": " + e.what()));
+    if (!error_)
+      error_ = std::make_exception_ptr(
+          std::runtime_error("kernel " + std::string(job_->kernel) + " " + where(t) + ": " + e.what()));
   } catch (...) {
-    if (!self->error_) self->error_ = std::current_exception();
+    if (!error_) error_ = std::current_exception();
   }
-  self->state_[t] = kExited;
-  ++self->exited_;
+  return false;
+}
+
+void BlockRunner::exit_thread(int t) {
+  state_[t] = kExited;
+  ++exited_;
+}
+
+// First frame of every emulated thread that has a fiber of its own.
+void BlockRunner::thread_main(void* p) {
+  auto* self = static_cast<BlockRunner*>(p);
+  const int t = self->current_;
+  self->call_body(t);
+  self->exit_thread(t);
+}
+
+// The plain loop: thread 0, 1, ... each to its end, on one fiber. Stops at the first error (the
+// block fails with it) or after the thread that fell back to the sweep has finished.
+void BlockRunner::plain_main(void* p) {
+  auto* self = static_cast<BlockRunner*>(p);
+  const unsigned bx = self->bx_, by = self->by_;
+  uint3 idx{0, 0, 0};  // threadIdx of t, stepped without divisions
+  for (int t = 0; t < self->n_; ++t) {
+    self->current_ = t;
+    builtins::threadIdx = idx;
+    const bool ok = self->call_body(t);
+    if (!self->plain_) return self->exit_thread(t);  // t reached a barrier: the sweep ran it since
+    if (!ok) return;
+    if (++idx.x == bx) {
+      idx.x = 0;
+      if (++idx.y == by) idx.y = 0, ++idx.z;
+    }
+  }
 }
 
 void BlockRunner::wait_at(State where, unsigned mask) {
+  if (plain_) fall_back();
   const int t = current_;
   if (cancelled_) throw Cancelled{};
   state_[t] = where;
@@ -133,16 +207,24 @@ void BlockRunner::wait_at(State where, unsigned mask) {
 void BlockRunner::sync_block() { wait_at(kAtBlock); }
 void BlockRunner::sync_warp(unsigned mask) { wait_at(kAtWarp, mask); }
 
+// One warp barrier per shuffle: each thread publishes its k-th value in slot k % 2 of its
+// mailbox, so a lane that has read and run on to its next shuffle writes the other slot, never
+// the value a slower lane of its warp has yet to read (it cannot get two shuffles ahead: the next
+// barrier waits for that lane).
 uint64_t BlockRunner::exchange(uint64_t bits, int src_lane, unsigned mask) {
+  if (plain_) fall_back();  // before the mailbox is written: fall_back resets it
   const int t = current_;
-  lane_bits_[t] = bits;
-  wait_at(kAtWarp, mask);  // every live lane of the mask has written
+  const uint32_t round = published_[t]++;
+  lane_bits_[2 * t + (round & 1)] = bits;
+  wait_at(kAtWarp, mask);  // every live lane of the mask has published
   const int src = (t & ~31) + src_lane;
-  // A lane that does not exist or has exited: undefined on a GPU, all-ones bits (NaN) here.
-  bool valid = src_lane >= 0 && src_lane < 32 && src < n_ && state_[src] != kExited;
-  uint64_t out = valid ? lane_bits_[src] : ~uint64_t{0};
-  wait_at(kAtWarp, mask);  // ... and read, before anyone writes again
-  return out;
+  if (src_lane < 0 || src_lane >= 32 || src >= n_) return ~uint64_t{0};
+  const uint32_t n = published_[src];
+  if (n > round) return lane_bits_[2 * src + (round & 1)];  // its value of this round (it may have exited since)
+  // A lane that has exited or never published: undefined on a GPU, all-ones bits (NaN) here. A
+  // live lane outside the mask that has not reached this round gives its last value.
+  if (state_[src] == kExited || n == 0) return ~uint64_t{0};
+  return lane_bits_[2 * src + ((n - 1) & 1)];
 }
 
 bool BlockRunner::release() {
@@ -195,7 +277,7 @@ std::string BlockRunner::deadlock_report() const {
   return s + " (block " + str3(block_idx_) + ")";
 }
 
-std::string BlockRunner::where(int t) const { return "block " + str3(block_idx_) + " thread " + str3(tid_[t]); }
+std::string BlockRunner::where(int t) const { return "block " + str3(block_idx_) + " thread " + str3(tid(t)); }
 
 void* BlockRunner::shared_static(const void* key, size_t bytes, size_t align) {
   for (const Slot& s : slots_)

@@ -3,7 +3,13 @@
 // and the shared-memory arena are reused from block to block).
 //
 // Scheduling is a deterministic sweep: run thread 0 until it waits or exits, then thread 1, ...
-// then release every barrier that all its live threads have reached, and sweep again. A sweep
+// then release every barrier that all its live threads have reached, and sweep again.
+// Plain blocks: most kernels never wait (elementwise kernels, im2col, the naive GEMM), and for them
+// the sweep is just thread 0 to its end, then thread 1, ... So a block starts as a plain loop over
+// its threads, all on one fiber: no fiber start or switch per thread. If thread k reaches a barrier
+// or a shuffle, that fiber becomes thread k's (threads 0..k-1 have exited, which counts as arrived),
+// threads k+1.. get fibers of their own, and the sweep goes on from there: the same interleaving,
+// hence the same results, as running every thread on its own fiber from the start. A sweep
 // that releases nothing while threads still wait is a deadlock: the waiting threads are unwound
 // (their barrier call throws an internal exception) and the launch fails with a message naming
 // the kernel and where the threads wait. Same inputs, same interleaving: a racy kernel gives
@@ -44,8 +50,10 @@ class BlockRunner {
   static BlockRunner& running(const char* what);
 
   // Runs every thread of block block_idx to completion. Throws the first exception a thread
-  // threw (prefixed with the kernel, block and thread) or the deadlock report.
-  void run(const BlockJob& job, uint3 block_idx);
+  // threw (prefixed with the kernel, block and thread) or the deadlock report. plain: start as a
+  // plain loop (above); false: a fiber per thread from the start. Returns true when the block
+  // ran as a plain loop to its end (no thread reached a barrier).
+  bool run(const BlockJob& job, uint3 block_idx, bool plain = true);
 
   // Called from kernel code (builtins.hpp / shared.hpp).
   void sync_block();
@@ -62,7 +70,16 @@ class BlockRunner {
     void* ptr;
   };
 
-  static void thread_main(void* self);
+  static void thread_main(void* self);  // one thread on its own fiber
+  static void plain_main(void* self);   // threads 0, 1, ... in turn on one fiber
+  bool call_body(int t);                // runs thread t's kernel code; false when it threw
+  void exit_thread(int t);
+  void fall_back();                     // the plain loop's thread reached a barrier (see above)
+  void init_sweep(int exited);          // scheduler state: threads < exited have exited
+  uint3 tid(int t) const {  // threadIdx of thread t (divisions: the sweep reads tid_ instead)
+    const unsigned u = static_cast<unsigned>(t);
+    return {u % bx_, u / bx_ % by_, u / bxy_};
+  }
   void wait_at(State where, unsigned mask = 0);
   bool release();  // releases every complete barrier; false when none was
   void cancel();   // unwinds every waiting thread
@@ -73,16 +90,20 @@ class BlockRunner {
   const BlockJob* job_ = nullptr;
   uint3 block_idx_{0, 0, 0};
   int n_ = 0;        // threads in the block
+  unsigned bx_ = 1, by_ = 1, bxy_ = 1;  // blockDim.x, .y, .x * .y
+  bool plain_ = false;  // the block runs as a plain loop (no thread has reached a barrier yet)
   int current_ = 0;  // the thread running now
   int exited_ = 0, at_block_ = 0;
   bool cancelled_ = false;
   std::exception_ptr error_;
   std::vector<std::unique_ptr<Fiber>> fibers_;
   std::vector<State> state_;
-  std::vector<uint3> tid_;
+  std::vector<uint3> tid_;      // threadIdx of each thread, for the sweep (built for tid_dims_)
+  dim3 tid_dims_{0, 0, 0};
   std::vector<unsigned> mask_;  // lanes a thread waiting at a warp barrier waits for
   std::vector<int> warp_waiting_;  // threads of each warp waiting at a warp barrier
-  std::vector<uint64_t> lane_bits_;  // shuffle mailbox, one slot per thread
+  std::vector<uint64_t> lane_bits_;  // shuffle mailbox, two slots per thread (exchange)
+  std::vector<uint32_t> published_;  // values each thread has published there
   std::vector<Slot> slots_;          // static shared declarations used by this block
   size_t shared_used_ = 0;   // arena offset of the next allocation
   size_t shared_bytes_ = 0;  // bytes the block has declared (checked against kSharedBytes)

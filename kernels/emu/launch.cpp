@@ -47,7 +47,17 @@ void check_config(const std::string& name, const LaunchConfig& c) {
   if (c.dynamic_shared > kSharedBytes) fail("more than 48 KiB of dynamic shared memory");
 }
 
+std::atomic<int64_t> g_plain{0}, g_fibers{0};
+std::atomic<bool> g_plain_on{true};
+
 }  // namespace
+
+BlockCounts block_counts() { return {g_plain.load(), g_fibers.load()}; }
+void clear_block_counts() {
+  g_plain = 0;
+  g_fibers = 0;
+}
+void set_plain_blocks(bool on) { g_plain_on = on; }
 
 std::map<std::string, int64_t> launch_log() {
   std::lock_guard<std::mutex> lock(log_mutex());
@@ -74,16 +84,25 @@ void run_grid(const LaunchConfig& cfg, void (*body)(void*), void* ctx) {
   const int64_t blocks = static_cast<int64_t>(gx * gy * cfg.grid.z);
   std::atomic<int64_t> next{0};
   std::atomic<bool> failed{false};
+  const bool plain = g_plain_on.load(std::memory_order_relaxed);
   auto worker = [&](int) {
     BlockRunner& runner = BlockRunner::local();
-    while (!failed.load()) {
-      const int64_t b = next.fetch_add(1);
+    int64_t n_plain = 0, n_fibers = 0;
+    struct Count {  // added once per worker, also when a block throws
+      int64_t &p, &f;
+      ~Count() {
+        g_plain.fetch_add(p, std::memory_order_relaxed);
+        g_fibers.fetch_add(f, std::memory_order_relaxed);
+      }
+    } count{n_plain, n_fibers};
+    while (!failed.load(std::memory_order_relaxed)) {
+      const int64_t b = next.fetch_add(1, std::memory_order_relaxed);
       if (b >= blocks) return;
       const uint64_t ub = static_cast<uint64_t>(b);
       const builtins::uint3 idx{static_cast<unsigned>(ub % gx), static_cast<unsigned>(ub / gx % gy),
                                 static_cast<unsigned>(ub / (gx * gy))};
       try {
-        runner.run(job, idx);
+        ++(runner.run(job, idx, plain) ? n_plain : n_fibers);
       } catch (...) {
         failed.store(true);  // the other workers stop taking blocks
         throw;

@@ -35,6 +35,17 @@ struct LaunchConfig {
 // (1..1024 threads a block, block.z <= 64, grid.y and grid.z <= 65535, shared memory <= 48 KiB).
 void run_grid(const LaunchConfig& cfg, void (*body)(void*), void* ctx);
 
+// How blocks ran since the start or the last clear, all launches: as a plain loop to the end
+// (no thread reached a barrier), or on a fiber per thread (block.hpp).
+struct BlockCounts {
+  int64_t plain = 0, fibers = 0;
+};
+BlockCounts block_counts();
+void clear_block_counts();
+// Whether blocks start as a plain loop (the default) or on a fiber per thread from the start, for
+// tests and benchmarks that compare the two; results are the same either way.
+void set_plain_blocks(bool on);
+
 // Launch log: kernel name -> number of launches since the start or the last clear, all threads.
 std::map<std::string, int64_t> launch_log();
 void clear_launch_log();
