@@ -11,6 +11,10 @@
 #   REPEATS=3         timed repeats per figure (min and median are printed; ratios use the min)
 #   RESNET=1          0 skips the ResNet-18 step (batch 256: a minute or more per side here)
 #   RESNET_BATCH=256
+#   CONCISE=1         chapter 2 too: ResNet-18 written with the layer (resnet18_layer_bench) next to
+#                     PyTorch's step, its 2 devices x 1 thread vs 1 x 1, and the Gluon lab's CNN epoch
+#                     (lab_cnn_epoch_bench) next to PyTorch's; 0 skips them
+#   LAB_STEPS=300     lab CNN training steps per timed repeat, extrapolated to the 938 of an epoch
 #   NATIVE_OPENBLAS=0 1 unsets OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE for this command, so OpenBLAS
 #                     picks its kernels itself as on a user's machine (PyTorch's dense layers use
 #                     OpenBLAS too; its convolutions use oneDNN). Which kernels ran is printed.
@@ -23,6 +27,8 @@ steps=${STEPS:-60}
 repeats=${REPEATS:-3}
 resnet=${RESNET:-1}
 resnet_batch=${RESNET_BATCH:-256}
+concise=${CONCISE:-1}
+lab_steps=${LAB_STEPS:-300}
 py=/usr/bin/python3
 here=$(cd "$(dirname "$0")" && pwd)
 results=$(mktemp)
@@ -38,6 +44,16 @@ for exe in lenet_epoch_bench resnet18_step_bench; do
     exit 2
   fi
 done
+
+if [ "$concise" = 1 ]; then
+  for exe in resnet18_layer_bench lab_cnn_epoch_bench; do
+    if [ ! -x "$build/bench/$exe" ]; then
+      echo "error: $build/bench/$exe not found: build it first (ninja -C $build bench/resnet18_layer_bench" \
+        "bench/lab_cnn_epoch_bench) or set CONCISE=0" >&2
+      exit 2
+    fi
+  done
+fi
 
 torch=1
 if ! "$py" -c 'import torch' 2>/dev/null; then
@@ -64,6 +80,20 @@ ours_lenet 2x1
 if [ "$resnet" = 1 ]; then
   run "$build/bench/resnet18_step_bench" --batch "$resnet_batch" --repeats "$repeats"
   [ $torch = 1 ] && run "$py" "$here/pytorch_reference.py" resnet --threads 2 --batch "$resnet_batch" --repeats "$repeats"
+  [ "$concise" = 1 ] && run "$build/bench/resnet18_layer_bench" --batch "$resnet_batch" --repeats "$repeats" --setup 1x2
+fi
+if [ "$concise" = 1 ]; then
+  ours_lab() { run "$build/bench/lab_cnn_epoch_bench" --steps "$lab_steps" --repeats "$repeats" --setup "$1"; }
+  torch_lab() { [ $torch = 1 ] && run "$py" "$here/pytorch_reference.py" labcnn --threads "$1" --steps "$lab_steps" --repeats "$repeats"; }
+  ours_lab 1x2
+  torch_lab 2 || true
+  ours_lab 1x1
+  torch_lab 1 || true
+  ours_lab 2x1
+  if [ "$resnet" = 1 ]; then
+    run "$build/bench/resnet18_layer_bench" --batch "$resnet_batch" --repeats "$repeats" --setup 1x1
+    run "$build/bench/resnet18_layer_bench" --batch "$resnet_batch" --repeats "$repeats" --setup 2x1
+  fi
 fi
 
 # The figures side by side.
@@ -88,4 +118,15 @@ line "LeNet epoch, 2 devices x 1 thread" lenet_epoch_2x1 pytorch_lenet_epoch_t2 
 awk -v a="$(get lenet_epoch_1x1)" -v b="$(get lenet_epoch_2x1)" \
   'BEGIN { if (a != "" && b != "") printf "LeNet 2 devices x 1 thread vs 1 device x 1 thread: %.2fx the throughput\n", a / b }'
 line "ResNet-18 step, batch $resnet_batch, 2 threads" resnet18_step_t2 pytorch_resnet18_step_t2 "(2 threads)"
+if [ "$concise" = 1 ]; then
+  echo "---- chapter 2 (targets: ResNet-18 step <= 0.80x, lab CNN epoch <= 0.60x PyTorch's; 2x1 vs 1x1 >= 1.8x)"
+  line "ResNet-18 step with the layer, batch $resnet_batch, 2 threads" resnet18_layer_step_1x2 pytorch_resnet18_step_t2 "(2 threads)"
+  line "Lab CNN epoch, 1 device x 2 threads" lab_cnn_epoch_1x2 pytorch_lab_cnn_epoch_t2 "(2 threads)"
+  line "Lab CNN epoch, 1 device x 1 thread " lab_cnn_epoch_1x1 pytorch_lab_cnn_epoch_t1 "(1 thread) "
+  line "Lab CNN epoch, CPU time, 2 threads " lab_cnn_epoch_cpu_1x2 pytorch_lab_cnn_epoch_cpu_t2 "(2 threads)"
+  awk -v a="$(get lab_cnn_epoch_1x1)" -v b="$(get lab_cnn_epoch_2x1)" \
+    'BEGIN { if (a != "" && b != "") printf "Lab CNN 2 devices x 1 thread (batch 128) vs 1 device x 1 thread (batch 64): %.2fx the throughput\n", a / b }'
+  awk -v a="$(get resnet18_layer_step_1x1)" -v b="$(get resnet18_layer_step_2x1)" \
+    'BEGIN { if (a != "" && b != "") printf "ResNet-18 with the layer, 2 devices x 1 thread vs 1 device x 1 thread, same batch: %.2fx the throughput\n", a / b }'
+fi
 echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"

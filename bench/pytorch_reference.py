@@ -10,6 +10,9 @@
   resnet  -- one training step of d2l's ResNet-18 small-image variant (conv 64@3x3 + BN + ReLU,
              4 stages of 2 residual blocks, global average pool, dense 10) on a batch of 256
              1x28x28 inputs: forward, softmax cross-entropy, backward, SGD update.
+  labcnn  -- an epoch of the Gluon lab's CNN (book/004, chapters/multi_gpu_concise), batch 64, lr 0.3;
+             with --save FILE: train it and write it with chapter 2's parameter names (the file
+             multi_gpu_concise --model lab-cnn --load-params FILE evaluates).
 
 Prints "RESULT <key> <value>" lines (seconds) for compare.sh. Run it with Debian's own python3
 (/usr/bin/python3, which has python3-torch), e.g.
@@ -17,6 +20,7 @@ Prints "RESULT <key> <value>" lines (seconds) for compare.sh. Run it with Debian
 """
 import argparse
 import gzip
+import json
 import os
 import statistics
 import struct
@@ -193,19 +197,125 @@ def bench_resnet(args):
     print(f"RESULT pytorch_resnet18_step_cpu_t{args.threads} {cpu:.6g}")
 
 
+# ---- the Gluon lab's CNN (book/004; chapters/multi_gpu_concise's lab_cnn)
+# Our names (Conv2D and Dense carry their relu, so the indices skip PyTorch's ReLU modules).
+LAB_NAMES = {"0": "0", "3": "2", "7": "5", "9": "6"}
+
+
+def load_split(prefix):
+    def find(name):
+        for suffix in (".gz", ""):
+            p = os.path.join(DATA_DIR, name + suffix)
+            if os.path.exists(p):
+                return p
+        sys.exit(f"error: {name} not found in {DATA_DIR} (apt-get install dataset-fashion-mnist)")
+    X = torch.from_numpy(read_idx(find(prefix + "-images-idx3-ubyte")).astype(np.float32) / 255.0).reshape(-1, 1, 28, 28)
+    y = torch.from_numpy(read_idx(find(prefix + "-labels-idx1-ubyte")).astype(np.int64))
+    return X, y
+
+
+def lab_cnn():
+    net = nn.Sequential(nn.Conv2d(1, 20, 3), nn.ReLU(), nn.MaxPool2d(2, 2), nn.Conv2d(20, 50, 5), nn.ReLU(),
+                        nn.MaxPool2d(2, 2), nn.Flatten(), nn.Linear(800, 128), nn.ReLU(), nn.Linear(128, 10))
+    for m in net:  # Gluon's default initialisation: weights uniform in [-0.07, 0.07], biases zero
+        if isinstance(m, (nn.Conv2d, nn.Linear)):
+            nn.init.uniform_(m.weight, -0.07, 0.07)
+            nn.init.zeros_(m.bias)
+    return net
+
+
+def save_safetensors(path, tensors):
+    """A minimal safetensors writer (Debian has no python3-safetensors): F32 tensors, names sorted."""
+    header, offset, blobs = {}, 0, []
+    for name in sorted(tensors):
+        data = tensors[name].detach().to(torch.float32).contiguous().numpy().astype("<f4").tobytes()
+        header[name] = {"dtype": "F32", "shape": list(tensors[name].shape), "data_offsets": [offset, offset + len(data)]}
+        offset += len(data)
+        blobs.append(data)
+    text = json.dumps(header, separators=(",", ":"))
+    text += " " * ((8 - len(text) % 8) % 8)
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text.encode() + b"".join(blobs))
+    os.replace(tmp, path)
+
+
+def bench_lab_cnn(args):
+    """The lab's run(1, 64, .3): SGD lr 0.3 on the batch's mean loss, batch 64, shuffled Fashion-MNIST.
+    Times --steps steps extrapolated to the 938 of an epoch (--steps 0: whole epochs). With --save:
+    trains --epochs epochs on the first --train-subset images instead, prints the test accuracy on the
+    first --test-subset test images, and writes the net with chapter 2's names to --save."""
+    X, y = load_split("train")
+    if args.train_subset:
+        X, y = X[:args.train_subset], y[:args.train_subset]
+    torch.manual_seed(0)
+    net = lab_cnn()
+    trainer = torch.optim.SGD(net.parameters(), lr=0.3)
+    batch = 64
+    num_batches = (X.shape[0] + batch - 1) // batch
+    step = 0
+    order = torch.randperm(X.shape[0])
+
+    def run_steps(n):
+        nonlocal step, order
+        start = time.perf_counter()
+        for _ in range(n):
+            if step % num_batches == 0 and step > 0:
+                order = torch.randperm(X.shape[0])
+            idx = order[(step % num_batches) * batch:(step % num_batches + 1) * batch]
+            trainer.zero_grad()
+            F.cross_entropy(net(X[idx]), y[idx]).backward()
+            trainer.step()
+            step += 1
+        return time.perf_counter() - start
+
+    if args.save:
+        run_steps(args.epochs * num_batches)
+        Xt, yt = load_split("t10k")
+        if args.test_subset:
+            Xt, yt = Xt[:args.test_subset], yt[:args.test_subset]
+        with torch.no_grad():
+            acc = (net(Xt).argmax(1) == yt).float().mean().item()
+        names = {}
+        for key, value in net.state_dict().items():
+            index, rest = key.split(".", 1)
+            names[LAB_NAMES[index] + "." + rest] = value
+        save_safetensors(args.save, names)
+        print(f"PyTorch {torch.__version__} lab CNN, {args.epochs} epoch(s) on {X.shape[0]} images: test acc {acc:.4f} "
+              f"on {Xt.shape[0]} test images; saved to {args.save}")
+        print(f"RESULT pytorch_lab_cnn_test_acc {acc:.6g}")
+        return
+    steps = args.steps if args.steps else num_batches
+    run_steps(args.warmup)
+    times = []
+    cpu0 = time.process_time()
+    for _ in range(args.repeats):
+        times.append(run_steps(steps) * num_batches / steps)
+    cpu = (time.process_time() - cpu0) / args.repeats * num_batches / steps
+    how = "whole epochs" if steps == num_batches else f"{steps} steps x {num_batches / steps:.2f}"
+    print(f"PyTorch {torch.__version__} lab CNN epoch (batch 64, {num_batches} steps), {args.threads} thread(s), "
+          f"{how}: min {min(times):.2f} s, median {statistics.median(times):.2f} s, CPU {cpu:.2f} s")
+    print(f"RESULT pytorch_lab_cnn_epoch_t{args.threads} {min(times):.6g}")
+    print(f"RESULT pytorch_lab_cnn_epoch_cpu_t{args.threads} {cpu:.6g}")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("what", choices=["lenet", "resnet"])
+    p.add_argument("what", choices=["lenet", "resnet", "labcnn"])
     p.add_argument("--threads", type=int, default=2, help="torch.set_num_threads")
     p.add_argument("--steps", type=int, default=60, help="lenet: steps per timed repeat (235 = a whole epoch)")
     p.add_argument("--warmup", type=int, default=None, help="untimed steps first (lenet 5, resnet 1)")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--batch", type=int, default=256, help="resnet: batch size")
+    p.add_argument("--save", help="labcnn: train --epochs epochs, print the test accuracy, save the net here (safetensors)")
+    p.add_argument("--epochs", type=int, default=1, help="labcnn --save: epochs")
+    p.add_argument("--train-subset", type=int, default=0, help="labcnn: the first N training images (0: all)")
+    p.add_argument("--test-subset", type=int, default=0, help="labcnn --save: the first N test images (0: all)")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     if args.warmup is None:
-        args.warmup = 5 if args.what == "lenet" else 1
-    bench_lenet(args) if args.what == "lenet" else bench_resnet(args)
+        args.warmup = 1 if args.what == "resnet" else 5
+    {"lenet": bench_lenet, "resnet": bench_resnet, "labcnn": bench_lab_cnn}[args.what](args)
 
 
 if __name__ == "__main__":

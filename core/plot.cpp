@@ -14,7 +14,9 @@ static std::string quote(const std::string& s) {
   return out + "'";
 }
 
-std::string plot_png(const PlotSpec& spec, const std::string& png_path) {
+// Writes `body` (the gnuplot commands after the terminal and output lines) to a temporary script,
+// runs gnuplot on it and renames the drawn PNG over png_path. Returns "" or why not.
+static std::string render(const std::string& body, const std::string& png_path) {
   if (std::system("command -v gnuplot >/dev/null 2>&1") != 0)
     return "gnuplot not found (install the Debian package gnuplot-nox); no plot drawn";
   std::string tmp = png_path + ".tmp." + std::to_string(getpid());
@@ -23,18 +25,7 @@ std::string plot_png(const PlotSpec& spec, const std::string& png_path) {
     std::ofstream gp(script_path);
     gp << "set terminal pngcairo size 640,420 enhanced font 'sans,10'\n"
        << "set output " << quote(tmp + ".png") << "\n"
-       << "set title " << quote(spec.title) << "\nset xlabel " << quote(spec.xlabel) << "\nset ylabel "
-       << quote(spec.ylabel) << "\nset grid\nset key bottom right\n";
-    if (spec.logx) gp << "set logscale x 2\n";
-    if (spec.ymin != 0 || spec.ymax != 0) gp << "set yrange [" << spec.ymin << ":" << spec.ymax << "]\n";
-    gp << "plot ";
-    for (size_t i = 0; i < spec.series.size(); ++i)
-      gp << (i ? ", " : "") << "'-' using 1:2 with linespoints lw 2 title " << quote(spec.series[i].name);
-    gp << "\n";
-    for (auto& s : spec.series) {
-      for (size_t k = 0; k < s.x.size() && k < s.y.size(); ++k) gp << s.x[k] << " " << s.y[k] << "\n";
-      gp << "e\n";
-    }
+       << body;
     if (!gp) return "cannot write " + script_path;
   }
   std::string cmd = "gnuplot " + quote(script_path) + " 2>" + quote(tmp + ".err");
@@ -52,6 +43,63 @@ std::string plot_png(const PlotSpec& spec, const std::string& png_path) {
   }
   if (std::rename((tmp + ".png").c_str(), png_path.c_str()) != 0) return "cannot write " + png_path;
   return "";
+}
+
+std::string plot_png(const PlotSpec& spec, const std::string& png_path) {
+  std::ostringstream gp;
+  gp << "set title " << quote(spec.title) << "\nset xlabel " << quote(spec.xlabel) << "\nset ylabel "
+     << quote(spec.ylabel) << "\nset grid\nset key bottom right\n";
+  if (spec.logx) gp << "set logscale x 2\n";
+  if (spec.ymin != 0 || spec.ymax != 0) gp << "set yrange [" << spec.ymin << ":" << spec.ymax << "]\n";
+  for (auto& s : spec.series)
+    if (!s.yerr.empty()) {  // room around the points so the end bars are not cut off
+      gp << "set offsets graph 0.03, graph 0.03, graph 0.05, graph 0.05\n";
+      break;
+    }
+  gp << "plot ";
+  for (size_t i = 0; i < spec.series.size(); ++i) {
+    gp << (i ? ", " : "") << "'-' using 1:2 with linespoints lw 2 title " << quote(spec.series[i].name);
+    // Error bars: red bars and points over the line (matplotlib's errorbar(ecolor='red', fmt='ro')).
+    if (!spec.series[i].yerr.empty()) gp << ", '-' using 1:2:3 with yerrorbars lc rgb 'red' pt 7 notitle";
+  }
+  gp << "\n";
+  for (auto& s : spec.series) {
+    for (int pass = 0; pass < (s.yerr.empty() ? 1 : 2); ++pass) {
+      for (size_t k = 0; k < s.x.size() && k < s.y.size(); ++k) {
+        gp << s.x[k] << " " << s.y[k];
+        if (pass == 1) gp << " " << (k < s.yerr.size() ? s.yerr[k] : 0.0);
+        gp << "\n";
+      }
+      gp << "e\n";
+    }
+  }
+  return render(gp.str(), png_path);
+}
+
+std::string bar_png(const BarSpec& spec, const std::string& png_path) {
+  const size_t n = spec.labels.size();
+  if (spec.means.size() != n || (!spec.errors.empty() && spec.errors.size() != n))
+    return "bar_png: " + std::to_string(n) + " labels, " + std::to_string(spec.means.size()) + " means and " +
+           std::to_string(spec.errors.size()) + " errors do not match; no plot drawn";
+  std::ostringstream gp;
+  gp << "set title " << quote(spec.title) << "\nset ylabel " << quote(spec.ylabel) << "\n"
+     << "set grid ytics\nunset key\nset yrange [0:*]\nset xrange [-0.6:" << (static_cast<double>(n) - 0.4) << "]\n"
+     << "set boxwidth 0.6\nset style fill solid 0.5 border -1\nset xtics (";
+  for (size_t i = 0; i < n; ++i) gp << (i ? ", " : "") << quote(spec.labels[i]) << " " << i;
+  gp << ")\nset errorbars large\n";
+  // Bars (blue, half transparent as alpha=0.5), then the error bars (red) on top of them.
+  gp << "plot '-' using 1:2 with boxes lc rgb '#1f77b4'";
+  if (!spec.errors.empty()) gp << ", '-' using 1:2:3 with yerrorbars lc rgb 'red' lw 1.5 pt 0";
+  gp << "\n";
+  for (int pass = 0; pass < (spec.errors.empty() ? 1 : 2); ++pass) {
+    for (size_t i = 0; i < n; ++i) {
+      gp << i << " " << spec.means[i];
+      if (pass == 1) gp << " " << spec.errors[i];
+      gp << "\n";
+    }
+    gp << "e\n";
+  }
+  return render(gp.str(), png_path);
 }
 
 }  // namespace d2l

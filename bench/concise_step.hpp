@@ -1,0 +1,56 @@
+// What the chapter-2 benchmarks share (resnet18_layer_bench, lab_cnn_epoch_bench): a net of
+// chapters/multi_gpu_concise with its Trainer on a list of CPU devices with a given thread count,
+// and N training steps of concise::train_batch timed as the book's train() times an epoch (the
+// host enqueues at most two minibatches ahead, then waits for every device).
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bench/bench_util.hpp"
+#include "chapters/multi_gpu_concise/multi_gpu_concise.hpp"
+#include "core/rng.hpp"
+#include "core/runtime.hpp"
+
+namespace d2l::bench {
+
+// "1x2": 1 CPU device with 2 kernel threads; "2x1": 2 devices with 1 thread each.
+struct Setup {
+  const char* key;
+  std::vector<Device> devices;
+  int threads;
+};
+
+struct Model {
+  std::shared_ptr<nn::Sequential> net;
+  std::unique_ptr<optim::Trainer> trainer;
+  std::vector<Device> devices;
+};
+
+// The net initialised on the setup's devices (the model's initialiser, seed 0), their thread
+// budget set, and an SGD Trainer with the 'device' kvstore.
+inline Model make_model(const std::string& model, const Setup& setup, float lr) {
+  use_devices(setup.devices);
+  for (auto d : setup.devices) runtime(d).set_threads(setup.threads);
+  Model m;
+  m.devices = setup.devices;
+  manual_seed(0);
+  m.net = concise::make_net(model);
+  m.net->initialize(concise::default_init(model), setup.devices, true);
+  m.trainer = std::make_unique<optim::Trainer>(m.net->collect_params(), "sgd", optim::SGDOptions{lr}, "device");
+  return m;
+}
+
+// n training steps; batch(i) gives the i-th minibatch (host memory). Returns when every device is done.
+inline void run_steps(Model& m, int n, const std::function<const Batch&(int)>& batch) {
+  std::vector<Event> in_flight(m.devices.size());
+  for (int i = 0; i < n; ++i) {
+    concise::train_batch(batch(i), *m.net, *m.trainer, m.devices);
+    for (auto& e : in_flight) e.synchronize();
+    for (size_t d = 0; d < m.devices.size(); ++d) runtime(m.devices[d]).compute.record(in_flight[d]);
+  }
+  waitall();
+}
+
+}  // namespace d2l::bench

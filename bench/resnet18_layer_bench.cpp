@@ -1,0 +1,151 @@
+// resnet18_layer_bench: d2l's ResNet-18 small-image variant as chapter 2 writes it with the layer
+// (concise::resnet18: nn::Sequential, Residual, BatchNorm, Trainer), one training step on a batch of
+// 256 1x28x28 images (split_and_load, forward, softmax cross-entropy, backward on each device,
+// Trainer.step with the 'device' kvstore), on
+//   1 CPU device x 2 threads (next to PyTorch with 2 threads: pytorch_reference.py resnet),
+//   1 device x 1 thread, and 2 CPU devices x 1 thread each (the same total batch, 128 per device).
+// 1. Validates the layer's downsampling Residual (conv, BatchNorm in training mode, relu, 1x1 conv
+//    shortcut, add) on 2x3x7x7 against direct loops in double.
+// 2. Times: 1 warm-up step, then `--repeats` steps; min and median wall time, CPU time beside it.
+// Napkin math: about 2.73 GFLOP per image per step (the 20 convolutions, forward + both gradients;
+// resnet18_step_bench counts them), printed as GFLOP/s and images/s; the 2x1 / 1x1 throughput ratio.
+//   resnet18_layer_bench [--batch N] [--repeats R] [--setup all|1x2|1x1|2x1]
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "bench/concise_step.hpp"
+#include "core/autograd.hpp"
+
+namespace b = d2l::bench;
+using d2l::Tensor;
+
+namespace {
+
+// ---- 1. validation: nn::Residual(4, use_1x1conv=true, strides=2) in direct loops, double
+using Vec = std::vector<double>;
+Vec ref_conv(const Vec& x, int N, int C, int H, const std::vector<float>& w, const std::vector<float>& bias, int OC, int K,
+             int stride, int pad, int* OHp) {
+  const int OH = (H + 2 * pad - K) / stride + 1;
+  Vec y(static_cast<size_t>(N * OC * OH * OH));
+  for (int n = 0; n < N; ++n)
+    for (int oc = 0; oc < OC; ++oc)
+      for (int oh = 0; oh < OH; ++oh)
+        for (int ow = 0; ow < OH; ++ow) {
+          double acc = bias[oc];
+          for (int c = 0; c < C; ++c)
+            for (int kh = 0; kh < K; ++kh)
+              for (int kw = 0; kw < K; ++kw) {
+                const int ih = oh * stride - pad + kh, iw = ow * stride - pad + kw;
+                if (ih >= 0 && ih < H && iw >= 0 && iw < H) acc += x[((n * C + c) * H + ih) * H + iw] * w[((oc * C + c) * K + kh) * K + kw];
+              }
+          y[((n * OC + oc) * OH + oh) * OH + ow] = acc;
+        }
+  *OHp = OH;
+  return y;
+}
+Vec ref_bn(const Vec& x, int N, int C, int HW, bool relu) {  // training mode, gamma 1, beta 0, eps 1e-5
+  Vec y(x.size());
+  for (int c = 0; c < C; ++c) {
+    double mean = 0, var = 0;
+    for (int n = 0; n < N; ++n)
+      for (int i = 0; i < HW; ++i) mean += x[(n * C + c) * HW + i];
+    mean /= N * HW;
+    for (int n = 0; n < N; ++n)
+      for (int i = 0; i < HW; ++i) var += std::pow(x[(n * C + c) * HW + i] - mean, 2);
+    var /= N * HW;
+    for (int n = 0; n < N; ++n)
+      for (int i = 0; i < HW; ++i) {
+        const double v = (x[(n * C + c) * HW + i] - mean) / std::sqrt(var + 1e-5);
+        y[(n * C + c) * HW + i] = relu && v < 0 ? 0 : v;
+      }
+  }
+  return y;
+}
+
+bool validate() {
+  const int N = 2, C = 3, OC = 4, H = 7;
+  const d2l::Device dev = d2l::cpu(0);
+  d2l::nn::Residual blk(OC, true, 2);
+  blk.initialize(d2l::Init::Normal(0.3f), {dev});
+  const std::vector<float> xs = b::random_data(N * C * H * H, 7);
+  const Tensor X = Tensor::from_vector(xs, {N, C, H, H}, dev);
+  const std::vector<float> got = blk(X).to_vector();
+  auto w = [&](const std::shared_ptr<d2l::nn::Conv2D>& c) { return c->weight->data(dev).to_vector(); };
+  auto bias = [&](const std::shared_ptr<d2l::nn::Conv2D>& c) { return c->bias->data(dev).to_vector(); };
+  int OH = 0;
+  const Vec x(xs.begin(), xs.end());
+  Vec y = ref_conv(x, N, C, H, w(blk.conv1), bias(blk.conv1), OC, 3, 2, 1, &OH);  // sets OH: its own statement
+  y = ref_bn(y, N, OC, OH * OH, true);
+  y = ref_conv(y, N, OC, OH, w(blk.conv2), bias(blk.conv2), OC, 3, 1, 1, &OH);
+  y = ref_bn(y, N, OC, OH * OH, false);
+  const Vec shortcut = ref_conv(x, N, C, H, w(blk.conv3), bias(blk.conv3), OC, 1, 2, 0, &OH);
+  double worst = 0;
+  for (size_t i = 0; i < y.size(); ++i) {
+    const double want = std::max(0.0, y[i] + shortcut[i]);
+    worst = std::max(worst, std::fabs(want - got[i]) / (1e-3 + std::fabs(want)));
+  }
+  std::printf("validate: the layer's Residual(4, use_1x1conv, strides 2) on 2x3x7x7 vs direct loops in double: "
+              "worst relative error %.1e %s\n", worst, worst < 1e-3 ? "(ok)" : "(FAILED: above 1e-3)");
+  return worst < 1e-3;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int64_t batch = 256;
+  int repeats = 3;
+  std::string only = "all";
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--batch") && i + 1 < argc) batch = std::atoll(argv[++i]);
+    else if (!std::strcmp(argv[i], "--repeats") && i + 1 < argc) repeats = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--setup") && i + 1 < argc) only = argv[++i];
+    else {
+      std::fprintf(stderr, "usage: resnet18_layer_bench [--batch N] [--repeats R] [--setup all|1x2|1x1|2x1]\n");
+      return 2;
+    }
+  }
+  if (batch < 2 || repeats < 1 || (only != "all" && only != "1x2" && only != "1x1" && only != "2x1")) {
+    std::fprintf(stderr, "error: --batch must be >= 2, --repeats >= 1, --setup one of all, 1x2, 1x1, 2x1\n");
+    return 2;
+  }
+  b::banner("resnet18_layer_bench: chapter 2's ResNet-18 (concise::resnet18, the layer) training step");
+  d2l::use_devices({d2l::cpu(0)});
+  if (!validate()) return 1;
+
+  d2l::Batch data;  // the same inputs in every setup and in pytorch_reference.py's shape
+  data.n = batch;
+  data.shape = {batch, 1, 28, 28};
+  data.X = b::random_data(batch * 28 * 28, 1);
+  for (auto& v : data.X) v = 0.5f * (v + 1.0f);  // pixels in [0, 1)
+  for (int64_t i = 0; i < batch; ++i) data.y.push_back(static_cast<int32_t>((i * 31) % 10));
+
+  const double gflop_per_image = 2.73;
+  const std::vector<b::Setup> setups = {{"1x2", {d2l::cpu(0)}, 2}, {"1x1", {d2l::cpu(0)}, 1}, {"2x1", {d2l::cpu(0), d2l::cpu(1)}, 1}};
+  std::printf("batch %lld of 1x28x28, lr 0.1, kvstore device; 1 warm-up step, %d timed\n", (long long)batch, repeats);
+  std::printf("%-6s %-22s | %9s %9s %9s | %9s %8s\n", "setup", "devices", "s/step", "median", "CPU s", "images/s", "GFLOP/s");
+  double t1x1 = 0, t2x1 = 0;
+  for (const b::Setup& s : setups) {
+    if (only != "all" && only != s.key) continue;
+    if (s.threads > d2l::num_cores()) {
+      std::printf("%-6s skipped: %d threads on %d cores\n", s.key, s.threads, d2l::num_cores());
+      continue;
+    }
+    b::Model m = b::make_model("resnet18", s, 0.1f);
+    b::run_steps(m, 1, [&](int) -> const d2l::Batch& { return data; });  // warm-up (and deferred shapes)
+    const b::Stats st = b::time_it([&] { b::run_steps(m, 1, [&](int) -> const d2l::Batch& { return data; }); }, 0, repeats);
+    std::printf("%-6s %-22s | %9.2f %9.2f %9.2f | %9.1f %8.1f\n", s.key, d2l::str(s.devices).c_str(), st.min, st.median,
+                st.cpu_median, static_cast<double>(batch) / st.min, gflop_per_image * static_cast<double>(batch) / st.min);
+    b::result(std::string("resnet18_layer_step_") + s.key, st.min);
+    b::result(std::string("resnet18_layer_step_cpu_") + s.key, st.cpu_median);
+    if (std::string(s.key) == "1x1") t1x1 = st.min;
+    if (std::string(s.key) == "2x1") t2x1 = st.min;
+  }
+  if (t1x1 > 0 && t2x1 > 0) {
+    std::printf("2 devices x 1 thread vs 1 device x 1 thread, same batch: %.2fx the throughput (target >= 1.8x)\n", t1x1 / t2x1);
+    b::result("resnet18_layer_2x1_over_1x1", t1x1 / t2x1);
+  }
+  std::printf("load average at the end: %.2f (a 2-core machine is busy beyond 2)\n", b::load_average());
+  return 0;
+}

@@ -1,0 +1,67 @@
+// model_parallel: "Parallel practice of ResNet model on GPU" (book/003): ToyModel, ModelParallelResNet50,
+// PipelineParallelResNet50 and the section's timing experiment with its three plots.
+//   model_parallel --num-gpus 2                              (the section's experiment)
+//   model_parallel --num-gpus 3 --stages 3 --balance --schedule 1f1b
+//   model_parallel --quick --trace step.json                 (seconds; the timeline of one step, Perfetto)
+#include <CLI/CLI.hpp>
+#include <cstdio>
+
+#include "chapters/model_parallel/experiment.hpp"
+#include "core/cli.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{"Model parallelism: ToyModel, ModelParallelResNet50, PipelineParallelResNet50 and their timings"};
+  d2l::DeviceFlags dev;
+  dev.num_gpus = 2;
+  d2l::mp::Config cfg;
+  std::string schedule = "gpipe";
+  bool quick = false;
+  d2l::add_device_flags(app, dev);
+  auto* batch = app.add_option("--batch-size", cfg.batch_size, "images per batch")->capture_default_str();
+  auto* image = app.add_option("--image-size", cfg.image_size, "image height and width (>= 32)")->capture_default_str();
+  auto* batches = app.add_option("--num-batches", cfg.num_batches, "batches per train(model)")->capture_default_str();
+  auto* classes = app.add_option("--num-classes", cfg.num_classes, "classes (fc outputs)")->capture_default_str();
+  auto* repeat = app.add_option("--repeat", cfg.repeat, "timed train(model) runs per model (timeit repeat)")->capture_default_str();
+  auto* split = app.add_option("--split-size", cfg.split_size, "micro-batch size of the pipelined model")->capture_default_str();
+  auto* sweep = app.add_option("--sweep", cfg.sweep, "split sizes to time (Step 5), e.g. 1,3,5")->delimiter(',')->capture_default_str();
+  app.add_option("--stages", cfg.stages, "pipeline stages: the first K devices")->capture_default_str();
+  app.add_option("--schedule", schedule, "pipeline schedule: gpipe or 1f1b")->capture_default_str();
+  app.add_option("--partition", cfg.partition, "first block of each stage among the 22 (conv1=0 .. fc=21), e.g. 0,11")->delimiter(',');
+  app.add_flag("--balance", cfg.balance, "cut the stages by each block's measured time");
+  app.add_option("--out-dir", cfg.out_dir, "directory of the PNGs ('' for none)")->capture_default_str();
+  app.add_option("--trace", cfg.trace_file, "write one pipelined step's timeline here (Chrome-trace JSON: Perfetto)");
+  app.add_option("--seed", cfg.seed, "seed of the initial parameters and the data")->capture_default_str();
+  app.add_flag("--quick", quick, "tiny sizes (batch 8 of 3x32x32, 10 classes, 1 batch, repeat 2, sweep 2,4,8): seconds");
+  return d2l::guarded_main(app, argc, argv, [&] {
+    cfg.schedule = d2l::pipeline::parse_schedule(schedule);
+    d2l::mp::Config given = cfg;  // flags given explicitly keep their values
+    cfg.devices = d2l::choose_devices(dev);
+    bool any_gpu = false;
+    for (auto& d : cfg.devices) any_gpu = any_gpu || d.kind == d2l::DeviceKind::gpu;
+    if (quick) {
+      cfg.batch_size = 8, cfg.image_size = 32, cfg.num_classes = 10, cfg.num_batches = 1, cfg.repeat = 2;
+      cfg.split_size = 4, cfg.sweep = {2, 4, 8};
+    } else if (!any_gpu) {
+      d2l::mp::make_cpu_defaults(cfg);
+    }
+    if (*batch) cfg.batch_size = given.batch_size;
+    if (*image) cfg.image_size = given.image_size;
+    if (*batches) cfg.num_batches = given.num_batches;
+    if (*classes) cfg.num_classes = given.num_classes;
+    if (*repeat) cfg.repeat = given.repeat;
+    if (*split) cfg.split_size = given.split_size;
+    if (*sweep) cfg.sweep = given.sweep;
+    if (!quick && !any_gpu)
+      std::printf("no GPU among %s: CPU-sized defaults (the section's in brackets; flags override): --batch-size %lld "
+                  "(120), --image-size %lld (128), --repeat %d (10), --split-size %lld (20), --sweep %s (1,3,5,8,10,12,20,40,60)\n",
+                  d2l::str(cfg.devices).c_str(), (long long)cfg.batch_size, (long long)cfg.image_size, cfg.repeat,
+                  (long long)cfg.split_size, [&] {
+                    std::string s;
+                    for (size_t i = 0; i < cfg.sweep.size(); ++i) s += (i ? "," : "") + std::to_string(cfg.sweep[i]);
+                    return s;
+                  }().c_str());
+    d2l::mp::validate(cfg);  // bad sizes and an unwritable --trace fail before any work
+    d2l::mp::run(cfg);
+    return 0;
+  });
+}

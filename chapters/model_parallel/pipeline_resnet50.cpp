@@ -1,0 +1,85 @@
+#include "chapters/model_parallel/pipeline_resnet50.hpp"
+
+#include "core/ops.hpp"
+
+namespace d2l::mp {
+
+std::vector<size_t> default_partition(size_t K, size_t num_layers) {
+  if (K < 1 || K > num_layers)
+    throw ConfigError("--stages " + std::to_string(K) + ": expected 1 to " + std::to_string(num_layers) +
+                      " stages for " + std::to_string(num_layers) + " blocks");
+  if (K == 2 && num_layers == 22) return {0, 11};  // conv1 .. layer2 | layer3 .. fc, the section's seq1 | seq2
+  std::vector<size_t> starts;
+  size_t at = 0;
+  for (size_t s = 0; s < K; ++s) {
+    starts.push_back(at);
+    at += num_layers / K + (s < num_layers % K ? 1 : 0);
+  }
+  return starts;
+}
+
+PipelineParallelResNet50::PipelineParallelResNet50(int64_t split_size, const std::vector<Device>& devices,
+                                                   pipeline::Schedule schedule, const std::vector<size_t>& starts,
+                                                   int64_t num_classes)
+    : ModelParallelResNet50(devices.at(0), devices.at(devices.size() > 1 ? 1 : 0), num_classes),
+      devices(devices),
+      split_size(split_size),
+      schedule(schedule) {
+  if (devices.size() < 2)
+    throw ConfigError("PipelineParallelResNet50: needs at least 2 devices, got " + str(devices));
+  if (split_size < 1) throw ConfigError("bad --split-size " + std::to_string(split_size) + ": expected a number >= 1");
+  set_partition(starts.empty() ? default_partition(devices.size()) : starts);
+}
+
+void PipelineParallelResNet50::set_partition(const std::vector<size_t>& starts) {
+  const size_t L = layer_names().size(), K = devices.size();
+  bool ok = starts.size() == K && !starts.empty() && starts[0] == 0;
+  for (size_t s = 1; ok && s < starts.size(); ++s) ok = starts[s] > starts[s - 1] && starts[s] < L;
+  if (!ok) {
+    std::string given;
+    for (size_t s = 0; s < starts.size(); ++s) given += (s ? "," : "") + std::to_string(starts[s]);
+    throw ConfigError("bad --partition '" + given + "': expected " + std::to_string(K) +
+                      " increasing block indices starting at 0 and below " + std::to_string(L) + " (one per stage)");
+  }
+  auto parts = pipeline::partition(*layer_list(), starts);
+  stages.clear();
+  for (size_t s = 0; s < K; ++s) {
+    parts[s]->to(devices[s]);
+    stages.push_back(pipeline::Stage{parts[s], devices[s]});
+  }
+  starts_ = starts;
+}
+
+std::string PipelineParallelResNet50::partition_str() const {
+  auto names = layer_names();
+  std::string s;
+  for (size_t k = 0; k < starts_.size(); ++k) {
+    size_t end = k + 1 < starts_.size() ? starts_[k + 1] : names.size();
+    s += (k ? " | " : "") + names[starts_[k]] + (end - starts_[k] > 1 ? ".." + names[end - 1] : "") + " on " +
+         devices[k].str();
+  }
+  return s;
+}
+
+Tensor PipelineParallelResNet50::forward(const Tensor& x) { return pipeline::forward(stages, x, split_size); }
+
+Tensor PipelineParallelResNet50::forward_backward(const Tensor& x, const Tensor& target) {
+  // PyTorch's MSELoss of the whole batch = sum over micro-batches of (sum of squares) / numel(batch);
+  // d2l's mse_loss sums (p - t)^2 / 2, hence the 2.
+  const float scale = 2.0f / static_cast<float>(target.numel());
+  pipeline::LossFn loss = [scale](const Tensor& output, const Tensor& t) {
+    return d2l::mse_loss(output, t, Reduction::sum) * scale;
+  };
+  return pipeline::forward_backward(stages, x, target, split_size, schedule, loss);
+}
+
+std::vector<size_t> balanced_partition(PipelineParallelResNet50& model, const Tensor& sample, Device device, size_t K,
+                                       std::vector<double>* costs) {
+  auto layers = model.layer_list();
+  layers->to(device);
+  std::vector<double> c = pipeline::measure_layer_costs(*layers, sample, device);
+  if (costs) *costs = c;
+  return pipeline::balance(c, K);
+}
+
+}  // namespace d2l::mp

@@ -1,0 +1,170 @@
+// multi_gpu_concise: d2l "Gluon implementation for multi-GPU computation" (book/000, book/001) and the
+// Gluon lab on training with several GPUs (book/004).
+//   multi_gpu_concise                         (the book's two runs: train(1, 256, 0.1), train(2, 512, 0.2))
+//   multi_gpu_concise --num-gpus 2 --kvstore local --sync-bn
+//   multi_gpu_concise --model lab-cnn         (the lab's runs: run(1, 64, .3), run(2, 128, .3))
+//   multi_gpu_concise demo | lab              (the sections' cells: replicas, outputs, gradients)
+//   multi_gpu_concise --load-params net.safetensors   (evaluate a saved net, ours or PyTorch's)
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdio>
+
+#include "chapters/multi_gpu_concise/multi_gpu_concise.hpp"
+#include "core/cli.hpp"
+#include "core/runtime.hpp"
+#include "core/trace.hpp"
+#include "datasets/idx.hpp"
+
+namespace concise = d2l::concise;
+
+// Writes what trace::start() recorded as Chrome-trace JSON and prints each device's idle fraction.
+static void write_trace(const std::string& path) {
+  d2l::waitall();
+  d2l::trace::stop();
+  auto events = d2l::trace::events();
+  d2l::trace::write_chrome_json(path, events);
+  double t0 = events.empty() ? 0 : events.front().start_us, t1 = t0;  // events are ordered by start
+  for (auto& e : events) t1 = std::max(t1, e.end_us);
+  std::printf("trace: %zu stream tasks over %.2f s written to %s%s\n", events.size(), (t1 - t0) * 1e-6, path.c_str(),
+              d2l::trace::full() ? " (the first ones: --trace-tasks)" : "");
+  std::printf("idle fraction of the compute streams: %s\n", d2l::trace::idle_line(d2l::trace::summarize(events)).c_str());
+}
+
+static bool any_gpu(const std::vector<d2l::Device>& devices) {
+  return std::any_of(devices.begin(), devices.end(), [](d2l::Device d) { return d.kind == d2l::DeviceKind::gpu; });
+}
+
+int main(int argc, char** argv) {
+  CLI::App app{"Concise multi-GPU training: resnet18, initialize on several devices, split_and_load, Trainer, train"};
+  d2l::DeviceFlags dev;
+  concise::Config cfg;
+  bool quick = false, full = false;
+  std::string plot = "multi_gpu_concise.png", load_params, trace_file;
+  int64_t trace_tasks = 20000;
+  d2l::add_device_flags(app, dev);
+  auto* batch = app.add_option("--batch-size", cfg.batch_size, "the whole minibatch, split over the devices [default: 256 per device; lab-cnn 64]");
+  auto* lr = app.add_option("--lr", cfg.lr, "learning rate [default: 0.1 per device; lab-cnn 0.3]");
+  auto* epochs = app.add_option("--num-epochs", cfg.num_epochs, "epochs [default: 4; lab-cnn 5]");
+  app.add_option("--model", cfg.model, "resnet18 (the book's) or lab-cnn (the lab's)")->capture_default_str();
+  app.add_option("--kvstore", cfg.kvstore, "where gradients are summed: device, local (host memory) or ring")->capture_default_str();
+  app.add_flag("--sync-bn", cfg.sync_bn, "BatchNorm statistics over the whole batch, all devices (SyncBatchNorm)");
+  app.add_option("--split-weights", cfg.split_weights, "exercise 2: shard sizes in proportion to these, one per device (e.g. 3,1)")->delimiter(',');
+  app.add_flag("--balance", cfg.balance, "exercise 2: measure each device's speed first and split in proportion");
+  app.add_option("--threads", cfg.threads, "kernel threads of each CPU device (one count, or one per device)")->delimiter(',');
+  app.add_flag("--eval-all-devices", cfg.eval_all_devices, "every device evaluates a shard of each test batch");
+  int64_t seed = 0;
+  auto* seed_opt = app.add_option("--seed", seed, "seed of the initial parameters and the shuffling")->capture_default_str();
+  app.add_option("--data-dir", cfg.data_dir, "Fashion-MNIST (or any IDX) directory; default $D2L_DATA_DIR, then Debian's dataset-fashion-mnist");
+  auto* train_subset = app.add_option("--train-subset", cfg.train_subset, "train on the first N training images (slow machines)");
+  auto* test_subset = app.add_option("--test-subset", cfg.test_subset, "evaluate on the first N test images");
+  app.add_flag("--full", full, "the book's whole recipe on CPU devices too (all 60000 training images)");
+  app.add_option("--save-params", cfg.save_params, "save the trained net here (safetensors, PyTorch's names)");
+  app.add_option("--load-params", load_params, "evaluate the net in this file (saved by --save-params or by PyTorch) instead of training");
+  app.add_option("--checkpoint", cfg.checkpoint, "write a checkpoint here after every epoch");
+  app.add_option("--resume", cfg.resume, "continue training from this checkpoint");
+  app.add_option("--plot", plot, "PNG of test accuracy per epoch ('' for none)")->capture_default_str();
+  app.add_option("--trace", trace_file, "write the devices' timeline to this file as Chrome-trace JSON (Perfetto, chrome://tracing)");
+  app.add_option("--trace-tasks", trace_tasks, "--trace records at most this many stream tasks (the start of the run)")->capture_default_str();
+  app.add_flag("--quick", quick, "a generated data set, small images, 3 epochs: seconds on a CPU (tests)");
+  auto* demo = app.add_subcommand("demo", "book/000's cells: resnet18 on two devices, split_and_load, weight.data()");
+  auto* lab = app.add_subcommand("lab", "book/004's cells: the lab's CNN, its weights and gradients on each device");
+  demo->fallthrough();
+  lab->fallthrough();
+  return d2l::guarded_main(app, argc, argv, [&] {
+    try {
+      // Every output path and flag is checked before any work.
+      if (!trace_file.empty()) {
+        d2l::require_positive("--trace-tasks", static_cast<double>(trace_tasks));
+        d2l::trace::check_writable(trace_file);
+      }
+      if (!plot.empty()) concise::check_writable("--plot", plot);
+      if (!load_params.empty()) concise::check_readable("--load-params", load_params);
+      if (*train_subset) d2l::require_positive("--train-subset", static_cast<double>(cfg.train_subset));
+      if (*test_subset) d2l::require_positive("--test-subset", static_cast<double>(cfg.test_subset));
+      concise::make_net(cfg.model, cfg.sync_bn);
+      if (*seed_opt && seed < 0) throw d2l::ConfigError("bad --seed " + std::to_string(seed) + ": expected a number >= 0");
+      cfg.seed = static_cast<uint64_t>(seed);
+      const bool one_run = app.get_option("--num-gpus")->count() > 0 || !dev.devices.empty() || !load_params.empty();
+      if (!one_run && (!cfg.checkpoint.empty() || !cfg.resume.empty()))
+        throw d2l::ConfigError("--checkpoint and --resume follow one run: give --num-gpus or --devices");
+      // The runs: the one the flags ask for, or the source's two (1 device, then 2).
+      std::vector<std::vector<d2l::Device>> runs;
+      if ((*demo || *lab) && !one_run) {  // the cells' two GPUs, or two emulated ones: the host holds no replica
+        dev.num_gpus = 2;
+        if (d2l::num_gpus() == 0 && d2l::backend_built(d2l::DeviceKind::emu)) {
+          dev.devices = "emu:0,emu:1";
+          std::printf("note: no GPU found; the cells run on 2 emulated GPUs [emu(0), emu(1)], so that, as in the book, "
+                      "the host holds no parameters (--num-gpus 2: CPU devices)\n");
+        }
+      }
+      if (one_run || *demo || *lab) runs.push_back(d2l::choose_devices(dev));
+      else
+        for (int k : {1, 2}) runs.push_back(d2l::choose_devices({k, "", dev.gemm}));
+      if (!trace_file.empty()) d2l::trace::start(static_cast<size_t>(trace_tasks));
+      if (*demo || *lab) {
+        if (*lab) cfg.model = "lab-cnn";
+        if (quick) concise::make_quick(cfg);
+        *demo ? concise::demo(runs[0]) : concise::lab(runs[0], cfg);
+        if (!trace_file.empty()) write_trace(trace_file);
+        return 0;
+      }
+      bool cpu_only = true;
+      for (auto& r : runs) cpu_only = cpu_only && !any_gpu(r);
+      const bool lab_cnn = cfg.model == "lab-cnn";
+      // The sources' batch and learning rate per device: ResNet-18 256 and 0.1 (the book's 256 / 0.1 and
+      // 512 / 0.2), the lab's CNN 64 and 0.3 (not scaled: run(1, 64, .3), run(2, 128, .3)).
+      int64_t batch_per_device = lab_cnn ? 64 : 256;
+      float lr_per_device = lab_cnn ? 0.3f : 0.1f;
+      if (!quick && !full && cpu_only && !lab_cnn && !*train_subset && !*test_subset && load_params.empty()) {
+        // A CPU took 37 min for one of the book's epochs on one device here; 2560 images with the book's
+        // batch would be 10 steps an epoch, too few to leave the initial plateau, so batch 64 per device.
+        cfg.train_subset = 2560, cfg.test_subset = 1000;
+        batch_per_device = 64, lr_per_device = 0.05f;
+        std::printf("no GPU: a CPU-sized version of the book's runs: ResNet-18 on the first %lld of the 60000 training "
+                    "images and %lld of the 10000 test images, batch 64 and lr 0.05 per device (the book's: 256 and 0.1), "
+                    "4 epochs; --full runs the book's recipe (its epoch took 37 min on one CPU device here)\n",
+                    (long long)cfg.train_subset, (long long)cfg.test_subset);
+      }
+      if (!one_run && cpu_only && cfg.threads.empty()) {  // one CPU device stands for one GPU in both runs (DESIGN.md)
+        cfg.threads = {std::max(1, d2l::num_cores() / 2)};
+        std::printf("each CPU device gets %d kernel thread(s) (%d cores / 2) in both runs, so that one device stands for one GPU\n",
+                    cfg.threads[0], d2l::num_cores());
+      }
+
+      const concise::Config given = cfg;  // flags given explicitly keep their values
+      std::vector<concise::Result> results;
+      for (auto& devices : runs) {
+        concise::Config c = given;
+        c.devices = devices;
+        const auto k = static_cast<int64_t>(devices.size());
+        c.batch_size = *batch ? given.batch_size : batch_per_device * k;
+        c.lr = *lr ? given.lr : lab_cnn ? lr_per_device : lr_per_device * static_cast<float>(k);
+        c.num_epochs = *epochs ? given.num_epochs : lab_cnn ? 5 : 4;
+        if (quick) {
+          concise::make_quick(c);
+          if (*batch) c.batch_size = given.batch_size;
+          if (*lr) c.lr = given.lr;
+          if (*epochs) c.num_epochs = given.num_epochs;
+        }
+        if (!load_params.empty()) {
+          concise::validate(c);
+          double acc = concise::evaluate_saved(c, load_params);
+          std::printf("test_acc %.4f: %s (--model %s) evaluated on %s\n", acc, load_params.c_str(), c.model.c_str(),
+                      d2l::str(c.eval_all_devices ? devices : std::vector<d2l::Device>{devices[0]}).c_str());
+          return 0;
+        }
+        results.push_back(concise::train(c));
+        d2l::waitall();  // the next run starts with empty caches: a device keeps freed blocks for reuse
+        for (auto d : devices) d2l::runtime(d).allocator->empty_cache();
+      }
+      if (!plot.empty()) {
+        std::string err = concise::plot_runs(results, plot);
+        std::printf("%s\n", err.empty() ? ("plot: " + plot).c_str() : ("note: no plot: " + err).c_str());
+      }
+      if (!trace_file.empty()) write_trace(trace_file);
+      return 0;
+    } catch (const d2l::DataError& e) {  // a missing or malformed data set is bad input: exit 2
+      throw d2l::ConfigError(e.what());
+    }
+  });
+}

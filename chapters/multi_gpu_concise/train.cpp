@@ -1,0 +1,257 @@
+// The book's train(num_gpus, batch_size, lr) (book/000 "Multi-GPU Model Training"): the net
+// initialised on every device, a Trainer that sums the replicas' gradients, each minibatch split
+// over the devices, the training time and test accuracy after every epoch. Beside it: checkpoints,
+// the exercise's uneven split, and evaluating a saved net.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+
+#include "chapters/multi_gpu_concise/multi_gpu_concise.hpp"
+#include "core/io/checkpoint.hpp"
+#include "core/io/parameters_file.hpp"
+#include "core/nn/split_and_load.hpp"
+#include "core/plot.hpp"
+#include "core/rng.hpp"
+#include "core/runtime.hpp"
+
+namespace d2l::concise {
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The progress line during an epoch, on stderr: rewritten in place on a terminal (every 5
+// minibatches, erased at the end); in a log, a line at every tenth of an epoch of 20+ minibatches.
+void progress(int epoch, int64_t done, int64_t total, double sec) {
+  static const bool terminal = isatty(2);
+  if (terminal && (done % 5 == 0 || done == total)) {
+    std::fprintf(stderr, "\repoch %d: %lld/%lld minibatches, %.1f sec", epoch, (long long)done, (long long)total, sec);
+    if (done == total) std::fprintf(stderr, "\r%*s\r", 60, "");
+  } else if (!terminal && total >= 20 && done < total && done % ((total + 9) / 10) == 0) {
+    std::fprintf(stderr, "epoch %d: %lld/%lld minibatches, %.1f sec\n", epoch, (long long)done, (long long)total, sec);
+  }
+  std::fflush(stderr);
+}
+
+// Per-device kernel threads for one run (--threads), the previous budget restored afterwards.
+class ThreadBudget {
+ public:
+  ThreadBudget(const std::vector<Device>& devices, const std::vector<int>& threads) {
+    for (size_t i = 0; i < devices.size() && !threads.empty(); ++i) {
+      if (devices[i].kind == DeviceKind::gpu) continue;  // a GPU's kernels have no CPU threads
+      DeviceRuntime& rt = runtime(devices[i]);
+      saved_.emplace_back(devices[i], rt.threads());
+      rt.set_threads(threads.size() == 1 ? threads[0] : threads[i]);
+    }
+  }
+  ~ThreadBudget() {
+    for (auto& [d, t] : saved_) runtime(d).set_threads(t);
+  }
+  ThreadBudget(const ThreadBudget&) = delete;
+  ThreadBudget& operator=(const ThreadBudget&) = delete;
+
+ private:
+  std::vector<std::pair<Device, int>> saved_;
+};
+
+std::string list(const std::vector<double>& v) {
+  std::string s;
+  char buf[32];
+  for (size_t i = 0; i < v.size(); ++i) {
+    std::snprintf(buf, sizeof buf, "%s%.3g", i ? ", " : "", v[i]);
+    s += buf;
+  }
+  return s;
+}
+
+// Exercise 2: each device's speed from a few timed forward and backward passes of its share of a
+// batch, on a separate copy of the net (the probe's gradients never reach the trained one).
+std::vector<double> measure_weights(const Config& cfg, const DataIter& train_iter) {
+  auto probe = make_net(cfg.model, false);
+  probe->initialize(default_init(cfg.model), cfg.devices);
+  Batch b = train_iter.batch(train_iter.order(0), 0);
+  const int64_t n = std::max<int64_t>(1, std::min(b.n, cfg.batch_size / static_cast<int64_t>(cfg.devices.size())));
+  const int64_t row = static_cast<int64_t>(b.X.size()) / b.n;
+  std::vector<float> xs(b.X.begin(), b.X.begin() + n * row);
+  std::vector<int32_t> ys(b.y.begin(), b.y.begin() + n);
+  Shape shape = b.shape;
+  shape[0] = n;
+  auto step = [&](Device d) {
+    Tensor X = Tensor::from_vector(xs, shape, d), y = Tensor::from_vector(ys, {n}, d);
+    forward_backward(*probe, {X}, {y});
+  };
+  std::vector<double> w = nn::probe_weights(cfg.devices, step);
+  if (cfg.verbose) {
+    std::printf("split weights from timed steps of %lld images on each device: %s\n", (long long)n, list(w).c_str());
+    std::vector<double> sizes;
+    for (int64_t s : nn::shard_sizes(cfg.batch_size, w)) sizes.push_back(static_cast<double>(s));
+    std::printf("shards of a batch of %lld: %s\n", (long long)cfg.batch_size, list(sizes).c_str());
+  }
+  return w;
+}
+
+std::string model_name(const std::string& model) { return model == "resnet18" ? "ResNet-18" : "the lab's CNN"; }
+
+}  // namespace
+
+void check_writable(const char* flag, const std::string& path) {
+  auto fail = [&](const std::string& why) { return ConfigError(std::string("bad ") + flag + " '" + path + "': " + why); };
+  if (path.empty()) throw ConfigError(std::string("bad ") + flag + ": the file name is empty");
+  size_t slash = path.rfind('/');
+  std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) throw fail("directory '" + dir + "' does not exist");
+  if (::access(dir.c_str(), W_OK) != 0) throw fail("directory '" + dir + "' is not writable");
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) throw fail("it is a directory");
+}
+
+void check_readable(const char* flag, const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) throw ConfigError(std::string("bad ") + flag + " '" + path + "': no such file");
+  if (!S_ISREG(st.st_mode)) throw ConfigError(std::string("bad ") + flag + " '" + path + "': not a regular file");
+  if (::access(path.c_str(), R_OK) != 0) throw ConfigError(std::string("bad ") + flag + " '" + path + "': not readable");
+}
+
+void validate(const Config& cfg) {
+  const auto k = static_cast<int64_t>(cfg.devices.size());
+  if (k == 0) throw ConfigError("no devices to train on");
+  make_net(cfg.model, cfg.sync_bn);  // names the choices for a bad --model
+  if (cfg.batch_size < 1) throw ConfigError("bad --batch-size " + std::to_string(cfg.batch_size) + ": expected a number > 0");
+  if (cfg.batch_size < k)
+    throw ConfigError("--batch-size " + std::to_string(cfg.batch_size) + " is smaller than the " + std::to_string(k) +
+                      " devices: every device needs at least one example per minibatch");
+  if (!(std::isfinite(cfg.lr) && cfg.lr > 0)) throw ConfigError("bad --lr " + std::to_string(cfg.lr) + ": expected a number > 0");
+  if (cfg.num_epochs < 1) throw ConfigError("bad --num-epochs " + std::to_string(cfg.num_epochs) + ": expected a number > 0");
+  if (cfg.kvstore != "device" && cfg.kvstore != "local" && cfg.kvstore != "ring")
+    throw ConfigError("bad --kvstore '" + cfg.kvstore + "': expected device, local or ring");
+  if (cfg.train_subset < 0 || cfg.test_subset < 0)
+    throw ConfigError("bad --" + std::string(cfg.train_subset < 0 ? "train" : "test") + "-subset: expected a number > 0");
+  if (cfg.balance && !cfg.split_weights.empty()) throw ConfigError("give --split-weights or --balance, not both");
+  if (!cfg.split_weights.empty()) {
+    if (static_cast<int64_t>(cfg.split_weights.size()) != k)
+      throw ConfigError("bad --split-weights: " + std::to_string(cfg.split_weights.size()) + " weights for " +
+                        std::to_string(k) + " devices");
+    for (double w : cfg.split_weights)
+      if (!(std::isfinite(w) && w > 0)) throw ConfigError("bad --split-weights: every weight must be a number > 0");
+  }
+  if (!cfg.threads.empty()) {
+    if (cfg.threads.size() != 1 && static_cast<int64_t>(cfg.threads.size()) != k)
+      throw ConfigError("bad --threads: give one count for every device or one per device (" + std::to_string(k) + ")");
+    for (int t : cfg.threads)
+      if (t < 1 || t > num_cores())
+        throw ConfigError("bad --threads " + std::to_string(t) + ": expected 1 to " + std::to_string(num_cores()) +
+                          " (the cores this process may use)");
+  }
+  if (!cfg.save_params.empty()) check_writable("--save-params", cfg.save_params);
+  if (!cfg.checkpoint.empty()) check_writable("--checkpoint", cfg.checkpoint);
+  if (!cfg.resume.empty()) check_readable("--resume", cfg.resume);
+}
+
+Result train(const Config& cfg) {
+  validate(cfg);
+  const std::vector<Device>& devices = cfg.devices;
+  ThreadBudget budget(devices, cfg.threads);
+  // train_iter, test_iter = gb.load_data_fashion_mnist(batch_size)
+  DataIter train_iter(load_data(cfg, true), cfg.batch_size, true, cfg.seed);
+  DataIter test_iter(load_data(cfg, false), cfg.batch_size, false);
+  Result r;
+  r.devices = devices;
+  r.model = cfg.model;
+  r.batch_size = cfg.batch_size;
+  r.lr = cfg.lr;
+  if (cfg.verbose) {
+    std::printf("running on: %s\n", str(devices).c_str());
+    std::printf("%s%s, batch %lld, lr %g, kvstore %s, %lld training and %lld test images\n", model_name(cfg.model).c_str(),
+                cfg.sync_bn ? " with SyncBatchNorm" : "", (long long)cfg.batch_size, static_cast<double>(cfg.lr),
+                cfg.kvstore.c_str(), (long long)train_iter.size(), (long long)test_iter.size());
+    std::fflush(stdout);
+  }
+  r.split_weights = cfg.balance ? measure_weights(cfg, train_iter) : cfg.split_weights;
+
+  // net.initialize(init=init.Normal(sigma=0.01), ctx=ctx, force_reinit=True)
+  manual_seed(cfg.seed);
+  r.net = make_net(cfg.model, cfg.sync_bn);
+  r.net->initialize(default_init(cfg.model), devices, /*force_reinit=*/true);
+  // trainer = gluon.Trainer(net.collect_params(), 'sgd', {'learning_rate': lr})
+  optim::Trainer trainer(r.net->collect_params(), "sgd", {cfg.lr}, cfg.kvstore);
+  int start = 0;
+  if (!cfg.resume.empty()) {
+    try {
+      start = static_cast<int>(io::load_checkpoint(cfg.resume, *r.net, trainer, devices));
+    } catch (const std::exception& e) {
+      throw ConfigError(std::string("bad --resume checkpoint: ") + e.what());
+    }
+    if (cfg.verbose)
+      std::printf("resumed from %s after epoch %d%s\n", cfg.resume.c_str(), start,
+                  start >= cfg.num_epochs ? ": nothing left to train (--num-epochs)" : "");
+  }
+  r.first_epoch = start + 1;
+
+  for (int epoch = start; epoch < cfg.num_epochs; ++epoch) {
+    auto t0 = std::chrono::steady_clock::now();
+    std::vector<Tensor> losses;
+    std::vector<Event> in_flight(devices.size());
+    int64_t i = 0, total = train_iter.num_batches();
+    for (const Batch& b : train_iter.epoch(epoch)) {
+      // One minibatch in flight: the host assembles the next batch while the devices compute, then
+      // waits before enqueueing it. (Every op allocates its output when it is enqueued, so a second
+      // step in flight would double the memory: ResNet-18 at batch 256 needs about 3 GB a step.)
+      for (auto& e : in_flight) e.synchronize();
+      for (auto& l : train_batch(b, *r.net, trainer, devices, r.split_weights)) losses.push_back(l);
+      for (size_t d = 0; d < devices.size(); ++d) runtime(devices[d]).compute.record(in_flight[d]);
+      if (cfg.verbose) progress(epoch + 1, ++i, total, seconds_since(t0));
+    }
+    waitall();  // nd.waitall()
+    r.train_seconds.push_back(seconds_since(t0));
+    double loss_sum = 0;
+    for (auto& l : losses) loss_sum += l.item();
+    r.train_loss.push_back(loss_sum / static_cast<double>(train_iter.size()));
+    // test_acc = gb.evaluate_accuracy(test_iter, net, ctx[0]), or on every device
+    r.test_acc.push_back(
+        evaluate_accuracy(test_iter, *r.net, cfg.eval_all_devices ? devices : std::vector<Device>{devices[0]}));
+    if (cfg.verbose)
+      std::printf("epoch %d, training time: %.1f sec, test_acc %.2f\n", epoch + 1, r.train_seconds.back(), r.test_acc.back());
+    std::fflush(stdout);
+    if (!cfg.checkpoint.empty()) io::save_checkpoint(cfg.checkpoint, *r.net, trainer, epoch + 1);
+  }
+  if (!cfg.save_params.empty()) {
+    io::save_parameters(*r.net, cfg.save_params);
+    if (cfg.verbose) std::printf("parameters saved to %s\n", cfg.save_params.c_str());
+  }
+  return r;
+}
+
+double evaluate_saved(const Config& cfg, const std::string& path) {
+  check_readable("--load-params", path);
+  ArrayDataset test_set = load_data(cfg, false);
+  std::shared_ptr<nn::Sequential> net = make_net(cfg.model, cfg.sync_bn);
+  try {
+    io::load_parameters(*net, path, cfg.devices);  // net.load_parameters(path, ctx=ctx)
+  } catch (const std::exception& e) {
+    throw ConfigError(std::string("bad --load-params file for --model ") + cfg.model + ": " + e.what());
+  }
+  DataIter test_iter(std::move(test_set), cfg.batch_size, false);
+  return evaluate_accuracy(test_iter, *net, cfg.eval_all_devices ? cfg.devices : std::vector<Device>{cfg.devices[0]});
+}
+
+std::string plot_runs(const std::vector<Result>& runs, const std::string& path) {
+  PlotSpec spec{"", "epoch", "test acc", {}};
+  for (const Result& r : runs) {
+    if (r.test_acc.empty()) continue;
+    Series s{str(r.devices) + ", batch " + std::to_string(r.batch_size), {}, r.test_acc, {}};
+    for (size_t e = 0; e < r.test_acc.size(); ++e) s.x.push_back(static_cast<double>(r.first_epoch) + static_cast<double>(e));
+    spec.series.push_back(s);
+    spec.title = model_name(r.model) + ": test accuracy per epoch";
+    spec.title[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(spec.title[0])));
+  }
+  if (spec.series.empty()) return "no epochs to plot";
+  return plot_png(spec, path);
+}
+
+}  // namespace d2l::concise
