@@ -4,10 +4,26 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
+#include <string>
 #include <vector>
 
 namespace d2l::test {
+
+// The Python the PyTorch-side tests run: D2L_PYTHON, else Debian's /usr/bin/python3 (the one
+// python3-torch installs into).
+inline std::string python() {
+  const char* env = std::getenv("D2L_PYTHON");
+  return env ? env : "/usr/bin/python3";
+}
+// Whether python() can import these modules ("torch" or "torch, torchvision"). A test case that
+// needs them is declared `* doctest::skip(!python_can_import("torch"))`: reported as skipped where
+// they are missing, never as passed.
+inline bool python_can_import(const std::string& modules) {
+  const std::string cmd = "'" + python() + "' -c 'import " + modules + "' >/dev/null 2>&1";
+  return std::system(cmd.c_str()) == 0;
+}
 
 template <class Ref, class Got>
 bool close(const Ref* ref, const Got* got, int64_t n, double atol, double rtol, const char* what = "") {
@@ -66,6 +82,24 @@ inline std::vector<double> numeric_grad(std::vector<float> x, const std::functio
     g[i] = (lp - lm) / (xp - xm);
   }
   return g;
+}
+
+
+// The reference GEMM of every GEMM test, in double: C = alpha * op(A) op(B) + beta * C0, with A
+// stored (K, M) when ta else (M, K), B stored (N, K) when tb else (K, N); beta 0 does not read C0
+// (as BLAS), so C0 may hold NaN.
+inline std::vector<double> ref_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha,
+                                    const std::vector<float>& A, const std::vector<float>& B, double beta,
+                                    const std::vector<float>& C0) {
+  std::vector<double> C(static_cast<size_t>(M * N));
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      double acc = 0.0;
+      for (int64_t k = 0; k < K; ++k)
+        acc += double(ta ? A[k * M + i] : A[i * K + k]) * double(tb ? B[j * K + k] : B[k * N + j]);
+      C[i * N + j] = alpha * acc + (beta == 0.0 ? 0.0 : beta * C0[i * N + j]);
+    }
+  return C;
 }
 
 }  // namespace d2l::test

@@ -2,14 +2,18 @@
 // against central finite differences of a scalar loss computed in double by a reference forward:
 //   numeric[i] = (loss(x + h e_i) - loss(x - h e_i)) / (2h)
 // compared with d2l::test::close (|numeric - analytic| <= atol + rtol * |numeric|).
-// Also the thread settings every kernel test runs under.
+// The same at the tensor level for ops with autograd (gradcheck), and the thread settings every
+// kernel test runs under. The one finite-difference helper of the tests (STYLE.md 4).
 #pragma once
 #include <cstdint>
 #include <cstdio>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "check.hpp"
+#include "core/autograd.hpp"
+#include "core/tensor.hpp"
 #include "core/thread_pool.hpp"
 
 namespace d2l::test {
@@ -69,6 +73,35 @@ inline double dot(const std::vector<double>& y, const std::vector<float>& r) {
 }
 
 inline std::vector<double> to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+
+// Tensor level: loss = f(inputs) must be a one-element tensor. The gradient autograd gives each
+// input against fd_gradient of f over every element of that input (perturbed by +-h in float).
+struct GradSpec {
+  Shape shape;
+  std::vector<float> values;
+};
+
+inline bool gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& f, const std::vector<GradSpec>& specs,
+                      Device d, double h = 1e-2, double atol = 2e-3, double rtol = 2e-2) {
+  std::vector<Tensor> xs;
+  for (auto& s : specs) xs.push_back(Tensor::from_vector(s.values, s.shape, d).attach_grad());
+  f(xs).backward();
+  bool ok = true;
+  for (size_t k = 0; k < specs.size(); ++k) {
+    const LossFn loss = [&](const std::vector<double>& xk) {
+      NoGrad no_grad;
+      std::vector<Tensor> ys;
+      for (size_t j = 0; j < specs.size(); ++j)
+        ys.push_back(j == k ? Tensor::from_vector(std::vector<float>(xk.begin(), xk.end()), specs[j].shape, d)
+                            : Tensor::from_vector(specs[j].values, specs[j].shape, d));
+      return static_cast<double>(f(ys).item());
+    };
+    const std::string what = "input " + std::to_string(k);
+    const auto n = static_cast<int64_t>(specs[k].values.size());
+    ok = fd_agrees(fd_gradient(specs[k].values, loss, h, n), xs[k].grad().to_vector(), atol, rtol, what.c_str()) && ok;
+  }
+  return ok;
+}
 
 // Runs body(ctx) with 1, 2 and 3 threads (the pool holds threads - 1 helpers).
 inline void for_thread_counts(const std::function<void(const kernels::cpu::Ctx&)>& body) {

@@ -1,6 +1,8 @@
 // The caching allocator: freed blocks are reused without a system allocation; peak is exact.
 #include <doctest/doctest.h>
 
+#include <future>
+
 #include "core/allocator.hpp"
 #include "core/ops.hpp"
 #include "core/runtime.hpp"
@@ -43,12 +45,21 @@ TEST_CASE("tensors return memory only after the work that uses them has run") {
   waitall();
   auto& alloc = *runtime(d).allocator;
   int64_t base = alloc.stats().in_use;
+  const int64_t bytes = 256 * 256 * 4;
   {
-    Tensor t = Tensor::ones({256, 256}, d);
-    Tensor u = add(t, t);  // queued; t and u held by the task until it ran
-    CHECK(alloc.stats().in_use >= base + 2 * 256 * 256 * 4);
+    // The compute stream is held by a task that waits for the test, so the add queued behind it
+    // cannot have run when the tensors are released.
+    std::promise<void> go;
+    std::shared_future<void> gate = go.get_future().share();
+    runtime(d).compute.enqueue("test_gate", [gate] { gate.wait(); });
+    {
+      Tensor t = Tensor::ones({256, 256}, d);
+      Tensor u = add(t, t);
+    }  // t and u released by the program, their work still queued
+    CHECK(alloc.stats().in_use >= base + 2 * bytes);  // the queued tasks still hold both buffers
+    go.set_value();
+    waitall();
   }
-  waitall();
   CHECK(alloc.stats().in_use == base);
   // The same shapes again: served from the cache.
   int64_t sys = alloc.stats().system_allocs;

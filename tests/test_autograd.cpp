@@ -9,7 +9,7 @@
 #include "core/autograd.hpp"
 #include "core/ops.hpp"
 #include "core/runtime.hpp"
-#include "gradcheck.hpp"
+#include "fd_check.hpp"
 
 using namespace d2l;
 using d2l::test::GradSpec;

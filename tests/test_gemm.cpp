@@ -20,22 +20,7 @@ using d2l::test::close;
 using d2l::test::lcg_data;
 
 // C = alpha * op(A) @ op(B) + beta * C, everything in double, indexing the stored layouts directly.
-std::vector<double> ref_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha,
-                             const std::vector<float>& A, const std::vector<float>& B, double beta,
-                             const std::vector<float>& C0) {
-  std::vector<double> C(static_cast<size_t>(M * N));
-  for (int64_t i = 0; i < M; ++i)
-    for (int64_t j = 0; j < N; ++j) {
-      double acc = 0.0;
-      for (int64_t k = 0; k < K; ++k) {
-        double a = ta ? A[k * M + i] : A[i * K + k];  // A stored (K, M) when ta, else (M, K)
-        double b = tb ? B[j * K + k] : B[k * N + j];  // B stored (N, K) when tb, else (K, N)
-        acc += a * b;
-      }
-      C[i * N + j] = alpha * acc + (beta == 0.0 ? 0.0 : beta * C0[i * N + j]);
-    }
-  return C;
-}
+using d2l::test::ref_gemm;
 
 struct Shape {
   int64_t M, N, K;

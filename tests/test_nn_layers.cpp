@@ -3,7 +3,7 @@
 // differences of the block's own forward, deferred shapes and their errors, BatchNorm's per-device
 // running statistics, Sequential/Residual over shards, and the same blocks on emulated GPUs
 // [emu(0), emu(1)] against cpu(0).
-//   FD: h 1e-3, |numeric - analytic| <= 2e-3 + 2e-2 |numeric| (gradcheck.hpp's tolerances) + the bend
+//   FD: h 1e-3, |numeric - analytic| <= 2e-3 + 2e-2 |numeric| (gradcheck's tolerances, fd_check.hpp) + the bend
 //   of a relu kink (fd_check_kinks), at most 40 points a tensor.
 //   emu vs cpu: |cpu - emu| <= 1e-4 + 1e-4 |cpu|.
 #include <doctest/doctest.h>

@@ -547,15 +547,11 @@ std::vector<float> script_values(const std::string& name, int64_t n, float sign)
 
 }  // namespace
 
-TEST_CASE("files exchanged with PyTorch (skipped when Debian's python3 has no torch)") {
-  // Debian's python3 is the one python3-torch installs into; D2L_PYTHON may name another.
-  const char* env = std::getenv("D2L_PYTHON");
-  std::string python = env ? env : "/usr/bin/python3";
+// Skipped (reported as such) when the Python of d2l::test::python() cannot import torch.
+TEST_CASE("files exchanged with PyTorch" * doctest::skip(!d2l::test::python_can_import("torch"))) {
+  std::string python = d2l::test::python();
   std::string script = torch_script();
-  if (!fs::exists(python) || !fs::exists(script)) {
-    MESSAGE("skipped: no " << python << " or no " << script);
-    return;
-  }
+  REQUIRE_MESSAGE(fs::exists(script), "no " << script);
   std::string dir = make_tmpdir();
   Net net(4, 3);
   net.initialize(Init::Uniform(), {cpu(0)});
@@ -566,11 +562,6 @@ TEST_CASE("files exchanged with PyTorch (skipped when Debian's python3 has no to
   std::fflush(nullptr);
   int rc = std::system(("'" + python + "' '" + script + "' '" + dir + "'").c_str());
   REQUIRE(WIFEXITED(rc));
-  if (WEXITSTATUS(rc) == 77) {
-    MESSAGE("skipped: PyTorch is not installed for " << python << " (Debian: apt-get install python3-torch)");
-    fs::remove_all(dir);
-    return;
-  }
   REQUIRE(WEXITSTATUS(rc) == 0);
   // PyTorch's state_dict, num_batches_tracked included, loads into the same-shaped net.
   Net back(4, 0);

@@ -24,7 +24,6 @@
 #include "core/ops_sync_bn.hpp"
 #include "core/runtime.hpp"
 #include "fd_check.hpp"
-#include "gradcheck.hpp"
 #include "kernels/cpu/kernels.hpp"
 
 using namespace d2l;

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "chapters/model_parallel/report.hpp"
+#include "core/cli.hpp"
 #include "core/ops.hpp"
 #include "core/optim/trainer.hpp"
 #include "core/plot.hpp"
@@ -41,6 +42,11 @@ void validate(const Config& cfg) {
   at_least("--repeat", cfg.repeat, 1);
   // 32 is the smallest input the five halvings of ResNet-50 (stem, max pool, layer2..4) leave >= 1x1.
   at_least("--image-size", cfg.image_size, 32);
+  // Memory: autograd keeps every activation of a training step, about 8 KB per input pixel per image
+  // (measured: 1.0 GB at batch 32 of 64x64), plus the parameters, gradients and update (0.5 GB).
+  const double step_bytes = 8e3 * double(cfg.batch_size) * double(cfg.image_size) * double(cfg.image_size) + 0.5e9;
+  if (cfg.image_size > 4096) require_memory("--image-size", double(cfg.image_size), step_bytes);
+  require_memory("--batch-size", double(cfg.batch_size), step_bytes);
   at_least("--split-size", cfg.split_size, 1);
   if (cfg.split_size > cfg.batch_size)
     throw ConfigError("bad --split-size " + std::to_string(cfg.split_size) + ": larger than --batch-size " +
@@ -94,6 +100,7 @@ void train(ResNet& model, Device input_device, const Config& cfg) {
   const std::vector<float> labels_host = one_hot_labels(B, C, input_device);
   auto* pipelined = dynamic_cast<PipelineParallelResNet50*>(&model);
   for (int64_t b = 0; b < cfg.num_batches; ++b) {
+    check_interrupt();  // Ctrl-C / SIGTERM: stop between batches (main() exits 130 / 143)
     Tensor inputs = normal({B, 3, S, S}, 0.0f, 1.0f, input_device);  // torch.randn(batch_size, 3, image_w, image_h)
     // optimizer.zero_grad(): the Trainer zeroes every gradient after its step, so they are zero here.
     if (pipelined) {

@@ -30,10 +30,18 @@ int main(int argc, char** argv) {
   app.add_flag("--balance", cfg.balance, "cut the stages by each block's measured time");
   app.add_option("--out-dir", cfg.out_dir, "directory of the PNGs ('' for none)")->capture_default_str();
   app.add_option("--trace", cfg.trace_file, "write one pipelined step's timeline here (Chrome-trace JSON: Perfetto)");
-  app.add_option("--seed", cfg.seed, "seed of the initial parameters and the data")->capture_default_str();
+  int64_t seed = 0;
+  app.add_option("--seed", seed, "seed of the initial parameters and the data")->capture_default_str();
   app.add_flag("--quick", quick, "tiny sizes (batch 8 of 3x32x32, 10 classes, 1 batch, repeat 2, sweep 2,4,8): seconds");
+  d2l::install_interrupt_handlers();  // Ctrl-C / SIGTERM: stop after the current batch, exit 130 / 143
   return d2l::guarded_main(app, argc, argv, [&] {
-    cfg.schedule = d2l::pipeline::parse_schedule(schedule);
+    try {
+      cfg.schedule = d2l::pipeline::parse_schedule(schedule);
+    } catch (const d2l::ConfigError& e) {
+      throw d2l::ConfigError(std::string("--schedule: ") + e.what());
+    }
+    if (seed < 0) throw d2l::ConfigError("bad --seed " + std::to_string(seed) + ": expected a number >= 0");
+    cfg.seed = static_cast<uint64_t>(seed);
     d2l::mp::Config given = cfg;  // flags given explicitly keep their values
     cfg.devices = d2l::choose_devices(dev);
     bool any_gpu = false;

@@ -70,6 +70,7 @@ int main(int argc, char** argv) {
   auto* lab = app.add_subcommand("lab", "book/004's cells: the lab's CNN, its weights and gradients on each device");
   demo->fallthrough();
   lab->fallthrough();
+  d2l::install_interrupt_handlers();  // Ctrl-C / SIGTERM: stop after the current minibatch, exit 130 / 143
   return d2l::guarded_main(app, argc, argv, [&] {
     try {
       // Every output path and flag is checked before any work.

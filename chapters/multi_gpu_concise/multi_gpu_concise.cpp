@@ -74,6 +74,9 @@ ArrayDataset load_data(const Config& cfg, bool train) {
   const std::optional<ArrayDataset>& generated = train ? cfg.train_data : cfg.test_data;
   // gb.load_data_fashion_mnist(batch_size): 28x28 images, pixels / 255
   ArrayDataset d = generated ? *generated : to_array_dataset(load_split(cfg.data_dir, train));
+  if (d.n == 0)  // an epoch of no minibatches would "train" and report nonsense
+    throw DataError(std::string("the ") + (train ? "training" : "test") + " set in " +
+                    (generated ? std::string("the generated data") : "'" + cfg.data_dir + "'") + " has no examples");
   return train ? first(std::move(d), cfg.train_subset, "--train-subset", "training")
                : first(std::move(d), cfg.test_subset, "--test-subset", "test");
 }

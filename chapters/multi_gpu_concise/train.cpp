@@ -11,6 +11,7 @@
 #include <cstdio>
 
 #include "chapters/multi_gpu_concise/multi_gpu_concise.hpp"
+#include "core/cli.hpp"
 #include "core/io/checkpoint.hpp"
 #include "core/io/parameters_file.hpp"
 #include "core/nn/split_and_load.hpp"
@@ -126,6 +127,15 @@ void validate(const Config& cfg) {
   if (cfg.batch_size < k)
     throw ConfigError("--batch-size " + std::to_string(cfg.batch_size) + " is smaller than the " + std::to_string(k) +
                       " devices: every device needs at least one example per minibatch");
+  // Memory: autograd keeps every activation of a step, about 15 KB per input pixel per image for
+  // ResNet-18 (3 GB a step at batch 256 of 28x28) and 0.5 KB for the lab's CNN; and a whole
+  // minibatch's images are assembled in host memory.
+  {
+    const double side = cfg.train_data && cfg.train_data->feature_shape.size() == 3
+                            ? static_cast<double>(cfg.train_data->feature_shape[2]) : 28.0;
+    const double per_pixel = cfg.model == "resnet18" ? 15e3 : 0.5e3;
+    require_memory("--batch-size", static_cast<double>(cfg.batch_size), static_cast<double>(cfg.batch_size) * side * side * per_pixel);
+  }
   if (!(std::isfinite(cfg.lr) && cfg.lr > 0)) throw ConfigError("bad --lr " + std::to_string(cfg.lr) + ": expected a number > 0");
   if (cfg.num_epochs < 1) throw ConfigError("bad --num-epochs " + std::to_string(cfg.num_epochs) + ": expected a number > 0");
   if (cfg.kvstore != "device" && cfg.kvstore != "local" && cfg.kvstore != "ring")
@@ -198,11 +208,19 @@ Result train(const Config& cfg) {
     std::vector<Tensor> losses;
     std::vector<Event> in_flight(devices.size());
     int64_t i = 0, total = train_iter.num_batches();
+    size_t last_begin = 0;  // where the latest minibatch's losses start in `losses`
     for (const Batch& b : train_iter.epoch(epoch)) {
       // One minibatch in flight: the host assembles the next batch while the devices compute, then
       // waits before enqueueing it. (Every op allocates its output when it is enqueued, so a second
       // step in flight would double the memory: ResNet-18 at batch 256 needs about 3 GB a step.)
       for (auto& e : in_flight) e.synchronize();
+      if (i > 0) {  // the previous minibatch has run: its loss is ready to read without waiting
+        double step_loss = 0;
+        for (size_t k = last_begin; k < losses.size(); ++k) step_loss += losses[k].item();
+        check_loss(step_loss, epoch + 1, i);  // NaN or infinite: stop, naming the epoch and step
+      }
+      check_interrupt();  // Ctrl-C / SIGTERM: stop between minibatches (the last checkpoint stays)
+      last_begin = losses.size();
       for (auto& l : train_batch(b, *r.net, trainer, devices, r.split_weights)) losses.push_back(l);
       for (size_t d = 0; d < devices.size(); ++d) runtime(devices[d]).compute.record(in_flight[d]);
       if (cfg.verbose) progress(epoch + 1, ++i, total, seconds_since(t0));
@@ -211,6 +229,7 @@ Result train(const Config& cfg) {
     r.train_seconds.push_back(seconds_since(t0));
     double loss_sum = 0;
     for (auto& l : losses) loss_sum += l.item();
+    check_loss(loss_sum, epoch + 1, total);
     r.train_loss.push_back(loss_sum / static_cast<double>(train_iter.size()));
     // test_acc = gb.evaluate_accuracy(test_iter, net, ctx[0]), or on every device
     r.test_acc.push_back(
