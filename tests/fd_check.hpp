@@ -5,6 +5,8 @@
 // The same at the tensor level for ops with autograd (gradcheck), and the thread settings every
 // kernel test runs under. The one finite-difference helper of the tests (STYLE.md 4).
 #pragma once
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <functional>
@@ -73,6 +75,33 @@ inline double dot(const std::vector<double>& y, const std::vector<float>& r) {
 }
 
 inline std::vector<double> to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+
+// Central differences that allow for relu kinks and max-pool switches (STYLE.md 4): at each sampled
+// index, numeric = (f(x+h) - f(x-h)) / 2h must be within atol + rtol |numeric| + bend of the analytic
+// gradient, where bend = |f(x+h) - 2 f(x) + f(x-h)| / 2h. A smooth f bends by O(h^2) there; a kink
+// between x-h and x+h bends it by exactly the error it causes the central difference (for piecewise
+// linear f), so a kink is forgiven and a wrong gradient is not.
+using KinkLoss = std::function<double(const std::vector<float>&)>;
+inline bool fd_check_kinks(std::vector<float> x, const std::vector<float>& grad, const KinkLoss& f, double h, double atol,
+                    double rtol, int64_t points, const char* what) {
+  const int64_t n = static_cast<int64_t>(x.size()), step = std::max<int64_t>(1, (n + points - 1) / points);
+  const double f0 = f(x);
+  int bad = 0, checked = 0;
+  for (int64_t i = step / 2; i < n; i += step, ++checked) {
+    const float x0 = x[i];
+    x[i] = static_cast<float>(x0 + h);
+    const double up = f(x), step_up = double(x[i]) - x0;
+    x[i] = static_cast<float>(x0 - h);
+    const double down = f(x), step_down = x0 - double(x[i]);
+    x[i] = x0;
+    const double numeric = (up - down) / (step_up + step_down), bend = std::fabs(up - 2 * f0 + down) / (2 * h);
+    if (!(std::fabs(numeric - grad[i]) <= atol + rtol * std::fabs(numeric) + bend) && bad++ < 5)
+      std::printf("  %s mismatch at %lld: numeric %.6g analytic %.6g (bend %.3g)\n", what, (long long)i, numeric,
+                  double(grad[i]), bend);
+  }
+  if (bad) std::printf("  %s: %d of %d points disagree\n", what, bad, checked);
+  return bad == 0 && checked > 0;
+}
 
 // Tensor level: loss = f(inputs) must be a one-element tensor. The gradient autograd gives each
 // input against fd_gradient of f over every element of that input (perturbed by +-h in float).
