@@ -155,17 +155,6 @@ TEST_CASE("exercise 2: uneven shards (split weights 3:1) train the same model as
   CHECK(nn::shard_sizes(10, {3, 1}) == std::vector<int64_t>{8, 2});
 }
 
-double global_diff(const std::vector<std::pair<std::string, std::vector<float>>>& a,
-                    const std::vector<std::pair<std::string, std::vector<float>>>& b) {
-  double diff = 0, norm = 0;
-  for (size_t t = 0; t < a.size(); ++t)
-    for (size_t i = 0; i < a[t].second.size(); ++i) {
-      double d = double(a[t].second[i]) - b[t].second[i];
-      diff += d * d;
-      norm += double(a[t].second[i]) * a[t].second[i];
-    }
-  return std::sqrt(diff / norm);
-}
 TEST_CASE("ResNet-18 with SyncBatchNorm on 2 devices equals 1 device with the whole batch") {
   // One step (batch 8 of 12x12 images): every parameter and running statistic as on one device.
   Config c = resnet_tiny(1);
