@@ -13,6 +13,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "core/dist/process_group.hpp"
 #include "core/ops_util.hpp"
 #include "core/parameter.hpp"
 #include "core/runtime.hpp"
@@ -159,30 +160,51 @@ static std::string one_line(std::string s) {
   return s;
 }
 
+// In a world of several processes an error is either every rank's (CollectiveError: rank 0 prints
+// it, all exit normally with code 2) or one rank's own: it prints "error: rank r: ..." and takes
+// every rank down (dist::abort), so no rank waits forever in a collective.
+static int fail(const std::string& line, int code) {
+  if (dist::world_size() == 1) {
+    std::cerr << "error: " << line << "\n";
+    return code;
+  }
+  std::cerr << "error: rank " << dist::rank() << ": " << line << "\n";
+  dist::abort(code);
+}
+
 int guarded_main(CLI::App& app, int argc, char** argv, const std::function<int()>& body) {
   try {
+    dist::init();  // under mpirun: MPI starts on the communication thread; alone: nothing
+    // One voice: rank 0 alone prints results (every rank's errors still reach stderr).
+    if (dist::rank() > 0 && !std::freopen("/dev/null", "w", stdout)) throw ConfigError("cannot silence rank " + std::to_string(dist::rank()));
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::cerr << "error: " << one_line(e.what()) << " (see --help)\n";
-    return 2;
+    return fail(one_line(e.what()) + " (see --help)", 2);
+  } catch (const ConfigError& e) {
+    return fail(one_line(e.what()), 2);
   }
   try {
-    return body();
+    int code = body();
+    dist::finalize();
+    return code;
   } catch (const Interrupted& e) {
-    return exit_interrupted(e);
+    int code = exit_interrupted(e);
+    if (dist::world_size() > 1) dist::abort(code);  // the other ranks may be waiting in a collective
+    return code;
+  } catch (const dist::CollectiveError& e) {
+    if (dist::rank() == 0) std::cerr << "error: " << one_line(e.what()) << "\n";
+    dist::finalize();
+    return 2;
   } catch (const ConfigError& e) {
-    std::cerr << "error: " << one_line(e.what()) << "\n";
-    return 2;
+    return fail(one_line(e.what()), 2);
   } catch (const std::invalid_argument& e) {  // ShapeError, bad sizes
-    std::cerr << "error: " << one_line(e.what()) << "\n";
-    return 2;
+    return fail(one_line(e.what()), 2);
   } catch (const std::exception& e) {  // DeviceError, data errors, I/O
-    std::cerr << "error: " << one_line(e.what()) << "\n";
-    return 1;
+    return fail(one_line(e.what()), 1);
   }
 }
 

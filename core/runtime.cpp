@@ -1,5 +1,7 @@
 #include "core/runtime.hpp"
 
+#include "core/dist/process_group.hpp"
+
 #include <algorithm>
 #include <cstdlib>
 #include <map>
@@ -16,7 +18,8 @@ int num_cores() {
     int n = std::atoi(s);
     if (n > 0) return n;
   }
-  return std::max(1u, std::thread::hardware_concurrency());
+  // Processes launched together on one host (mpirun) share its cores.
+  return std::max(1, static_cast<int>(std::max(1u, std::thread::hardware_concurrency())) / dist::world().local_size);
 }
 
 static GpuHandles make_gpu_handles(Device d) {
@@ -100,6 +103,13 @@ void waitall() {
       } catch (const DeviceError& e) {
         if (first.empty()) first = e.what();
       }
+    }
+  }
+  if (dist::initialized()) {  // the collectives queued on the communication thread
+    try {
+      dist::comm().synchronize();
+    } catch (const DeviceError& e) {
+      if (first.empty()) first = e.what();
     }
   }
   if (!first.empty()) throw DeviceError(first);

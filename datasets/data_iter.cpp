@@ -60,7 +60,12 @@ Batch DataIter::batch(const std::vector<int64_t>& order, int64_t i) const {
   for (int64_t s : d.feature_shape) per *= s;
   Batch b;
   int64_t start = i * batch_size_;
-  b.n = std::min(batch_size_, size() - start);
+  b.global_n = std::min(batch_size_, size() - start);
+  // This process's shards [first_, last_) of the minibatch: shard p starts at p*q + min(p, rem).
+  const int64_t q = b.global_n / parts_, rem = b.global_n % parts_;
+  const int64_t row0 = first_ * q + std::min(first_, rem), row1 = last_ * q + std::min(last_, rem);
+  start += row0;
+  b.n = row1 - row0;
   b.shape = {b.n};
   b.shape.insert(b.shape.end(), d.feature_shape.begin(), d.feature_shape.end());
   b.X.resize(static_cast<size_t>(b.n * per));
@@ -71,6 +76,13 @@ Batch DataIter::batch(const std::vector<int64_t>& order, int64_t i) const {
     b.y[k] = d.labels[src];
   }
   return b;
+}
+
+void DataIter::shard(int64_t parts, int64_t first, int64_t last) {
+  if (parts < 1 || first < 0 || first >= last || last > parts)
+    throw std::invalid_argument("DataIter::shard: shards [" + std::to_string(first) + ", " + std::to_string(last) +
+                                ") of " + std::to_string(parts) + " do not make sense");
+  parts_ = parts, first_ = first, last_ = last;
 }
 
 DataIter::Epoch DataIter::epoch(int64_t e) const { return Epoch(this, e); }

@@ -28,7 +28,10 @@ struct Batch {
   std::vector<float> X;          // (n, feature_shape...)
   std::vector<int32_t> y;        // (n)
   int64_t n = 0;                 // examples in this batch: batch_size, or fewer for the last one
+  int64_t global_n = 0;          // examples in the whole minibatch, over every process (shard())
   std::vector<int64_t> shape;    // X's shape, e.g. (n, 1, 28, 28)
+  // The minibatch size an update divides by: the whole minibatch's (global_n) when it is set.
+  int64_t size() const { return global_n > 0 ? global_n : n; }
 };
 
 class DataIter {
@@ -41,6 +44,14 @@ class DataIter {
   int64_t size() const { return data_->n; }  // number of examples
   int64_t batch_size() const { return batch_size_; }
   const ArrayDataset& data() const { return *data_; }
+
+  // Data parallelism over processes: each minibatch is cut into `parts` shards as even as possible
+  // (sizes differ by at most one, the first ones larger), as split_batch cuts it over devices, and
+  // this iterator yields only shards [first, last) of each: the rows of this process's devices.
+  // Every process sees the same order and the same number of minibatches (a short last minibatch
+  // is cut the same way; a process may get fewer rows, or none), and each example of an epoch
+  // goes to exactly one process. Batch::n counts this process's rows, Batch::global_n the whole.
+  void shard(int64_t parts, int64_t first, int64_t last);
 
   // Example indices in the order epoch `epoch` visits them: 0..n-1 unless shuffling.
   std::vector<int64_t> order(int64_t epoch) const;
@@ -61,6 +72,7 @@ class DataIter {
   bool shuffle_;
   uint64_t seed_;
   int64_t next_epoch_ = 0;
+  int64_t parts_ = 1, first_ = 0, last_ = 1;  // shard()
 };
 
 class DataIter::Iterator {

@@ -11,6 +11,7 @@
 
 #include "chapters/multi_gpu_concise/multi_gpu_concise.hpp"
 #include "core/cli.hpp"
+#include "core/dist/process_group.hpp"
 #include "core/runtime.hpp"
 #include "core/trace.hpp"
 #include "datasets/idx.hpp"
@@ -46,7 +47,7 @@ int main(int argc, char** argv) {
   auto* lr = app.add_option("--lr", cfg.lr, "learning rate [default: 0.1 per device; lab-cnn 0.3]");
   auto* epochs = app.add_option("--num-epochs", cfg.num_epochs, "epochs [default: 4; lab-cnn 5]");
   app.add_option("--model", cfg.model, "resnet18 (the book's) or lab-cnn (the lab's)")->capture_default_str();
-  app.add_option("--kvstore", cfg.kvstore, "where gradients are summed: device, local (host memory) or ring")->capture_default_str();
+  app.add_option("--kvstore", cfg.kvstore, "where gradients are summed: device, local (host memory), ring, or across the processes of mpirun: dist_sync (MPI_Allreduce), dist_sync_ring (our ring)")->capture_default_str();
   app.add_flag("--sync-bn", cfg.sync_bn, "BatchNorm statistics over the whole batch, all devices (SyncBatchNorm)");
   app.add_option("--split-weights", cfg.split_weights, "exercise 2: shard sizes in proportion to these, one per device (e.g. 3,1)")->delimiter(',');
   app.add_flag("--balance", cfg.balance, "exercise 2: measure each device's speed first and split in proportion");
@@ -85,7 +86,13 @@ int main(int argc, char** argv) {
       concise::make_net(cfg.model, cfg.sync_bn);
       if (*seed_opt && seed < 0) throw d2l::ConfigError("bad --seed " + std::to_string(seed) + ": expected a number >= 0");
       cfg.seed = static_cast<uint64_t>(seed);
-      const bool one_run = app.get_option("--num-gpus")->count() > 0 || !dev.devices.empty() || !load_params.empty();
+      // kvstore dist_sync under mpirun: one run, each process on --num-gpus (default 1) devices.
+      const int world = concise::distributed(cfg) ? d2l::dist::world_size() : 1;
+      if (d2l::dist::world_size() > 1 && world == 1)
+        throw d2l::ConfigError("started as " + std::to_string(d2l::dist::world_size()) +
+                               " processes by mpirun: use --kvstore dist_sync to train them together (or run one process)");
+      const bool one_run = app.get_option("--num-gpus")->count() > 0 || !dev.devices.empty() || !load_params.empty() ||
+                           world > 1;
       if (!one_run && (!cfg.checkpoint.empty() || !cfg.resume.empty()))
         throw d2l::ConfigError("--checkpoint and --resume follow one run: give --num-gpus or --devices");
       // The runs: the one the flags ask for, or the source's two (1 device, then 2).
@@ -137,7 +144,7 @@ int main(int argc, char** argv) {
       for (auto& devices : runs) {
         concise::Config c = given;
         c.devices = devices;
-        const auto k = static_cast<int64_t>(devices.size());
+        const auto k = static_cast<int64_t>(devices.size()) * world;  // devices of all processes
         c.batch_size = *batch ? given.batch_size : batch_per_device * k;
         c.lr = *lr ? given.lr : lab_cnn ? lr_per_device : lr_per_device * static_cast<float>(k);
         c.num_epochs = *epochs ? given.num_epochs : lab_cnn ? 5 : 4;

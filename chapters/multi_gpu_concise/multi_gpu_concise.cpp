@@ -31,10 +31,10 @@ std::vector<Tensor> train_batch(const Batch& batch, nn::Block& net, optim::Train
   // that does not divide evenly: here shards differ by at most one example)
   nn::BatchShards shards =
       weights.empty() ? nn::split_and_load(batch, devices, false) : nn::split_and_load(batch, devices, weights);
-  // compute gradient
-  std::vector<Tensor> losses = forward_backward(net, shards.X, shards.y);
+  // compute gradient (a process whose share of a short last minibatch is empty only takes part in the step)
+  std::vector<Tensor> losses = batch.n > 0 ? forward_backward(net, shards.X, shards.y) : std::vector<Tensor>{};
   // update parameters: the kvstore sums every replica's gradient; the step divides by the batch size
-  trainer.step(batch.n);
+  trainer.step(batch.size());  // the whole minibatch, over every process
   return losses;
 }
 
@@ -46,6 +46,7 @@ double evaluate_accuracy(const DataIter& data_iter, nn::Block& net, const std::v
   for (const Batch& b : data_iter.epoch(0)) {
     for (auto& c : counts) correct += c.item();
     counts.clear();
+    if (b.n == 0) continue;  // this process's share of a short last batch (dist_sync)
     nn::BatchShards shards = nn::split_and_load(b, devices, false);
     std::vector<Tensor> outputs = net(shards.X);
     for (size_t i = 0; i < outputs.size(); ++i) counts.push_back(count_correct(outputs[i], shards.y[i]));

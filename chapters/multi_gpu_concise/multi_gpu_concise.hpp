@@ -60,7 +60,7 @@ struct Config {
   int64_t train_subset = 0;          // train on the first N training images (0: all)
   int64_t test_subset = 0;           // evaluate on the first N test images (0: all)
   std::optional<ArrayDataset> train_data, test_data;  // generated data instead of Fashion-MNIST
-  std::string kvstore = "device";    // device | local | ring
+  std::string kvstore = "device";    // device | local | ring | dist_sync | dist_sync_ring (processes)
   bool sync_bn = false;
   // Devices of different power (exercise 2): shard sizes in proportion to these (one per device),
   // or measured by probe_weights before training (balance). Neither: even shards.
@@ -85,6 +85,8 @@ struct Result {
   std::shared_ptr<nn::Sequential> net;  // the trained net, replicas on every device
 };
 
+// Whether cfg.kvstore trains the processes of mpirun together (dist_sync, dist_sync_ring).
+bool distributed(const Config& cfg);
 // Checks what can be checked without data (devices, sizes, names, lists); ConfigError naming the
 // flag otherwise. train() calls it first.
 void validate(const Config& cfg);

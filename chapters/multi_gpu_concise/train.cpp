@@ -12,9 +12,14 @@
 
 #include "chapters/multi_gpu_concise/multi_gpu_concise.hpp"
 #include "core/cli.hpp"
+#include "core/dist/collectives.hpp"
+#include "core/dist/fingerprint.hpp"
+#include "core/dist/process_group.hpp"
 #include "core/io/checkpoint.hpp"
 #include "core/io/parameters_file.hpp"
 #include "core/nn/split_and_load.hpp"
+#include "core/optim/kvstore.hpp"
+#include "core/autograd.hpp"
 #include "core/plot.hpp"
 #include "core/rng.hpp"
 #include "core/runtime.hpp"
@@ -138,8 +143,11 @@ void validate(const Config& cfg) {
   }
   if (!(std::isfinite(cfg.lr) && cfg.lr > 0)) throw ConfigError("bad --lr " + std::to_string(cfg.lr) + ": expected a number > 0");
   if (cfg.num_epochs < 1) throw ConfigError("bad --num-epochs " + std::to_string(cfg.num_epochs) + ": expected a number > 0");
-  if (cfg.kvstore != "device" && cfg.kvstore != "local" && cfg.kvstore != "ring")
-    throw ConfigError("bad --kvstore '" + cfg.kvstore + "': expected device, local or ring");
+  if (cfg.kvstore != "device" && cfg.kvstore != "local" && cfg.kvstore != "ring" && !distributed(cfg))
+    throw ConfigError("bad --kvstore '" + cfg.kvstore + "': expected device, local, ring, dist_sync or dist_sync_ring");
+  if (distributed(cfg) && cfg.batch_size < k * dist::world_size())
+    throw ConfigError("--batch-size " + std::to_string(cfg.batch_size) + " is smaller than the " +
+                      std::to_string(k * dist::world_size()) + " devices of all processes: every device needs at least one example per minibatch");
   if (cfg.train_subset < 0 || cfg.test_subset < 0)
     throw ConfigError("bad --" + std::string(cfg.train_subset < 0 ? "train" : "test") + "-subset: expected a number > 0");
   if (cfg.balance && !cfg.split_weights.empty()) throw ConfigError("give --split-weights or --balance, not both");
@@ -163,6 +171,8 @@ void validate(const Config& cfg) {
   if (!cfg.resume.empty()) check_readable("--resume", cfg.resume);
 }
 
+bool distributed(const Config& cfg) { return cfg.kvstore == "dist_sync" || cfg.kvstore == "dist_sync_ring"; }
+
 Result train(const Config& cfg) {
   validate(cfg);
   const std::vector<Device>& devices = cfg.devices;
@@ -170,18 +180,36 @@ Result train(const Config& cfg) {
   // train_iter, test_iter = gb.load_data_fashion_mnist(batch_size)
   DataIter train_iter(load_data(cfg, true), cfg.batch_size, true, cfg.seed);
   DataIter test_iter(load_data(cfg, false), cfg.batch_size, false);
+  // kvstore dist_sync: the processes of mpirun train together. Each reads only its devices' shards of
+  // every minibatch and evaluates its share of the test set; rank 0 alone prints and writes files.
+  const bool dist = distributed(cfg) && dist::world_size() > 1;
+  const int W = dist ? dist::world_size() : 1, rank = dist ? dist::rank() : 0;
+  const bool speak = cfg.verbose && rank == 0;
+  if (dist) {
+    const auto local = static_cast<int64_t>(devices.size());
+    dist::check_same_config({{"program", "multi_gpu_concise"}, {"model", cfg.model}, {"sync_bn", std::to_string(cfg.sync_bn)},
+                             {"devices per process", std::to_string(local)}, {"batch_size", std::to_string(cfg.batch_size)},
+                             {"lr", std::to_string(cfg.lr)}, {"num_epochs", std::to_string(cfg.num_epochs)},
+                             {"seed", std::to_string(cfg.seed)}, {"kvstore", cfg.kvstore},
+                             {"split weights", list(cfg.split_weights) + (cfg.balance ? " balance" : "")},
+                             {"training examples", std::to_string(train_iter.size())},
+                             {"test examples", std::to_string(test_iter.size())}, {"resume", cfg.resume}});
+    train_iter.shard(W * local, rank * local, (rank + 1) * local);
+    test_iter.shard(W, rank, rank + 1);
+  }
   Result r;
   r.devices = devices;
   r.model = cfg.model;
   r.batch_size = cfg.batch_size;
   r.lr = cfg.lr;
-  if (cfg.verbose) {
-    std::printf("running on: %s\n", str(devices).c_str());
+  if (speak) {
+    std::printf("running on: %s%s\n", str(devices).c_str(), W > 1 ? (" in each of " + std::to_string(W) + " processes").c_str() : "");
     std::printf("%s%s, batch %lld, lr %g, kvstore %s, %lld training and %lld test images\n", model_name(cfg.model).c_str(),
                 cfg.sync_bn ? " with SyncBatchNorm" : "", (long long)cfg.batch_size, static_cast<double>(cfg.lr),
                 cfg.kvstore.c_str(), (long long)train_iter.size(), (long long)test_iter.size());
     std::fflush(stdout);
   }
+  if (cfg.balance && dist) throw ConfigError("--balance measures this process's devices only: give --split-weights with --kvstore dist_sync");
   r.split_weights = cfg.balance ? measure_weights(cfg, train_iter) : cfg.split_weights;
 
   // net.initialize(init=init.Normal(sigma=0.01), ctx=ctx, force_reinit=True)
@@ -202,6 +230,19 @@ Result train(const Config& cfg) {
                   start >= cfg.num_epochs ? ": nothing left to train (--num-epochs)" : "");
   }
   r.first_epoch = start + 1;
+  if (dist) {
+    // Shapes first (a forward pass of one image, evaluation mode: no statistics change), then every
+    // rank takes rank 0's parameters and checks that it now holds the same bits.
+    Batch one = train_iter.batch(train_iter.order(0), 0);
+    NoGrad no_grad;
+    TrainMode eval(false);
+    Shape shape = one.shape;
+    shape[0] = 1;
+    const int64_t row = numel(shape);
+    for (Device d : devices)
+      (*r.net)(Tensor::from_vector(std::vector<float>(one.X.begin(), one.X.begin() + row), shape, d));
+    optim::broadcast_parameters(r.net->collect_params(), 0);
+  }
 
   for (int epoch = start; epoch < cfg.num_epochs; ++epoch) {
     auto t0 = std::chrono::steady_clock::now();
@@ -223,25 +264,38 @@ Result train(const Config& cfg) {
       last_begin = losses.size();
       for (auto& l : train_batch(b, *r.net, trainer, devices, r.split_weights)) losses.push_back(l);
       for (size_t d = 0; d < devices.size(); ++d) runtime(devices[d]).compute.record(in_flight[d]);
-      if (cfg.verbose) progress(epoch + 1, ++i, total, seconds_since(t0));
+      ++i;
+      if (speak) progress(epoch + 1, i, total, seconds_since(t0));
     }
     waitall();  // nd.waitall()
     r.train_seconds.push_back(seconds_since(t0));
     double loss_sum = 0;
     for (auto& l : losses) loss_sum += l.item();
     check_loss(loss_sum, epoch + 1, total);
+    if (dist) {
+      loss_sum = dist::sum_over_ranks({loss_sum})[0];
+      // BatchNorm's running statistics are per device and each rank saw other images: every rank
+      // takes rank 0's at the end of an epoch (as DDP broadcasts buffers), so the evaluation and the
+      // checkpoint see one net.
+      optim::broadcast_parameters(r.net->collect_params(), 0, /*states_only=*/true);
+    }
     r.train_loss.push_back(loss_sum / static_cast<double>(train_iter.size()));
-    // test_acc = gb.evaluate_accuracy(test_iter, net, ctx[0]), or on every device
-    r.test_acc.push_back(
-        evaluate_accuracy(test_iter, *r.net, cfg.eval_all_devices ? devices : std::vector<Device>{devices[0]}));
-    if (cfg.verbose)
+    // test_acc = gb.evaluate_accuracy(test_iter, net, ctx[0]), or on every device (with dist_sync:
+    // each process its share of the test set, the correct counts summed)
+    double acc = evaluate_accuracy(test_iter, *r.net, cfg.eval_all_devices ? devices : std::vector<Device>{devices[0]});
+    if (dist) {
+      const double n = static_cast<double>(test_iter.size());
+      acc = dist::sum_over_ranks({std::round(acc * n)})[0] / n;
+    }
+    r.test_acc.push_back(acc);
+    if (speak)
       std::printf("epoch %d, training time: %.1f sec, test_acc %.2f\n", epoch + 1, r.train_seconds.back(), r.test_acc.back());
     std::fflush(stdout);
-    if (!cfg.checkpoint.empty()) io::save_checkpoint(cfg.checkpoint, *r.net, trainer, epoch + 1);
+    if (!cfg.checkpoint.empty() && rank == 0) io::save_checkpoint(cfg.checkpoint, *r.net, trainer, epoch + 1);
   }
-  if (!cfg.save_params.empty()) {
+  if (!cfg.save_params.empty() && rank == 0) {
     io::save_parameters(*r.net, cfg.save_params);
-    if (cfg.verbose) std::printf("parameters saved to %s\n", cfg.save_params.c_str());
+    if (speak) std::printf("parameters saved to %s\n", cfg.save_params.c_str());
   }
   return r;
 }

@@ -8,6 +8,8 @@
 
 #include "chapters/multi_gpu_scratch/multi_gpu_scratch.hpp"
 #include "core/cli.hpp"
+#include "core/dist/collectives.hpp"
+#include "core/dist/process_group.hpp"
 #include "core/runtime.hpp"
 #include "core/trace.hpp"
 
@@ -45,6 +47,8 @@ int main(int argc, char** argv) {
   app.add_flag("--scale-lr", cfg.scale_lr, "exercise 2: multiply the learning rate by the device count");
   app.add_option("--allreduce", cfg.allreduce, "exercise 3: naive (the book's) or ring")->capture_default_str();
   app.add_flag("--eval-all-devices", cfg.eval_all_devices, "exercise 4: every device evaluates a shard of the test set");
+  app.add_flag("--dist", cfg.dist, "data parallel over the processes of mpirun too: gradients summed over the devices, then across the processes");
+  app.add_option("--dist-allreduce", cfg.dist_allreduce, "--dist: library (MPI_Allreduce) or ring (ours over MPI point-to-point)")->capture_default_str();
   app.add_option("--plot", cfg.plot, "PNG of test accuracy per epoch ('' for none)")->capture_default_str();
   app.add_option("--trace", trace_file, "write the devices' timeline to this file as Chrome-trace JSON (Perfetto, chrome://tracing)");
   app.add_option("--trace-tasks", trace_tasks, "--trace records at most this many stream tasks (the start of the run)")->capture_default_str();
@@ -76,8 +80,13 @@ int main(int argc, char** argv) {
       if (cfg.allreduce != "naive" && cfg.allreduce != "ring")
         throw d2l::ConfigError("bad --allreduce '" + cfg.allreduce + "': expected naive or ring");
       d2l::check_output_path("--plot", cfg.plot);
+      if (cfg.dist) d2l::dist::check_algorithm("--dist-allreduce", cfg.dist_allreduce);
     }
-    cfg.devices = d2l::choose_devices(dev);
+    if (d2l::dist::world_size() > 1 && !cfg.dist && !*demo)
+      throw d2l::ConfigError("started as " + std::to_string(d2l::dist::world_size()) +
+                             " processes by mpirun: add --dist to train them together (or run one process)");
+    if (d2l::dist::rank() > 0) cfg.verbose = false, cfg.plot = "";  // one voice: rank 0 prints and plots
+    cfg.devices = d2l::choose_devices(dev, d2l::dist::rank() == 0);
     if (cfg.scale_batch)
       d2l::require_memory("--batch-size", static_cast<double>(cfg.batch_size),
                           2e5 * static_cast<double>(cfg.batch_size) * static_cast<double>(cfg.devices.size()));

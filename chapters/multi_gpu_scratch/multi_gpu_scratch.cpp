@@ -4,6 +4,7 @@
 #include "core/autograd.hpp"
 #include "core/cli.hpp"
 #include "core/comm.hpp"
+#include "core/dist/collectives.hpp"
 #include "core/ops.hpp"
 #include "core/ops_nn.hpp"
 #include "core/rng.hpp"
@@ -105,7 +106,8 @@ void sgd(const std::vector<Tensor>& params, float lr, int64_t batch_size) {
 }
 
 std::vector<Tensor> train_batch(const Batch& batch, std::vector<std::vector<Tensor>>& device_params,
-                                const std::vector<Device>& devices, float lr, const std::string& allreduce_algorithm) {
+                                const std::vector<Device>& devices, float lr, const std::string& allreduce_algorithm,
+                                const std::string& dist_allreduce) {
   auto [X_shards, y_shards] = split_batch(batch, devices);
   // Loss calculation on each device; a device with an empty shard adds a zero gradient.
   std::vector<Tensor> ls;
@@ -118,12 +120,14 @@ std::vector<Tensor> train_batch(const Batch& batch, std::vector<std::vector<Tens
     for (size_t i = 0; i < device_params[0].size(); ++i) {
       std::vector<Tensor> grads;
       for (size_t c = 0; c < devices.size(); ++c) grads.push_back(device_params[c][i].grad());
-      if (allreduce_algorithm == "naive") allreduce(grads);
+      if (!dist_allreduce.empty()) dist::allreduce(grads, allreduce_algorithm, dist_allreduce);  // --dist
+      else if (allreduce_algorithm == "naive") allreduce(grads);
       else d2l::allreduce(grads, allreduce_algorithm);  // ring (exercise 3)
     }
   }
-  // The model parameters are updated separately on each device, with the full minibatch size.
-  for (auto& param : device_params) sgd(param, lr, batch.n);
+  // The model parameters are updated separately on each device, with the full minibatch size
+  // (over every process with --dist).
+  for (auto& param : device_params) sgd(param, lr, batch.size());
   std::vector<Tensor> out;
   for (auto& l : ls) out.push_back(l.detach());
   return out;

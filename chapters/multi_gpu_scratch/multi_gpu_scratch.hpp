@@ -36,8 +36,12 @@ std::vector<Tensor> split_and_load(const std::vector<float>& data, int64_t rows,
 // "Training": one minibatch on every device. Returns the summed loss (on devices[0]'s host copy,
 // read later) as one detached tensor per device that had examples.
 // allreduce_algorithm: "naive" (the book's), "ring", or "none" (tests: no synchronisation at all).
+// dist_allreduce: "" sums over this process's devices only; "library" or "ring" (--dist) then sums
+// across the processes too (core/dist: devices first, then processes); batch.size() is then the
+// whole minibatch over every process.
 std::vector<Tensor> train_batch(const Batch& batch, std::vector<std::vector<Tensor>>& device_params,
-                                const std::vector<Device>& devices, float lr, const std::string& allreduce_algorithm);
+                                const std::vector<Device>& devices, float lr, const std::string& allreduce_algorithm,
+                                const std::string& dist_allreduce = "");
 // The book's d2l.sgd: param -= lr * grad / batch_size, then the gradient is zeroed.
 void sgd(const std::vector<Tensor>& params, float lr, int64_t batch_size);
 
@@ -57,6 +61,11 @@ struct Config {
   bool scale_lr = false;                    // exercise 2: learning rate times k
   std::string allreduce = "naive";          // exercise 3: naive | ring
   bool eval_all_devices = false;            // exercise 4
+  // --dist: data parallelism over the processes of mpirun too (core/dist). Each process trains on
+  // its devices' shards of every minibatch; gradients are summed over its devices, then across the
+  // processes with `dist_allreduce` (library: MPI_Allreduce, or ring); rank 0 prints and plots.
+  bool dist = false;
+  std::string dist_allreduce = "library";
   std::string plot = "multi_gpu_scratch.png";  // "" = no plot
   bool verbose = true;
   int64_t max_steps = -1;                   // stop after this many minibatches (tests)

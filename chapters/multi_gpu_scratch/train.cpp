@@ -1,11 +1,15 @@
 // The book's train(num_gpus, batch_size, lr): parameters copied to every device, each minibatch
 // trained on all of them, test accuracy after every epoch, plotted like the book's Animator.
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <unistd.h>
 
 #include "chapters/multi_gpu_scratch/multi_gpu_scratch.hpp"
 #include "core/cli.hpp"
+#include "core/dist/collectives.hpp"
+#include "core/dist/fingerprint.hpp"
+#include "core/dist/process_group.hpp"
 #include "core/plot.hpp"
 #include "core/rng.hpp"
 #include "core/runtime.hpp"
@@ -33,15 +37,19 @@ void make_quick(Config& cfg) {
 Result train(const Config& cfg) {
   const auto& devices = cfg.devices;
   if (devices.empty()) throw ConfigError("no devices to train on");
-  const int64_t k = static_cast<int64_t>(devices.size());
+  // With --dist the devices of every process train together: k in all, this process's are
+  // shards [rank * local, (rank + 1) * local) of each minibatch.
+  const int64_t local = static_cast<int64_t>(devices.size()), W = cfg.dist ? dist::world_size() : 1;
+  const int64_t k = W * local;
   Result r;
   r.batch_size = cfg.scale_batch ? cfg.batch_size * k : cfg.batch_size;  // exercise 1
   r.lr = cfg.scale_lr ? cfg.lr * static_cast<float>(k) : cfg.lr;          // exercise 2
   if (r.batch_size < k)
     throw ConfigError("--batch-size " + std::to_string(r.batch_size) + " is smaller than the " + std::to_string(k) +
-                      " devices: every device needs at least one example per minibatch");
+                      " devices" + (W > 1 ? " of all processes" : "") + ": every device needs at least one example per minibatch");
   if (cfg.allreduce != "naive" && cfg.allreduce != "ring" && cfg.allreduce != "none")
     throw ConfigError("bad --allreduce '" + cfg.allreduce + "': expected naive or ring");
+  if (cfg.dist) dist::check_algorithm("--dist-allreduce", cfg.dist_allreduce);
 
   // train_iter, test_iter = d2l.load_data_fashion_mnist(batch_size)
   std::optional<DataIter> train_iter, test_iter;
@@ -56,10 +64,28 @@ Result train(const Config& cfg) {
   if (train_iter->size() == 0 || test_iter->size() == 0)
     throw DataError(std::string("the ") + (train_iter->size() == 0 ? "training" : "test") +
                     " set has no examples; nothing to " + (train_iter->size() == 0 ? "train on" : "evaluate"));
+  const int rank = cfg.dist ? dist::rank() : 0;
+  if (cfg.dist) {
+    // Every rank must agree on what it trains, or a collective would wait forever: one line instead.
+    dist::check_same_config({{"program", "multi_gpu_scratch"}, {"devices per process", std::to_string(local)},
+                             {"batch_size", std::to_string(r.batch_size)}, {"lr", std::to_string(r.lr)},
+                             {"num_epochs", std::to_string(cfg.num_epochs)}, {"seed", std::to_string(cfg.seed)},
+                             {"allreduce", cfg.allreduce}, {"dist_allreduce", cfg.dist_allreduce},
+                             {"training examples", std::to_string(train_iter->size())},
+                             {"test examples", std::to_string(test_iter->size())},
+                             {"max_steps", std::to_string(cfg.max_steps)}});
+    // Each rank reads only its devices' shards of every minibatch, and evaluates its share of the test set.
+    train_iter->shard(k, rank * local, (rank + 1) * local);
+    test_iter->shard(W, rank, rank + 1);
+  }
 
-  // Copy model parameters to every device.
+  // Copy model parameters to every device (with --dist: rank 0's, broadcast to every process).
   manual_seed(cfg.seed);
   std::vector<Tensor> params = init_params(devices[0]);
+  if (cfg.dist) {
+    for (auto& p : params) dist::broadcast(p, 0);
+    dist::check_same_bits(params, "initial parameters");
+  }
   std::vector<std::vector<Tensor>> device_params;
   for (auto d : devices) device_params.push_back(get_params(params, d));
   std::vector<uint64_t> kernels_before;
@@ -76,7 +102,7 @@ Result train(const Config& cfg) {
       if (cfg.max_steps >= 0 && steps >= cfg.max_steps) break;
       check_interrupt();  // Ctrl-C: stop between minibatches (main() exits 130 after the devices finish)
       // Multi-device training on one minibatch.
-      losses.push_back(train_batch(b, device_params, devices, r.lr, cfg.allreduce));
+      losses.push_back(train_batch(b, device_params, devices, r.lr, cfg.allreduce, cfg.dist ? cfg.dist_allreduce : ""));
       // At most two minibatches in flight: the host enqueues the next while the devices compute.
       for (auto& e : in_flight) e.synchronize();
       for (size_t d = 0; d < devices.size(); ++d) runtime(devices[d]).compute.record(in_flight[d]);
@@ -94,9 +120,16 @@ Result train(const Config& cfg) {
       check_loss(step_loss, epoch + 1, steps - static_cast<int64_t>(losses.size() - s) + 1);
       loss_sum += step_loss;
     }
+    if (cfg.dist) loss_sum = dist::sum_over_ranks({loss_sum})[0];
     r.train_loss.push_back(loss_sum / static_cast<double>(train_iter->size()));
-    // Evaluate the model on device 0 (or on all devices: exercise 4).
-    r.test_acc.push_back(evaluate_accuracy(*test_iter, device_params, devices, cfg.eval_all_devices));
+    // Evaluate the model on device 0 (or on all devices: exercise 4); with --dist each process its
+    // share of the test set, the correct counts summed.
+    double acc = evaluate_accuracy(*test_iter, device_params, devices, cfg.eval_all_devices);
+    if (cfg.dist) {
+      const double n = static_cast<double>(test_iter->size());
+      acc = dist::sum_over_ranks({std::round(acc * n)})[0] / n;
+    }
+    r.test_acc.push_back(acc);
     if (cfg.verbose)
       std::printf("epoch %d, loss %.3f, test acc %.2f, %.1f sec\n", epoch + 1, r.train_loss.back(), r.test_acc.back(),
                   train_seconds / (epoch + 1));
@@ -110,9 +143,13 @@ Result train(const Config& cfg) {
     for (auto& p : device_params[d]) values.push_back(p.to_vector());
     r.params.push_back(values);
   }
-  if (cfg.verbose) std::printf("test acc: %.2f, %.1f sec/epoch on %s\n", r.test_acc.back(), r.sec_per_epoch, str(devices).c_str());
+  if (cfg.verbose) {
+    std::string where = str(devices);
+    if (W > 1) where += " in each of " + std::to_string(W) + " processes";
+    std::printf("test acc: %.2f, %.1f sec/epoch on %s\n", r.test_acc.back(), r.sec_per_epoch, where.c_str());
+  }
 
-  if (!cfg.plot.empty()) {  // the book's Animator('epoch', 'test acc', xlim=[1, num_epochs])
+  if (!cfg.plot.empty() && rank == 0) {  // one voice: rank 0 plots  // the book's Animator('epoch', 'test acc', xlim=[1, num_epochs])
     Series s;
     s.name = "test acc";
     s.y = r.test_acc;

@@ -5,6 +5,9 @@
 #include "core/autograd.hpp"
 #include "core/comm.hpp"
 #include "core/copy.hpp"
+#include "core/dist/collectives.hpp"
+#include "core/dist/fingerprint.hpp"
+#include "core/dist/process_group.hpp"
 #include "core/ops.hpp"
 
 namespace d2l::optim {
@@ -71,7 +74,7 @@ std::vector<float> host_sum(const std::vector<Tensor>& values) {
 
 class DeviceKVStore : public KVStore {
  public:
-  DeviceKVStore() : KVStore("device") {}
+  explicit DeviceKVStore(std::string type = "device") : KVStore(std::move(type)) {}
 
   // The reducing device r gathers the others' values and adds them in replica order (a copy of
   // replica 0 first), so the sum has the same bits whichever device reduces; then it is copied back.
@@ -118,6 +121,32 @@ class DeviceKVStore : public KVStore {
 
   std::map<int64_t, Device> placement_;
   std::map<Device, int64_t> load_;  // elements reduced per device, over all keys
+};
+
+// MXNet's dist_sync: the replicas of this process are summed on a device as 'device' does, that
+// sum crosses the processes (dist::allreduce), and the result is copied back to the replicas; each
+// replica then updates itself. Every process ends with the same bits (the allreduce gives each rank
+// the same sum), so the replicas of every process stay equal without sending weights.
+class DistSyncKVStore : public DeviceKVStore {
+ public:
+  explicit DistSyncKVStore(std::string algorithm)
+      : DeviceKVStore(algorithm == "ring" ? "dist_sync_ring" : "dist_sync"), algorithm_(std::move(algorithm)) {
+    dist::check_algorithm("kvstore dist_sync algorithm", algorithm_);
+    dist::init();
+  }
+
+  void pushpull(int64_t key, const std::vector<Tensor>& values) override {
+    DeviceKVStore::pushpull(key, values);  // every replica holds this process's sum
+    if (dist::world_size() == 1) return;
+    NoGrad no_grad;
+    const size_t h = home(key, values);
+    dist::allreduce(values[h], algorithm_);
+    for (size_t i = 0; i < values.size(); ++i)
+      if (i != h) values[h].copyto(values[i]);
+  }
+
+ private:
+  std::string algorithm_;
 };
 
 class LocalKVStore : public KVStore {
@@ -179,10 +208,25 @@ std::unique_ptr<KVStore> create_kvstore(const std::string& name) {
   if (name == "device") return std::make_unique<DeviceKVStore>();
   if (name == "local") return std::make_unique<LocalKVStore>();
   if (name == "ring") return std::make_unique<RingKVStore>();
+  if (name == "dist_sync") return std::make_unique<DistSyncKVStore>("library");
+  if (name == "dist_sync_ring") return std::make_unique<DistSyncKVStore>("ring");
   if (name == "nccl")
     throw ConfigError("kvstore 'nccl' needs GPUs and a build with NCCL, and this build has no NCCL; use 'device', "
-                      "'local' or 'ring'");
-  throw ConfigError("unknown kvstore '" + name + "': expected device, local, ring or nccl");
+                      "'local', 'ring' or 'dist_sync'");
+  throw ConfigError("unknown kvstore '" + name + "': expected device, local, ring, dist_sync, dist_sync_ring or nccl");
+}
+
+void broadcast_parameters(const nn::ParameterDict& params, int root, bool states_only) {
+  NoGrad no_grad;
+  std::vector<Tensor> all;
+  for (auto& [name, p] : params) {
+    if (states_only && p->differentiable()) continue;
+    std::vector<Tensor> replicas = p->list_data();
+    dist::broadcast(replicas[0], root);
+    for (size_t i = 1; i < replicas.size(); ++i) replicas[0].copyto(replicas[i]);
+    all.insert(all.end(), replicas.begin(), replicas.end());
+  }
+  dist::check_same_bits(all, states_only ? "BatchNorm statistics" : "parameters");
 }
 
 }  // namespace d2l::optim

@@ -8,6 +8,10 @@
 //           the update runs on a host copy of the weights, with the momentum kept in host memory;
 //           the new weights are copied back to every replica.
 //   ring    core/comm.hpp's allreduce_ring (reduce-scatter + all-gather), then each replica updates.
+//   dist_sync       across processes (MXNet's name; core/dist): the replicas of a process are summed as
+//                   'device' does, then across the processes with the library's allreduce
+//                   (MPI_Allreduce), then copied back; each replica updates itself. In a world of
+//                   one it is 'device'. dist_sync_ring: the same with our ring over MPI.
 //   nccl    needs GPUs and a build with NCCL (this build has none): a ConfigError.
 // device and local add the replicas in the same order (replica 0, then 1, ...), so they give the
 // same bits; ring adds chunk by chunk in ring order (equal within float reassociation). With one
@@ -20,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "core/nn/block.hpp"
 #include "core/tensor.hpp"
 
 namespace d2l::optim {
@@ -77,7 +82,13 @@ class KVStore {
   std::string type_;
 };
 
-// "device", "local" or "ring". "nccl" (no NCCL in this build) and any other name: a ConfigError
+// dist_sync's start: every parameter (weights and states such as BatchNorm's running statistics)
+// on every replica of every rank becomes rank root's replica 0, then the ranks check that they hold
+// the same bits (dist::CollectiveError otherwise). Shapes must be known (run a forward pass first).
+// states_only: only the parameters without a gradient (running statistics).
+void broadcast_parameters(const nn::ParameterDict& params, int root = 0, bool states_only = false);
+
+// "device", "local", "ring", "dist_sync" or "dist_sync_ring". "nccl" (no NCCL in this build) and any other name: a ConfigError
 // naming the choices.
 std::unique_ptr<KVStore> create_kvstore(const std::string& name);
 

@@ -1,0 +1,135 @@
+// Chapter 1 with --dist, run as 1, 2 and 3 processes (tests/dist/mpirun.sh). P processes x k devices
+// (D2L_TEST_LOCAL_DEVICES, default 1) train what 1 process x P*k devices and 1 device train (LeNet
+// has no BatchNorm): the same parameters within 1e-5 relative after 20 steps, with the same bits on
+// every rank after every checked step; each example of an epoch is read by exactly one rank.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <set>
+#include <sstream>
+
+#include "chapters/multi_gpu_scratch/multi_gpu_scratch.hpp"
+#include "core/dist/collectives.hpp"
+#include "core/dist/fingerprint.hpp"
+#include "core/dist/process_group.hpp"
+#include "core/runtime.hpp"
+#include "datasets/synthetic.hpp"
+
+using namespace d2l;
+
+namespace {
+
+int local_devices() {
+  const char* v = std::getenv("D2L_TEST_LOCAL_DEVICES");
+  return v ? std::atoi(v) : 1;
+}
+
+std::vector<Device> cpus(int n) {
+  std::vector<Device> d;
+  for (int i = 0; i < n; ++i) d.push_back(cpu(i));
+  use_devices(d);
+  return d;
+}
+
+scratch::Config small(int devices, int64_t steps) {
+  scratch::Config c;
+  c.devices = cpus(devices);
+  c.train_data = make_image_classification(1200, 28, 10, 7);
+  c.test_data = make_image_classification(200, 28, 10, 8);
+  c.batch_size = 48;  // 1, 2, 3, 4 and 6 devices: shards of 48 / k, and uneven ones for 5
+  c.lr = 0.3f;
+  c.num_epochs = 1;
+  c.max_steps = steps;
+  c.plot = "";
+  c.verbose = false;
+  c.seed = 4;
+  return c;
+}
+
+// max |a - b| / max |b| over each tensor, the largest over the tensors.
+double relative_difference(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
+  double worst = 0;
+  for (size_t t = 0; t < a.size(); ++t) {
+    double diff = 0, scale = 1e-12;
+    for (size_t i = 0; i < a[t].size(); ++i) {
+      diff = std::max(diff, static_cast<double>(std::abs(a[t][i] - b[t][i])));
+      scale = std::max(scale, static_cast<double>(std::abs(b[t][i])));
+    }
+    worst = std::max(worst, diff / scale);
+  }
+  return worst;
+}
+
+std::vector<Tensor> as_tensors(const std::vector<std::vector<float>>& params) {
+  std::vector<Tensor> out;
+  for (auto& p : params) out.push_back(Tensor::from_vector(p, {static_cast<int64_t>(p.size())}, cpu(0)));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("shards: each example of an epoch goes to exactly one rank, every rank has as many minibatches") {
+  const int W = dist::world_size(), r = dist::rank(), k = 2;
+  ArrayDataset d;
+  d.n = 103;  // not divisible by the 48 / 10 / ranks: a short last minibatch
+  d.feature_shape = {1};
+  for (int64_t i = 0; i < d.n; ++i) d.features.push_back(static_cast<float>(i)), d.labels.push_back(static_cast<int32_t>(i));
+  DataIter it(d, 10, true, 5);
+  it.shard(W * k, r * k, (r + 1) * k);
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    std::ostringstream mine;
+    int64_t batches = 0;
+    for (const Batch& b : it.epoch(epoch)) {
+      ++batches;
+      CHECK(b.global_n == std::min<int64_t>(10, d.n - (batches - 1) * 10));
+      for (int64_t i = 0; i < b.n; ++i) {
+        CHECK(b.X[static_cast<size_t>(i)] == static_cast<float>(b.y[static_cast<size_t>(i)]));
+        mine << b.y[static_cast<size_t>(i)] << " ";
+      }
+    }
+    CHECK(batches == it.num_batches());
+    std::multiset<int> seen;
+    for (auto& s : dist::gather_strings(mine.str())) {
+      std::istringstream in(s);
+      for (int x; in >> x;) seen.insert(x);
+    }
+    CHECK(seen.size() == static_cast<size_t>(d.n));
+    for (int i = 0; i < d.n; ++i) CHECK(seen.count(i) == 1);
+  }
+}
+
+TEST_CASE("--dist: P processes x k devices == 1 process x P*k devices == 1 device, bitwise equal ranks") {
+  const int W = dist::world_size(), k = local_devices();
+  CAPTURE(W);
+  CAPTURE(k);
+  // Every rank also trains the two references alone (no collectives), on its own devices.
+  scratch::Config ref = small(W * k, 20);
+  auto many = scratch::train(ref).params[0];
+  auto one = scratch::train(small(1, 20)).params[0];
+  CHECK(relative_difference(many, one) < 1e-5);
+  for (const char* algo : {"library", "ring"})
+    for (int64_t steps : {1, 2, 20}) {
+      CAPTURE(algo);
+      CAPTURE(steps);
+      scratch::Config c = small(k, steps);
+      c.dist = true;
+      c.dist_allreduce = algo;
+      scratch::Result r = scratch::train(c);
+      for (size_t d = 1; d < r.params.size(); ++d) CHECK(r.params[d] == r.params[0]);  // the process's replicas
+      CHECK_NOTHROW(dist::check_same_bits(as_tensors(r.params[0]), "parameters"));    // every rank's
+      if (steps == 20) {
+        CHECK(relative_difference(r.params[0], many) < 1e-5);
+        CHECK(relative_difference(r.params[0], one) < 1e-5);
+        CHECK(r.test_acc.size() == 1);
+      }
+    }
+}
+
+TEST_CASE("--dist: ranks that disagree get one error, not a hang") {
+  if (dist::world_size() == 1) return;
+  scratch::Config c = small(local_devices(), 2);
+  c.dist = true;
+  if (dist::rank() == 1) c.lr = 0.1f;
+  CHECK_THROWS_AS(scratch::train(c), dist::CollectiveError);
+}

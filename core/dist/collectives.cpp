@@ -1,0 +1,257 @@
+#include "core/dist/collectives.hpp"
+
+#include <climits>
+#include <cstring>
+#include <functional>
+
+#include "core/autograd.hpp"
+#include "core/comm.hpp"
+#include "core/dist/process_group.hpp"
+#include "core/ops.hpp"
+#include "core/runtime.hpp"
+
+#ifdef D2L_WITH_MPI
+#include <mpi.h>
+#endif
+
+namespace d2l::dist {
+
+namespace {
+
+void check_f32(const char* op, const Tensor& t) {
+  if (!t.defined() || t.dtype() != DType::f32) throw ShapeError(std::string("dist::") + op + ": expects a float32 tensor");
+  if (t.device().kind == DeviceKind::gpu)
+    throw ConfigError(std::string("dist::") + op + " of a tensor on " + t.device().str() +
+                      ": GPU tensors cross processes through NCCL, which this build does not have");
+}
+
+int count_of(const char* op, int64_t n) {
+  if (n > INT_MAX) throw ShapeError(std::string("dist::") + op + ": " + std::to_string(n) + " elements is more than MPI's count (2^31 - 1)");
+  return static_cast<int>(n);
+}
+
+// Runs fn on the communication thread once the compute streams of `tensors` reach this point; their
+// compute streams wait for it to finish. The tasks keep the tensors' storage alive.
+void on_comm(const char* op, const std::vector<Tensor>& tensors, std::function<void()> fn) {
+  init();
+  Stream& c = comm();
+  std::vector<std::shared_ptr<Storage>> keep;
+  for (auto& t : tensors) {
+    Event ready;
+    runtime(t.device()).compute.record(ready);
+    c.wait(ready);
+    keep.push_back(t.storage());
+  }
+  c.enqueue(op, [keep = std::move(keep), fn = std::move(fn)] { fn(); });
+  Event done;
+  c.record(done);
+  for (auto& t : tensors) runtime(t.device()).compute.wait(done);
+}
+
+#ifdef D2L_WITH_MPI
+void wait(MPI_Request& r) { wait_request(&r); }
+
+// The ring on n floats at p, on the communication thread.
+void ring_allreduce(float* p, int64_t n) {
+  const int W = world_size(), r = rank();
+  const int next = (r + 1) % W, prev = (r + W - 1) % W;
+  std::vector<float> recv(static_cast<size_t>(n / W + 1));
+  auto begin = [&](int c) { return chunk_begin(n, ((c % W) + W) % W); };
+  auto len = [&](int c) { c = ((c % W) + W) % W; return chunk_begin(n, c + 1) - chunk_begin(n, c); };
+  // Reduce-scatter: at step s rank r sends chunk r-s to r+1 and adds chunk r-s-1 from r-1 to its own.
+  for (int s = 0; s < W - 1; ++s) {
+    const int cs = r - s, cr = r - s - 1;
+    MPI_Request q[2];
+    MPI_Irecv(recv.data(), static_cast<int>(len(cr)), MPI_FLOAT, prev, s, MPI_COMM_WORLD, &q[0]);
+    MPI_Isend(p + begin(cs), static_cast<int>(len(cs)), MPI_FLOAT, next, s, MPI_COMM_WORLD, &q[1]);
+    wait(q[0]);
+    wait(q[1]);
+    float* own = p + begin(cr);
+    for (int64_t i = 0, m = len(cr); i < m; ++i) own[i] += recv[static_cast<size_t>(i)];
+  }
+  // Rank r now owns the full sum of chunk r+1. All-gather: at step s send chunk r+1-s, receive chunk r-s.
+  for (int s = 0; s < W - 1; ++s) {
+    const int cs = r + 1 - s, cr = r - s;
+    MPI_Request q[2];
+    MPI_Irecv(p + begin(cr), static_cast<int>(len(cr)), MPI_FLOAT, prev, W + s, MPI_COMM_WORLD, &q[0]);
+    MPI_Isend(p + begin(cs), static_cast<int>(len(cs)), MPI_FLOAT, next, W + s, MPI_COMM_WORLD, &q[1]);
+    wait(q[0]);
+    wait(q[1]);
+  }
+}
+
+std::vector<int> chunk_counts(int64_t n) {
+  std::vector<int> counts(static_cast<size_t>(world_size()));
+  for (int c = 0; c < world_size(); ++c) counts[static_cast<size_t>(c)] = static_cast<int>(chunk_begin(n, c + 1) - chunk_begin(n, c));
+  return counts;
+}
+std::vector<int> chunk_offsets(int64_t n) {
+  std::vector<int> offsets(static_cast<size_t>(world_size()));
+  for (int c = 0; c < world_size(); ++c) offsets[static_cast<size_t>(c)] = static_cast<int>(chunk_begin(n, c));
+  return offsets;
+}
+#endif
+
+// Runs fn on the communication thread and waits for it (host-side collectives).
+void on_comm_now(const char* op, std::function<void()> fn) {
+  init();
+  comm().enqueue(op, std::move(fn));
+  comm().synchronize();
+}
+
+}  // namespace
+
+int64_t chunk_begin(int64_t n, int chunk) { return n * chunk / world_size(); }
+
+void check_algorithm(const std::string& flag, const std::string& algorithm) {
+  if (algorithm != "library" && algorithm != "ring")
+    throw ConfigError("bad " + flag + " '" + algorithm + "': expected library (MPI_Allreduce / ncclAllReduce) or ring");
+}
+
+void allreduce(const Tensor& t, const std::string& algorithm) {
+  check_algorithm("allreduce algorithm", algorithm);
+  check_f32("allreduce", t);
+  const int n = count_of("allreduce", t.numel());
+  if (world_size() == 1 || n == 0) return;
+#ifdef D2L_WITH_MPI
+  float* p = t.data();
+  if (algorithm == "ring") {
+    on_comm("allreduce_ring", {t}, [p, n] { ring_allreduce(p, n); });
+  } else {
+    // The library's tuned (blocking) allreduce: its algorithms differ from the nonblocking ones.
+    on_comm("MPI_Allreduce", {t}, [p, n] { MPI_Allreduce(MPI_IN_PLACE, p, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); });
+  }
+#endif
+}
+
+void broadcast(const Tensor& t, int root) {
+  check_f32("broadcast", t);
+  if (root < 0 || root >= world_size())
+    throw ConfigError("dist::broadcast: root " + std::to_string(root) + " outside [0, " + std::to_string(world_size()) + ")");
+  const int n = count_of("broadcast", t.numel());
+  if (world_size() == 1 || n == 0) return;
+#ifdef D2L_WITH_MPI
+  float* p = t.data();
+  on_comm("MPI_Ibcast", {t}, [p, n, root] {
+    MPI_Request q;
+    MPI_Ibcast(p, n, MPI_FLOAT, root, MPI_COMM_WORLD, &q);
+    wait(q);
+  });
+#endif
+}
+
+void allgather(const Tensor& in, const Tensor& out) {
+  check_f32("allgather", in);
+  check_f32("allgather", out);
+  const int64_t n = out.numel(), mine = chunk_begin(n, rank() + 1) - chunk_begin(n, rank());
+  count_of("allgather", n);
+  if (in.numel() != mine)
+    throw ShapeError("dist::allgather: rank " + std::to_string(rank()) + "'s input has " + std::to_string(in.numel()) +
+                     " elements, its chunk of " + std::to_string(n) + " has " + std::to_string(mine));
+  if (world_size() == 1) {
+    if (n > 0) in.copyto(out);
+    return;
+  }
+#ifdef D2L_WITH_MPI
+  const float* src = in.data();
+  float* dst = out.data();
+  on_comm("MPI_Iallgatherv", {in, out}, [src, dst, n] {
+    std::vector<int> counts = chunk_counts(n), offsets = chunk_offsets(n);
+    MPI_Request q;
+    MPI_Iallgatherv(src, counts[static_cast<size_t>(rank())], MPI_FLOAT, dst, counts.data(), offsets.data(), MPI_FLOAT,
+                    MPI_COMM_WORLD, &q);
+    wait(q);
+  });
+#endif
+}
+
+void reduce_scatter(const Tensor& in, const Tensor& out) {
+  check_f32("reduce_scatter", in);
+  check_f32("reduce_scatter", out);
+  const int64_t n = in.numel(), mine = chunk_begin(n, rank() + 1) - chunk_begin(n, rank());
+  count_of("reduce_scatter", n);
+  if (out.numel() != mine)
+    throw ShapeError("dist::reduce_scatter: rank " + std::to_string(rank()) + "'s output has " +
+                     std::to_string(out.numel()) + " elements, its chunk of " + std::to_string(n) + " has " +
+                     std::to_string(mine));
+  if (world_size() == 1) {
+    if (n > 0) in.copyto(out);
+    return;
+  }
+#ifdef D2L_WITH_MPI
+  const float* src = in.data();
+  float* dst = out.data();
+  on_comm("MPI_Ireduce_scatter", {in, out}, [src, dst, n] {
+    std::vector<int> counts = chunk_counts(n);
+    MPI_Request q;
+    MPI_Ireduce_scatter(src, dst, counts.data(), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &q);
+    wait(q);
+  });
+#endif
+}
+
+void barrier() {
+  if (world_size() == 1) return;
+#ifdef D2L_WITH_MPI
+  on_comm_now("MPI_Ibarrier", [] {
+    MPI_Request q;
+    MPI_Ibarrier(MPI_COMM_WORLD, &q);
+    wait(q);
+  });
+#endif
+}
+
+void allreduce(const std::vector<Tensor>& local, const std::string& local_algorithm, const std::string& algorithm) {
+  check_algorithm("allreduce algorithm", algorithm);
+  if (local.empty()) throw ShapeError("dist::allreduce: no tensors");
+  NoGrad no_grad;
+  if (local.size() > 1) d2l::allreduce(local, local_algorithm);  // inside the process: every device holds the sum
+  if (world_size() == 1) return;
+  allreduce(local[0], algorithm);
+  for (size_t i = 1; i < local.size(); ++i) local[0].copyto(local[i]);
+}
+
+std::vector<double> sum_over_ranks(std::vector<double> values) {
+  if (world_size() == 1) return values;
+#ifdef D2L_WITH_MPI
+  const int n = count_of("sum_over_ranks", static_cast<int64_t>(values.size()));
+  std::vector<double> all(values.size() * static_cast<size_t>(world_size()));
+  on_comm_now("MPI_Iallgather", [&] {
+    MPI_Request q;
+    MPI_Iallgather(values.data(), n, MPI_DOUBLE, all.data(), n, MPI_DOUBLE, MPI_COMM_WORLD, &q);
+    wait(q);
+  });
+  for (size_t i = 0; i < values.size(); ++i) {  // in rank order: the same bits on every rank
+    double s = 0;
+    for (int r = 0; r < world_size(); ++r) s += all[static_cast<size_t>(r) * values.size() + i];
+    values[i] = s;
+  }
+#endif
+  return values;
+}
+
+std::vector<std::string> gather_strings(const std::string& mine) {
+  if (world_size() == 1) return {mine};
+  std::vector<std::string> out;
+#ifdef D2L_WITH_MPI
+  const int W = world_size();
+  std::vector<int> lengths(static_cast<size_t>(W)), offsets(static_cast<size_t>(W));
+  std::vector<char> bytes;
+  int len = count_of("gather_strings", static_cast<int64_t>(mine.size()));
+  on_comm_now("MPI_Iallgatherv", [&] {
+    MPI_Request q;
+    MPI_Iallgather(&len, 1, MPI_INT, lengths.data(), 1, MPI_INT, MPI_COMM_WORLD, &q);
+    wait(q);
+    int64_t total = 0;
+    for (int r = 0; r < W; ++r) offsets[static_cast<size_t>(r)] = static_cast<int>(total), total += lengths[static_cast<size_t>(r)];
+    bytes.resize(static_cast<size_t>(total));
+    MPI_Iallgatherv(mine.data(), len, MPI_CHAR, bytes.data(), lengths.data(), offsets.data(), MPI_CHAR, MPI_COMM_WORLD, &q);
+    wait(q);
+  });
+  for (int r = 0; r < W; ++r)
+    out.emplace_back(bytes.data() + offsets[static_cast<size_t>(r)], static_cast<size_t>(lengths[static_cast<size_t>(r)]));
+#endif
+  return out;
+}
+
+}  // namespace d2l::dist

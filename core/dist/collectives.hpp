@@ -1,0 +1,50 @@
+// Collectives across the processes of the world (DESIGN.md "Processes and machines"), beside the
+// in-process ones of core/comm.hpp. Every rank calls each collective in the same order with tensors
+// of the same shape. They are stream work: the communication thread (core/dist/process_group.hpp)
+// starts after the tensor's compute stream reaches this point, and the compute stream waits for
+// the result; the host thread only enqueues. cpu(i) and emu(i) tensors (host memory) go through MPI.
+//
+// A tensor of N elements is cut into world_size() chunks, chunk c = [chunk_begin(N, c), chunk_begin(N, c+1)),
+// sizes differing by at most one (N need not divide). In a world of one every collective is a copy or nothing.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/tensor.hpp"
+
+namespace d2l::dist {
+
+int64_t chunk_begin(int64_t n, int chunk);  // n * chunk / world_size()
+
+// In place: t becomes the sum over the ranks of t, with the same bits on every rank.
+//   library  MPI_Allreduce (ncclAllReduce for GPU tensors)
+//   ring     the book's ring over MPI point-to-point: W-1 reduce-scatter steps (rank r passes its
+//            running sum of one chunk to r+1, which adds its own), then W-1 all-gather steps passing
+//            the finished chunks on. Each chunk is summed by one owner and copied to the others,
+//            so every rank ends with the same bits whatever the library does.
+void allreduce(const Tensor& t, const std::string& algorithm = "library");
+// t on every rank becomes root's t.
+void broadcast(const Tensor& t, int root = 0);
+// out (N elements, any shape) becomes the concatenation of every rank's `in`; rank r's `in` holds
+// chunk r's elements (chunk_begin(N, r+1) - chunk_begin(N, r)).
+void allgather(const Tensor& in, const Tensor& out);
+// out (rank r: chunk r's elements) becomes the sum over the ranks of chunk r of `in` (N elements).
+void reduce_scatter(const Tensor& in, const Tensor& out);
+// Returns when every rank has called it (the host waits; devices are not involved).
+void barrier();
+
+// Hierarchical data parallelism: local[i] lives on this process's device i. The devices are summed
+// inside the process first (core/comm.hpp's `local_algorithm`: naive or ring), then local[0] across
+// the processes (`algorithm`), then copied back: every local[i] of every rank ends with the same bits.
+void allreduce(const std::vector<Tensor>& local, const std::string& local_algorithm, const std::string& algorithm);
+
+// Host values, summed over the ranks in rank order (the host waits): losses, correct counts.
+std::vector<double> sum_over_ranks(std::vector<double> values);
+// Every rank's string, in rank order (the host waits).
+std::vector<std::string> gather_strings(const std::string& mine);
+
+// "library" or "ring"; anything else is a ConfigError naming the flag and the choices.
+void check_algorithm(const std::string& flag, const std::string& algorithm);
+
+}  // namespace d2l::dist

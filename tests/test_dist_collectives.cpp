@@ -1,0 +1,186 @@
+// Collectives across processes (core/dist), run as 1, 2 and 3 processes (mpirun.sh) with closed-form
+// data: rank r's device d holds r*10 + d + 1 (plus a pattern over the elements, so a misplaced chunk
+// shows). Sizes 0, 1, 7, 1000003 and ones the rank count does not divide; the results are exact and
+// every replica on every rank holds the same bits. Each rank uses two local devices, cpu(0) and emu(0).
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "core/dist/collectives.hpp"
+#include "core/dist/fingerprint.hpp"
+#include "core/dist/process_group.hpp"
+#include "core/ops.hpp"
+#include "core/runtime.hpp"
+
+using namespace d2l;
+
+namespace {
+
+const std::vector<Device>& local_devices() {
+  static const std::vector<Device> ds = [] {
+    std::vector<Device> d{cpu(0), emu(0)};
+    use_devices(d);
+    return d;
+  }();
+  return ds;
+}
+
+const int64_t kSizes[] = {0, 1, 2, 7, 1000, 1000003};
+
+float pattern(int64_t i) { return static_cast<float>(i % 7); }
+
+// Every rank's hash of the values, compared: true when all ranks hold the same bits.
+bool same_on_every_rank(const std::vector<float>& v) {
+  uint64_t h = 1469598103934665603ull;
+  for (float x : v) {
+    uint32_t b;
+    std::memcpy(&b, &x, 4);
+    h = (h ^ b) * 1099511628211ull;
+  }
+  auto all = dist::gather_strings(std::to_string(h));
+  for (auto& s : all)
+    if (s != all[0]) return false;
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("the world: ranks, sizes, local ranks agree with the launcher") {
+  const auto& w = dist::world();
+  CHECK(w.size >= 1);
+  CHECK(w.rank < w.size);
+  CHECK(w.local_rank < w.local_size);
+  auto names = dist::gather_strings("rank " + std::to_string(w.rank));
+  REQUIRE(static_cast<int>(names.size()) == w.size);
+  for (int r = 0; r < w.size; ++r) CHECK(names[static_cast<size_t>(r)] == "rank " + std::to_string(r));
+  dist::barrier();
+}
+
+TEST_CASE("hierarchical allreduce (library and ring): the exact sum on every device of every rank") {
+  const int W = dist::world_size(), r = dist::rank();
+  const auto& ds = local_devices();
+  const int k = static_cast<int>(ds.size());
+  for (const char* algo : {"library", "ring"})
+    for (const char* local : {"naive", "ring"})
+      for (int64_t n : kSizes) {
+        CAPTURE(algo);
+        CAPTURE(local);
+        CAPTURE(n);
+        std::vector<Tensor> data;
+        for (int d = 0; d < k; ++d) {
+          std::vector<float> v(static_cast<size_t>(n));
+          for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = static_cast<float>(r * 10 + d + 1) + pattern(i);
+          data.push_back(Tensor::from_vector(v, {n}, ds[static_cast<size_t>(d)]));
+        }
+        dist::allreduce(data, local, algo);
+        double base = 0;  // sum over ranks and devices of r*10 + d + 1
+        for (int q = 0; q < W; ++q)
+          for (int d = 0; d < k; ++d) base += q * 10 + d + 1;
+        std::vector<float> want(static_cast<size_t>(n));
+        for (int64_t i = 0; i < n; ++i) want[static_cast<size_t>(i)] = static_cast<float>(base + W * k * pattern(i));
+        for (auto& t : data) CHECK(t.to_vector() == want);
+      }
+}
+
+TEST_CASE("allreduce of inexact values: the same bits on every rank and device, close to the double sum") {
+  const int W = dist::world_size(), r = dist::rank();
+  const int64_t n = 100003;
+  for (const char* algo : {"library", "ring"}) {
+    CAPTURE(algo);
+    std::vector<float> v(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = 0.1f * static_cast<float>(r + 1) / static_cast<float>(1 + i % 13);
+    Tensor t = Tensor::from_vector(v, {n}, cpu(0));
+    dist::allreduce(t, algo);
+    auto got = t.to_vector();
+    CHECK(same_on_every_rank(got));
+    double worst = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      double want = 0;
+      for (int q = 0; q < W; ++q) want += static_cast<double>(0.1f * static_cast<float>(q + 1) / static_cast<float>(1 + i % 13));
+      worst = std::max(worst, std::abs(got[static_cast<size_t>(i)] - want) / want);
+    }
+    CHECK(worst < 1e-6);
+  }
+}
+
+TEST_CASE("broadcast: every rank's tensor becomes the root's, on cpu and emu devices") {
+  const int W = dist::world_size(), r = dist::rank();
+  for (Device d : local_devices())
+    for (int root : {0, W - 1})
+      for (int64_t n : kSizes) {
+        CAPTURE(root);
+        CAPTURE(n);
+        std::vector<float> v(static_cast<size_t>(n));
+        for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = static_cast<float>(r * 10 + 1) + pattern(i);
+        Tensor t = Tensor::from_vector(v, {n}, d);
+        dist::broadcast(t, root);
+        for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = static_cast<float>(root * 10 + 1) + pattern(i);
+        CHECK(t.to_vector() == v);
+      }
+  CHECK_THROWS_AS(dist::broadcast(Tensor::zeros({3}, cpu(0)), W), ConfigError);
+}
+
+TEST_CASE("allgather and reduce_scatter: chunks of sizes differing by one, any size") {
+  const int W = dist::world_size(), r = dist::rank();
+  for (Device d : local_devices())
+    for (int64_t n : kSizes) {
+      CAPTURE(n);
+      const int64_t b = dist::chunk_begin(n, r), e = dist::chunk_begin(n, r + 1);
+      CHECK(dist::chunk_begin(n, 0) == 0);
+      CHECK(dist::chunk_begin(n, W) == n);
+      CHECK(e - b <= n / W + 1);
+      // allgather: rank r contributes its chunk of 0, 1, ..., n-1 (times r + 1, to see who sent it)
+      std::vector<float> mine;
+      for (int64_t i = b; i < e; ++i) mine.push_back(static_cast<float>(i));
+      Tensor out = Tensor::zeros({n}, d);
+      dist::allgather(Tensor::from_vector(mine, {e - b}, d), out);
+      std::vector<float> want(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) want[static_cast<size_t>(i)] = static_cast<float>(i);
+      CHECK(out.to_vector() == want);
+      // reduce_scatter: rank q holds (q + 1) * (i % 100); rank r gets the sum of its chunk
+      std::vector<float> all(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) all[static_cast<size_t>(i)] = static_cast<float>((r + 1) * (i % 100));
+      Tensor part = Tensor::zeros({e - b}, d);
+      dist::reduce_scatter(Tensor::from_vector(all, {n}, d), part);
+      std::vector<float> sum;
+      for (int64_t i = b; i < e; ++i) sum.push_back(static_cast<float>(W * (W + 1) / 2 * (i % 100)));
+      CHECK(part.to_vector() == sum);
+    }
+  CHECK_THROWS_AS(dist::allgather(Tensor::zeros({999}, cpu(0)), Tensor::zeros({1000}, cpu(0))), std::invalid_argument);
+}
+
+TEST_CASE("collectives are stream work: the host only enqueues, the result follows the producer") {
+  // A tensor still being written by its device (a long queue of adds) is reduced only after them.
+  const int W = dist::world_size();
+  Tensor t = Tensor::zeros({4096}, cpu(0));
+  Tensor one = Tensor::ones({4096}, cpu(0));
+  for (int i = 0; i < 200; ++i) add_(t, one);
+  dist::allreduce(t, "ring");
+  add_(t, one);  // after the allreduce, on the device's stream
+  CHECK(t.to_vector() == std::vector<float>(4096, static_cast<float>(200 * W + 1)));
+}
+
+TEST_CASE("sum_over_ranks and the configuration fingerprint") {
+  const int W = dist::world_size(), r = dist::rank();
+  auto s = dist::sum_over_ranks({1.0, static_cast<double>(r)});
+  CHECK(s[0] == W);
+  CHECK(s[1] == W * (W - 1) / 2);
+  dist::Fingerprint same{{"model", "lenet"}, {"batch_size", "256"}};
+  CHECK_NOTHROW(dist::check_same_config(same));
+  if (W > 1) {
+    dist::Fingerprint differs = same;
+    if (r == W - 1) differs[1].second = "64";
+    CHECK_THROWS_WITH_AS(dist::check_same_config(differs),
+                         ("the ranks' configurations differ: rank " + std::to_string(W - 1) +
+                          " has batch_size 64, rank 0 has 256").c_str(),
+                         dist::CollectiveError);
+    dist::Fingerprint shorter = same;
+    if (r == 1) shorter.pop_back();
+    CHECK_THROWS_AS(dist::check_same_config(shorter), dist::CollectiveError);
+    Tensor t = Tensor::full({5}, r == 1 ? 2.0f : 1.0f, cpu(0));
+    CHECK_THROWS_AS(dist::check_same_bits({t}, "parameters"), dist::CollectiveError);
+    dist::broadcast(t, 0);
+    CHECK_NOTHROW(dist::check_same_bits({t}, "parameters"));
+  }
+}
