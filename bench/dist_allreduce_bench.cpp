@@ -39,7 +39,8 @@ int main() {
   if (dist::rank() == 0)
     std::printf("allreduce over %d processes (float32 sums in host memory)\n%12s %14s %14s %14s %14s %8s\n", W, "bytes",
                 "library algbw", "library busbw", "ring algbw", "ring busbw", "ring/lib");
-  for (int64_t bytes = 8; bytes <= (int64_t(256) << 20); bytes *= 4) {
+  const int64_t most = int64_t(256) << 20;
+  for (int64_t bytes = 8; bytes <= most; bytes = bytes < most && bytes * 4 > most ? most : bytes * 4) {
     const int64_t n = bytes / 4;
     Tensor t = Tensor::full({n}, 1.0f, cpu(0));
     for (const char* algo : {"library", "ring"}) {  // validate: W ones sum to W

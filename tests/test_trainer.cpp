@@ -340,8 +340,11 @@ TEST_CASE("bad optimizer, kvstore and option values are configuration errors") {
   CHECK_THROWS_WITH_AS(Trainer(dict, "adam", {}), "Trainer: unknown optimizer 'adam': expected sgd", ConfigError);
   CHECK_THROWS_WITH_AS(Trainer(dict, "sgd", {}, "nccl"), doctest::Contains("kvstore 'nccl' needs GPUs and a build with NCCL"),
                        ConfigError);
-  CHECK_THROWS_WITH_AS(Trainer(dict, "sgd", {}, "dist_sync"),
-                       "unknown kvstore 'dist_sync': expected device, local, ring or nccl", ConfigError);
+  CHECK_THROWS_WITH_AS(Trainer(dict, "sgd", {}, "dist_async"),
+                       "unknown kvstore 'dist_async': expected device, local, ring, dist_sync, dist_sync_ring or nccl",
+                       ConfigError);
+  CHECK(Trainer(dict, "sgd", {}, "dist_sync").kvstore_type() == "dist_sync");  // a world of one: 'device'
+  CHECK(Trainer(dict, "sgd", {}, "dist_sync_ring").kvstore_type() == "dist_sync_ring");
   CHECK_THROWS_AS(Trainer(dict, "sgd", {-0.1f, 0, 0}), ConfigError);
   CHECK_THROWS_AS(Trainer(dict, "sgd", {0.1f, 1.5f, 0}), ConfigError);
   CHECK_THROWS_AS(Trainer(dict, "sgd", {0.1f, 0, NAN}), ConfigError);
