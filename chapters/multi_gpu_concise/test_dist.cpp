@@ -14,6 +14,7 @@
 #include "core/dist/process_group.hpp"
 #include "core/runtime.hpp"
 #include "datasets/synthetic.hpp"
+#include "tests/dist/dist_check.hpp"
 
 using namespace d2l;
 using concise::Config;
@@ -49,25 +50,6 @@ std::vector<std::vector<float>> weights(const concise::Result& r) {
   return out;
 }
 
-double relative_difference(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
-  double worst = 0;
-  for (size_t t = 0; t < a.size(); ++t) {
-    double diff = 0, scale = 1e-12;
-    for (size_t i = 0; i < a[t].size(); ++i) {
-      diff = std::max(diff, static_cast<double>(std::abs(a[t][i] - b[t][i])));
-      scale = std::max(scale, static_cast<double>(std::abs(b[t][i])));
-    }
-    worst = std::max(worst, diff / scale);
-  }
-  return worst;
-}
-
-std::vector<Tensor> as_tensors(const std::vector<std::vector<float>>& params) {
-  std::vector<Tensor> out;
-  for (auto& p : params) out.push_back(Tensor::from_vector(p, {static_cast<int64_t>(p.size())}, cpu(0)));
-  return out;
-}
-
 }  // namespace
 
 TEST_CASE("kvstore dist_sync: P processes x k devices == 1 process x P*k devices, the same bits on every rank") {
@@ -79,8 +61,8 @@ TEST_CASE("kvstore dist_sync: P processes x k devices == 1 process x P*k devices
     CAPTURE(kv);
     concise::Result r = concise::train(lab_small(k, kv));
     auto mine = weights(r);
-    CHECK(relative_difference(mine, many) < 1e-5);
-    CHECK_NOTHROW(dist::check_same_bits(as_tensors(mine), "parameters"));
+    CHECK(test::relative_difference(mine, many) < 1e-5);
+    CHECK_NOTHROW(test::check_same_bits_on_every_rank(mine));
     REQUIRE(r.test_acc.size() == 1);
     CHECK(dist::sum_over_ranks({r.test_acc[0]})[0] == doctest::Approx(W * r.test_acc[0]));  // one accuracy for all
   }

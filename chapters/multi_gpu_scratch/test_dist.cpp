@@ -15,6 +15,7 @@
 #include "core/dist/process_group.hpp"
 #include "core/runtime.hpp"
 #include "datasets/synthetic.hpp"
+#include "tests/dist/dist_check.hpp"
 
 using namespace d2l;
 
@@ -45,26 +46,6 @@ scratch::Config small(int devices, int64_t steps) {
   c.verbose = false;
   c.seed = 4;
   return c;
-}
-
-// max |a - b| / max |b| over each tensor, the largest over the tensors.
-double relative_difference(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
-  double worst = 0;
-  for (size_t t = 0; t < a.size(); ++t) {
-    double diff = 0, scale = 1e-12;
-    for (size_t i = 0; i < a[t].size(); ++i) {
-      diff = std::max(diff, static_cast<double>(std::abs(a[t][i] - b[t][i])));
-      scale = std::max(scale, static_cast<double>(std::abs(b[t][i])));
-    }
-    worst = std::max(worst, diff / scale);
-  }
-  return worst;
-}
-
-std::vector<Tensor> as_tensors(const std::vector<std::vector<float>>& params) {
-  std::vector<Tensor> out;
-  for (auto& p : params) out.push_back(Tensor::from_vector(p, {static_cast<int64_t>(p.size())}, cpu(0)));
-  return out;
 }
 
 }  // namespace
@@ -107,7 +88,7 @@ TEST_CASE("--dist: P processes x k devices == 1 process x P*k devices == 1 devic
   scratch::Config ref = small(W * k, 20);
   auto many = scratch::train(ref).params[0];
   auto one = scratch::train(small(1, 20)).params[0];
-  CHECK(relative_difference(many, one) < 1e-5);
+  CHECK(test::relative_difference(many, one) < 1e-5);
   for (const char* algo : {"library", "ring"})
     for (int64_t steps : {1, 2, 20}) {
       CAPTURE(algo);
@@ -117,10 +98,10 @@ TEST_CASE("--dist: P processes x k devices == 1 process x P*k devices == 1 devic
       c.dist_allreduce = algo;
       scratch::Result r = scratch::train(c);
       for (size_t d = 1; d < r.params.size(); ++d) CHECK(r.params[d] == r.params[0]);  // the process's replicas
-      CHECK_NOTHROW(dist::check_same_bits(as_tensors(r.params[0]), "parameters"));    // every rank's
+      CHECK_NOTHROW(test::check_same_bits_on_every_rank(r.params[0]));    // every rank's
       if (steps == 20) {
-        CHECK(relative_difference(r.params[0], many) < 1e-5);
-        CHECK(relative_difference(r.params[0], one) < 1e-5);
+        CHECK(test::relative_difference(r.params[0], many) < 1e-5);
+        CHECK(test::relative_difference(r.params[0], one) < 1e-5);
         CHECK(r.test_acc.size() == 1);
       }
     }

@@ -92,6 +92,19 @@ std::vector<int> chunk_offsets(int64_t n) {
 }
 #endif
 
+// allgather and reduce_scatter: `part` must hold this rank's chunk of `whole`. Returns whole's size.
+int64_t check_chunk(const char* op, const Tensor& whole, const Tensor& part, const char* part_name) {
+  check_f32(op, whole);
+  check_f32(op, part);
+  const int64_t n = whole.numel(), mine = chunk_begin(n, rank() + 1) - chunk_begin(n, rank());
+  count_of(op, n);
+  if (part.numel() != mine)
+    throw ShapeError(std::string("dist::") + op + ": rank " + std::to_string(rank()) + "'s " + part_name + " has " +
+                     std::to_string(part.numel()) + " elements, its chunk of " + std::to_string(n) + " has " +
+                     std::to_string(mine));
+  return n;
+}
+
 // Runs fn on the communication thread and waits for it (host-side collectives).
 void on_comm_now(const char* op, std::function<void()> fn) {
   init();
@@ -141,13 +154,7 @@ void broadcast(const Tensor& t, int root) {
 }
 
 void allgather(const Tensor& in, const Tensor& out) {
-  check_f32("allgather", in);
-  check_f32("allgather", out);
-  const int64_t n = out.numel(), mine = chunk_begin(n, rank() + 1) - chunk_begin(n, rank());
-  count_of("allgather", n);
-  if (in.numel() != mine)
-    throw ShapeError("dist::allgather: rank " + std::to_string(rank()) + "'s input has " + std::to_string(in.numel()) +
-                     " elements, its chunk of " + std::to_string(n) + " has " + std::to_string(mine));
+  const int64_t n = check_chunk("allgather", out, in, "input");
   if (world_size() == 1) {
     if (n > 0) in.copyto(out);
     return;
@@ -166,14 +173,7 @@ void allgather(const Tensor& in, const Tensor& out) {
 }
 
 void reduce_scatter(const Tensor& in, const Tensor& out) {
-  check_f32("reduce_scatter", in);
-  check_f32("reduce_scatter", out);
-  const int64_t n = in.numel(), mine = chunk_begin(n, rank() + 1) - chunk_begin(n, rank());
-  count_of("reduce_scatter", n);
-  if (out.numel() != mine)
-    throw ShapeError("dist::reduce_scatter: rank " + std::to_string(rank()) + "'s output has " +
-                     std::to_string(out.numel()) + " elements, its chunk of " + std::to_string(n) + " has " +
-                     std::to_string(mine));
+  const int64_t n = check_chunk("reduce_scatter", in, out, "output");
   if (world_size() == 1) {
     if (n > 0) in.copyto(out);
     return;
