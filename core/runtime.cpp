@@ -105,9 +105,9 @@ void waitall() {
       }
     }
   }
-  if (dist::initialized()) {  // the collectives queued on the communication thread
+  if (dist::initialized()) {  // the collectives queued on the communication streams
     try {
-      dist::comm().synchronize();
+      dist::synchronize();
     } catch (const DeviceError& e) {
       if (first.empty()) first = e.what();
     }

@@ -1,7 +1,8 @@
 // Collectives across processes (core/dist), run as 1, 2 and 3 processes (mpirun.sh) with closed-form
 // data: rank r's device d holds r*10 + d + 1 (plus a pattern over the elements, so a misplaced chunk
 // shows). Sizes 0, 1, 7, 1000003 and ones the rank count does not divide; the results are exact and
-// every replica on every rank holds the same bits. Each rank uses two local devices, cpu(0) and emu(0).
+// every replica on every rank holds the same bits. Each rank uses two local devices, cpu(0) and emu(0),
+// and before them gpu(local rank) when this host has a GPU for every process.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -20,6 +21,9 @@ namespace {
 const std::vector<Device>& local_devices() {
   static const std::vector<Device> ds = [] {
     std::vector<Device> d{cpu(0), emu(0)};
+    // With a GPU for every process on this host, the first device is gpu(local rank): the sum then
+    // crosses the processes through NCCL (in a build with it).
+    if (num_gpus() >= dist::world().local_size) d.insert(d.begin(), gpu(dist::world().local_rank));
     use_devices(d);
     return d;
   }();

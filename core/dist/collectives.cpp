@@ -6,6 +6,7 @@
 
 #include "core/autograd.hpp"
 #include "core/comm.hpp"
+#include "core/dist/nccl.hpp"
 #include "core/dist/process_group.hpp"
 #include "core/ops.hpp"
 #include "core/runtime.hpp"
@@ -20,9 +21,17 @@ namespace {
 
 void check_f32(const char* op, const Tensor& t) {
   if (!t.defined() || t.dtype() != DType::f32) throw ShapeError(std::string("dist::") + op + ": expects a float32 tensor");
-  if (t.device().kind == DeviceKind::gpu)
-    throw ConfigError(std::string("dist::") + op + " of a tensor on " + t.device().str() +
-                      ": GPU tensors cross processes through NCCL, which this build does not have");
+}
+
+bool on_gpu(const Tensor& t) { return t.device().kind == DeviceKind::gpu; }
+
+// A GPU tensor without NCCL (or for our ring): the collective runs on a host copy in cpu(0)'s
+// memory, and the result is copied back; all of it stream-ordered.
+template <typename F>
+void via_host(const Tensor& t, F collective) {
+  Tensor h = t.to(cpu(0));
+  collective(h);
+  h.copyto(t);
 }
 
 int count_of(const char* op, int64_t n) {
@@ -55,7 +64,9 @@ void wait(MPI_Request& r) { wait_request(&r); }
 void ring_allreduce(float* p, int64_t n) {
   const int W = world_size(), r = rank();
   const int next = (r + 1) % W, prev = (r + W - 1) % W;
-  std::vector<float> recv(static_cast<size_t>(n / W + 1));
+  // The receive buffer is kept between calls (only this thread uses it): no page faults per call.
+  static std::vector<float> recv;
+  if (recv.size() < static_cast<size_t>(n / W + 1)) recv.resize(static_cast<size_t>(n / W + 1));
   auto begin = [&](int c) { return chunk_begin(n, ((c % W) + W) % W); };
   auto len = [&](int c) { c = ((c % W) + W) % W; return chunk_begin(n, c + 1) - chunk_begin(n, c); };
   // Reduce-scatter: at step s rank r sends chunk r-s to r+1 and adds chunk r-s-1 from r-1 to its own.
@@ -126,6 +137,10 @@ void allreduce(const Tensor& t, const std::string& algorithm) {
   check_f32("allreduce", t);
   const int n = count_of("allreduce", t.numel());
   if (world_size() == 1 || n == 0) return;
+  if (on_gpu(t)) {
+    if (algorithm == "library" && nccl::built()) return nccl::allreduce(t);
+    return via_host(t, [&](const Tensor& h) { allreduce(h, algorithm); });
+  }
 #ifdef D2L_WITH_MPI
   float* p = t.data();
   if (algorithm == "ring") {
@@ -143,6 +158,10 @@ void broadcast(const Tensor& t, int root) {
     throw ConfigError("dist::broadcast: root " + std::to_string(root) + " outside [0, " + std::to_string(world_size()) + ")");
   const int n = count_of("broadcast", t.numel());
   if (world_size() == 1 || n == 0) return;
+  if (on_gpu(t)) {
+    if (nccl::built()) return nccl::broadcast(t, root);
+    return via_host(t, [&](const Tensor& h) { broadcast(h, root); });
+  }
 #ifdef D2L_WITH_MPI
   float* p = t.data();
   on_comm("MPI_Ibcast", {t}, [p, n, root] {
@@ -158,6 +177,12 @@ void allgather(const Tensor& in, const Tensor& out) {
   if (world_size() == 1) {
     if (n > 0) in.copyto(out);
     return;
+  }
+  if (on_gpu(in) || on_gpu(out)) {
+    if (nccl::built() && on_gpu(in) && in.device() == out.device()) return nccl::allgather(in, out);
+    Tensor h = Tensor::empty(out.shape(), cpu(0));
+    allgather(in.to(cpu(0)), h);
+    return h.copyto(out);
   }
 #ifdef D2L_WITH_MPI
   const float* src = in.data();
@@ -177,6 +202,12 @@ void reduce_scatter(const Tensor& in, const Tensor& out) {
   if (world_size() == 1) {
     if (n > 0) in.copyto(out);
     return;
+  }
+  if (on_gpu(in) || on_gpu(out)) {
+    if (nccl::built() && on_gpu(in) && in.device() == out.device()) return nccl::reduce_scatter(in, out);
+    Tensor h = Tensor::empty(out.shape(), cpu(0));
+    reduce_scatter(in.to(cpu(0)), h);
+    return h.copyto(out);
   }
 #ifdef D2L_WITH_MPI
   const float* src = in.data();
@@ -228,6 +259,20 @@ std::vector<double> sum_over_ranks(std::vector<double> values) {
   }
 #endif
   return values;
+}
+
+void broadcast_bytes(void* p, size_t n, int root) {
+  if (world_size() == 1 || n == 0) return;
+#ifdef D2L_WITH_MPI
+  const int count = count_of("broadcast_bytes", static_cast<int64_t>(n));
+  on_comm_now("MPI_Ibcast", [&] {
+    MPI_Request q;
+    MPI_Ibcast(p, count, MPI_BYTE, root, MPI_COMM_WORLD, &q);
+    wait(q);
+  });
+#else
+  (void)p, (void)root;
+#endif
 }
 
 std::vector<std::string> gather_strings(const std::string& mine) {

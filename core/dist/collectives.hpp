@@ -2,7 +2,9 @@
 // in-process ones of core/comm.hpp. Every rank calls each collective in the same order with tensors
 // of the same shape. They are stream work: the communication thread (core/dist/process_group.hpp)
 // starts after the tensor's compute stream reaches this point, and the compute stream waits for
-// the result; the host thread only enqueues. cpu(i) and emu(i) tensors (host memory) go through MPI.
+// the result; the host thread only enqueues. cpu(i) and emu(i) tensors (host memory) go through MPI,
+// gpu(i) tensors through NCCL (core/dist/nccl.hpp) in a build that has it, otherwise through MPI
+// via a copy in host memory. The ring always runs over MPI (a GPU tensor's sum is staged on the host).
 //
 // A tensor of N elements is cut into world_size() chunks, chunk c = [chunk_begin(N, c), chunk_begin(N, c+1)),
 // sizes differing by at most one (N need not divide). In a world of one every collective is a copy or nothing.
@@ -41,6 +43,8 @@ void allreduce(const std::vector<Tensor>& local, const std::string& local_algori
 
 // Host values, summed over the ranks in rank order (the host waits): losses, correct counts.
 std::vector<double> sum_over_ranks(std::vector<double> values);
+// n bytes at p on every rank become root's (the host waits): small host values such as NCCL's id.
+void broadcast_bytes(void* p, size_t n, int root);
 // Every rank's string, in rank order (the host waits).
 std::vector<std::string> gather_strings(const std::string& mine);
 

@@ -6,6 +6,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "core/device.hpp"
 
@@ -42,6 +43,7 @@ std::unique_ptr<Stream> g_comm;   // the communication thread; made by init()
 std::atomic<bool> g_initialized{false}, g_finalized{false};
 std::atomic<int> g_abort_code{-1};  // >= 0: an abort was requested
 std::thread::id g_comm_thread;       // the thread that makes every MPI call
+std::vector<Stream*> g_streams;      // add_stream()
 
 #ifdef D2L_WITH_MPI
 [[noreturn]] void abort_now() {
@@ -98,6 +100,29 @@ Stream& comm() {
   return *g_comm;
 }
 
+void add_stream(Stream* s) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_streams.push_back(s);
+}
+
+void synchronize() {
+  std::vector<Stream*> all;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    all = g_streams;
+    if (g_comm) all.push_back(g_comm.get());
+  }
+  std::string first;
+  for (Stream* s : all) {
+    try {
+      s->synchronize();
+    } catch (const DeviceError& e) {
+      if (first.empty()) first = e.what();
+    }
+  }
+  if (!first.empty()) throw DeviceError(first);
+}
+
 void finalize() {
   std::lock_guard<std::mutex> lock(g_mu);
   if (!g_initialized.load() || g_finalized.exchange(true)) return;
@@ -123,7 +148,7 @@ void abort(int code) {
     if (std::this_thread::get_id() == g_comm_thread) abort_now();  // a failed comm task
     // A waiting collective sees the flag within milliseconds (wait_request); an idle thread runs this.
     g_comm->enqueue("MPI_Abort", [] { abort_now(); });
-    std::this_thread::sleep_for(std::chrono::seconds(5));  // MPI_Abort ends this process before
+    std::this_thread::sleep_for(std::chrono::seconds(2));  // MPI_Abort ends this process before
   }
 #endif
   std::_Exit(code);

@@ -51,6 +51,12 @@ void finalize();
 // MPI. init() must have run. Errors inside fn come back at the next synchronize.
 Stream& comm();
 
+// The communication streams of GPUs (core/dist/nccl.cpp) register here, so that synchronize()
+// and waitall() wait for them too.
+void add_stream(Stream* s);
+// Waits for the communication thread and every registered stream; rethrows the first kept error.
+void synchronize();
+
 // Inside a comm task: completes an MPI request by polling, abandoning it for an abort requested
 // meanwhile. `request` is an MPI_Request* (kept opaque so this header needs no mpi.h).
 void wait_request(void* request);

@@ -1,0 +1,151 @@
+#include "core/dist/nccl.hpp"
+
+#include "core/device.hpp"
+
+#ifdef D2L_WITH_NCCL
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <functional>
+#include <memory>
+#include <mutex>
+
+#include "core/dist/collectives.hpp"
+#include "core/dist/process_group.hpp"
+#include "core/gpu/cuda_layer.hpp"
+#include "core/runtime.hpp"
+#include "core/stream.hpp"
+#endif
+
+namespace d2l::dist::nccl {
+
+#ifdef D2L_WITH_NCCL
+
+namespace {
+
+void check(ncclResult_t r, const char* call) {
+  if (r != ncclSuccess) throw DeviceError(std::string(call) + " failed: " + ncclGetErrorString(r));
+}
+
+struct Communicator {
+  Device device;
+  ncclComm_t comm = nullptr;
+  void* cuda_stream = nullptr;    // cudaStream_t of the communication stream
+  std::unique_ptr<Stream> stream;  // its worker: queues NCCL calls, fences on the CUDA stream
+};
+
+std::mutex g_mu;
+std::unique_ptr<Communicator> g_comm;
+
+Communicator& communicator(Device d) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (g_comm) {
+    if (g_comm->device != d)
+      throw ConfigError("NCCL collectives of this process run on " + g_comm->device.str() + "; " + d.str() +
+                        " cannot join them (one GPU per process crosses processes: sum the local GPUs first)");
+    return *g_comm;
+  }
+  ncclUniqueId id{};
+  if (rank() == 0) check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+  broadcast_bytes(&id, sizeof id, 0);  // over MPI, on the communication thread
+  auto c = std::make_unique<Communicator>();
+  c->device = d;
+  const int gpu = d.index;
+  c->cuda_stream = cuda_layer::stream_create(gpu);
+  void* s = c->cuda_stream;
+  c->stream = std::make_unique<Stream>(d.str() + " comm", StreamHooks{[gpu] { cuda_layer::set_device(gpu); },
+                                                                      [gpu, s] { cuda_layer::stream_synchronize(gpu, s); }});
+  ncclComm_t* out = &c->comm;
+  const int W = world_size(), r = rank();
+  c->stream->enqueue("ncclCommInitRank", [out, W, id, r] { check(ncclCommInitRank(out, W, id, r), "ncclCommInitRank"); });
+  c->stream->synchronize();
+  add_stream(c->stream.get());
+  g_comm = std::move(c);
+  return *g_comm;
+}
+
+// fn queued on the communication stream after the tensors' compute streams reach this point.
+void on_nccl(const char* op, const std::vector<Tensor>& tensors, std::function<void(ncclComm_t, cudaStream_t)> fn) {
+  for (auto& t : tensors)
+    if (t.device() != tensors[0].device())
+      throw ConfigError(std::string("dist::") + op + ": the tensors must be on one GPU");
+  Communicator& c = communicator(tensors[0].device());
+  std::vector<std::shared_ptr<Storage>> keep;
+  Event ready;
+  runtime(c.device).compute.record(ready);
+  c.stream->wait(ready);
+  for (auto& t : tensors) keep.push_back(t.storage());
+  ncclComm_t comm = c.comm;
+  auto stream = static_cast<cudaStream_t>(c.cuda_stream);
+  c.stream->enqueue(op, [keep = std::move(keep), fn = std::move(fn), comm, stream] { fn(comm, stream); });
+  Event done;
+  c.stream->record(done);
+  runtime(c.device).compute.wait(done);
+}
+
+}  // namespace
+
+bool built() { return true; }
+
+void allreduce(const Tensor& t) {
+  float* p = t.data();
+  const size_t n = static_cast<size_t>(t.numel());
+  on_nccl("ncclAllReduce", {t}, [p, n](ncclComm_t comm, cudaStream_t s) {
+    check(ncclAllReduce(p, p, n, ncclFloat, ncclSum, comm, s), "ncclAllReduce");
+  });
+}
+
+void broadcast(const Tensor& t, int root) {
+  float* p = t.data();
+  const size_t n = static_cast<size_t>(t.numel());
+  on_nccl("ncclBroadcast", {t}, [p, n, root](ncclComm_t comm, cudaStream_t s) {
+    check(ncclBroadcast(p, p, n, ncclFloat, root, comm, s), "ncclBroadcast");
+  });
+}
+
+// NCCL's allgather and reduce-scatter want equal chunks; ours differ by one, so each chunk is its
+// own broadcast (or reduce) from (to) its owner, the calls grouped into one launch.
+void allgather(const Tensor& in, const Tensor& out) {
+  const float* src = in.data();
+  float* dst = out.data();
+  const int64_t n = out.numel();
+  on_nccl("ncclAllGather", {in, out}, [src, dst, n](ncclComm_t comm, cudaStream_t s) {
+    check(ncclGroupStart(), "ncclGroupStart");
+    for (int c = 0; c < world_size(); ++c) {
+      const int64_t b = chunk_begin(n, c), len = chunk_begin(n, c + 1) - b;
+      check(ncclBroadcast(c == rank() ? src : dst + b, dst + b, static_cast<size_t>(len), ncclFloat, c, comm, s),
+            "ncclBroadcast");
+    }
+    check(ncclGroupEnd(), "ncclGroupEnd");
+  });
+}
+
+void reduce_scatter(const Tensor& in, const Tensor& out) {
+  const float* src = in.data();
+  float* dst = out.data();
+  const int64_t n = in.numel();
+  on_nccl("ncclReduceScatter", {in, out}, [src, dst, n](ncclComm_t comm, cudaStream_t s) {
+    check(ncclGroupStart(), "ncclGroupStart");
+    for (int c = 0; c < world_size(); ++c) {  // recvbuff is used on the root only
+      const int64_t b = chunk_begin(n, c), len = chunk_begin(n, c + 1) - b;
+      check(ncclReduce(src + b, dst, static_cast<size_t>(len), ncclFloat, ncclSum, c, comm, s), "ncclReduce");
+    }
+    check(ncclGroupEnd(), "ncclGroupEnd");
+  });
+}
+
+#else
+
+namespace {
+[[noreturn]] void none() { throw ConfigError("this build has no NCCL (it needs nvcc, MPI and the CUDA toolkit's NCCL)"); }
+}  // namespace
+
+bool built() { return false; }
+void allreduce(const Tensor&) { none(); }
+void broadcast(const Tensor&, int) { none(); }
+void allgather(const Tensor&, const Tensor&) { none(); }
+void reduce_scatter(const Tensor&, const Tensor&) { none(); }
+
+#endif
+
+}  // namespace d2l::dist::nccl

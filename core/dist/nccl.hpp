@@ -1,0 +1,19 @@
+// GPU tensors across processes (DESIGN.md "Processes and machines"): NCCL, in a build with nvcc,
+// MPI and the toolkit's NCCL (nccl.h, libnccl). core/dist/collectives.cpp sends gpu(i) tensors here.
+// Each process has one communicator, on the first GPU it uses in a collective (typically its
+// gpu(local_rank) or gpu(0)), made by ncclCommInitRank from an ncclUniqueId that rank 0 creates
+// and broadcasts over MPI. That GPU gets a communication stream (a CUDA stream behind a stream of
+// its own): a collective waits for an event of the tensor's compute stream, is queued there, and
+// the compute stream waits for it. The host thread only enqueues.
+#pragma once
+#include "core/tensor.hpp"
+
+namespace d2l::dist::nccl {
+
+bool built();  // false: these throw ConfigError, and collectives.cpp stages GPU tensors through host memory
+void allreduce(const Tensor& t);                             // ncclAllReduce, sum
+void broadcast(const Tensor& t, int root);                   // ncclBroadcast
+void allgather(const Tensor& in, const Tensor& out);         // grouped ncclBroadcast, one per chunk
+void reduce_scatter(const Tensor& in, const Tensor& out);    // grouped ncclReduce, one per chunk
+
+}  // namespace d2l::dist::nccl
