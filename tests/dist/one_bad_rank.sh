@@ -5,7 +5,7 @@
 #   one_bad_rank.sh PROGRAM
 prog=$1
 command -v mpirun >/dev/null 2>&1 || { echo "mpirun not found (install openmpi-bin)" >&2; exit 1; }
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader
 err=$(mktemp)
 start=$(date +%s)
 timeout -k 2 10 mpirun --oversubscribe --bind-to none \
