@@ -1,6 +1,8 @@
 #include "core/autograd.hpp"
 
 #include <algorithm>
+#include <map>
+#include <mutex>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -10,6 +12,28 @@ namespace d2l {
 
 namespace debug {
 std::string mutate_backward_of;
+}
+
+static std::mutex g_hooks_mu;
+static std::map<int, GradReadyHook> g_hooks;
+static int g_next_hook = 0;
+
+int add_grad_ready_hook(GradReadyHook hook) {
+  std::lock_guard<std::mutex> lock(g_hooks_mu);
+  g_hooks[g_next_hook] = std::move(hook);
+  return g_next_hook++;
+}
+
+void remove_grad_ready_hook(int id) {
+  std::lock_guard<std::mutex> lock(g_hooks_mu);
+  g_hooks.erase(id);
+}
+
+static std::vector<GradReadyHook> hooks_now() {
+  std::lock_guard<std::mutex> lock(g_hooks_mu);
+  std::vector<GradReadyHook> out;
+  for (auto& [id, h] : g_hooks) out.push_back(h);
+  return out;
 }
 
 static thread_local bool g_grad_enabled = true;
@@ -66,40 +90,50 @@ void backward(const Tensor& root) {
   }
   std::reverse(order.begin(), order.end());
 
+  // How many edges of the graph still lead into each leaf that wants a gradient: when the last one
+  // is done, the leaf's gradient for this pass is complete and the ready hooks hear of it.
+  std::unordered_map<TensorImpl*, int> pending;
+  for (Node* node : order)
+    for (auto& in : node->inputs)
+      if (!in->grad_fn && in->requires_grad) ++pending[in.get()];
+  const std::vector<GradReadyHook> hooks = hooks_now();
+
   std::unordered_map<Node*, Tensor> node_grad;
   std::unordered_map<TensorImpl*, Tensor> leaf_grad;
-  std::vector<std::shared_ptr<TensorImpl>> leaves;
+  // Gradients accumulate into the leaves (an optimiser or zero_grad() resets them).
+  auto complete = [&](const std::shared_ptr<TensorImpl>& leaf) {
+    auto it = leaf_grad.find(leaf.get());
+    if (it != leaf_grad.end()) {
+      if (leaf->grad) add_(Tensor(leaf->grad), it->second);
+      else leaf->grad = it->second.clone().ptr();
+      leaf_grad.erase(it);
+    }
+    for (auto& h : hooks) h(*leaf);
+  };
   Tensor seed = Tensor::ones(root.shape(), root.device());
   if (root.impl().grad_fn) node_grad[root.impl().grad_fn.get()] = seed;
-  else leaf_grad[&root.impl()] = seed, leaves.push_back(root.ptr());
+  else leaf_grad[&root.impl()] = seed, complete(root.ptr());
 
   for (Node* node : order) {
     Tensor gy = node_grad[node];
     node_grad.erase(node);
-    if (!gy.defined()) continue;
-    std::vector<Tensor> gx = node->backward(gy);
+    std::vector<Tensor> gx;
+    if (gy.defined()) gx = node->backward(gy);
     if (!debug::mutate_backward_of.empty() && node->name == debug::mutate_backward_of && !gx.empty() &&
         gx[0].defined())
       gx[0] = scale(gx[0], 1.1f);
-    for (size_t i = 0; i < node->inputs.size() && i < gx.size(); ++i) {
+    for (size_t i = 0; i < node->inputs.size(); ++i) {
       auto& in = node->inputs[i];
-      if (!gx[i].defined()) continue;
-      if (gx[i].shape() != in->shape)
-        throw std::logic_error("backward of " + node->name + " gave a gradient of shape " + str(gx[i].shape()) +
-                               " for an input of shape " + str(in->shape));
-      if (in->grad_fn) accumulate(node_grad[in->grad_fn.get()], gx[i]);
-      else if (in->requires_grad) {
-        Tensor& slot = leaf_grad[in.get()];
-        if (!slot.defined()) leaves.push_back(in);
-        accumulate(slot, gx[i]);
+      const bool leaf = !in->grad_fn && in->requires_grad;
+      if (i < gx.size() && gx[i].defined()) {
+        if (gx[i].shape() != in->shape)
+          throw std::logic_error("backward of " + node->name + " gave a gradient of shape " + str(gx[i].shape()) +
+                                 " for an input of shape " + str(in->shape));
+        if (in->grad_fn) accumulate(node_grad[in->grad_fn.get()], gx[i]);
+        else if (leaf) accumulate(leaf_grad[in.get()], gx[i]);
       }
+      if (leaf && --pending[in.get()] == 0) complete(in);
     }
-  }
-  // Gradients accumulate into the leaves (an optimiser or zero_grad() resets them).
-  for (auto& leaf : leaves) {
-    Tensor g = leaf_grad[leaf.get()];
-    if (leaf->grad) add_(Tensor(leaf->grad), g);
-    else leaf->grad = g.clone().ptr();
   }
 }
 

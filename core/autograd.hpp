@@ -53,6 +53,15 @@ void record(const Tensor& out, const char* name, const std::vector<Tensor>& inpu
 // Runs backward from a one-element tensor (Tensor::backward calls this).
 void backward(const Tensor& root);
 
+// Gradient-ready hooks (DDP's autograd hook, core/dist/buckets.hpp): during backward(), the moment
+// every kernel that adds into a leaf's gradient has been enqueued, each hook is called with that
+// leaf (its grad now holds this pass's sum, once the queued work has run). Leaves become ready in
+// the order backward reaches them, roughly the reverse of the forward pass. A hook runs on the
+// thread that called backward() and must only enqueue work. add_ returns an id for remove_.
+using GradReadyHook = std::function<void(TensorImpl& leaf)>;
+int add_grad_ready_hook(GradReadyHook hook);
+void remove_grad_ready_hook(int id);
+
 namespace debug {
 // Test-only mutation: when set to an op's name, that op's backward returns its first gradient
 // times 1.1, so a gradient check must fail. Empty (the default) in every normal run.

@@ -61,11 +61,11 @@ TEST_CASE("the world: ranks, sizes, local ranks agree with the launcher") {
   dist::barrier();
 }
 
-TEST_CASE("hierarchical allreduce (library and ring): the exact sum on every device of every rank") {
+TEST_CASE("hierarchical allreduce (library, ring, naive): the exact sum on every device of every rank") {
   const int W = dist::world_size(), r = dist::rank();
   const auto& ds = local_devices();
   const int k = static_cast<int>(ds.size());
-  for (const char* algo : {"library", "ring"})
+  for (const char* algo : {"library", "ring", "naive"})
     for (const char* local : {"naive", "ring"})
       for (int64_t n : kSizes) {
         CAPTURE(algo);
@@ -90,7 +90,7 @@ TEST_CASE("hierarchical allreduce (library and ring): the exact sum on every dev
 TEST_CASE("allreduce of inexact values: the same bits on every rank and device, close to the double sum") {
   const int W = dist::world_size(), r = dist::rank();
   const int64_t n = 100003;
-  for (const char* algo : {"library", "ring"}) {
+  for (const char* algo : {"library", "ring", "naive"}) {
     CAPTURE(algo);
     std::vector<float> v(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = 0.1f * static_cast<float>(r + 1) / static_cast<float>(1 + i % 13);

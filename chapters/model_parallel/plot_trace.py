@@ -1,4 +1,4 @@
-"""plot_trace.py TRACE.json OUT.png: draws a --trace timeline as a PNG (one lane per device and
+"""plot_trace.py TRACE.json OUT.png [TITLE]: draws a --trace timeline as a PNG (one lane per device and
 stream, one bar per task, coloured by micro-batch stage) for pages that cannot embed Perfetto.
 Needs Debian's python3-matplotlib: /usr/bin/python3 chapters/model_parallel/plot_trace.py step.json t.png"""
 import json
@@ -26,7 +26,7 @@ ax.set_yticks(range(len(lanes)))
 ax.set_yticklabels([f"{devices[p]} {streams.get((p, t), t)}" for p, t in lanes])
 ax.invert_yaxis()
 ax.set_xlabel("time (ms)")
-ax.set_title("one pipelined training step: tasks per device and stream")
+ax.set_title(sys.argv[3] if len(sys.argv) > 3 else "one pipelined training step: tasks per device and stream")
 handles = [plt.Rectangle((0, 0), 1, 1, color=colours[n]) for n in labels]
 ax.legend(handles, labels, fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.2))
 fig.tight_layout()

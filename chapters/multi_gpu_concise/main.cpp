@@ -47,6 +47,7 @@ int main(int argc, char** argv) {
   auto* lr = app.add_option("--lr", cfg.lr, "learning rate [default: 0.1 per device; lab-cnn 0.3]");
   auto* epochs = app.add_option("--num-epochs", cfg.num_epochs, "epochs [default: 4; lab-cnn 5]");
   app.add_option("--model", cfg.model, "resnet18 (the book's) or lab-cnn (the lab's)")->capture_default_str();
+  app.add_option("--bucket-mb", cfg.bucket_mb, "dist_sync: DDP's gradient buckets of this many MB, allreduced during backward (0: one per parameter; -1: none)")->capture_default_str();
   app.add_option("--kvstore", cfg.kvstore, "where gradients are summed: device, local (host memory), ring, or across the processes of mpirun: dist_sync (MPI_Allreduce), dist_sync_ring (our ring)")->capture_default_str();
   app.add_flag("--sync-bn", cfg.sync_bn, "BatchNorm statistics over the whole batch, all devices (SyncBatchNorm)");
   app.add_option("--split-weights", cfg.split_weights, "exercise 2: shard sizes in proportion to these, one per device (e.g. 3,1)")->delimiter(',');

@@ -61,6 +61,9 @@ struct Config {
   int64_t test_subset = 0;           // evaluate on the first N test images (0: all)
   std::optional<ArrayDataset> train_data, test_data;  // generated data instead of Fashion-MNIST
   std::string kvstore = "device";    // device | local | ring | dist_sync | dist_sync_ring (processes)
+  // dist_sync: DDP's gradient buckets of this many MB (core/dist/buckets.hpp), allreduced during
+  // backward; 0 = one bucket per parameter; < 0 = none (each key reduced in trainer.step)
+  double bucket_mb = 25;
   bool sync_bn = false;
   // Devices of different power (exercise 2): shard sizes in proportion to these (one per device),
   // or measured by probe_weights before training (balance). Neither: even shards.

@@ -61,10 +61,28 @@ TEST_CASE("kvstore dist_sync: P processes x k devices == 1 process x P*k devices
     CAPTURE(kv);
     concise::Result r = concise::train(lab_small(k, kv));
     auto mine = weights(r);
-    CHECK(test::relative_difference(mine, many) < 1e-5);
+    // Equal up to float rounding (three ranks may sum in another association than one process's
+    // devices do), magnified by 20 steps at lr 0.3.
+    CHECK(test::relative_difference(mine, many) < (W <= 2 ? 1e-5 : 1e-4));
     CHECK_NOTHROW(test::check_same_bits_on_every_rank(mine));
     REQUIRE(r.test_acc.size() == 1);
     CHECK(dist::sum_over_ranks({r.test_acc[0]})[0] == doctest::Approx(W * r.test_acc[0]));  // one accuracy for all
+  }
+}
+
+TEST_CASE("kvstore dist_sync with DDP's buckets (0, 0.1 MB, all in one) == without buckets, bitwise equal ranks") {
+  const int k = local_devices();
+  Config plain = lab_small(k, "dist_sync");
+  plain.bucket_mb = -1;
+  auto unbucketed = weights(concise::train(plain));
+  for (double mb : {0.0, 0.1, 1000.0}) {
+    CAPTURE(mb);
+    Config c = lab_small(k, "dist_sync");
+    c.bucket_mb = mb;
+    auto mine = weights(concise::train(c));
+    // Two ranks: bitwise the same sums, so 1e-6; three: another association (see chapter 1's test).
+    CHECK(test::relative_difference(mine, unbucketed) < (dist::world_size() <= 2 ? 1e-6 : 1e-4));
+    CHECK_NOTHROW(test::check_same_bits_on_every_rank(mine));
   }
 }
 

@@ -145,6 +145,8 @@ void validate(const Config& cfg) {
   if (cfg.num_epochs < 1) throw ConfigError("bad --num-epochs " + std::to_string(cfg.num_epochs) + ": expected a number > 0");
   if (cfg.kvstore != "device" && cfg.kvstore != "local" && cfg.kvstore != "ring" && !distributed(cfg))
     throw ConfigError("bad --kvstore '" + cfg.kvstore + "': expected device, local, ring, dist_sync or dist_sync_ring");
+  if (!std::isfinite(cfg.bucket_mb) || cfg.bucket_mb > 1e6)
+    throw ConfigError("bad --bucket-mb: expected a number of MB up to 1e6 (0: one bucket per parameter; < 0: none)");
   if (distributed(cfg) && cfg.batch_size < k * dist::world_size())
     throw ConfigError("--batch-size " + std::to_string(cfg.batch_size) + " is smaller than the " +
                       std::to_string(k * dist::world_size()) + " devices of all processes: every device needs at least one example per minibatch");
@@ -218,6 +220,8 @@ Result train(const Config& cfg) {
   r.net->initialize(default_init(cfg.model), devices, /*force_reinit=*/true);
   // trainer = gluon.Trainer(net.collect_params(), 'sgd', {'learning_rate': lr})
   optim::Trainer trainer(r.net->collect_params(), "sgd", {cfg.lr}, cfg.kvstore);
+  // dist_sync: DDP's gradient buckets, their allreduces launched during backward (chapter 4).
+  if (dist && cfg.bucket_mb >= 0) trainer.kvstore().set_buckets({cfg.bucket_mb, "library", true});
   int start = 0;
   if (!cfg.resume.empty()) {
     try {

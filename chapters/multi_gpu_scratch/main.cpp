@@ -4,6 +4,7 @@
 //   multi_gpu_scratch --num-gpus 2 --trace run.json               (the devices' timeline, Perfetto)
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include "chapters/multi_gpu_scratch/multi_gpu_scratch.hpp"
@@ -48,6 +49,7 @@ int main(int argc, char** argv) {
   app.add_option("--allreduce", cfg.allreduce, "exercise 3: naive (the book's) or ring")->capture_default_str();
   app.add_flag("--eval-all-devices", cfg.eval_all_devices, "exercise 4: every device evaluates a shard of the test set");
   app.add_flag("--dist", cfg.dist, "data parallel over the processes of mpirun too: gradients summed over the devices, then across the processes");
+  app.add_option("--bucket-mb", cfg.bucket_mb, "--dist: DDP's gradient buckets of this many MB, allreduced during backward (0: one per parameter; -1: none, one allreduce per parameter after backward)")->capture_default_str();
   app.add_option("--dist-allreduce", cfg.dist_allreduce, "--dist: library (MPI_Allreduce) or ring (ours over MPI point-to-point)")->capture_default_str();
   app.add_option("--plot", cfg.plot, "PNG of test accuracy per epoch ('' for none)")->capture_default_str();
   app.add_option("--trace", trace_file, "write the devices' timeline to this file as Chrome-trace JSON (Perfetto, chrome://tracing)");
@@ -81,6 +83,8 @@ int main(int argc, char** argv) {
         throw d2l::ConfigError("bad --allreduce '" + cfg.allreduce + "': expected naive or ring");
       d2l::check_output_path("--plot", cfg.plot);
       if (cfg.dist) d2l::dist::check_algorithm("--dist-allreduce", cfg.dist_allreduce);
+      if (!std::isfinite(cfg.bucket_mb) || cfg.bucket_mb > 1e6)
+        throw d2l::ConfigError("bad --bucket-mb: expected a number of MB up to 1e6 (0: one bucket per parameter; < 0: none)");
     }
     if (d2l::dist::world_size() > 1 && !cfg.dist && !*demo)
       throw d2l::ConfigError("started as " + std::to_string(d2l::dist::world_size()) +

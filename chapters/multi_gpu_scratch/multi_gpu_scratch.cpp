@@ -107,7 +107,7 @@ void sgd(const std::vector<Tensor>& params, float lr, int64_t batch_size) {
 
 std::vector<Tensor> train_batch(const Batch& batch, std::vector<std::vector<Tensor>>& device_params,
                                 const std::vector<Device>& devices, float lr, const std::string& allreduce_algorithm,
-                                const std::string& dist_allreduce) {
+                                const std::string& dist_allreduce, dist::Buckets* buckets) {
   auto [X_shards, y_shards] = split_batch(batch, devices);
   // Loss calculation on each device; a device with an empty shard adds a zero gradient.
   std::vector<Tensor> ls;
@@ -115,7 +115,9 @@ std::vector<Tensor> train_batch(const Batch& batch, std::vector<std::vector<Tens
     if (X_shards[i].dim(0) > 0) ls.push_back(sum(loss(lenet(X_shards[i], device_params[i]), y_shards[i])));
   for (auto& l : ls) l.backward();  // back propagation on each device, in parallel
   // Sum all gradients from each device and broadcast them to all devices.
-  if (allreduce_algorithm != "none") {
+  if (buckets) {
+    buckets->finish();  // --dist with buckets: most allreduces already ran during backward
+  } else if (allreduce_algorithm != "none") {
     trace::Label region("allreduce");  // names this work in a --trace timeline
     for (size_t i = 0; i < device_params[0].size(); ++i) {
       std::vector<Tensor> grads;

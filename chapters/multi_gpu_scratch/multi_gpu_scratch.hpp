@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/dist/buckets.hpp"
 #include "core/tensor.hpp"
 #include "datasets/data_iter.hpp"
 
@@ -39,9 +40,12 @@ std::vector<Tensor> split_and_load(const std::vector<float>& data, int64_t rows,
 // dist_allreduce: "" sums over this process's devices only; "library" or "ring" (--dist) then sums
 // across the processes too (core/dist: devices first, then processes); batch.size() is then the
 // whole minibatch over every process.
+// buckets (--dist with --bucket-mb >= 0, core/dist/buckets.hpp): DDP's gradient buckets do the
+// summing instead, over this process's devices and then the processes, their allreduces launched
+// during backward; the loop below only finishes them.
 std::vector<Tensor> train_batch(const Batch& batch, std::vector<std::vector<Tensor>>& device_params,
                                 const std::vector<Device>& devices, float lr, const std::string& allreduce_algorithm,
-                                const std::string& dist_allreduce = "");
+                                const std::string& dist_allreduce = "", dist::Buckets* buckets = nullptr);
 // The book's d2l.sgd: param -= lr * grad / batch_size, then the gradient is zeroed.
 void sgd(const std::vector<Tensor>& params, float lr, int64_t batch_size);
 
@@ -66,6 +70,10 @@ struct Config {
   // processes with `dist_allreduce` (library: MPI_Allreduce, or ring); rank 0 prints and plots.
   bool dist = false;
   std::string dist_allreduce = "library";
+  // --bucket-mb: with --dist, gradients go in DDP's buckets of this many MB (chapter 4), launched
+  // during backward; 0 = one bucket per parameter; < 0 = no buckets (one allreduce per parameter
+  // after backward, the section's loop).
+  double bucket_mb = 25;
   std::string plot = "multi_gpu_scratch.png";  // "" = no plot
   bool verbose = true;
   int64_t max_steps = -1;                   // stop after this many minibatches (tests)

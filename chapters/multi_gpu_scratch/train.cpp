@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <unistd.h>
 
 #include "chapters/multi_gpu_scratch/multi_gpu_scratch.hpp"
@@ -71,6 +72,7 @@ Result train(const Config& cfg) {
                              {"batch_size", std::to_string(r.batch_size)}, {"lr", std::to_string(r.lr)},
                              {"num_epochs", std::to_string(cfg.num_epochs)}, {"seed", std::to_string(cfg.seed)},
                              {"allreduce", cfg.allreduce}, {"dist_allreduce", cfg.dist_allreduce},
+                             {"bucket_mb", std::to_string(cfg.bucket_mb)},
                              {"training examples", std::to_string(train_iter->size())},
                              {"test examples", std::to_string(test_iter->size())},
                              {"max_steps", std::to_string(cfg.max_steps)}});
@@ -88,6 +90,13 @@ Result train(const Config& cfg) {
   }
   std::vector<std::vector<Tensor>> device_params;
   for (auto d : devices) device_params.push_back(get_params(params, d));
+  std::optional<dist::Buckets> buckets;  // --dist: DDP's buckets over every device's copy of each parameter
+  if (cfg.dist && cfg.bucket_mb >= 0 && cfg.allreduce != "none") {
+    std::vector<std::vector<Tensor>> replicas(params.size());
+    for (size_t j = 0; j < params.size(); ++j)
+      for (auto& dp : device_params) replicas[j].push_back(dp[j]);
+    buckets.emplace(replicas, dist::BucketOptions{cfg.bucket_mb, cfg.dist_allreduce, true});
+  }
   std::vector<uint64_t> kernels_before;
   for (auto d : devices) kernels_before.push_back(runtime(d).kernels_run());
 
@@ -102,7 +111,8 @@ Result train(const Config& cfg) {
       if (cfg.max_steps >= 0 && steps >= cfg.max_steps) break;
       check_interrupt();  // Ctrl-C: stop between minibatches (main() exits 130 after the devices finish)
       // Multi-device training on one minibatch.
-      losses.push_back(train_batch(b, device_params, devices, r.lr, cfg.allreduce, cfg.dist ? cfg.dist_allreduce : ""));
+      losses.push_back(train_batch(b, device_params, devices, r.lr, cfg.allreduce, cfg.dist ? cfg.dist_allreduce : "",
+                                   buckets ? &*buckets : nullptr));
       // At most two minibatches in flight: the host enqueues the next while the devices compute.
       for (auto& e : in_flight) e.synchronize();
       for (size_t d = 0; d < devices.size(); ++d) runtime(devices[d]).compute.record(in_flight[d]);

@@ -1,6 +1,10 @@
 #include "core/dist/collectives.hpp"
 
+#include <chrono>
 #include <climits>
+#include <cmath>
+#include <mutex>
+#include <thread>
 #include <cstring>
 #include <functional>
 
@@ -41,7 +45,8 @@ int count_of(const char* op, int64_t n) {
 
 // Runs fn on the communication thread once the compute streams of `tensors` reach this point; their
 // compute streams wait for it to finish. The tasks keep the tensors' storage alive.
-void on_comm(const char* op, const std::vector<Tensor>& tensors, std::function<void()> fn) {
+// With done_out: the compute streams do not wait; *done_out marks the end of the task.
+void on_comm(const char* op, const std::vector<Tensor>& tensors, std::function<void()> fn, Event* done_out = nullptr) {
   init();
   Stream& c = comm();
   std::vector<std::shared_ptr<Storage>> keep;
@@ -54,8 +59,26 @@ void on_comm(const char* op, const std::vector<Tensor>& tensors, std::function<v
   c.enqueue(op, [keep = std::move(keep), fn = std::move(fn)] { fn(); });
   Event done;
   c.record(done);
-  for (auto& t : tensors) runtime(t.device()).compute.wait(done);
+  if (done_out) *done_out = done;
+  else
+    for (auto& t : tensors) runtime(t.device()).compute.wait(done);
 }
+
+std::mutex g_link_mu;
+LinkModel g_link;
+
+#ifdef D2L_WITH_MPI
+// Runs a collective, then (with a link model) sleeps out what the model says it would have taken.
+void modeled(double bytes, const std::string& algorithm, const std::function<void()>& collective) {
+  const LinkModel m = link_model();
+  const auto start = std::chrono::steady_clock::now();
+  collective();
+  if (!m.on()) return;
+  const double s = modeled_allreduce_seconds(m, bytes, algorithm, world_size());
+  std::this_thread::sleep_until(start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                            std::chrono::duration<double>(s)));
+}
+#endif
 
 #ifdef D2L_WITH_MPI
 void wait(MPI_Request& r) { wait_request(&r); }
@@ -87,6 +110,34 @@ void ring_allreduce(float* p, int64_t n) {
     MPI_Irecv(p + begin(cr), static_cast<int>(len(cr)), MPI_FLOAT, prev, W + s, MPI_COMM_WORLD, &q[0]);
     MPI_Isend(p + begin(cs), static_cast<int>(len(cs)), MPI_FLOAT, next, W + s, MPI_COMM_WORLD, &q[1]);
     wait(q[0]);
+    wait(q[1]);
+  }
+}
+
+// The book's reduce-to-one-then-broadcast over point-to-point messages: rank 0 receives every
+// other rank's tensor in rank order and adds it, then sends the sum to each rank in turn.
+void naive_allreduce(float* p, int64_t n) {
+  const int W = world_size();
+  const int count = static_cast<int>(n);
+  if (rank() == 0) {
+    static std::vector<float> recv;  // kept between calls, like the ring's
+    if (recv.size() < static_cast<size_t>(n)) recv.resize(static_cast<size_t>(n));
+    for (int r = 1; r < W; ++r) {
+      MPI_Request q;
+      MPI_Irecv(recv.data(), count, MPI_FLOAT, r, 0, MPI_COMM_WORLD, &q);
+      wait(q);
+      for (int64_t i = 0; i < n; ++i) p[i] += recv[static_cast<size_t>(i)];
+    }
+    for (int r = 1; r < W; ++r) {
+      MPI_Request q;
+      MPI_Isend(p, count, MPI_FLOAT, r, 1, MPI_COMM_WORLD, &q);
+      wait(q);
+    }
+  } else {
+    MPI_Request q[2];
+    MPI_Isend(p, count, MPI_FLOAT, 0, 0, MPI_COMM_WORLD, &q[0]);
+    wait(q[0]);
+    MPI_Irecv(p, count, MPI_FLOAT, 0, 1, MPI_COMM_WORLD, &q[1]);
     wait(q[1]);
   }
 }
@@ -128,28 +179,74 @@ void on_comm_now(const char* op, std::function<void()> fn) {
 int64_t chunk_begin(int64_t n, int chunk) { return n * chunk / world_size(); }
 
 void check_algorithm(const std::string& flag, const std::string& algorithm) {
-  if (algorithm != "library" && algorithm != "ring")
-    throw ConfigError("bad " + flag + " '" + algorithm + "': expected library (MPI_Allreduce / ncclAllReduce) or ring");
+  if (algorithm != "library" && algorithm != "ring" && algorithm != "naive")
+    throw ConfigError("bad " + flag + " '" + algorithm +
+                      "': expected library (MPI_Allreduce / ncclAllReduce), ring or naive (reduce to rank 0, then send back)");
 }
 
-void allreduce(const Tensor& t, const std::string& algorithm) {
+void set_link_model(LinkModel m) {
+  if (!(m.gbps >= 0) || !(m.latency_us >= 0) || !std::isfinite(m.gbps) || !std::isfinite(m.latency_us))
+    throw ConfigError("link model: --link-gbps and --link-latency-us must be finite and >= 0");
+  std::lock_guard<std::mutex> lock(g_link_mu);
+  g_link = m;
+}
+
+LinkModel link_model() {
+  std::lock_guard<std::mutex> lock(g_link_mu);
+  return g_link;
+}
+
+double modeled_allreduce_seconds(const LinkModel& m, double bytes, const std::string& algorithm, int world) {
+  if (world < 2 || !m.on()) return 0;
+  const double messages = 2.0 * (world - 1);
+  const double per_message = algorithm == "naive" ? bytes : bytes / world;
+  const double bytes_per_s = m.gbps > 0 ? m.gbps * 1e9 / 8 : 0;
+  return messages * (m.latency_us * 1e-6 + (bytes_per_s > 0 ? per_message / bytes_per_s : 0));
+}
+
+void Work::wait() const {
+  if (pending) runtime(device).compute.wait(done);
+}
+
+// The allreduce itself; with done_out the compute stream does not wait (allreduce_async).
+static void allreduce_impl(const Tensor& t, const std::string& algorithm, Event* done_out) {
   check_algorithm("allreduce algorithm", algorithm);
   check_f32("allreduce", t);
   const int n = count_of("allreduce", t.numel());
   if (world_size() == 1 || n == 0) return;
   if (on_gpu(t)) {
-    if (algorithm == "library" && nccl::built()) return nccl::allreduce(t);
-    return via_host(t, [&](const Tensor& h) { allreduce(h, algorithm); });
+    if (algorithm == "library" && nccl::built()) return nccl::allreduce(t, done_out);
+    // Staged through host memory: the copy back is stream work on t's device, ordered after the
+    // collective, so the async form waits here (its result is complete when the compute stream is).
+    return via_host(t, [&](const Tensor& h) { allreduce_impl(h, algorithm, nullptr); });
   }
 #ifdef D2L_WITH_MPI
   float* p = t.data();
+  const double bytes = 4.0 * n;
   if (algorithm == "ring") {
-    on_comm("allreduce_ring", {t}, [p, n] { ring_allreduce(p, n); });
+    on_comm("allreduce_ring", {t}, [p, n, bytes] { modeled(bytes, "ring", [&] { ring_allreduce(p, n); }); }, done_out);
+  } else if (algorithm == "naive") {
+    on_comm("allreduce_naive", {t}, [p, n, bytes] { modeled(bytes, "naive", [&] { naive_allreduce(p, n); }); },
+            done_out);
   } else {
     // The library's tuned (blocking) allreduce: its algorithms differ from the nonblocking ones.
-    on_comm("MPI_Allreduce", {t}, [p, n] { MPI_Allreduce(MPI_IN_PLACE, p, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); });
+    on_comm("MPI_Allreduce", {t}, [p, n, bytes] {
+      modeled(bytes, "library", [&] { MPI_Allreduce(MPI_IN_PLACE, p, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); });
+    }, done_out);
   }
+#else
+  (void)done_out;
 #endif
+}
+
+void allreduce(const Tensor& t, const std::string& algorithm) { allreduce_impl(t, algorithm, nullptr); }
+
+Work allreduce_async(const Tensor& t, const std::string& algorithm) {
+  Work w;
+  w.device = t.device();
+  allreduce_impl(t, algorithm, &w.done);
+  w.pending = world_size() > 1 && t.numel() > 0;
+  return w;
 }
 
 void broadcast(const Tensor& t, int root) {

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/stream.hpp"
 #include "core/tensor.hpp"
 
 namespace d2l::dist {
@@ -25,7 +26,34 @@ int64_t chunk_begin(int64_t n, int chunk);  // n * chunk / world_size()
 //            running sum of one chunk to r+1, which adds its own), then W-1 all-gather steps passing
 //            the finished chunks on. Each chunk is summed by one owner and copied to the others,
 //            so every rank ends with the same bits whatever the library does.
+//   naive    the book's first idea: every rank sends its whole tensor to rank 0, which adds them in
+//            rank order and sends the sum back to each (2(W-1) messages of the whole size through one rank)
 void allreduce(const Tensor& t, const std::string& algorithm = "library");
+
+// The same allreduce without making the tensor's compute stream wait for it: the result is there
+// once work.wait() has been called (it orders the compute stream after the collective; the host
+// never waits), which DDP's buckets (core/dist/buckets.hpp) do at the end of backward.
+struct Work {
+  Device device;
+  Event done;
+  bool pending = false;  // false: nothing to wait for (a world of one)
+  void wait() const;
+};
+Work allreduce_async(const Tensor& t, const std::string& algorithm = "library");
+
+// A modelled network between the ranks (chapter 4): when gbps > 0 or latency_us > 0, each
+// allreduce on the communication thread lasts at least what its messages would take on such a link,
+// one after another: the ring 2(W-1) messages of n/W bytes, naive 2(W-1) of n bytes, and the library
+// is modelled as the ring. A message costs latency_us + bytes / (gbps * 1e9 / 8) seconds. The real
+// transfer (shared memory) runs first; the thread then sleeps out the rest. Off (0, 0) by default.
+struct LinkModel {
+  double gbps = 0, latency_us = 0;
+  bool on() const { return gbps > 0 || latency_us > 0; }
+};
+void set_link_model(LinkModel m);
+LinkModel link_model();
+// The modelled seconds of one allreduce of `bytes` with `algorithm` over world_size() ranks.
+double modeled_allreduce_seconds(const LinkModel& m, double bytes, const std::string& algorithm, int world);
 // t on every rank becomes root's t.
 void broadcast(const Tensor& t, int root = 0);
 // out (N elements, any shape) becomes the concatenation of every rank's `in`; rank r's `in` holds
@@ -48,7 +76,7 @@ void broadcast_bytes(void* p, size_t n, int root);
 // Every rank's string, in rank order (the host waits).
 std::vector<std::string> gather_strings(const std::string& mine);
 
-// "library" or "ring"; anything else is a ConfigError naming the flag and the choices.
+// "library", "ring" or "naive"; anything else is a ConfigError naming the flag and the choices.
 void check_algorithm(const std::string& flag, const std::string& algorithm);
 
 }  // namespace d2l::dist

@@ -65,7 +65,8 @@ Communicator& communicator(Device d) {
 }
 
 // fn queued on the communication stream after the tensors' compute streams reach this point.
-void on_nccl(const char* op, const std::vector<Tensor>& tensors, std::function<void(ncclComm_t, cudaStream_t)> fn) {
+void on_nccl(const char* op, const std::vector<Tensor>& tensors, std::function<void(ncclComm_t, cudaStream_t)> fn,
+             Event* done_out = nullptr) {
   for (auto& t : tensors)
     if (t.device() != tensors[0].device())
       throw ConfigError(std::string("dist::") + op + ": the tensors must be on one GPU");
@@ -80,19 +81,20 @@ void on_nccl(const char* op, const std::vector<Tensor>& tensors, std::function<v
   c.stream->enqueue(op, [keep = std::move(keep), fn = std::move(fn), comm, stream] { fn(comm, stream); });
   Event done;
   c.stream->record(done);
-  runtime(c.device).compute.wait(done);
+  if (done_out) *done_out = done;
+  else runtime(c.device).compute.wait(done);
 }
 
 }  // namespace
 
 bool built() { return true; }
 
-void allreduce(const Tensor& t) {
+void allreduce(const Tensor& t, Event* done) {
   float* p = t.data();
   const size_t n = static_cast<size_t>(t.numel());
   on_nccl("ncclAllReduce", {t}, [p, n](ncclComm_t comm, cudaStream_t s) {
     check(ncclAllReduce(p, p, n, ncclFloat, ncclSum, comm, s), "ncclAllReduce");
-  });
+  }, done);
 }
 
 void broadcast(const Tensor& t, int root) {
@@ -141,7 +143,7 @@ namespace {
 }  // namespace
 
 bool built() { return false; }
-void allreduce(const Tensor&) { none(); }
+void allreduce(const Tensor&, Event*) { none(); }
 void broadcast(const Tensor&, int) { none(); }
 void allgather(const Tensor&, const Tensor&) { none(); }
 void reduce_scatter(const Tensor&, const Tensor&) { none(); }

@@ -6,12 +6,14 @@
 // its own): a collective waits for an event of the tensor's compute stream, is queued there, and
 // the compute stream waits for it. The host thread only enqueues.
 #pragma once
+#include "core/stream.hpp"
 #include "core/tensor.hpp"
 
 namespace d2l::dist::nccl {
 
 bool built();  // false: these throw ConfigError, and collectives.cpp stages GPU tensors through host memory
-void allreduce(const Tensor& t);                             // ncclAllReduce, sum
+// ncclAllReduce, sum. With `done`: the compute stream does not wait; *done marks the end (async).
+void allreduce(const Tensor& t, Event* done = nullptr);
 void broadcast(const Tensor& t, int root);                   // ncclBroadcast
 void allgather(const Tensor& in, const Tensor& out);         // grouped ncclBroadcast, one per chunk
 void reduce_scatter(const Tensor& in, const Tensor& out);    // grouped ncclReduce, one per chunk

@@ -76,7 +76,8 @@ void init() {
   throw ConfigError("started as one of " + std::to_string(world().size) +
                     " processes, but this build has no MPI (install libopenmpi-dev and openmpi-bin, then rebuild)");
 #else
-  g_comm = std::make_unique<Stream>("mpi comm");
+  // Named as cpu(0)'s "comm" lane, so --trace shows MPI's work beside the devices' (MPI moves host memory).
+  g_comm = std::make_unique<Stream>("cpu(0) comm");
   g_comm->enqueue("MPI_Init", [] {
     g_comm_thread = std::this_thread::get_id();
     int provided = 0;

@@ -1,6 +1,7 @@
 #include "core/optim/kvstore.hpp"
 
 #include <algorithm>
+#include <optional>
 
 #include "core/autograd.hpp"
 #include "core/comm.hpp"
@@ -145,8 +146,28 @@ class DistSyncKVStore : public DeviceKVStore {
       if (i != h) values[h].copyto(values[i]);
   }
 
+  void set_buckets(const dist::BucketOptions& options) override {
+    bucket_options_ = options;
+    bucket_options_->algorithm = algorithm_;
+    dist::check_algorithm("kvstore dist_sync algorithm", algorithm_);
+    if (!(options.bucket_mb >= 0)) throw ConfigError("bad --bucket-mb: must be >= 0 (0: one bucket per parameter)");
+    buckets_.reset();
+  }
+
+  // The buckets are built at the first step (the parameters' shapes are known by then), so that
+  // step reduces everything after backward; from the second step on they launch during backward.
+  bool reduce_all(const std::vector<std::vector<Tensor>>& weights) override {
+    if (!bucket_options_) return false;
+    if (!buckets_ || !buckets_->same_replicas(weights))
+      buckets_ = std::make_unique<dist::Buckets>(weights, *bucket_options_);
+    buckets_->finish();
+    return true;
+  }
+
  private:
   std::string algorithm_;
+  std::optional<dist::BucketOptions> bucket_options_;
+  std::unique_ptr<dist::Buckets> buckets_;
 };
 
 class LocalKVStore : public KVStore {
@@ -165,8 +186,10 @@ class LocalKVStore : public KVStore {
   // The weights are read from replica 0 every step (not cached), so values set on the parameter
   // between steps (a loaded checkpoint) are what gets updated.
   void update(int64_t key, const std::vector<Tensor>& weights, const std::vector<Tensor>& grads,
-              const std::vector<Tensor>& momentum, std::vector<float>& host_momentum, const SGDStep& s) override {
-    if (!updates_on_host(weights.size())) return KVStore::update(key, weights, grads, momentum, host_momentum, s);
+              const std::vector<Tensor>& momentum, std::vector<float>& host_momentum, const SGDStep& s,
+              bool summed) override {
+    if (!updates_on_host(weights.size()))
+      return KVStore::update(key, weights, grads, momentum, host_momentum, s, summed);
     check_values("gradients", grads);
     check_values("weights", weights);
     const int64_t n = weights[0].numel();
@@ -192,15 +215,20 @@ class RingKVStore : public KVStore {
 
 }  // namespace
 
+void KVStore::set_buckets(const dist::BucketOptions&) {
+  throw ConfigError("gradient buckets (--bucket-mb) need kvstore dist_sync or dist_sync_ring, not '" + type() + "'");
+}
+
 void KVStore::update(int64_t key, const std::vector<Tensor>& weights, const std::vector<Tensor>& grads,
-                     const std::vector<Tensor>& momentum, std::vector<float>& host_momentum, const SGDStep& s) {
+                     const std::vector<Tensor>& momentum, std::vector<float>& host_momentum, const SGDStep& s,
+                     bool summed) {
   (void)host_momentum;
   check_values("weights", weights);
   if (grads.size() != weights.size() || momentum.size() != weights.size())
     throw ShapeError("kvstore: " + std::to_string(weights.size()) + " weights but " + std::to_string(grads.size()) +
                      " gradients and " + std::to_string(momentum.size()) + " momentum tensors");
   NoGrad no_grad;
-  pushpull(key, grads);
+  if (!summed) pushpull(key, grads);
   update_replicas(weights, grads, momentum, s, home(key, grads));
 }
 

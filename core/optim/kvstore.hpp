@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "core/dist/buckets.hpp"
 #include "core/nn/block.hpp"
 #include "core/tensor.hpp"
 
@@ -63,8 +64,21 @@ class KVStore {
   // weights[i] holds the same bits. The state is `momentum` (one per replica, on its device) or,
   // when updates_on_host, `host_momentum` (numel floats). grads are left holding the sum (local:
   // unchanged); the Trainer zeroes them.
+  // summed: the gradients already hold the sum (reduce_all did it); only the step runs.
   virtual void update(int64_t key, const std::vector<Tensor>& weights, const std::vector<Tensor>& grads,
-                      const std::vector<Tensor>& momentum, std::vector<float>& host_momentum, const SGDStep& s);
+                      const std::vector<Tensor>& momentum, std::vector<float>& host_momentum, const SGDStep& s,
+                      bool summed = false);
+
+  // dist_sync's gradient buckets (core/dist/buckets.hpp, chapter 4): Trainer::step first calls
+  // reduce_all with every trainable parameter's replicas (registration order). A kvstore with
+  // buckets finishes their allreduces there (most already ran during backward) and returns true;
+  // the others return false and reduce key by key in update().
+  virtual bool reduce_all(const std::vector<std::vector<Tensor>>& weights) {
+    (void)weights;
+    return false;
+  }
+  // Turns the buckets on with these options (dist_sync, dist_sync_ring); a ConfigError elsewhere.
+  virtual void set_buckets(const dist::BucketOptions& options);
 
   // 'device': the device each key seen so far is reduced on (the others: empty).
   virtual std::map<int64_t, Device> placement() const { return {}; }

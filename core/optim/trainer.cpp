@@ -98,11 +98,12 @@ void Trainer::step(int64_t batch_size) {
   for (auto& [name, p] : params_) weights.push_back(p->list_data());
   const float lr = options_.learning_rate;
   const SGDStep s{options_.momentum, -lr * options_.wd, -lr / static_cast<float>(batch_size)};
+  const bool summed = kv_->reduce_all(weights);  // dist_sync with buckets: every gradient summed already
   for (size_t k = 0; k < params_.size(); ++k) {
     std::vector<Tensor> grads;
     for (auto& w : weights[k]) grads.push_back(w.grad().defined() ? w.grad() : Tensor::zeros(w.shape(), w.device()));
     place_state(k, weights[k]);
-    kv_->update(static_cast<int64_t>(k), weights[k], grads, momentum_[k], host_momentum_[k], s);
+    kv_->update(static_cast<int64_t>(k), weights[k], grads, momentum_[k], host_momentum_[k], s, summed);
     params_[k].second->zero_grad();
   }
   ++num_update_;

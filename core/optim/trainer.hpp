@@ -50,6 +50,8 @@ class Trainer {
   float learning_rate() const { return options_.learning_rate; }
   const SGDOptions& options() const { return options_; }
   const std::string& kvstore_type() const;
+  // The kvstore itself (set_buckets for dist_sync's gradient buckets, core/dist/buckets.hpp).
+  KVStore& kvstore() { return *kv_; }
   int64_t num_update() const { return num_update_; }
 
   // What a checkpoint needs to continue bit for bit: "momentum/<parameter name>" per trainable

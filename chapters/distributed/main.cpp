@@ -1,0 +1,219 @@
+// distributed: chapter 4, data parallelism over processes (d2l "Parameter Servers" and PyTorch DDP).
+// Run under mpirun (./d2l chapter4 runs `mpirun -np 2`); rank 0 prints, plots and writes the trace.
+//   mpirun -np 2 distributed                       (all four parts)
+//   mpirun -np 2 distributed bandwidth             (ring synchronization: the collectives benchmark)
+//   mpirun -np 2 distributed ddp --trace ddp.json  (DDP's buckets; one timeline for all ranks)
+//   mpirun -np 2 distributed equivalence | kv
+#include <CLI/CLI.hpp>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <unistd.h>
+
+#include "chapters/distributed/distributed.hpp"
+#include "core/cli.hpp"
+#include "core/dist/fingerprint.hpp"
+#include "core/dist/process_group.hpp"
+#include "core/plot.hpp"
+
+namespace dd = d2l::distributed;
+
+namespace {
+
+std::string human(double bytes) {
+  char b[32];
+  if (bytes >= 1e6) std::snprintf(b, sizeof b, "%g MB", bytes / 1e6);
+  else std::snprintf(b, sizeof b, "%g KB", bytes / 1e3);
+  return b;
+}
+
+void run_bandwidth(const dd::Config& cfg) {
+  const bool say = cfg.verbose && d2l::dist::rank() == 0;
+  if (say)
+    std::printf("\n1. Ring synchronization: allreduce of float32 tensors over %d processes (%s each), the real "
+                "transport (Open MPI over shared memory on one machine)\n%10s  %-8s %11s %12s %12s\n",
+                d2l::dist::world_size(), d2l::str(cfg.devices).c_str(), "size", "algorithm", "time (us)", "algbw GB/s",
+                "busbw GB/s");
+  auto rows = dd::bandwidth(cfg);
+  if (!say) return;
+  for (auto& r : rows)
+    std::printf("%10s  %-8s %11.1f %12.3f %12.3f\n", human(r.bytes).c_str(), r.algorithm.c_str(), r.seconds * 1e6,
+                r.algbw, r.busbw);
+  for (const char* algo : {"naive", "ring", "library"}) {
+    const double from = dd::latency_bound_below(rows, algo);
+    double peak = 0;
+    for (auto& r : rows)
+      if (r.algorithm == algo) peak = std::max(peak, r.busbw);
+    std::printf("%-8s latency-bound below %s (busbw under half its peak of %.2f GB/s), bandwidth-bound from there\n", algo,
+                human(from).c_str(), peak);
+  }
+  if (cfg.out_dir.empty()) return;
+  d2l::PlotSpec spec;
+  spec.title = "allreduce over " + std::to_string(d2l::dist::world_size()) + " processes";
+  spec.xlabel = "message size (KB)";
+  spec.ylabel = "busbw (GB/s)";
+  spec.logx = true;
+  for (const char* algo : {"naive", "ring", "library"}) {
+    d2l::Series s{algo, {}, {}, {}};
+    for (auto& r : rows)
+      if (r.algorithm == algo) s.x.push_back(r.bytes / 1e3), s.y.push_back(r.busbw);
+    spec.series.push_back(s);
+  }
+  const std::string path = cfg.out_dir + "/bandwidth.png", why = d2l::plot_png(spec, path);
+  std::printf("%s\n", why.empty() ? ("plot: " + path).c_str() : ("no plot: " + why).c_str());
+}
+
+void print_variants(const char* title, const std::vector<dd::Variant>& v) {
+  std::printf("%s\n%-34s %7s %18s %10s %8s\n", title, "variant", "buckets", "step s (mean+-std)", "comm s", "hidden");
+  for (auto& x : v)
+    std::printf("%-34s %7zu %10.3f +- %5.3f %10.3f %7.0f%%\n", x.name.c_str(), x.buckets, x.mean, x.std, x.comm_seconds,
+                100 * x.hidden);
+}
+
+void run_ddp(const dd::Config& cfg) {
+  const bool say = cfg.verbose && d2l::dist::rank() == 0;
+  if (say)
+    std::printf("\n2. DDP on ResNet-18 (10 classes, batch %lld of 1x%lldx%lld per process, %d processes x %s): %d warm-up "
+                "and %d timed steps per variant\n",
+                (long long)cfg.batch, (long long)cfg.image, (long long)cfg.image, d2l::dist::world_size(),
+                d2l::str(cfg.devices).c_str(), cfg.warmup, cfg.repeats);
+  std::vector<d2l::trace::Record> events;
+  auto modeled = dd::ddp(cfg, cfg.link.on(), &events);
+  if (say) {
+    char title[200];
+    if (cfg.link.on())
+      std::snprintf(title, sizeof title,
+                    "over a MODELLED link (each allreduce held back to what %g Gbit/s and %g us per message would take):",
+                    cfg.link.gbps, cfg.link.latency_us);
+    else
+      std::snprintf(title, sizeof title, "on the real transport (no link model):");
+    print_variants(title, modeled);
+  }
+  if (cfg.link.on() && cfg.measure_without_model) {
+    auto real = dd::ddp(cfg, false);
+    if (say) print_variants("the same on the real transport (shared memory, no model):", real);
+  }
+  if (say && !cfg.out_dir.empty()) {
+    d2l::BarSpec spec;
+    spec.title = cfg.link.on() ? "ResNet-18 step, modelled link" : "ResNet-18 step";
+    spec.ylabel = "seconds per step";
+    for (auto& v : modeled) {
+      spec.labels.push_back(v.overlap ? std::to_string(static_cast<int>(v.bucket_mb)) + " MB" : v.bucket_mb == 0 ? "per param" : "flat");
+      spec.means.push_back(v.mean);
+      spec.errors.push_back(v.std);
+    }
+    const std::string path = cfg.out_dir + "/ddp_step_time.png", why = d2l::bar_png(spec, path);
+    std::printf("%s\n", why.empty() ? ("plot: " + path).c_str() : ("no plot: " + why).c_str());
+  }
+  if (!cfg.trace_file.empty()) {
+    dd::write_timeline(cfg.trace_file, events);
+    if (say) std::printf("timeline of one step with buckets of %g MB, every rank: %s\n", cfg.bucket_mb, cfg.trace_file.c_str());
+  }
+}
+
+void run_equivalence(const dd::Config& cfg) {
+  auto [diff, scale] = dd::equivalence(cfg);
+  if (cfg.verbose && d2l::dist::rank() == 0)
+    std::printf("\n3. Equivalence: %d processes x %zu device(s) against 1 process x %zu devices, ResNet-18, %d steps: "
+                "largest parameter difference %.3g (%.3g of the largest parameter)\n",
+                d2l::dist::world_size(), cfg.devices.size(), cfg.devices.size() * static_cast<size_t>(d2l::dist::world_size()),
+                cfg.equivalence_steps, diff, scale > 0 ? diff / scale : 0.0);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Distributed data parallelism over processes: ring allreduce, DDP's buckets, key-value store"};
+  d2l::DeviceFlags dev;
+  dev.num_gpus = 1;
+  dd::Config cfg;
+  bool quick = false;
+  int64_t seed = 0;
+  std::vector<double> sizes_kb, buckets;
+  d2l::add_device_flags(app, dev);
+  auto* bandwidth = app.add_subcommand("bandwidth", "1. the collectives benchmark: naive, ring and library allreduce by size");
+  auto* ddp = app.add_subcommand("ddp", "2. DDP's buckets on ResNet-18: step time and hidden communication");
+  auto* equivalence = app.add_subcommand("equivalence", "3. N processes x k devices == 1 process x N*k devices");
+  auto* kv = app.add_subcommand("kv", "4. the key-value store: kv.init, kv.push, kv.pull");
+  app.require_subcommand(0, 1);
+  for (auto* sub : {bandwidth, ddp, equivalence, kv}) sub->fallthrough();  // flags may follow the subcommand
+  auto* sizes_opt = app.add_option("--sizes-kb", sizes_kb, "bandwidth: message sizes in KB, e.g. 4,64,1024")->delimiter(',');
+  auto* batch = app.add_option("--batch-size", cfg.batch, "ddp: images per process")->capture_default_str();
+  auto* image = app.add_option("--image-size", cfg.image, "ddp: image height and width")->capture_default_str();
+  auto* repeats = app.add_option("--repeats", cfg.repeats, "ddp: timed steps per variant")->capture_default_str();
+  auto* buckets_opt = app.add_option("--buckets", buckets, "ddp: the bucket sizes (MB) launched during backward, e.g. 1,5,25,100")->delimiter(',');
+  app.add_option("--bucket-mb", cfg.bucket_mb, "the bucket size of the traced step and of equivalence")->capture_default_str();
+  app.add_option("--link-gbps", cfg.link.gbps, "ddp: the modelled link's bandwidth in Gbit/s (0 and --link-latency-us 0: no model)")->capture_default_str();
+  app.add_option("--link-latency-us", cfg.link.latency_us, "ddp: the modelled link's latency per message in microseconds")->capture_default_str();
+  app.add_option("--out-dir", cfg.out_dir, "directory of bandwidth.png and ddp_step_time.png ('' for none)")->capture_default_str();
+  app.add_option("--trace", cfg.trace_file, "ddp: one step's timeline for every rank (Chrome-trace JSON: Perfetto)");
+  app.add_option("--seed", seed, "seed of the initial parameters and the data")->capture_default_str();
+  app.add_flag("--quick", quick, "tiny sizes (12x12 images, batch 8, sizes 4 KB-1 MB): seconds");
+  d2l::install_interrupt_handlers();  // Ctrl-C / SIGTERM: stop between steps, exit 130 / 143
+  return d2l::guarded_main(app, argc, argv, [&] {
+    dd::Config given = cfg;
+    if (quick) dd::make_quick(cfg);
+    if (*batch) cfg.batch = given.batch;
+    if (*image) cfg.image = given.image;
+    if (*repeats) cfg.repeats = given.repeats;
+    if (*sizes_opt) {
+      cfg.sizes.clear();
+      for (double kb : sizes_kb) {
+        if (!(kb > 0 && kb <= 1e6)) throw d2l::ConfigError("bad --sizes-kb " + std::to_string(kb) + ": expected sizes in (0, 1e6] KB");
+        cfg.sizes.push_back(kb * 1e3);
+      }
+      std::sort(cfg.sizes.begin(), cfg.sizes.end());
+      if (std::adjacent_find(cfg.sizes.begin(), cfg.sizes.end()) != cfg.sizes.end())
+        throw d2l::ConfigError("bad --sizes-kb: a size is listed twice");
+    }
+    if (*buckets_opt) {
+      for (double mb : buckets)
+        if (!(mb > 0 && mb <= 1e6)) throw d2l::ConfigError("bad --buckets " + std::to_string(mb) + ": expected sizes in (0, 1e6] MB");
+      cfg.bucket_mbs = buckets;
+    }
+    if (!(cfg.batch >= 1 && cfg.batch <= 4096)) throw d2l::ConfigError("bad --batch-size " + std::to_string(cfg.batch) + ": expected 1 to 4096 images per process");
+    if (!(cfg.image >= 8 && cfg.image <= 256)) throw d2l::ConfigError("bad --image-size " + std::to_string(cfg.image) + ": expected 8 to 256");
+    if (!(cfg.repeats >= 2 && cfg.repeats <= 1000)) throw d2l::ConfigError("bad --repeats " + std::to_string(cfg.repeats) + ": expected 2 to 1000 (a standard deviation needs two)");
+    if (!std::isfinite(cfg.bucket_mb) || !(cfg.bucket_mb >= 0 && cfg.bucket_mb <= 1e6))
+      throw d2l::ConfigError("bad --bucket-mb: expected 0 to 1e6 MB");
+    if (!std::isfinite(cfg.link.gbps) || cfg.link.gbps < 0) throw d2l::ConfigError("bad --link-gbps: expected a finite number >= 0");
+    if (!std::isfinite(cfg.link.latency_us) || cfg.link.latency_us < 0)
+      throw d2l::ConfigError("bad --link-latency-us: expected a finite number >= 0");
+    if (seed < 0) throw d2l::ConfigError("bad --seed " + std::to_string(seed) + ": expected a number >= 0");
+    cfg.seed = static_cast<uint64_t>(seed);
+    if (!cfg.out_dir.empty() && !(std::filesystem::is_directory(cfg.out_dir) && ::access(cfg.out_dir.c_str(), W_OK) == 0))
+      throw d2l::ConfigError("bad --out-dir '" + cfg.out_dir + "': not a writable directory (the PNGs go there; '' for none)");
+    if (!cfg.trace_file.empty()) d2l::trace::check_writable(cfg.trace_file);
+    const bool all = !*bandwidth && !*ddp && !*equivalence && !*kv;
+    cfg.devices = d2l::choose_devices(dev, d2l::dist::rank() == 0);
+    if (d2l::dist::world_size() < 2)
+      throw d2l::ConfigError("chapter 4 runs as several processes: start it with mpirun -np 2 (./d2l chapter4), "
+                             "this is a world of one");
+    if (d2l::dist::rank() > 0) cfg.verbose = false;
+    // Every rank must run the same parts with the same sizes, or a collective would wait forever:
+    // one line on every rank instead ("rank 1 has batch 8, rank 0 has 16").
+    auto list = [](const std::vector<double>& v) {
+      std::string t;
+      for (double x : v) t += std::to_string(x) + ",";
+      return t;
+    };
+    d2l::dist::check_same_config({{"program", "distributed"},
+                                  {"part", all ? "all" : app.get_subcommands()[0]->get_name()},
+                                  {"devices per process", std::to_string(cfg.devices.size())},
+                                  {"sizes", list(cfg.sizes)}, {"batch", std::to_string(cfg.batch)},
+                                  {"image", std::to_string(cfg.image)}, {"repeats", std::to_string(cfg.repeats)},
+                                  {"buckets", list(cfg.bucket_mbs)}, {"bucket_mb", std::to_string(cfg.bucket_mb)},
+                                  {"link", std::to_string(cfg.link.gbps) + " Gbit/s " + std::to_string(cfg.link.latency_us) + " us"},
+                                  {"seed", std::to_string(cfg.seed)}, {"quick", quick ? "yes" : "no"}});
+    if (d2l::dist::rank() == 0)
+      std::printf("%d processes (ranks) x %s; rank 0 speaks\n", d2l::dist::world_size(), d2l::str(cfg.devices).c_str());
+    if (all || *bandwidth) run_bandwidth(cfg);
+    if (all || *ddp) run_ddp(cfg);
+    if (all || *equivalence) run_equivalence(cfg);
+    if (all || *kv) {
+      if (cfg.verbose) std::printf("\n4. The key-value store across the processes:\n");
+      dd::kv_walkthrough(cfg);
+    }
+    return 0;
+  });
+}

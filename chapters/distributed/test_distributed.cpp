@@ -1,0 +1,137 @@
+// Chapter 4's parts as functions, run as 1, 2 and 3 processes (tests/dist/mpirun.sh). The pure
+// pieces (the hidden fraction, the latency-bound reading) against hand-made inputs; the parts with
+// --quick sizes: the benchmark's rows, the DDP variants' buckets and timings, the equivalence, the
+// key-value store, and one timeline holding every rank.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "chapters/distributed/distributed.hpp"
+#include "chapters/distributed/kv.hpp"
+#include "chapters/multi_gpu_concise/multi_gpu_concise.hpp"
+#include "core/dist/process_group.hpp"
+#include "core/ops.hpp"
+#include "core/runtime.hpp"
+
+using namespace d2l;
+namespace dd = d2l::distributed;
+
+namespace {
+
+trace::Record rec(const char* stream, const char* label, double a, double b) {
+  trace::Record r;
+  r.device = cpu(0);
+  r.stream = stream;
+  r.name = "op";
+  r.label = label;
+  r.start_us = a;
+  r.end_us = b;
+  return r;
+}
+
+dd::Config quick() {
+  dd::Config c;
+  dd::make_quick(c);
+  c.devices = {cpu(0)};
+  use_devices(c.devices);
+  c.out_dir = "";
+  c.verbose = false;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("hidden fraction: communication time during which the device computes, from trace records") {
+  // comm [0, 10) and [20, 30) (20 us); forward/backward compute [5, 25) and [8, 12) (overlapping each
+  // other): hidden [5, 10) and [20, 25) = 10 us of 20. A copy and a packing task do not count.
+  std::vector<trace::Record> ev{rec("comm", "bucket 0 (1 MB)", 0, 10), rec("comm", "bucket 1 (1 MB)", 20, 30),
+                                rec("compute", "forward+backward", 5, 25), rec("compute", "forward+backward", 8, 12),
+                                rec("copy", "forward+backward", 0, 30), rec("compute", "bucket 1 (1 MB)", 0, 30),
+                                rec("comm", "not a bucket", 40, 50)};
+  auto [hidden, seconds] = dd::hidden_fraction(ev, cpu(0));
+  CHECK(hidden == doctest::Approx(0.5));
+  CHECK(seconds == doctest::Approx(20e-6));
+  CHECK(dd::hidden_fraction(ev, cpu(1)).first == 0);  // another device computed nothing
+  CHECK(dd::hidden_fraction({}, cpu(0)).second == 0);
+}
+
+TEST_CASE("the benchmark's reading: latency-bound below the size where busbw reaches half its peak") {
+  std::vector<dd::BandwidthRow> rows;
+  for (auto [bytes, bw] : std::vector<std::pair<double, double>>{{1e3, 0.1}, {1e4, 0.8}, {1e5, 2.0}, {1e6, 3.9}, {1e7, 4.0}})
+    rows.push_back({bytes, "ring", 0, 0, bw});
+  rows.push_back({1e3, "naive", 0, 0, 5.0});
+  CHECK(dd::latency_bound_below(rows, "ring") == 1e5);
+  CHECK(dd::latency_bound_below(rows, "naive") == 1e3);
+  CHECK(dd::latency_bound_below(rows, "library") == 0);
+}
+
+TEST_CASE("the key-value store: init takes rank 0's value, push sums every device of every rank, pull copies") {
+  dd::KVStore kv;
+  std::vector<Device> devs{cpu(0), cpu(1)};
+  use_devices(devs);
+  kv.init(7, Tensor::full({3}, static_cast<float>(1 + dist::rank()), cpu(0)));
+  Tensor a = Tensor::zeros({3}, cpu(1));
+  kv.pull(7, {a});
+  CHECK(a.to_vector() == std::vector<float>(3, 1.0f));  // rank 0's
+  kv.push(7, {Tensor::full({3}, 2.0f, cpu(0)), Tensor::full({3}, 3.0f, cpu(1))});
+  kv.pull(7, {a});
+  CHECK(a.to_vector() == std::vector<float>(3, 5.0f * static_cast<float>(dist::world_size())));
+  CHECK_THROWS_AS(kv.init(7, a), ConfigError);
+  CHECK_THROWS_AS(kv.pull(8, {a}), ConfigError);
+  CHECK_THROWS_AS(kv.push(7, {Tensor::zeros({4}, cpu(0))}), ShapeError);
+  CHECK_THROWS_AS(kv.pull(7, {Tensor::zeros({2}, cpu(0))}), ShapeError);
+}
+
+TEST_CASE("the parts at --quick sizes: benchmark rows, DDP variants, equivalence, one timeline of every rank") {
+  if (dist::world_size() == 1) {
+    MESSAGE("one process: the parts need mpirun");
+    return;
+  }
+  dd::Config cfg = quick();
+  auto rows = dd::bandwidth(cfg);
+  REQUIRE(rows.size() == 3 * cfg.sizes.size());
+  for (auto& r : rows) {
+    CHECK(r.seconds > 0);
+    CHECK(r.busbw == doctest::Approx(r.algbw * 2 * (dist::world_size() - 1) / dist::world_size()));
+  }
+
+  std::vector<trace::Record> events;
+  auto v = dd::ddp(cfg, true, &events);
+  REQUIRE(v.size() == 2 + cfg.bucket_mbs.size());
+  size_t trainable = 0;
+  for (auto& [name, p] : concise::resnet18(10)->collect_params()) trainable += p->differentiable() ? 1 : 0;
+  CHECK(v[0].buckets == trainable);  // ResNet-18's trainable parameters, one bucket each
+  CHECK(v[1].buckets == 1);   // one flat allreduce
+  CHECK(v.back().buckets >= 1);
+  CHECK(v.back().buckets < v[0].buckets);
+  for (auto& x : v) {
+    CHECK(x.step_seconds.size() == static_cast<size_t>(cfg.repeats));
+    CHECK(x.mean > 0);
+    CHECK(x.hidden >= 0);
+    CHECK(x.hidden <= 1);
+    CHECK(x.comm_seconds > 0);
+  }
+  CHECK_FALSE(events.empty());
+
+  auto [diff, scale] = dd::equivalence(cfg);
+  CHECK(diff <= 1e-5 * scale);
+
+  const auto path = std::filesystem::temp_directory_path() / "d2l_distributed_timeline.json";
+  dd::write_timeline(path.string(), events);
+  dist::barrier();
+  if (dist::rank() == 0) {
+    std::ifstream in(path);
+    std::stringstream text;
+    text << in.rdbuf();
+    for (int r = 0; r < dist::world_size(); ++r) {
+      CAPTURE(r);
+      CHECK(text.str().find("\"name\": \"rank " + std::to_string(r) + "\"") != std::string::npos);
+      CHECK(text.str().find("\"pid\": " + std::to_string(r) + ", \"tid\"") != std::string::npos);
+    }
+    CHECK(text.str().find("\"name\": \"bucket 0") != std::string::npos);
+    CHECK(text.str().find("cpu(0) comm") != std::string::npos);
+    std::filesystem::remove(path);
+  }
+}

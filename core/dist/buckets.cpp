@@ -1,0 +1,174 @@
+#include "core/dist/buckets.hpp"
+
+#include <cstdio>
+#include <stdexcept>
+
+#include "core/autograd.hpp"
+#include "core/copy.hpp"
+#include "core/ops.hpp"
+#include "core/trace.hpp"
+
+namespace d2l::dist {
+
+namespace {
+
+std::string mb(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f MB", bytes / 1e6);
+  return buf;
+}
+
+}  // namespace
+
+Buckets::Buckets(std::vector<std::vector<Tensor>> replicas, BucketOptions options)
+    : replicas_(std::move(replicas)), options_(std::move(options)) {
+  check_algorithm("bucket allreduce algorithm", options_.algorithm);
+  if (!(options_.bucket_mb >= 0)) throw ConfigError("bad --bucket-mb: must be >= 0 (0: one bucket per parameter)");
+  if (replicas_.empty()) throw ShapeError("dist::Buckets: no parameters");
+  const size_t devices = replicas_[0].size();
+  for (size_t k = 0; k < replicas_.size(); ++k) {
+    if (replicas_[k].size() != devices || devices == 0)
+      throw ShapeError("dist::Buckets: every parameter needs one replica per device (" + std::to_string(devices) + ")");
+    for (size_t i = 0; i < devices; ++i) {
+      const Tensor& t = replicas_[k][i];
+      if (!t.defined() || t.dtype() != DType::f32 || t.shape() != replicas_[k][0].shape() ||
+          t.device() != replicas_[0][i].device())
+        throw ShapeError("dist::Buckets: parameter " + std::to_string(k) + "'s replicas must be float32 tensors of one "
+                         "shape on the same devices as the other parameters'");
+      param_of_[&t.impl()] = k;
+    }
+  }
+  // Reverse registration order, filled up to the cap; a parameter larger than the cap is alone.
+  const double cap = options_.bucket_mb * 1e6;
+  bucket_of_.assign(replicas_.size(), 0);
+  for (size_t j = replicas_.size(); j-- > 0;) {
+    const double bytes = 4.0 * static_cast<double>(replicas_[j][0].numel());
+    if (buckets_.empty() || (4.0 * static_cast<double>(buckets_.back().numel) + bytes > cap))
+      buckets_.push_back(Bucket{});
+    buckets_.back().params.push_back(j);
+    buckets_.back().numel += replicas_[j][0].numel();
+    bucket_of_[j] = buckets_.size() - 1;
+  }
+  const Device first = replicas_[0][0].device();
+  for (auto& b : buckets_) b.flat = Tensor::zeros({b.numel}, first);
+  work_.resize(buckets_.size());
+  launched_.assign(buckets_.size(), false);
+  hook_ = add_grad_ready_hook([this](TensorImpl& leaf) { on_grad_ready(leaf); });
+}
+
+Buckets::~Buckets() { remove_grad_ready_hook(hook_); }
+
+bool Buckets::same_replicas(const std::vector<std::vector<Tensor>>& replicas) const {
+  if (replicas.size() != replicas_.size()) return false;
+  for (size_t k = 0; k < replicas.size(); ++k) {
+    if (replicas[k].size() != replicas_[k].size()) return false;
+    for (size_t i = 0; i < replicas[k].size(); ++i)
+      if (!replicas[k][i].same(replicas_[k][i])) return false;
+  }
+  return true;
+}
+
+void Buckets::start_step_if_new() {
+  if (in_step_) return;
+  in_step_ = true;
+  replicas_ready_.assign(replicas_.size(), 0);
+  params_missing_.assign(buckets_.size(), 0);
+  for (size_t b = 0; b < buckets_.size(); ++b) params_missing_[b] = buckets_[b].params.size();
+  launched_.assign(buckets_.size(), false);
+  next_ = 0;
+  ready_log_.clear();
+  launch_log_.clear();
+}
+
+void Buckets::on_grad_ready(TensorImpl& leaf) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = param_of_.find(&leaf);
+  if (it == param_of_.end() || !sync_) return;  // not ours, or no_sync: accumulate only
+  start_step_if_new();
+  const size_t k = it->second;
+  if (++replicas_ready_[k] != static_cast<int>(replicas_[k].size())) return;  // another device still to come
+  ready_log_.push_back(k);
+  if (--params_missing_[bucket_of_[k]] == 0 && options_.overlap) launch_ready();
+}
+
+void Buckets::launch_ready() {
+  while (next_ < buckets_.size() && params_missing_[next_] == 0) launch(next_, true);
+}
+
+// Packs bucket b's gradients (each summed over this process's devices on the first one) into its
+// flat buffer and starts its allreduce; nothing here waits.
+void Buckets::launch(size_t b, bool during_backward) {
+  NoGrad no_grad;
+  Bucket& bucket = buckets_[b];
+  const Device first = bucket.flat.device();
+  trace::Label label("bucket " + std::to_string(b) + " (" + mb(4.0 * static_cast<double>(bucket.numel)) + ")",
+                     static_cast<int64_t>(b));
+  size_t offset = 0;
+  for (size_t k : bucket.params) {
+    Tensor g = replicas_[k][0].grad();
+    const size_t bytes = 4 * static_cast<size_t>(replicas_[k][0].numel());
+    if (!g.defined()) {  // never used by the forward pass: contributes zeros
+      copy_bytes(Tensor::zeros(replicas_[k][0].shape(), first), 0, bucket.flat, offset, bytes);
+    } else {
+      for (size_t i = 1; i < replicas_[k].size(); ++i) {
+        Tensor gi = replicas_[k][i].grad();
+        if (gi.defined()) add_(g, gi.to(first));
+      }
+      copy_bytes(g, 0, bucket.flat, offset, bytes);
+    }
+    offset += bytes;
+  }
+  work_[b] = allreduce_async(bucket.flat, options_.algorithm);
+  launched_[b] = true;
+  launch_log_.push_back({b, during_backward});
+  next_ = b + 1;
+}
+
+void Buckets::finish() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!sync_) throw std::logic_error("dist::Buckets::finish() inside no_sync: the gradients are not to be reduced yet");
+  start_step_if_new();
+  while (next_ < buckets_.size()) launch(next_, false);
+  NoGrad no_grad;
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    Bucket& bucket = buckets_[b];
+    work_[b].wait();  // the first device's compute stream waits for the collective
+    size_t offset = 0;
+    for (size_t k : bucket.params) {
+      const size_t bytes = 4 * static_cast<size_t>(replicas_[k][0].numel());
+      Tensor g = replicas_[k][0].grad();
+      if (g.defined()) {
+        copy_bytes(bucket.flat, offset, g, 0, bytes);
+        for (size_t i = 1; i < replicas_[k].size(); ++i) {
+          Tensor gi = replicas_[k][i].grad();
+          if (gi.defined()) g.copyto(gi);
+        }
+      }
+      offset += bytes;
+    }
+  }
+  in_step_ = false;
+}
+
+std::vector<size_t> Buckets::ready_order() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return ready_log_;
+}
+
+std::vector<std::pair<size_t, bool>> Buckets::launch_order() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return launch_log_;
+}
+
+Buckets::NoSync::NoSync(Buckets& b) : b_(b) {
+  std::lock_guard<std::mutex> lock(b_.mu_);
+  if (b_.in_step_) throw std::logic_error("dist::Buckets::NoSync: a step's buckets are already launching");
+  b_.sync_ = false;
+}
+
+Buckets::NoSync::~NoSync() {
+  std::lock_guard<std::mutex> lock(b_.mu_);
+  b_.sync_ = true;
+}
+
+}  // namespace d2l::dist
