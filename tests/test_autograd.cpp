@@ -159,3 +159,29 @@ TEST_CASE("ops refuse inputs on different devices and bad shapes with one clear 
   CHECK_THROWS_AS(reshape(a, {4, 2}), ShapeError);
   CHECK_THROWS_AS(split(a, {1, 2}), ShapeError);
 }
+
+TEST_CASE("gradient-ready hooks: once per leaf per backward, when its whole gradient has been enqueued") {
+  // y = sum(a * a + a * b) + sum(b): a reaches the loss through three edges, b through two, c not at
+  // all. When a hook hears of a leaf, the leaf's gradient must already hold its full value (the
+  // hook reads it, waiting for the device): d/da = 2a + b, d/db = a + 1.
+  auto vec = [](std::vector<float> v) { return Tensor::from_vector(v, {3}, cpu(0)); };
+  Tensor a = vec({1, 2, 3}), b = vec({4, 5, 6}), c = vec({7, 8, 9});
+  a.attach_grad(), b.attach_grad(), c.attach_grad();
+  std::vector<std::pair<TensorImpl*, std::vector<float>>> heard;
+  const int id = add_grad_ready_hook([&](TensorImpl& leaf) {
+    heard.push_back({&leaf, Tensor(leaf.grad).to_vector()});
+  });
+  Tensor y = add(sum(add(mul(a, a), mul(a, b))), sum(b));
+  y.backward();
+  remove_grad_ready_hook(id);
+  REQUIRE(heard.size() == 2);
+  for (auto& [leaf, g] : heard) {
+    if (leaf == &a.impl()) CHECK(g == std::vector<float>{6, 9, 12});
+    else if (leaf == &b.impl()) CHECK(g == std::vector<float>{2, 3, 4});
+    else FAIL("a leaf that is not in the graph was reported");
+  }
+  CHECK(heard[0].first != heard[1].first);
+  y = sum(mul(c, c));
+  y.backward();  // the hook is gone: nothing more is heard
+  CHECK(heard.size() == 2);
+}

@@ -15,13 +15,13 @@
 
 namespace d2l::distributed {
 
-namespace {
-
 double max_over_ranks(double x) {
   double m = x;
   for (auto& s : dist::gather_strings(std::to_string(x))) m = std::max(m, std::stod(s));
   return m;
 }
+
+namespace {
 
 // Seconds per allreduce of t with `algorithm`, `iters` of them back to back, the slowest rank's.
 double time_allreduce(const Tensor& t, const std::string& algorithm, int iters) {

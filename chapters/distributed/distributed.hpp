@@ -46,6 +46,9 @@ struct Config {
 // --quick: tiny sizes for tests (seconds).
 void make_quick(Config& cfg);
 
+// The largest of every rank's x (a collective: every rank calls it and gets the same value).
+double max_over_ranks(double x);
+
 // ---- 1. ring synchronization: the collectives benchmark (bandwidth.cpp)
 struct BandwidthRow {
   double bytes = 0;
@@ -67,13 +70,13 @@ struct Variant {
   std::vector<double> step_seconds;  // per timed step, the slowest rank's
   double mean = 0, std = 0;
   double comm_seconds = 0;      // the traced step's communication (rank 0)
-  double hidden = 0;            // the fraction of it during which the device ran forward/backward kernels
+  double hidden = 0;            // the fraction of it during which the device ran backward kernels
 };
 // Every variant, under the link model when `model` is true, on the real transport otherwise. The
 // traced step of the cfg.bucket_mb variant is kept in `trace_events` (this rank's) when given.
 std::vector<Variant> ddp(const Config& cfg, bool model, std::vector<trace::Record>* trace_events = nullptr);
 // The fraction of the comm lane's bucket tasks ("bucket ...") that overlaps the device's compute tasks
-// labelled "forward+backward", and the bucket tasks' total time in seconds.
+// labelled "backward", and the bucket tasks' total time in seconds.
 std::pair<double, double> hidden_fraction(const std::vector<trace::Record>& events, Device device);
 
 // ---- 3. equivalence (equivalence.cpp): the largest |difference| of any parameter after the steps,

@@ -44,11 +44,11 @@ dd::Config quick() {
 }  // namespace
 
 TEST_CASE("hidden fraction: communication time during which the device computes, from trace records") {
-  // comm [0, 10) and [20, 30) (20 us); forward/backward compute [5, 25) and [8, 12) (overlapping each
-  // other): hidden [5, 10) and [20, 25) = 10 us of 20. A copy and a packing task do not count.
+  // comm [0, 10) and [20, 30) (20 us); backward compute [5, 25) and [8, 12) (overlapping each
+  // other): hidden [5, 10) and [20, 25) = 10 us of 20. Forward, a copy and a packing task do not count.
   std::vector<trace::Record> ev{rec("comm", "bucket 0 (1 MB)", 0, 10), rec("comm", "bucket 1 (1 MB)", 20, 30),
-                                rec("compute", "forward+backward", 5, 25), rec("compute", "forward+backward", 8, 12),
-                                rec("copy", "forward+backward", 0, 30), rec("compute", "bucket 1 (1 MB)", 0, 30),
+                                rec("compute", "backward", 5, 25), rec("compute", "backward", 8, 12),
+                                rec("copy", "backward", 0, 30), rec("compute", "forward", 0, 5), rec("compute", "bucket 1 (1 MB)", 0, 30),
                                 rec("comm", "not a bucket", 40, 50)};
   auto [hidden, seconds] = dd::hidden_fraction(ev, cpu(0));
   CHECK(hidden == doctest::Approx(0.5));

@@ -50,7 +50,7 @@ int main(int argc, char** argv) {
   app.add_flag("--eval-all-devices", cfg.eval_all_devices, "exercise 4: every device evaluates a shard of the test set");
   app.add_flag("--dist", cfg.dist, "data parallel over the processes of mpirun too: gradients summed over the devices, then across the processes");
   app.add_option("--bucket-mb", cfg.bucket_mb, "--dist: DDP's gradient buckets of this many MB, allreduced during backward (0: one per parameter; -1: none, one allreduce per parameter after backward)")->capture_default_str();
-  app.add_option("--dist-allreduce", cfg.dist_allreduce, "--dist: library (MPI_Allreduce) or ring (ours over MPI point-to-point)")->capture_default_str();
+  app.add_option("--dist-allreduce", cfg.dist_allreduce, "--dist: library (MPI_Allreduce), ring (ours over MPI point-to-point) or naive (everything to rank 0 and back)")->capture_default_str();
   app.add_option("--plot", cfg.plot, "PNG of test accuracy per epoch ('' for none)")->capture_default_str();
   app.add_option("--trace", trace_file, "write the devices' timeline to this file as Chrome-trace JSON (Perfetto, chrome://tracing)");
   app.add_option("--trace-tasks", trace_tasks, "--trace records at most this many stream tasks (the start of the run)")->capture_default_str();

@@ -11,7 +11,10 @@
 //   dist_sync       across processes (MXNet's name; core/dist): the replicas of a process are summed as
 //                   'device' does, then across the processes with the library's allreduce
 //                   (MPI_Allreduce), then copied back; each replica updates itself. In a world of
-//                   one it is 'device'. dist_sync_ring: the same with our ring over MPI.
+//                   one it is 'device'. dist_sync_ring: the same with our ring over MPI. With
+//                   set_buckets (chapters 2 and 4: --bucket-mb), DDP's gradient buckets do the sums
+//                   instead, launched during backward (core/dist/buckets.hpp); trainer.step only
+//                   finishes them (reduce_all) and applies the update.
 //   nccl    needs GPUs and a build with NCCL (this build has none): a ConfigError.
 // device and local add the replicas in the same order (replica 0, then 1, ...), so they give the
 // same bits; ring adds chunk by chunk in ring order (equal within float reassociation). With one
