@@ -42,6 +42,19 @@ inline std::vector<float> random_data(int64_t n, uint32_t seed) {
   return v;
 }
 
+// The process's peak resident memory so far in MB (VmHWM; ru_maxrss in PyTorch's script: the same).
+inline double peak_rss_mb() {
+  std::ifstream f("/proc/self/status");
+  std::string key;
+  double kb = -1;
+  while (f >> key)
+    if (key == "VmHWM:") {
+      f >> kb;
+      break;
+    }
+  return kb / 1024.0;
+}
+
 // The 1-minute load average (a 2-core machine is busy beyond 2).
 inline double load_average() {
   std::ifstream f("/proc/loadavg");

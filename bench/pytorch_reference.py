@@ -19,6 +19,7 @@ Prints "RESULT <key> <value>" lines (seconds) for compare.sh. Run it with Debian
   /usr/bin/python3 bench/pytorch_reference.py lenet --threads 2
 """
 import argparse
+import resource
 import gzip
 import json
 import os
@@ -195,6 +196,10 @@ def bench_resnet(args):
           f"min {min(times):.2f} s, median {statistics.median(times):.2f} s, CPU {cpu:.2f} s")
     print(f"RESULT pytorch_resnet18_step_t{args.threads} {min(times):.6g}")
     print(f"RESULT pytorch_resnet18_step_cpu_t{args.threads} {cpu:.6g}")
+    # Peak resident memory of the process, as resnet18_step_bench reports its own (VmHWM).
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"memory: peak resident {peak_mb:.0f} MB (process)")
+    print(f"RESULT pytorch_resnet18_step_peak_rss_mb {peak_mb:.1f}")
 
 
 # ---- the Gluon lab's CNN (book/004; chapters/multi_gpu_concise's lab_cnn)

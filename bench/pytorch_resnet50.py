@@ -10,6 +10,7 @@ Run it with Debian's own python3 (/usr/bin/python3, which has python3-torch and 
   /usr/bin/python3 bench/pytorch_resnet50.py --threads 2 --batch 120 --image 128
 """
 import argparse
+import resource
 import statistics
 import sys
 import time
@@ -58,6 +59,10 @@ def main():
           f"batch {a.batch} of 3x{a.image}x{a.image}: min {min(wall):.2f} s  median {statistics.median(wall):.2f} s  "
           f"cpu {min(cpu):.2f} s")
     print(f"RESULT pytorch_resnet50_step_t{a.threads} {min(wall):.6g}")
+    # Peak resident memory of the process (KB on Linux), as model_parallel_bench reports its own (VmHWM).
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"memory: peak resident {peak_mb:.0f} MB (process)")
+    print(f"RESULT pytorch_resnet50_step_peak_rss_mb {peak_mb:.1f}")
     return 0
 
 

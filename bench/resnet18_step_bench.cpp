@@ -180,6 +180,10 @@ int main(int argc, char** argv) {
               step_flops / 1e9, 3 * g_conv_flops / 1e9, step_flops / st.min / 1e9);
   b::result("resnet18_step_t" + std::to_string(threads), st.min);
   b::result("resnet18_step_cpu_t" + std::to_string(threads), st.cpu_median);
+  const auto mem = d2l::runtime(d2l::cpu(0)).allocator->stats();
+  std::printf("memory: peak resident %.0f MB (process); cpu(0)'s allocator: peak in use %.0f MB, peak reserved %.0f MB\n",
+              b::peak_rss_mb(), mem.peak / 1e6, mem.reserved_peak / 1e6);
+  b::result("resnet18_step_peak_rss_mb", b::peak_rss_mb());
   std::printf("load average at the end: %.2f (a 2-core machine is busy beyond 2)\n", b::load_average());
   return 0;
 }

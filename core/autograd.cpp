@@ -5,6 +5,7 @@
 #include <mutex>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 
 #include "core/ops.hpp"
 
@@ -47,6 +48,34 @@ bool is_training() { return g_training; }
 TrainMode::TrainMode(bool training) : prev_(g_training) { g_training = training; }
 TrainMode::~TrainMode() { g_training = prev_; }
 
+static thread_local bool g_recomputing = false;
+bool is_recomputing() { return g_recomputing; }
+Recompute::Recompute() : prev_(g_recomputing) { g_recomputing = true; }
+Recompute::~Recompute() { g_recomputing = prev_; }
+
+// Adds one gradient into a leaf's accumulated gradient (an optimiser or zero_grad() resets it).
+static void add_into_leaf(TensorImpl& leaf, const Tensor& g) {
+  if (leaf.grad) add_(Tensor(leaf.grad), g);
+  else leaf.grad = g.clone().ptr();
+}
+
+static thread_local DeferWeightGrads* g_defer = nullptr;
+DeferWeightGrads::DeferWeightGrads() : prev_(g_defer) { g_defer = this; }
+DeferWeightGrads::~DeferWeightGrads() { g_defer = prev_; }
+std::vector<DeferWeightGrads::Work> DeferWeightGrads::take() { return std::exchange(work_, {}); }
+void DeferWeightGrads::run(std::vector<Work>& work) {
+  NoGrad no_grad;
+  for (auto& w : work) w();
+  work.clear();
+}
+
+bool defer_weight_grad(const Tensor& w, std::function<Tensor()> make) {
+  if (!g_defer || w.impl().grad_fn || !w.impl().requires_grad) return false;
+  if (std::find(g_defer->keep_.begin(), g_defer->keep_.end(), w.ptr().get()) != g_defer->keep_.end()) return false;
+  g_defer->work_.push_back([leaf = w.ptr(), make = std::move(make)] { add_into_leaf(*leaf, make()); });
+  return true;
+}
+
 void record(const Tensor& out, const char* name, const std::vector<Tensor>& inputs,
             std::function<std::vector<Tensor>(const Tensor&)> backward) {
   if (!g_grad_enabled) return;
@@ -54,8 +83,17 @@ void record(const Tensor& out, const char* name, const std::vector<Tensor>& inpu
   if (!any) return;
   auto node = std::make_shared<Node>();
   node->name = name;
-  for (auto& t : inputs) node->inputs.push_back(t.ptr());
+  for (auto& t : inputs) {
+    Edge e;
+    if (t.defined()) {
+      e.shape = t.shape();
+      if (t.impl().grad_fn) e.fn = t.impl().grad_fn;
+      else if (t.impl().requires_grad) e.leaf = t.ptr();
+    }
+    node->inputs.push_back(std::move(e));
+  }
   node->backward = std::move(backward);
+  node->output = out.ptr();
   out.impl().grad_fn = std::move(node);
 }
 
@@ -71,18 +109,23 @@ void backward(const Tensor& root) {
   NoGrad no_grad;  // backward kernels are not themselves recorded
 
   // Reverse topological order of the nodes reachable from the root (iterative DFS, post-order).
-  std::vector<Node*> order;
+  // `order` holds each node, so none goes away while the pass runs.
+  std::vector<std::shared_ptr<Node>> order;
   std::unordered_set<Node*> seen;
-  std::vector<std::pair<Node*, size_t>> stack;
-  if (Node* r = root.impl().grad_fn.get()) {
-    stack.push_back({r, 0});
-    seen.insert(r);
-  }
+  std::vector<std::pair<std::shared_ptr<Node>, size_t>> stack;
+  auto visit = [&](const std::shared_ptr<Node>& n) {
+    if (n->released)
+      throw std::logic_error("backward through " + n->name + " a second time: its saved tensors were freed by the first "
+                             "backward through it; compute the loss again (PyTorch's retain_graph)");
+    stack.push_back({n, 0});
+    seen.insert(n.get());
+  };
+  if (root.impl().grad_fn) visit(root.impl().grad_fn);
   while (!stack.empty()) {
     auto& [node, next] = stack.back();
     if (next < node->inputs.size()) {
-      Node* child = node->inputs[next++]->grad_fn.get();
-      if (child && seen.insert(child).second) stack.push_back({child, 0});
+      const std::shared_ptr<Node>& child = node->inputs[next++].fn;
+      if (child && !seen.count(child.get())) visit(child);
     } else {
       order.push_back(node);
       stack.pop_back();
@@ -93,9 +136,9 @@ void backward(const Tensor& root) {
   // How many edges of the graph still lead into each leaf that wants a gradient: when the last one
   // is done, the leaf's gradient for this pass is complete and the ready hooks hear of it.
   std::unordered_map<TensorImpl*, int> pending;
-  for (Node* node : order)
+  for (auto& node : order)
     for (auto& in : node->inputs)
-      if (!in->grad_fn && in->requires_grad) ++pending[in.get()];
+      if (in.leaf) ++pending[in.leaf.get()];
   const std::vector<GradReadyHook> hooks = hooks_now();
 
   std::unordered_map<Node*, Tensor> node_grad;
@@ -104,8 +147,7 @@ void backward(const Tensor& root) {
   auto complete = [&](const std::shared_ptr<TensorImpl>& leaf) {
     auto it = leaf_grad.find(leaf.get());
     if (it != leaf_grad.end()) {
-      if (leaf->grad) add_(Tensor(leaf->grad), it->second);
-      else leaf->grad = it->second.clone().ptr();
+      add_into_leaf(*leaf, it->second);
       leaf_grad.erase(it);
     }
     for (auto& h : hooks) h(*leaf);
@@ -114,25 +156,33 @@ void backward(const Tensor& root) {
   if (root.impl().grad_fn) node_grad[root.impl().grad_fn.get()] = seed;
   else leaf_grad[&root.impl()] = seed, complete(root.ptr());
 
-  for (Node* node : order) {
-    Tensor gy = node_grad[node];
-    node_grad.erase(node);
+  for (std::shared_ptr<Node>& node : order) {
+    Tensor gy = node_grad[node.get()];
+    node_grad.erase(node.get());
     std::vector<Tensor> gx;
     if (gy.defined()) gx = node->backward(gy);
     if (!debug::mutate_backward_of.empty() && node->name == debug::mutate_backward_of && !gx.empty() &&
         gx[0].defined())
       gx[0] = scale(gx[0], 1.1f);
     for (size_t i = 0; i < node->inputs.size(); ++i) {
-      auto& in = node->inputs[i];
-      const bool leaf = !in->grad_fn && in->requires_grad;
+      const Edge& in = node->inputs[i];
       if (i < gx.size() && gx[i].defined()) {
-        if (gx[i].shape() != in->shape)
+        if (gx[i].shape() != in.shape)
           throw std::logic_error("backward of " + node->name + " gave a gradient of shape " + str(gx[i].shape()) +
-                                 " for an input of shape " + str(in->shape));
-        if (in->grad_fn) accumulate(node_grad[in->grad_fn.get()], gx[i]);
-        else if (leaf) accumulate(leaf_grad[in.get()], gx[i]);
+                                 " for an input of shape " + str(in.shape));
+        if (in.fn) accumulate(node_grad[in.fn.get()], gx[i]);
+        else if (in.leaf) accumulate(leaf_grad[in.leaf.get()], gx[i]);
       }
-      if (leaf && --pending[in.get()] == 0) complete(in);
+      if (in.leaf && --pending[in.leaf.get()] == 0) complete(in.leaf);
+    }
+    // Done with this node: free what its backward saved (activations), as PyTorch does, unless
+    // another graph still leads to it (a node shared by several losses, as SyncBatchNorm's
+    // statistics are by the per-device losses): then only `order` and its own output hold it.
+    const long holders = 1 + (node->output.expired() ? 0 : 1);
+    if (node.use_count() <= holders) {
+      node->backward = nullptr;
+      node->inputs.clear();
+      node->released = true;
     }
   }
 }

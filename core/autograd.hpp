@@ -12,11 +12,24 @@
 
 namespace d2l {
 
+struct Node;
+// An edge from a node to one input of its op. It holds what backward needs to reach and never the
+// input's memory: an activation lives only as long as some backward closure saves it (as PyTorch's
+// graph edges point at grad_fn nodes, not at tensors).
+struct Edge {
+  std::shared_ptr<Node> fn;          // the input's own node, when the input is a result of an op
+  std::shared_ptr<TensorImpl> leaf;  // the input itself, when it is a leaf that wants a gradient
+  Shape shape;                       // the input's shape (its gradient must have it)
+};
+
 struct Node {
   std::string name;                                   // op name, e.g. "matmul"
-  std::vector<std::shared_ptr<TensorImpl>> inputs;    // edges to what the op read
+  std::vector<Edge> inputs;                           // one per input of the op, in order
   // Given d(loss)/d(output), returns d(loss)/d(input) per input (undefined = no gradient).
   std::function<std::vector<Tensor>(const Tensor& grad_out)> backward;
+  // After a backward pass through it no other graph reaches, its saved tensors and edges are freed.
+  bool released = false;
+  std::weak_ptr<TensorImpl> output;  // the result it made (whose grad_fn it is), while that lives
 };
 
 // Whether ops record graph nodes (on by default). The book's autograd.record() is the default here;
@@ -46,11 +59,56 @@ class TrainMode {  // scope: TrainMode t(false) evaluates
   bool prev_;
 };
 
+// Activation recomputation (core/pipeline's checkpointing): inside a Recompute scope a forward is a
+// second run of one already made, so BatchNorm leaves its running statistics alone.
+bool is_recomputing();
+class Recompute {
+ public:
+  Recompute();
+  ~Recompute();
+  Recompute(const Recompute&) = delete;
+  Recompute& operator=(const Recompute&) = delete;
+
+ private:
+  bool prev_;
+};
+
+// Zero-bubble pipelines (core/pipeline's zb-h1) split a backward into B, the input gradients, and W,
+// the weight gradients. While a DeferWeightGrads scope is alive on this thread, ops whose weight
+// gradient is a kernel of its own (conv2d's backward_weight, matmul's) leave the gradient of a leaf
+// out of backward and keep its work here; run() later enqueues that work and adds each gradient
+// into its leaf.
+class DeferWeightGrads {
+ public:
+  DeferWeightGrads();
+  ~DeferWeightGrads();
+  DeferWeightGrads(const DeferWeightGrads&) = delete;
+  DeferWeightGrads& operator=(const DeferWeightGrads&) = delete;
+  using Work = std::function<void()>;
+  std::vector<Work> take();  // the work kept so far (the scope keeps collecting)
+  // A leaf whose gradient B must give now (a pipeline stage's received input, not a weight).
+  void not_deferred(const Tensor& leaf) { keep_.push_back(leaf.ptr().get()); }
+  static void run(std::vector<Work>& work);  // enqueue it, in order; clears `work`
+
+ private:
+  DeferWeightGrads* prev_;
+  std::vector<Work> work_;
+  std::vector<const TensorImpl*> keep_;
+  friend bool defer_weight_grad(const Tensor&, std::function<Tensor()>);
+};
+// Called by an op's backward for its input `w`: when a DeferWeightGrads scope is alive and w is a
+// leaf that wants a gradient, keeps `make` (which enqueues w's gradient and returns it) for W and
+// returns true; the op then returns no gradient for w. Otherwise returns false.
+bool defer_weight_grad(const Tensor& w, std::function<Tensor()> make);
+
 // Called by ops: when recording and any input needs a gradient, gives `out` a Node.
 void record(const Tensor& out, const char* name, const std::vector<Tensor>& inputs,
             std::function<std::vector<Tensor>(const Tensor&)> backward);
 
-// Runs backward from a one-element tensor (Tensor::backward calls this).
+// Runs backward from a one-element tensor (Tensor::backward calls this). As in PyTorch, each node's
+// saved tensors are freed once its backward has run (retain_graph=False), unless another graph
+// still leads to the node (several losses sharing a part, each with its own backward); a second
+// backward through a freed node is a logic_error that says so.
 void backward(const Tensor& root);
 
 // Gradient-ready hooks (DDP's autograd hook, core/dist/buckets.hpp): during backward(), the moment

@@ -99,6 +99,24 @@ void copy_from_host(const void* host, size_t bytes, const Tensor& dst) {
   d.compute.wait(done);
 }
 
+HostValue read_later(const Tensor& t) {
+  if (t.numel() != 1 || t.dtype() != DType::f32)
+    throw ShapeError("read_later: a one-element float32 tensor is needed, got " + str(t.shape()));
+  DeviceRuntime& rt = runtime(t.device());
+  HostValue h;
+  h.v_ = std::make_shared<float>(0.0f);
+  rt.compute.enqueue_untraced("read value", [keep = t.storage(), out = h.v_, d = t.device(), stream = rt.gpu.compute] {
+    transfer(out.get(), cpu(0), keep->ptr, d, sizeof(float), stream);
+  });
+  rt.compute.record(h.ready_);
+  return h;
+}
+
+float HostValue::value() const {
+  ready_.synchronize();
+  return *v_;
+}
+
 void copy_to_host(const Tensor& src, void* host, size_t bytes) {
   DeviceRuntime& s = runtime(src.device());
   s.compute.synchronize();  // every copy into s is waited for by s's compute stream

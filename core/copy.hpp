@@ -4,6 +4,9 @@
 #pragma once
 #include <cstddef>
 
+#include <memory>
+
+#include "core/stream.hpp"
 #include "core/tensor.hpp"
 #include "kernels/cpu/parallel.hpp"
 
@@ -14,6 +17,19 @@ void copy_between(const Tensor& src, const Tensor& dst);  // same byte size; any
 void copy_bytes(const Tensor& src, size_t src_offset, const Tensor& dst, size_t dst_offset, size_t bytes);
 void copy_from_host(const void* host, size_t bytes, const Tensor& dst);  // host buffer copied at once
 void copy_to_host(const Tensor& src, void* host, size_t bytes);           // waits for src's device
+// A one-element float tensor's value read in stream order: the copy to the host is queued on its
+// device's compute stream right away, so value() waits for the work queued before that read and not
+// for what the host queues after it (a training loop reads step t's loss while step t+1 runs).
+class HostValue {
+ public:
+  float value() const;  // waits for the read
+ private:
+  friend HostValue read_later(const Tensor& t);
+  std::shared_ptr<float> v_;
+  Event ready_;
+};
+HostValue read_later(const Tensor& t);
+
 // Inside a kernel task on device d (c: its Ctx): memcpy for host memory, a stream-ordered
 // device-to-device copy on a GPU.
 void copy_on_device(Device d, const kernels::cpu::Ctx& c, void* to, const void* from, size_t bytes);

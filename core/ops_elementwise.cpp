@@ -18,11 +18,15 @@ Tensor relu(const Tensor& x) {
   float* Y = y.data();
   int64_t n = x.numel();
   launch(d, "relu", keep({x, y}), [=](const kernels::cpu::Ctx& c) { D2L_KERNEL(c, relu_forward, X, Y, n); });
-  record(y, "relu", {x}, [x, n](const Tensor& gy) {
-    Tensor gx = Tensor::empty(x.shape(), x.device());
-    const float *X = x.data(), *G = gy.data();
+  // The backward needs only where y > 0 (the same places as x > 0), so it keeps y's memory, not x's:
+  // x, often a BatchNorm output nothing else keeps, is then freed (PyTorch's ReLU(inplace=True) saves
+  // the same). Holding y's storage, not y, keeps y's graph node out of its own closure.
+  record(y, "relu", {x}, [ys = y.storage(), shape = x.shape(), d, n](const Tensor& gy) {
+    Tensor gx = Tensor::empty(shape, d);
+    const float *Y = static_cast<const float*>(ys->ptr), *G = gy.data();
     float* GX = gx.data();
-    launch(x.device(), "relu_backward", keep({x, gy, gx}), [=](const kernels::cpu::Ctx& c) { D2L_KERNEL(c, relu_backward, X, G, GX, n); });
+    launch(d, "relu_backward", {ys, gy.storage(), gx.storage()},
+           [=](const kernels::cpu::Ctx& c) { D2L_KERNEL(c, relu_backward, Y, G, GX, n); });
     return std::vector<Tensor>{gx};
   });
   return y;

@@ -1,4 +1,5 @@
 // matmul, bias_add, dense: forward and backward side by side.
+#include "core/autograd.hpp"
 #include "core/ops.hpp"
 #include "core/ops_util.hpp"
 
@@ -21,9 +22,12 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
   launch(d, "matmul", keep({a, b, y}),
          [=](const kernels::cpu::Ctx& c) { run_gemm(c, ta, tb, M, N, K, 1.0f, A, B, 0.0f, C); });
   // y = op(a) @ op(b): d op(a) = gy @ op(b)^T, d op(b) = op(a)^T @ gy, transposed back to storage.
+  // A leaf operand's gradient (a Dense weight) may be deferred to zb-h1's W (core/autograd.hpp).
   record(y, "matmul", {a, b}, [a, b, ta, tb](const Tensor& gy) {
-    Tensor ga = ta ? matmul(b, gy, tb, true) : matmul(gy, b, false, !tb);
-    Tensor gb = tb ? matmul(gy, a, true, ta) : matmul(a, gy, !ta, false);
+    auto grad_a = [a, b, gy, ta, tb] { return ta ? matmul(b, gy, tb, true) : matmul(gy, b, false, !tb); };
+    auto grad_b = [a, gy, ta, tb] { return tb ? matmul(gy, a, true, ta) : matmul(a, gy, !ta, false); };
+    Tensor ga = a.needs_grad() && !defer_weight_grad(a, grad_a) ? grad_a() : Tensor();
+    Tensor gb = b.needs_grad() && !defer_weight_grad(b, grad_b) ? grad_b() : Tensor();
     return std::vector<Tensor>{ga, gb};
   });
   return y;

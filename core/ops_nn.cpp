@@ -1,6 +1,7 @@
 // conv2d, pooling and batch norm: shape checks, kernels on the device's stream, backward beside forward.
 #include "core/ops_nn.hpp"
 
+#include "core/autograd.hpp"
 #include "core/ops.hpp"
 #include "core/ops_util.hpp"
 
@@ -26,14 +27,24 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, Pair stride, Pa
   float* Y = y.data();
   launch(d, "conv2d", keep({x, w, y}), [=](const k::Ctx& c) { D2L_KERNEL(c, conv2d_forward, s, X, W, Y); });
   record(y, "conv2d", {x, w}, [x, w, s](const Tensor& gy) {
-    Tensor gx = Tensor::empty(x.shape(), x.device()), gw = Tensor::empty(w.shape(), w.device());
-    const float *X = x.data(), *W = w.data(), *G = gy.data();
-    float *GX = gx.data(), *GW = gw.data();
-    launch(x.device(), "conv2d_backward", keep({x, w, gy, gx, gw}), [=](const k::Ctx& c) {
-      D2L_KERNEL(c, conv2d_backward_data, s, G, W, GX);
-      D2L_KERNEL(c, conv2d_backward_weight, s, X, G, GW);
-    });
-    return std::vector<Tensor>{gx, gw};
+    Tensor gx;
+    if (x.needs_grad()) {  // (the network's input needs none: its backward_data is skipped)
+      gx = Tensor::empty(x.shape(), x.device());
+      const float *W = w.data(), *G = gy.data();
+      float* GX = gx.data();
+      launch(x.device(), "conv2d_backward_data", keep({w, gy, gx}),
+             [=](const k::Ctx& c) { D2L_KERNEL(c, conv2d_backward_data, s, G, W, GX); });
+    }
+    auto weight_grad = [x, w, gy, s] {
+      Tensor gw = Tensor::empty(w.shape(), w.device());
+      const float *X = x.data(), *G = gy.data();
+      float* GW = gw.data();
+      launch(x.device(), "conv2d_backward_weight", keep({x, gy, gw}),
+             [=](const k::Ctx& c) { D2L_KERNEL(c, conv2d_backward_weight, s, X, G, GW); });
+      return gw;
+    };
+    if (defer_weight_grad(w, weight_grad)) return std::vector<Tensor>{gx, Tensor()};  // zb-h1's W, later
+    return std::vector<Tensor>{gx, weight_grad()};
   });
   return b.defined() ? bias_add(y, b) : y;
 }

@@ -10,6 +10,9 @@
 
 #include "core/gpu/cuda_layer.hpp"
 #include "kernels/cpu/kernels.hpp"
+#ifdef D2L_WITH_CUDA
+#include "kernels/cuda/gpu.hpp"
+#endif
 
 namespace d2l {
 
@@ -39,6 +42,12 @@ static StreamHooks gpu_hooks(Device d, void* cuda_stream) {
                      [i, cuda_stream] { cuda_layer::stream_synchronize(i, cuda_stream); }};
 }
 
+#ifdef D2L_WITH_CUDA
+// nvcc-built launchers' scratch (cudaMallocAsync) counted on the gpu(i) whose stream queued it.
+static void count_gpu_scratch(kernels::cuda::Stream stream, int64_t bytes);
+[[maybe_unused]] static const bool g_scratch_hook = (kernels::cuda::set_scratch_counter(&count_gpu_scratch), true);
+#endif
+
 DeviceRuntime::DeviceRuntime(Device d)
     : pool_(d.kind == DeviceKind::gpu ? 0 : num_cores() - 1),
       gpu(make_gpu_handles(d)),
@@ -60,6 +69,16 @@ Registry& registry() {
   return r;
 }
 }  // namespace
+
+#ifdef D2L_WITH_CUDA
+static void count_gpu_scratch(kernels::cuda::Stream stream, int64_t bytes) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  for (auto& [d, rt] : r.devices)
+    if (rt->gpu.compute == static_cast<void*>(stream) || rt->gpu.copy == static_cast<void*>(stream))
+      return rt->allocator->count(bytes);
+}
+#endif
 
 bool backend_built(DeviceKind kind) { return kind != DeviceKind::gpu || built_with_cuda(); }
 
@@ -115,9 +134,20 @@ void waitall() {
   if (!first.empty()) throw DeviceError(first);
 }
 
+void* DeviceWorkspace::get(size_t bytes) const { return alloc_.allocate(bytes, {stream_.clock().get(), true}); }
+
+// The scratch was the running task's alone: on a CPU-backed device that task is done with it now;
+// on a gpu(i) device once the kernels it queued have run.
+void DeviceWorkspace::put(void* p, size_t bytes) const {
+  const auto& clock = stream_.clock();
+  const bool queued_kernels = stream_.has_fence();
+  alloc_.deallocate(p, bytes, {StreamPoint{clock, clock->run.load(std::memory_order_acquire) + (queued_kernels ? 1 : 0)}});
+}
+
 void launch(Device d, const char* op, std::vector<std::shared_ptr<Storage>> keep,
             std::function<void(const kernels::cpu::Ctx&)> fn) {
   DeviceRuntime& rt = runtime(d);
+  std::erase_if(keep, [&](const std::shared_ptr<Storage>& s) { return s->home == rt.compute.clock(); });
   rt.compute.enqueue(op, [&rt, keep = std::move(keep), fn = std::move(fn)] {
     fn(rt.ctx());
     rt.count_kernel();

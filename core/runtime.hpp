@@ -22,6 +22,19 @@ struct GpuHandles {
   void* blas = nullptr;     // cublasHandle_t on `compute`
 };
 
+// Kernels' scratch buffers from the device's caching allocator (counted in its figures), for the
+// task running now on the device's compute stream (AllocFor::in_task).
+class DeviceWorkspace final : public kernels::cpu::Workspace {
+ public:
+  DeviceWorkspace(Allocator& a, const Stream& s) : alloc_(a), stream_(s) {}
+  void* get(size_t bytes) const override;
+  void put(void* p, size_t bytes) const override;
+
+ private:
+  Allocator& alloc_;
+  const Stream& stream_;
+};
+
 class DeviceRuntime {
   kernels::cpu::ThreadPool pool_;  // first: destroyed after the streams whose tasks use it
 
@@ -30,13 +43,14 @@ class DeviceRuntime {
   explicit DeviceRuntime(Device d);
   Device device;
   std::shared_ptr<Allocator> allocator;
+  DeviceWorkspace workspace{*allocator, compute};  // before the streams: their draining tasks use it
   Stream compute, copy;
 
   // The threads this device's kernels may use (its budget) and a Ctx handing them to a kernel.
   int threads() const { return threads_.load(); }
   void set_threads(int n);
   kernels::cpu::Ctx ctx() {
-    return kernels::cpu::Ctx{threads_.load(), &pool_, device.kind == DeviceKind::emu, gpu.compute, gpu.blas};
+    return kernels::cpu::Ctx{threads_.load(), &pool_, device.kind == DeviceKind::emu, gpu.compute, gpu.blas, &workspace};
   }
   // Kernels run on this device since start-up (a device "did its share").
   uint64_t kernels_run() const { return kernels_.load(); }
@@ -60,8 +74,9 @@ int num_cores();
 // Host waits until every stream of every created device is idle; rethrows the first kept error.
 void waitall();
 
-// Enqueues a kernel on d's compute stream; fn gets the device's Ctx. `keep` holds the storage the
-// kernel touches until it has run.
+// Enqueues a kernel on d's compute stream; fn gets the device's Ctx. `keep`: the storage the kernel
+// touches. Storage allocated for that stream is not held (stream-ordered reuse, core/allocator.hpp:
+// whatever reuses its block is queued after this kernel); any other is held until the kernel has run.
 void launch(Device d, const char* op, std::vector<std::shared_ptr<Storage>> keep,
             std::function<void(const kernels::cpu::Ctx&)> fn);
 

@@ -2,6 +2,16 @@
 
 namespace d2l {
 
+static thread_local const Stream* t_current = nullptr;
+const Stream* Stream::current() { return t_current; }
+
+// done only grows: the host's fence (synchronize) and the stream's thread may both advance it.
+static void advance(std::atomic<uint64_t>& done, uint64_t to) {
+  uint64_t cur = done.load(std::memory_order_relaxed);
+  while (cur < to && !done.compare_exchange_weak(cur, to, std::memory_order_release, std::memory_order_relaxed)) {
+  }
+}
+
 void EventState::complete() {
   {
     std::lock_guard<std::mutex> lock(mu);
@@ -43,11 +53,14 @@ void Stream::enqueue(const char* op, std::function<void()> fn) {
   push(Task{op, std::move(fn), lane_.valid ? trace::capture() : nullptr});
 }
 
+void Stream::enqueue_untraced(const char* op, std::function<void()> fn) { push(Task{op, std::move(fn), nullptr}); }
+
 // record() and wait() push directly: their tasks are not in the trace (waiting is idle time).
 void Stream::push(Task task) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     queue_.push_back(std::move(task));
+    clock_->enqueued.fetch_add(1, std::memory_order_release);
   }
   cv_.notify_one();
 }
@@ -63,6 +76,7 @@ void Stream::record(Event& e) {
       state->complete();  // a failed device still releases its waiters; the error surfaces at sync
       throw;
     }
+    fenced_ = true;
     state->complete();
   }, nullptr});
 }
@@ -78,7 +92,9 @@ void Stream::synchronize() {
   idle_.wait(lock, [&] { return queue_.empty() && !busy_; });
   if (hooks_.fence && error_.empty()) {
     try {
-      hooks_.fence();
+      const uint64_t run = clock_->run.load(std::memory_order_acquire);
+      hooks_.fence();  // everything run so far has its work complete
+      advance(clock_->done, run);
     } catch (const std::exception& ex) {
       error_ = std::string("synchronize on ") + name_.substr(0, name_.find(' ')) + ": " + ex.what();
     }
@@ -91,6 +107,7 @@ void Stream::synchronize() {
 }
 
 void Stream::loop() {
+  t_current = this;
   if (hooks_.on_thread_start) {
     try {
       hooks_.on_thread_start();
@@ -114,7 +131,10 @@ void Stream::loop() {
     if (task.traced) started = trace::Clock::now();
     try {
       task.fn();
-      if (task.traced && hooks_.fence) hooks_.fence();  // gpu(i): the record ends when the GPU is done
+      if (task.traced && hooks_.fence) {  // gpu(i): the record ends when the GPU is done
+        hooks_.fence();
+        fenced_ = true;
+      }
     } catch (const std::exception& ex) {
       err = std::string(task.op) + " on " + name_.substr(0, name_.find(' ')) + ": " + ex.what();
     } catch (...) {
@@ -122,7 +142,9 @@ void Stream::loop() {
     }
     if (task.traced) trace::finish(lane_, task.op, *task.traced, started, trace::Clock::now());
     task.fn = nullptr;  // drop what the task held (storage returns to the allocator) before idling
-    tasks_run_.fetch_add(1);
+    const uint64_t run = clock_->run.fetch_add(1, std::memory_order_acq_rel) + 1;
+    if (!hooks_.fence || fenced_) advance(clock_->done, run);
+    fenced_ = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (!err.empty() && error_.empty()) error_ = err;

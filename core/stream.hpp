@@ -12,6 +12,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "core/trace.hpp"
 
@@ -41,6 +42,22 @@ class Event {
   std::shared_ptr<EventState> state_;
 };
 
+// How far a stream has come, shared with whoever needs to know it after the stream is gone (the
+// caching allocator's blocks): `run` tasks have finished on the stream's thread, `done` tasks have
+// finished their work (the same on CPU-backed streams; on a gpu(i) stream, what the last fence saw,
+// since a task there only queues kernels on the CUDA stream).
+struct StreamClock {
+  std::atomic<uint64_t> enqueued{0}, run{0}, done{0};
+};
+
+// A point in a stream: "everything enqueued on it so far" (cheaper than an Event: no task is queued).
+struct StreamPoint {
+  std::shared_ptr<const StreamClock> clock;
+  uint64_t seq = 0;
+  bool reached() const { return clock->done.load(std::memory_order_acquire) >= seq; }  // its work is complete
+  bool issued() const { return clock->run.load(std::memory_order_acquire) >= seq; }    // its tasks have run
+};
+
 // What a stream of a real GPU adds (core/runtime.cpp): its worker thread first makes the GPU current,
 // and since a task only queues work on a CUDA stream, a fence waits for that work to finish before an
 // event completes or synchronize() returns. CPU-backed streams have neither.
@@ -59,11 +76,17 @@ class Stream {
   // Runs fn on the stream's thread after everything enqueued before. `op` names it in errors and in
   // the trace (core/trace.hpp), which records the task while recording is on.
   void enqueue(const char* op, std::function<void()> fn);
+  void enqueue_untraced(const char* op, std::function<void()> fn);  // housekeeping, never in the trace
   void record(Event& e);        // e now marks "everything enqueued so far on this stream"
   void wait(const Event& e);    // later tasks here start after e's point; no-op if e never recorded
   void synchronize();           // host waits until the queue is drained; rethrows a kept error
   const std::string& name() const { return name_; }
-  uint64_t tasks_run() const { return tasks_run_.load(); }
+  uint64_t tasks_run() const { return clock_->run.load(); }
+  StreamPoint point() const { return {clock_, clock_->enqueued.load(std::memory_order_acquire)}; }
+  const std::shared_ptr<StreamClock>& clock() const { return clock_; }
+  bool has_fence() const { return static_cast<bool>(hooks_.fence); }  // a gpu(i) stream
+  // The stream whose task is running on this thread (null on the host thread).
+  static const Stream* current();
 
  private:
   struct Task {
@@ -81,7 +104,8 @@ class Stream {
   std::deque<Task> queue_;
   bool busy_ = false, stop_ = false;
   std::string error_;  // first error since the last synchronize
-  std::atomic<uint64_t> tasks_run_{0};
+  std::shared_ptr<StreamClock> clock_ = std::make_shared<StreamClock>();
+  bool fenced_ = false;  // the running task ran the fence: its work and everything before it is complete
   std::thread thread_;
 };
 

@@ -7,6 +7,7 @@
 
 #include "core/autograd.hpp"
 #include "core/copy.hpp"
+#include "core/gpu/cuda_layer.hpp"
 #include "core/ops.hpp"
 #include "core/runtime.hpp"
 
@@ -36,7 +37,17 @@ Tensor Tensor::empty(const Shape& shape, Device d, DType t) {
   p->shape = shape;
   p->dtype = t;
   p->device = d;
-  p->storage = std::make_shared<Storage>(runtime(d).allocator, static_cast<size_t>(d2l::numel(shape)) * 4);
+  DeviceRuntime& rt = runtime(d);
+  const size_t bytes = static_cast<size_t>(d2l::numel(shape)) * 4;
+  p->storage = std::make_shared<Storage>(rt.allocator, bytes, rt.compute.clock());  // for compute's work
+  if (fill_nan() && bytes > 0) {  // NaN everywhere, in stream order (the block's last readers may be queued)
+    void* ptr = p->storage->ptr;
+    const int g = d.kind == DeviceKind::gpu ? d.index : -1;
+    rt.compute.enqueue_untraced("fill nan", [ptr, bytes, g] {
+      if (g >= 0) cuda_layer::fill_bytes(g, ptr, 0xFF, bytes);
+      else std::memset(ptr, 0xFF, bytes);
+    });
+  }
   return Tensor(p);
 }
 

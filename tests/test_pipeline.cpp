@@ -69,6 +69,18 @@ std::map<std::string, std::vector<float>> grads_of(const nn::Block& net) {
 
 // A stage of known cost: forward sleeps `fwd` then copies x; its backward sleeps `bwd` then copies
 // the gradient (the identity, so the pipeline's gradients can still be checked).
+// A copy of x that first sleeps `ms` on x's device: a task of known length.
+Tensor sleep_copy(const Tensor& x, std::chrono::milliseconds ms, const char* op) {
+  Tensor y = Tensor::empty(x.shape(), x.device());
+  float *src = x.data(), *dst = y.data();
+  size_t bytes = static_cast<size_t>(x.numel()) * sizeof(float);
+  launch(x.device(), op, {x.storage(), y.storage()}, [=](const kernels::cpu::Ctx&) {
+    std::this_thread::sleep_for(ms);
+    std::memcpy(dst, src, bytes);
+  });
+  return y;
+}
+
 class Sleep : public nn::Block {
  public:
   Sleep(std::chrono::milliseconds fwd, std::chrono::milliseconds bwd) : fwd_(fwd), bwd_(bwd) {}
@@ -81,17 +93,33 @@ class Sleep : public nn::Block {
   std::string type() const override { return "Sleep"; }
 
  private:
-  static Tensor sleep_copy(const Tensor& x, std::chrono::milliseconds ms, const char* op) {
-    Tensor y = Tensor::empty(x.shape(), x.device());
-    float *src = x.data(), *dst = y.data();
-    size_t bytes = static_cast<size_t>(x.numel()) * sizeof(float);
-    launch(x.device(), op, {x.storage(), y.storage()}, [=](const kernels::cpu::Ctx&) {
-      std::this_thread::sleep_for(ms);
-      std::memcpy(dst, src, bytes);
+  std::chrono::milliseconds fwd_, bwd_;
+};
+
+// The identity with a weight: its backward is B, x's gradient ("sleep bwd"), and W, the weight's
+// ("sleep wgrad", zero), each a sleep; zb-h1 runs W later (core/autograd.hpp's DeferWeightGrads).
+class SleepW : public nn::Block {
+ public:
+  SleepW(std::chrono::milliseconds f, std::chrono::milliseconds b, std::chrono::milliseconds w, Device d)
+      : f_(f), b_(b), w_(w), weight_(Tensor::zeros({1}, d)) {
+    weight_.requires_grad(true);
+  }
+  Tensor forward(const Tensor& x) override {
+    Tensor y = sleep_copy(x, f_, "sleep fwd");
+    record(y, "sleep", {x, weight_}, [b = b_, w = w_, weight = weight_](const Tensor& gy) {
+      Tensor gx = sleep_copy(gy, b, "sleep bwd");
+      auto weight_grad = [w, weight] { return sleep_copy(Tensor::zeros({1}, weight.device()), w, "sleep wgrad"); };
+      if (defer_weight_grad(weight, weight_grad)) return std::vector<Tensor>{gx, Tensor()};
+      return std::vector<Tensor>{gx, weight_grad()};
     });
     return y;
   }
-  std::chrono::milliseconds fwd_, bwd_;
+  std::string type() const override { return "SleepW"; }
+  Tensor weight() const { return weight_; }
+
+ private:
+  std::chrono::milliseconds f_, b_, w_;
+  Tensor weight_;
 };
 
 }  // namespace
@@ -112,7 +140,16 @@ TEST_CASE("schedule names, GPipe's bubble, stage orders") {
   CHECK(parse_schedule("gpipe") == Schedule::gpipe);
   CHECK(parse_schedule("1f1b") == Schedule::one_f_one_b);
   CHECK(name(Schedule::one_f_one_b) == "1f1b");
-  CHECK(error_of([] { parse_schedule("zigzag"); }) == "bad pipeline schedule 'zigzag': expected gpipe or 1f1b");
+  CHECK(parse_schedule("zb-h1") == Schedule::zb_h1);
+  CHECK(name(Schedule::zb_h1) == "zb-h1");
+  CHECK(error_of([] { parse_schedule("zigzag"); }) == "bad pipeline schedule 'zigzag': expected gpipe, 1f1b or zb-h1");
+  CHECK(parse_checkpoint("except_last") == Checkpoint::except_last);
+  CHECK(name(Checkpoint::always) == "always");
+  CHECK(error_of([] { parse_checkpoint("sometimes"); }) == "bad checkpoint mode 'sometimes': expected always, except_last or never");
+  // The formulas: 1f1b's idle share is GPipe's bubble; zb-h1's with equal times is (K-1)/(3M+K-1).
+  CHECK(bubble_fraction(Schedule::one_f_one_b, 2, 4, 1, 1, 1) == doctest::Approx(gpipe_bubble(2, 4)));
+  CHECK(bubble_fraction(Schedule::zb_h1, 2, 4, 1, 1, 1) == doctest::Approx(1.0 / 13));
+  CHECK(bubble_fraction(Schedule::zb_h1, 3, 5, 1, 2, 2) == doctest::Approx(2.0 * 1 / (5 * 5 + 2 * 1)));
   CHECK(gpipe_bubble(2, 4) == doctest::Approx(0.2));
   CHECK(gpipe_bubble(1, 5) == 0.0);
   CHECK_THROWS_AS(gpipe_bubble(2, 0), ConfigError);
@@ -128,10 +165,34 @@ TEST_CASE("schedule names, GPipe's bubble, stage orders") {
   CHECK(str_of(stage_order(Schedule::one_f_one_b, 3, 4, 1)) == "F(1,0) F(1,1) B(1,0) F(1,2) B(1,1) F(1,3) B(1,2) B(1,3)");
   CHECK(str_of(stage_order(Schedule::one_f_one_b, 3, 4, 2)) == "F(2,0) B(2,0) F(2,1) B(2,1) F(2,2) B(2,2) F(2,3) B(2,3)");
   CHECK(str_of(stage_order(Schedule::one_f_one_b, 3, 1, 0)) == "F(0,0) B(0,0)");  // fewer micro-batches than stages
+  // zb-h1, K = 2: the last stage runs each W right after its B; stage 0 runs W's while it waits for
+  // stage 1's gradient, and holds at most K-s-1 = 1 pending W beyond that.
+  CHECK(str_of(stage_order(Schedule::zb_h1, 2, 4, 1)) == "F(1,0) B(1,0) W(1,0) F(1,1) B(1,1) W(1,1) F(1,2) B(1,2) W(1,2) F(1,3) B(1,3) W(1,3)");
+  CHECK(str_of(stage_order(Schedule::zb_h1, 2, 4, 0)) == "F(0,0) F(0,1) B(0,0) F(0,2) W(0,0) B(0,1) F(0,3) W(0,1) B(0,2) W(0,2) B(0,3) W(0,3)");
+  for (size_t K = 1; K <= 4; ++K)
+    for (size_t M = 1; M <= 7; ++M)
+      for (size_t s = 0; s < K; ++s) {
+        auto zb = stage_order(Schedule::zb_h1, K, M, s);
+        std::vector<Step> fb;
+        std::map<size_t, size_t> b_at;
+        size_t pending = 0;
+        for (size_t p = 0; p < zb.size(); ++p) {
+          if (zb[p].kind == Step::weight) {
+            CHECK(b_at.count(zb[p].micro_batch) == 1);  // W(i) after B(i)
+            --pending;
+          } else {
+            fb.push_back(zb[p]);
+          }
+          if (zb[p].kind == Step::backward) b_at[zb[p].micro_batch] = p, ++pending;
+          if (zb[p].kind == Step::forward) CHECK(pending + 1 <= K - s);  // W's do not pile up
+        }
+        CHECK(fb == stage_order(Schedule::one_f_one_b, K, M, s));  // 1f1b's F and B
+        CHECK(zb.size() == 3 * M);
+      }
 }
 
 TEST_CASE("the host's enqueue order keeps each stage's order and every data dependency") {
-  for (Schedule sched : {Schedule::gpipe, Schedule::one_f_one_b})
+  for (Schedule sched : {Schedule::gpipe, Schedule::one_f_one_b, Schedule::zb_h1})
     for (size_t K = 1; K <= 4; ++K)
       for (size_t M = 1; M <= 7; ++M) {
         auto order = enqueue_order(sched, K, M);
@@ -140,13 +201,15 @@ TEST_CASE("the host's enqueue order keeps each stage's order and every data depe
           CHECK_MESSAGE(at.count(str(order[p])) == 0, str(order[p]) << " twice");
           at[str(order[p])] = p;
         }
-        CHECK(order.size() == 2 * K * M + 2 * (K - 1) * M);  // F and B per stage, a send per boundary each way
+        // F and B (and zb-h1's W) per stage, a send per boundary each way
+        CHECK(order.size() == (sched == Schedule::zb_h1 ? 3 : 2) * K * M + 2 * (K - 1) * M);
         auto F = [](size_t s, size_t i) { return "F(" + std::to_string(s) + "," + std::to_string(i) + ")"; };
         auto B = [](size_t s, size_t i) { return "B(" + std::to_string(s) + "," + std::to_string(i) + ")"; };
         for (size_t s = 0; s < K; ++s) {
           std::vector<Step> mine;
           for (auto& st : order)
-            if (st.stage == s && (st.kind == Step::forward || st.kind == Step::backward)) mine.push_back(st);
+            if (st.stage == s && (st.kind == Step::forward || st.kind == Step::backward || st.kind == Step::weight))
+              mine.push_back(st);
           CHECK(mine == stage_order(sched, K, M, s));
           for (size_t i = 0; i < M; ++i) {
             if (s > 0) CHECK(at.at(F(s - 1, i)) < at.at("send " + F(s - 1, i)));
@@ -269,12 +332,14 @@ TEST_CASE("forward and forward_backward equal the single-device model") {
         for (auto& [name, g] : grads_of(*net)) CHECK_MESSAGE(test::close(g_ref[name], g, 1e-5, 1e-4, name.c_str()), name);
         CHECK(test::close(gx_ref, x.grad().to_vector(), 1e-6, 1e-4, "x grad"));
       }
-      for (Schedule sched : {Schedule::gpipe, Schedule::one_f_one_b}) {
+      for (Schedule sched : {Schedule::gpipe, Schedule::one_f_one_b, Schedule::zb_h1})
+      for (Checkpoint ckpt : {Checkpoint::never, Checkpoint::except_last, Checkpoint::always}) {
         CAPTURE(name(sched));
+        CAPTURE(name(ckpt));
         net->collect_params().zero_grad();
         Tensor x = X.clone().detach();
         x.attach_grad();
-        Tensor l = forward_backward(stages, x, T, split, sched, mse_sum);
+        Tensor l = forward_backward(stages, x, T, split, sched, mse_sum, ckpt);
         CHECK(l.device() == cut.devices.back());
         CHECK(l.item() == doctest::Approx(l_ref).epsilon(1e-5));
         for (auto& [name, g] : grads_of(*net)) CHECK_MESSAGE(test::close(g_ref[name], g, 1e-5, 1e-4, name.c_str()), name);
@@ -383,6 +448,54 @@ TEST_CASE("the trace shows the overlap, GPipe's bubble and each device's 1F1B or
       CHECK(B(0, 0).start_us < F(0, run.M - 1).start_us);
     }
   }
+}
+
+TEST_CASE("zb-h1 runs W in 1f1b's bubble: its idle fraction, from the trace, is below 1f1b's") {
+  using namespace std::chrono_literals;
+  use_devices({cpu(0), cpu(1), cpu(2)});
+  const size_t K = 3, M = 6;
+  std::map<Schedule, double> idle;
+  for (Schedule sched : {Schedule::one_f_one_b, Schedule::one_f_one_b, Schedule::zb_h1}) {  // the first warms up
+    CAPTURE(name(sched));
+    std::vector<Stage> stages;
+    std::vector<std::shared_ptr<SleepW>> blocks;
+    for (size_t s = 0; s < K; ++s) {
+      blocks.push_back(std::make_shared<SleepW>(30ms, 30ms, 30ms, cpu(static_cast<int>(s))));
+      stages.push_back({blocks.back(), cpu(static_cast<int>(s))});
+    }
+    const int64_t n = static_cast<int64_t>(M) * 2;
+    Tensor x = Tensor::from_vector(test::lcg_data(n * 3, 4), {n, 3}, cpu(0));
+    x.attach_grad();
+    Tensor t = Tensor::zeros({n, 3}, cpu(0));
+    waitall();
+    trace::start();
+    forward_backward(stages, x, t, 2, sched, mse_sum);
+    waitall();
+    trace::stop();
+    auto ev = trace::events();
+    CHECK(test::close(x.detach().to_vector(), x.grad().to_vector(), 1e-6, 1e-6, "identity grad"));
+    for (auto& b : blocks) CHECK(b->weight().grad().defined());  // every W ran
+    size_t wgrads = 0;
+    double first = 1e300, last = 0;
+    for (auto& e : ev)
+      if (e.name.rfind("sleep", 0) == 0) {
+        first = std::min(first, e.start_us), last = std::max(last, e.end_us);
+        if (e.name == "sleep wgrad") {
+          ++wgrads;
+          CHECK(e.label == (sched == Schedule::zb_h1 ? "stage " + std::to_string(e.device.index) + " wgrad mb " + std::to_string(*e.tag)
+                                                     : "stage " + std::to_string(e.device.index) + " bwd mb " + std::to_string(*e.tag)));
+        }
+      }
+    CHECK(wgrads == K * M);
+    double mean = 0;
+    for (size_t s = 0; s < K; ++s) mean += trace::idle_fraction(ev, cpu(static_cast<int>(s)), first, last) / K;
+    idle[sched] = mean;
+  }
+  const double f_1f1b = bubble_fraction(Schedule::one_f_one_b, K, M, 1, 1, 1), f_zb = bubble_fraction(Schedule::zb_h1, K, M, 1, 1, 1);
+  MESSAGE("mean idle fraction: 1f1b " << idle[Schedule::one_f_one_b] << " (formula " << f_1f1b << "), zb-h1 "
+                                      << idle[Schedule::zb_h1] << " (formula " << f_zb << ")");
+  CHECK(idle[Schedule::zb_h1] < idle[Schedule::one_f_one_b] - 0.05);
+  CHECK(idle[Schedule::one_f_one_b] == doctest::Approx(f_1f1b).epsilon(0.25));
 }
 
 TEST_CASE("a short pipelined step on [emu(0), emu(1)] equals the single-device model") {

@@ -1,6 +1,7 @@
 // Steps 3-5 of the section: train(model), timeit.repeat, the three plots, the best split size.
 #include "chapters/model_parallel/experiment.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -72,7 +73,11 @@ void validate(const Config& cfg) {
       throw ConfigError("bad --partition '" + given + "': expected " + std::to_string(cfg.stages) +
                         " increasing block indices (one per stage of --stages) starting at 0 and below 22");
   }
-  if (!cfg.trace_file.empty()) trace::check_writable(cfg.trace_file);
+  if (!cfg.trace_file.empty()) {
+    trace::check_writable(cfg.trace_file);
+    for (auto sched : {pipeline::Schedule::gpipe, pipeline::Schedule::one_f_one_b, pipeline::Schedule::zb_h1})
+      if (sched != cfg.schedule) trace::check_writable(schedule_trace_path(cfg.trace_file, sched));
+  }
   if (!cfg.out_dir.empty() && !(std::filesystem::is_directory(cfg.out_dir) && ::access(cfg.out_dir.c_str(), W_OK) == 0))
     throw ConfigError("bad --out-dir '" + cfg.out_dir + "': not a writable directory (the PNGs go there; '' for none)");
 }
@@ -112,8 +117,7 @@ void train(ResNet& model, Device input_device, const Config& cfg) {
       mse(outputs, labels).backward();
     }
     optimizer.step(1);  // SGD on the mean loss: no division by a batch size
-    // One batch at a time: a device frees memory only when its queued work has run, so a host that
-    // enqueued every batch ahead would hold all their activations and gradients at once.
+    // loss.item() in spirit: the host waits for each batch, so a timed train() is exactly its batches.
     waitall();
   }
 }
@@ -195,6 +199,7 @@ Result run(const Config& cfg) {
   // Step 4: setup = "model = PipelineParallelResNet50()".
   manual_seed(cfg.seed);
   PipelineParallelResNet50 pp(cfg.split_size, pipe_devices, cfg.schedule, cfg.partition, cfg.num_classes);
+  pp.checkpoint = cfg.checkpoint;
   if (cfg.balance) {
     // A micro-batch's worth of images: the blocks' costs at the size the stages will see.
     Tensor sample = normal({cfg.split_size, 3, cfg.image_size, cfg.image_size}, 0.0f, 1.0f, dev0);
@@ -203,8 +208,8 @@ Result run(const Config& cfg) {
     if (cfg.verbose) print_costs(pp, costs);
   }
   r.partition = pp.partition_str();
-  if (cfg.verbose) std::printf("pipeline (%s, split size %lld): %s\n", pipeline::name(cfg.schedule).c_str(),
-                               (long long)cfg.split_size, r.partition.c_str());
+  if (cfg.verbose) std::printf("pipeline (%s, --checkpoint %s, split size %lld): %s\n", pipeline::name(cfg.schedule).c_str(),
+                               pipeline::name(cfg.checkpoint).c_str(), (long long)cfg.split_size, r.partition.c_str());
   r.pp = timed(pp, dev0, pipe_devices, cfg, r.mem_pp);
   if (cfg.verbose) print_timing("Pipelining Model Parallel:", r.pp);
   if (!cfg.out_dir.empty())
@@ -215,8 +220,25 @@ Result run(const Config& cfg) {
   // The timeline of one pipelined step, and each device's idle time against GPipe's bubble.
   if (!cfg.trace_file.empty()) trace_step(pp, cfg, r);
 
-  // Step 5: the split-size sweep (one model; its split size changes between points).
-  for (int64_t s : cfg.sweep) {
+  // What each schedule holds: peak activation memory against the number of micro-batches.
+  if (cfg.memory_sweep) {
+    const int64_t micro = 2;  // images per micro-batch: M of them in flight show the schedules apart
+    using pipeline::Checkpoint;
+    using pipeline::Schedule;
+    const std::vector<size_t> Ms = cfg.image_size <= 32 ? std::vector<size_t>{1, 2, 4, 8} : std::vector<size_t>{1, 2, 4, 8, 16};
+    r.memory = memory_vs_microbatches(pp, cfg, micro, Ms,
+                                      {{Schedule::gpipe, Checkpoint::never}, {Schedule::one_f_one_b, Checkpoint::never},
+                                       {Schedule::zb_h1, Checkpoint::never}, {Schedule::gpipe, Checkpoint::always},
+                                       {Schedule::one_f_one_b, Checkpoint::always}});
+    const std::string err = report_memory(r.memory, pp, cfg, micro);
+    if (!cfg.out_dir.empty()) draw(r, cfg, "memory_vs_microbatches.png", err);
+  }
+
+  // Step 5: the split-size sweep (one model; its split size changes between points), ending with
+  // split size = batch size: one micro-batch, no pipelining (the right arm of the U).
+  std::vector<int64_t> sweep = cfg.sweep;
+  if (std::find(sweep.begin(), sweep.end(), cfg.batch_size) == sweep.end()) sweep.push_back(cfg.batch_size);
+  for (int64_t s : sweep) {
     if (s > cfg.batch_size || !fits_batch_norm(cfg, s)) {
       if (cfg.verbose)
         std::printf("split size %lld: skipped, %s\n", (long long)s,
@@ -227,7 +249,7 @@ Result run(const Config& cfg) {
     r.sweep.push_back(s);
     r.sweep_times.push_back(time_train(pp, dev0, cfg));
     if (cfg.verbose) {
-      std::string label = "split size " + std::to_string(s) + ":";
+      std::string label = "split size " + std::to_string(s) + (s == cfg.batch_size ? " (no pipelining):" : ":");
       print_timing(label.c_str(), r.sweep_times.back());
     }
   }

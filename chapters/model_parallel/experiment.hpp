@@ -21,6 +21,8 @@ struct Config {
   std::vector<int64_t> sweep{1, 3, 5, 8, 10, 12, 20, 40, 60};  // split_sizes of Step 5
   size_t stages = 2;                             // pipeline stages (K devices)
   pipeline::Schedule schedule = pipeline::Schedule::gpipe;
+  pipeline::Checkpoint checkpoint = pipeline::Checkpoint::except_last;  // torchgpipe's default
+  bool memory_sweep = true;                      // memory_vs_microbatches (report.hpp)
   std::vector<size_t> partition;                 // stage starts in the 22 blocks; empty: default_partition
   bool balance = false;                          // cut by each block's measured time instead
   std::string out_dir = ".";                     // the three PNGs go here; "" draws none
@@ -47,8 +49,8 @@ bool fits_batch_norm(const Config& cfg, int64_t split_size);
 // The section's train(model): num_batches steps, each with a fresh batch of random inputs
 // (N(0, 1), on input_device) and one-hot labels (indices drawn once per call), MSELoss and SGD
 // lr 0.001. A PipelineParallelResNet50 runs its schedule (forward_backward); any other model runs
-// forward, then backward. The host waits for each batch before the next (memory is freed only when
-// the queued work that uses it has run), so it returns when every device is done.
+// forward, then backward. The host waits for each batch before the next, so it returns when every
+// device is done.
 void train(ResNet& model, Device input_device, const Config& cfg);
 
 // timeit.repeat(number=1, repeat=cfg.repeat): the wall time of each train(model), their mean and
@@ -75,7 +77,21 @@ struct Result {
   int64_t best_split = 0;                  // the sweep's fastest
   std::vector<DeviceMemory> mem_mp, mem_rn, mem_pp;
   std::vector<double> idle;                // per pipeline device, from the trace (when traced)
-  double bubble = 0;                       // (K-1)/(M+K-1) for the traced step
+  double bubble = 0;                       // the schedule's formula for the traced step
+  struct MemoryPoint {                     // memory_vs_microbatches (report.hpp)
+    pipeline::Schedule schedule;
+    pipeline::Checkpoint checkpoint;
+    size_t M = 0;
+    std::vector<int64_t> peak;             // per stage device: peak bytes in use minus those before
+    double seconds = 0;                    // the step's wall time
+  };
+  std::vector<MemoryPoint> memory;
+  struct ScheduleIdle {                    // trace_step: each schedule's traced step
+    pipeline::Schedule schedule;
+    std::vector<double> idle;              // per stage device
+    double formula = 0;
+  };
+  std::vector<ScheduleIdle> schedule_idle;
   std::string partition;                   // the pipeline's cut, printed
   std::vector<std::string> plots;          // PNGs written
 };

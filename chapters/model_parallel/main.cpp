@@ -14,8 +14,8 @@ int main(int argc, char** argv) {
   d2l::DeviceFlags dev;
   dev.num_gpus = 2;
   d2l::mp::Config cfg;
-  std::string schedule = "gpipe";
-  bool quick = false;
+  std::string schedule = "gpipe", checkpoint = "except_last";
+  bool quick = false, full = false;
   d2l::add_device_flags(app, dev);
   auto* batch = app.add_option("--batch-size", cfg.batch_size, "images per batch")->capture_default_str();
   auto* image = app.add_option("--image-size", cfg.image_size, "image height and width (>= 32)")->capture_default_str();
@@ -25,7 +25,8 @@ int main(int argc, char** argv) {
   auto* split = app.add_option("--split-size", cfg.split_size, "micro-batch size of the pipelined model")->capture_default_str();
   auto* sweep = app.add_option("--sweep", cfg.sweep, "split sizes to time (Step 5), e.g. 1,3,5")->delimiter(',')->capture_default_str();
   app.add_option("--stages", cfg.stages, "pipeline stages: the first K devices")->capture_default_str();
-  app.add_option("--schedule", schedule, "pipeline schedule: gpipe or 1f1b")->capture_default_str();
+  app.add_option("--schedule", schedule, "pipeline schedule: gpipe, 1f1b or zb-h1")->capture_default_str();
+  app.add_option("--checkpoint", checkpoint, "recomputation: always, except_last or never (torchgpipe's)")->capture_default_str();
   app.add_option("--partition", cfg.partition, "first block of each stage among the 22 (conv1=0 .. fc=21), e.g. 0,11")->delimiter(',');
   app.add_flag("--balance", cfg.balance, "cut the stages by each block's measured time");
   app.add_option("--out-dir", cfg.out_dir, "directory of the PNGs ('' for none)")->capture_default_str();
@@ -33,6 +34,7 @@ int main(int argc, char** argv) {
   int64_t seed = 0;
   app.add_option("--seed", seed, "seed of the initial parameters and the data")->capture_default_str();
   app.add_flag("--quick", quick, "tiny sizes (batch 8 of 3x32x32, 10 classes, 1 batch, repeat 2, sweep 2,4,8): seconds");
+  app.add_flag("--full", full, "the section's recipe also without a GPU (batch 120 of 3x128x128, sweep 1,3,5,8,10,12,20,40,60)");
   d2l::install_interrupt_handlers();  // Ctrl-C / SIGTERM: stop after the current batch, exit 130 / 143
   return d2l::guarded_main(app, argc, argv, [&] {
     try {
@@ -40,6 +42,12 @@ int main(int argc, char** argv) {
     } catch (const d2l::ConfigError& e) {
       throw d2l::ConfigError(std::string("--schedule: ") + e.what());
     }
+    try {
+      cfg.checkpoint = d2l::pipeline::parse_checkpoint(checkpoint);
+    } catch (const d2l::ConfigError& e) {
+      throw d2l::ConfigError(std::string("--checkpoint: ") + e.what());
+    }
+    if (quick && full) throw d2l::ConfigError("--quick and --full: choose one");
     if (seed < 0) throw d2l::ConfigError("bad --seed " + std::to_string(seed) + ": expected a number >= 0");
     cfg.seed = static_cast<uint64_t>(seed);
     d2l::mp::Config given = cfg;  // flags given explicitly keep their values
@@ -49,7 +57,7 @@ int main(int argc, char** argv) {
     if (quick) {
       cfg.batch_size = 8, cfg.image_size = 32, cfg.num_classes = 10, cfg.num_batches = 1, cfg.repeat = 2;
       cfg.split_size = 4, cfg.sweep = {2, 4, 8};
-    } else if (!any_gpu) {
+    } else if (!any_gpu && !full) {
       d2l::mp::make_cpu_defaults(cfg);
     }
     if (*batch) cfg.batch_size = given.batch_size;
@@ -59,7 +67,7 @@ int main(int argc, char** argv) {
     if (*repeat) cfg.repeat = given.repeat;
     if (*split) cfg.split_size = given.split_size;
     if (*sweep) cfg.sweep = given.sweep;
-    if (!quick && !any_gpu)
+    if (!quick && !any_gpu && !full)
       std::printf("no GPU among %s: CPU-sized defaults (the section's in brackets; flags override): --batch-size %lld "
                   "(120), --image-size %lld (128), --repeat %d (10), --split-size %lld (20), --sweep %s (1,3,5,8,10,12,20,40,60)\n",
                   d2l::str(cfg.devices).c_str(), (long long)cfg.batch_size, (long long)cfg.image_size, cfg.repeat,

@@ -70,7 +70,7 @@ Tensor PipelineParallelResNet50::forward_backward(const Tensor& x, const Tensor&
   pipeline::LossFn loss = [scale](const Tensor& output, const Tensor& t) {
     return d2l::mse_loss(output, t, Reduction::sum) * scale;
   };
-  return pipeline::forward_backward(stages, x, target, split_size, schedule, loss);
+  return pipeline::forward_backward(stages, x, target, split_size, schedule, loss, checkpoint);
 }
 
 std::vector<size_t> balanced_partition(PipelineParallelResNet50& model, const Tensor& sample, Device device, size_t K,

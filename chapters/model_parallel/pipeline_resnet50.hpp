@@ -46,6 +46,7 @@ class PipelineParallelResNet50 : public ModelParallelResNet50 {
   std::vector<Device> devices;
   int64_t split_size;
   pipeline::Schedule schedule;
+  pipeline::Checkpoint checkpoint = pipeline::Checkpoint::never;  // recomputation (core/pipeline)
 
  private:
   std::vector<size_t> starts_;

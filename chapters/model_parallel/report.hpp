@@ -24,7 +24,24 @@ void print_costs(const PipelineParallelResNet50& model, const std::vector<double
 
 // One pipelined training step (forward_backward on a fresh batch) recorded by core/trace and written
 // to cfg.trace_file as Chrome-trace JSON; fills r.idle (per stage device) and r.bubble, prints both.
-// The step's gradients are discarded.
+// The same step by the two other schedules goes to schedule_trace_path (step.json ->
+// step.1f1b.json, ...), each with its idle fractions beside its formula (r.schedule_idle). The
+// steps' gradients are discarded.
 void trace_step(PipelineParallelResNet50& model, const Config& cfg, Result& r);
+std::string schedule_trace_path(const std::string& trace_file, pipeline::Schedule s);
+
+// Peak activation memory per stage device of one training step (forward_backward, no update) for
+// each (schedule, checkpoint) of `runs` and each M of `Ms`: M micro-batches of `micro` images
+// (batch M * micro, so the activations in flight show), the peak bytes in use during the step minus
+// those in use before it (parameters, gradients, the batch). GPipe's grows with M; 1f1b's stays near
+// K-s micro-batches' worth on stage s; recomputation keeps only the stage inputs. The model's split
+// size, schedule and checkpoint mode are restored and its gradients zeroed afterwards.
+std::vector<Result::MemoryPoint> memory_vs_microbatches(PipelineParallelResNet50& model, const Config& cfg, int64_t micro,
+                                                        const std::vector<size_t>& Ms,
+                                                        const std::vector<std::pair<pipeline::Schedule, pipeline::Checkpoint>>& runs);
+// The table of those points (MB per device, and seconds) and memory_vs_microbatches.png (when
+// cfg.out_dir is set); returns the plot's error line, "" when drawn or not asked for.
+std::string report_memory(const std::vector<Result::MemoryPoint>& points, const PipelineParallelResNet50& model,
+                          const Config& cfg, int64_t micro);
 
 }  // namespace d2l::mp

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "chapters/model_parallel/experiment.hpp"
+#include "chapters/model_parallel/report.hpp"
 #include "core/io/parameters_file.hpp"
 #include "core/autograd.hpp"
 #include "core/ops.hpp"
@@ -301,10 +302,12 @@ Reference per_micro_batch(mp::ResNet& net, const Tensor& x, const Tensor& target
   return {concat(outs), total};
 }
 
-void check_pipeline(const std::vector<Device>& d, pipeline::Schedule schedule, int64_t split, int64_t N, int64_t S) {
+void check_pipeline(const std::vector<Device>& d, pipeline::Schedule schedule, int64_t split, int64_t N, int64_t S,
+                    pipeline::Checkpoint checkpoint = pipeline::Checkpoint::never) {
   const int64_t C = 10;
   CAPTURE(str(d));
   CAPTURE(pipeline::name(schedule));
+  CAPTURE(pipeline::name(checkpoint));
   CAPTURE(split);
   Tensor x = Tensor::from_vector(test::lcg_data(N * 3 * S * S, 9), {N, 3, S, S}, d[0]);
   manual_seed(4);
@@ -312,6 +315,7 @@ void check_pipeline(const std::vector<Device>& d, pipeline::Schedule schedule, i
   single->to(d[0]);
   manual_seed(4);
   mp::PipelineParallelResNet50 model(split, d, schedule, {}, C);
+  model.checkpoint = checkpoint;
   REQUIRE(model.stages.size() == d.size());
   // The forward pass alone, then forward and backward by the schedule.
   Reference fwd = per_micro_batch(*single, x, Tensor(), split, false);
@@ -326,8 +330,11 @@ void check_pipeline(const std::vector<Device>& d, pipeline::Schedule schedule, i
 }
 }  // namespace
 
-TEST_CASE("PipelineParallelResNet50: gpipe and 1f1b, K = 2 and 3, split sizes 1, 3, 8 compute one device's numbers") {
+TEST_CASE("PipelineParallelResNet50: gpipe and 1f1b (K = 2 and 3, split sizes 1, 3, 8) and zb-h1 compute one device's numbers") {
   auto d = devices(DeviceKind::cpu, 3);
+  // zb-h1 (its B and W split) on two of the cases: each costs a ResNet-50 step on 8 images.
+  check_pipeline({d[0], d[1]}, pipeline::Schedule::zb_h1, 3, 8, 33);
+  check_pipeline(d, pipeline::Schedule::zb_h1, 1, 8, 33);
   for (auto schedule : {pipeline::Schedule::gpipe, pipeline::Schedule::one_f_one_b})
     for (int64_t split : {1, 3, 8}) {
       // 33x33: the smallest input whose layer4 maps are 2x2, so BatchNorm has two values per channel
@@ -335,6 +342,51 @@ TEST_CASE("PipelineParallelResNet50: gpipe and 1f1b, K = 2 and 3, split sizes 1,
       check_pipeline({d[0], d[1]}, schedule, split, 8, 33);
       check_pipeline(d, schedule, split, 8, 33);
     }
+}
+
+TEST_CASE("recomputation (--checkpoint always, except_last) computes the same numbers, running statistics included") {
+  auto d = devices(DeviceKind::cpu, 3);
+  using pipeline::Checkpoint;
+  using pipeline::Schedule;
+  check_pipeline({d[0], d[1]}, Schedule::gpipe, 3, 8, 33, Checkpoint::always);
+  check_pipeline(d, Schedule::zb_h1, 3, 8, 33, Checkpoint::always);
+  check_pipeline(d, Schedule::one_f_one_b, 3, 8, 33, Checkpoint::except_last);
+}
+
+TEST_CASE("memory: GPipe's peak grows with the micro-batches, 1f1b's does not, recomputation keeps less") {
+  auto d = devices(DeviceKind::cpu, 2);
+  use_devices(d);
+  mp::Config cfg;
+  cfg.image_size = 48, cfg.num_classes = 10, cfg.verbose = false, cfg.out_dir = "";
+  manual_seed(3);
+  mp::PipelineParallelResNet50 model(2, d, pipeline::Schedule::gpipe, {}, 10);
+  using pipeline::Checkpoint;
+  using pipeline::Schedule;
+  auto pts = mp::memory_vs_microbatches(model, cfg, 2, {1, 2, 8},
+                                        {{Schedule::gpipe, Checkpoint::never}, {Schedule::one_f_one_b, Checkpoint::never},
+                                         {Schedule::one_f_one_b, Checkpoint::always}});
+  REQUIRE(pts.size() == 9);
+  auto at = [&](Schedule s, Checkpoint c, size_t M) {
+    for (auto& p : pts)
+      if (p.schedule == s && p.checkpoint == c && p.M == M) return p.peak;
+    FAIL("no point");
+    return std::vector<int64_t>{};
+  };
+  const size_t K = 2, M = 8;
+  for (size_t s = 0; s < K; ++s) {
+    CAPTURE(s);
+    // One micro-batch's activations on stage s: what GPipe adds from M = 1 to 2.
+    const double a = double(at(Schedule::gpipe, Checkpoint::never, 2)[s] - at(Schedule::gpipe, Checkpoint::never, 1)[s]);
+    CHECK(a > 0);
+    // GPipe holds M micro-batches, 1f1b min(M, K-s): the saving the formula predicts.
+    const double predicted = double(M - std::min(M, K - s)) * a;
+    const double saved = double(at(Schedule::gpipe, Checkpoint::never, M)[s] - at(Schedule::one_f_one_b, Checkpoint::never, M)[s]);
+    MESSAGE("stage " << s << ": one micro-batch " << a / 1e6 << " MB; 1f1b saves " << saved / 1e6 << " MB of the "
+                     << predicted / 1e6 << " MB predicted");
+    CHECK(saved >= 0.5 * predicted);
+  }
+  // Stage 0 holds K micro-batches under 1f1b; recomputed, only their inputs.
+  CHECK(at(Schedule::one_f_one_b, Checkpoint::always, M)[0] < at(Schedule::one_f_one_b, Checkpoint::never, M)[0]);
 }
 
 TEST_CASE("PipelineParallelResNet50: partitions (default, given, balanced) and their errors") {
@@ -441,6 +493,7 @@ namespace {
 void check_quick_experiment(DeviceKind kind) {
   std::string dir = make_tmpdir();
   mp::Config cfg;
+  cfg.memory_sweep = kind == DeviceKind::cpu;  // (emulated, minutes)
   cfg.devices = devices(kind, 2);
   cfg.batch_size = 4, cfg.image_size = 32, cfg.num_classes = 10, cfg.num_batches = 1, cfg.repeat = 2;
   cfg.split_size = 2, cfg.sweep = {1, 2, 4, 8};
@@ -453,19 +506,26 @@ void check_quick_experiment(DeviceKind kind) {
   CHECK(r.pp.std >= 0);
   CHECK(r.sweep == std::vector<int64_t>{2, 4});  // 8 > the batch; 1 meets BatchNorm on 1x1 maps: skipped
   CHECK((r.best_split == 2 || r.best_split == 4));
-  for (const char* png : {"mp_vs_rn.png", "mp_vs_rn_vs_pp.png", "split_size_tradeoff.png"}) {
+  std::vector<std::string> pngs{"mp_vs_rn.png", "mp_vs_rn_vs_pp.png", "split_size_tradeoff.png"};
+  if (cfg.memory_sweep) pngs.push_back("memory_vs_microbatches.png");
+  for (const std::string& png : pngs) {
     CAPTURE(png);
     std::ifstream f(dir + "/" + png, std::ios::binary);
     char magic[8] = {};
     f.read(magic, 8);
     CHECK(std::string(magic + 1, 3) == "PNG");
   }
-  CHECK(r.plots.size() == 3);
+  CHECK(r.plots.size() == pngs.size());
+  if (cfg.memory_sweep) CHECK(r.memory.size() == 5 * 4);  // 5 schedules x M = 1, 2, 4, 8 (quick sizes)
   auto json = nlohmann::json::parse(std::ifstream(cfg.trace_file));
   std::set<int64_t> pids;
   for (auto& ev : json.at("traceEvents"))
     if (ev.at("ph") == "X") pids.insert(ev.at("pid").get<int64_t>());
   CHECK(pids.size() == 2);  // both devices ran tasks
+  // The same step by the other two schedules, beside it; zb-h1 fills some of 1f1b's idle time.
+  REQUIRE(r.schedule_idle.size() == 3);
+  for (auto sched : {pipeline::Schedule::one_f_one_b, pipeline::Schedule::zb_h1})
+    CHECK(fs::exists(mp::schedule_trace_path(cfg.trace_file, sched)));
   CHECK(r.bubble == doctest::Approx(1.0 / 3));  // K = 2, M = 2: (K-1)/(M+K-1)
   REQUIRE(r.idle.size() == 2);
   for (double idle : r.idle) CHECK((idle >= 0 && idle < 1));

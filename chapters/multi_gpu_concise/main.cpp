@@ -53,6 +53,7 @@ int main(int argc, char** argv) {
   app.add_option("--split-weights", cfg.split_weights, "exercise 2: shard sizes in proportion to these, one per device (e.g. 3,1)")->delimiter(',');
   app.add_flag("--balance", cfg.balance, "exercise 2: measure each device's speed first and split in proportion");
   app.add_option("--threads", cfg.threads, "kernel threads of each CPU device (one count, or one per device)")->delimiter(',');
+  app.add_option("--in-flight", cfg.in_flight, "minibatches enqueued ahead of the one whose loss is checked (1 to 4)")->capture_default_str();
   app.add_flag("--eval-all-devices", cfg.eval_all_devices, "every device evaluates a shard of each test batch");
   int64_t seed = 0;
   auto* seed_opt = app.add_option("--seed", seed, "seed of the initial parameters and the shuffling")->capture_default_str();

@@ -71,6 +71,7 @@ struct Config {
   bool balance = false;
   std::vector<int> threads;          // kernel threads per CPU-backed device (one value: all); empty: as set
   bool eval_all_devices = false;
+  int in_flight = 2;                 // minibatches the host enqueues ahead of the one it checks
   std::string save_params;           // safetensors of the trained net ("" = none)
   std::string checkpoint;            // written after every epoch ("" = none)
   std::string resume;                // checkpoint to continue from ("" = none)

@@ -123,6 +123,31 @@ TEST_CASE("quick run of the lab's CNN on 2 CPU devices: held-out accuracy >= 0.9
   CHECK(r.train_loss.back() < r.train_loss.front());
 }
 
+TEST_CASE("two minibatches in flight: the same training, bit for bit, in little more memory than one") {
+  std::vector<Result> runs;
+  std::vector<int64_t> peaks;
+  for (int in_flight : {1, 2}) {
+    CAPTURE(in_flight);
+    Config c;
+    c.model = "lab-cnn";
+    c.devices = cpus(2);
+    concise::make_quick(c);
+    c.num_epochs = 1;
+    c.verbose = false;
+    c.in_flight = in_flight;
+    waitall();
+    for (Device d : c.devices) runtime(d).allocator->reset_peak();
+    const int64_t before = runtime(c.devices[0]).allocator->stats().in_use;
+    runs.push_back(concise::train(c));
+    peaks.push_back(runtime(c.devices[0]).allocator->stats().peak - before);
+  }
+  CHECK(runs[0].train_loss == runs[1].train_loss);
+  CHECK(runs[0].test_acc == runs[1].test_acc);
+  CHECK(max_rel_diff(values(runs[0], cpu(0)), values(runs[1], cpu(0))) == 0.0);
+  MESSAGE("peak bytes on cpu(0) above what was in use: 1 in flight " << peaks[0] << ", 2 in flight " << peaks[1]);
+  CHECK(peaks[1] < 1.25 * static_cast<double>(peaks[0]));  // not the double a second step's own memory would be
+}
+
 TEST_CASE("the lab's CNN: 2 and 3 devices give the parameters of 1 device after 20 steps, for each kvstore") {
   Result one = concise::train(lab_small(1));
   for (std::string kv : {"device", "local", "ring"}) {

@@ -7,6 +7,7 @@
 
 #include <cctype>
 #include <chrono>
+#include <deque>
 #include <cmath>
 #include <cstdio>
 
@@ -15,6 +16,7 @@
 #include "core/dist/collectives.hpp"
 #include "core/dist/fingerprint.hpp"
 #include "core/dist/process_group.hpp"
+#include "core/copy.hpp"
 #include "core/io/checkpoint.hpp"
 #include "core/io/parameters_file.hpp"
 #include "core/nn/split_and_load.hpp"
@@ -145,6 +147,8 @@ void validate(const Config& cfg) {
   if (cfg.num_epochs < 1) throw ConfigError("bad --num-epochs " + std::to_string(cfg.num_epochs) + ": expected a number > 0");
   if (cfg.kvstore != "device" && cfg.kvstore != "local" && cfg.kvstore != "ring" && !distributed(cfg))
     throw ConfigError("bad --kvstore '" + cfg.kvstore + "': expected device, local, ring, dist_sync or dist_sync_ring");
+  if (cfg.in_flight < 1 || cfg.in_flight > 4)
+    throw ConfigError("bad --in-flight " + std::to_string(cfg.in_flight) + ": expected 1 to 4 minibatches");
   if (!std::isfinite(cfg.bucket_mb) || cfg.bucket_mb > 1e6)
     throw ConfigError("bad --bucket-mb: expected a number of MB up to 1e6 (0: one bucket per parameter; < 0: none)");
   if (distributed(cfg) && cfg.batch_size < k * dist::world_size())
@@ -251,26 +255,31 @@ Result train(const Config& cfg) {
   for (int epoch = start; epoch < cfg.num_epochs; ++epoch) {
     auto t0 = std::chrono::steady_clock::now();
     std::vector<Tensor> losses;
-    std::vector<Event> in_flight(devices.size());
-    int64_t i = 0, total = train_iter.num_batches();
-    size_t last_begin = 0;  // where the latest minibatch's losses start in `losses`
+    int64_t i = 0, checked = 0, total = train_iter.num_batches();
+    // Minibatches in flight (--in-flight, default 2): before enqueueing minibatch i the host waits
+    // for minibatch i - in_flight and checks its loss, read in stream order right after its update;
+    // the later ones keep the devices busy meanwhile. The caching allocator reuses memory in stream
+    // order (core/allocator.hpp), so a second minibatch in flight takes little more memory.
+    std::deque<std::vector<HostValue>> flight;  // per minibatch in flight: its losses, read later
+    auto check_oldest = [&] {
+      double step_loss = 0;
+      for (auto& v : flight.front()) step_loss += v.value();
+      flight.pop_front();
+      check_loss(step_loss, epoch + 1, ++checked);  // NaN or infinite: stop, naming the epoch and step
+    };
     for (const Batch& b : train_iter.epoch(epoch)) {
-      // One minibatch in flight: the host assembles the next batch while the devices compute, then
-      // waits before enqueueing it. (Every op allocates its output when it is enqueued, so a second
-      // step in flight would double the memory: ResNet-18 at batch 256 needs about 3 GB a step.)
-      for (auto& e : in_flight) e.synchronize();
-      if (i > 0) {  // the previous minibatch has run: its loss is ready to read without waiting
-        double step_loss = 0;
-        for (size_t k = last_begin; k < losses.size(); ++k) step_loss += losses[k].item();
-        check_loss(step_loss, epoch + 1, i);  // NaN or infinite: stop, naming the epoch and step
-      }
+      while (flight.size() >= static_cast<size_t>(cfg.in_flight)) check_oldest();
       check_interrupt();  // Ctrl-C / SIGTERM: stop between minibatches (the last checkpoint stays)
-      last_begin = losses.size();
-      for (auto& l : train_batch(b, *r.net, trainer, devices, r.split_weights)) losses.push_back(l);
-      for (size_t d = 0; d < devices.size(); ++d) runtime(devices[d]).compute.record(in_flight[d]);
+      std::vector<HostValue> reads;
+      for (auto& l : train_batch(b, *r.net, trainer, devices, r.split_weights)) {
+        losses.push_back(l);
+        reads.push_back(read_later(l));
+      }
+      flight.push_back(std::move(reads));
       ++i;
       if (speak) progress(epoch + 1, i, total, seconds_since(t0));
     }
+    while (!flight.empty()) check_oldest();
     waitall();  // nd.waitall()
     r.train_seconds.push_back(seconds_since(t0));
     double loss_sum = 0;

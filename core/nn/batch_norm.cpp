@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "core/autograd.hpp"
 #include "core/nn/layer_util.hpp"
 #include "core/ops_nn.hpp"
 
@@ -28,7 +29,8 @@ int64_t BatchNorm::infer_channels(const Tensor& x) {
 Tensor BatchNorm::forward(const Tensor& x) {
   infer_channels(x);
   Device d = x.device();
-  return batch_norm(x, weight->data(d), bias->data(d), running_mean->data(d), running_var->data(d), momentum, eps);
+  return batch_norm(x, weight->data(d), bias->data(d), running_mean->data(d), running_var->data(d),
+                    is_recomputing() ? 0.0f : momentum, eps);  // a recomputed forward: statistics once
 }
 
 std::string BatchNorm::describe() const {

@@ -1,5 +1,6 @@
 #include "core/pipeline/pipeline.hpp"
 
+#include <memory>
 #include <stdexcept>
 #include <string>
 
@@ -17,6 +18,17 @@ std::vector<std::pair<int64_t, int64_t>> micro_batches(int64_t n, int64_t split_
   std::vector<std::pair<int64_t, int64_t>> out;
   for (int64_t b = 0; b < n; b += split_size) out.push_back({b, std::min(n, b + split_size)});
   return out;
+}
+
+Checkpoint parse_checkpoint(const std::string& name) {
+  if (name == "always") return Checkpoint::always;
+  if (name == "except_last") return Checkpoint::except_last;
+  if (name == "never") return Checkpoint::never;
+  throw ConfigError("bad checkpoint mode '" + name + "': expected always, except_last or never");
+}
+
+std::string name(Checkpoint c) {
+  return c == Checkpoint::always ? "always" : c == Checkpoint::except_last ? "except_last" : "never";
 }
 
 void backward_from(const Tensor& output, const Tensor& grad) {
@@ -48,6 +60,8 @@ struct Slot {
   Tensor input;   // stage s > 0: the leaf holding the received activation
   Tensor output;  // kept until the stage's backward of this micro-batch is enqueued
   Tensor grad;    // d(loss)/d(output), received from stage s+1 (s < K-1)
+  Tensor replay;  // checkpointed: the input its backward runs the forward on again
+  std::vector<DeferWeightGrads::Work> weight;  // zb-h1: the weight gradients its W enqueues
 };
 
 }  // namespace
@@ -78,7 +92,7 @@ Tensor forward(const std::vector<Stage>& stages, const Tensor& x, int64_t split_
 }
 
 Tensor forward_backward(const std::vector<Stage>& stages, const Tensor& x, const Tensor& target, int64_t split_size,
-                        Schedule schedule, const LossFn& loss) {
+                        Schedule schedule, const LossFn& loss, Checkpoint checkpoint) {
   check_stages(stages, x);
   if (!loss) throw ConfigError("pipeline: no loss function");
   if (!grad_enabled()) throw std::logic_error("pipeline::forward_backward inside a NoGrad scope");
@@ -94,6 +108,16 @@ Tensor forward_backward(const std::vector<Stage>& stages, const Tensor& x, const
   std::vector<Tensor> losses(M);
   Tensor total;
 
+  auto checkpointed = [&](size_t i) {
+    return checkpoint == Checkpoint::always || (checkpoint == Checkpoint::except_last && i + 1 < M);
+  };
+  auto target_of = [&](size_t i) { return slice_rows(t_last, mbs[i].first, mbs[i].second); };
+  auto loss_of = [&](const Tensor& out, size_t i) {
+    Tensor li = loss(out, target_of(i));
+    if (li.numel() != 1) throw ShapeError("pipeline: the loss gave shape " + d2l::str(li.shape()) + ", expected one element");
+    return li;
+  };
+
   for (const Step& st : enqueue_order(schedule, K, M)) {
     const size_t s = st.stage, i = st.micro_batch;
     const auto tag = static_cast<int64_t>(i);
@@ -102,10 +126,19 @@ Tensor forward_backward(const std::vector<Stage>& stages, const Tensor& x, const
       case Step::forward: {
         trace::Label l(label(s, "fwd", i), tag);
         Tensor in = s == 0 ? slice_rows(x0, mbs[i].first, mbs[i].second) : me.input;
+        if (checkpointed(i)) {  // no graph: only the input is kept, for the replay in backward
+          NoGrad no_graph;
+          me.replay = in;
+          me.output = stages[s].block->forward(in);
+          if (s + 1 == K) {
+            Tensor li = loss_of(me.output, i);
+            total = total.defined() ? add(total, li) : li;
+          }
+          break;
+        }
         me.output = stages[s].block->forward(in);
         if (s + 1 == K) {
-          Tensor li = loss(me.output, slice_rows(t_last, mbs[i].first, mbs[i].second));
-          if (li.numel() != 1) throw ShapeError("pipeline: the loss gave shape " + d2l::str(li.shape()) + ", expected one element");
+          Tensor li = loss_of(me.output, i);
           losses[i] = li;
           total = total.defined() ? add(total, li.detach()) : li.detach();
         }
@@ -114,20 +147,39 @@ Tensor forward_backward(const std::vector<Stage>& stages, const Tensor& x, const
       case Step::send_activation: {  // a fresh leaf on the next device: its gradient is stage s's
         trace::Label l(label(s + 1, "recv", i), tag);
         Tensor a = me.output.detach().to(stages[s + 1].device);
-        if (me.output.needs_grad()) a.requires_grad(true);
+        if (me.output.needs_grad() || me.replay.defined()) a.requires_grad(true);
         slot[s + 1][i].input = a;
+        if (me.replay.defined()) me.output = Tensor();  // the replay makes it again
         break;
       }
       case Step::backward: {
+        std::unique_ptr<DeferWeightGrads> defer;  // zb-h1: this is B; the weight gradients wait for W
+        if (schedule == Schedule::zb_h1) {
+          defer = std::make_unique<DeferWeightGrads>();
+          if (me.input.defined()) defer->not_deferred(me.input);  // stage s-1 waits for this one
+        }
+        if (me.replay.defined()) {  // recomputation: the forward again, recording this time
+          trace::Label l(label(s, "recompute", i), tag);
+          Recompute again;
+          me.output = stages[s].block->forward(me.replay);
+          if (s + 1 == K) losses[i] = loss_of(me.output, i);
+          me.replay = Tensor();
+        }
         trace::Label l(label(s, "bwd", i), tag);
         if (s + 1 == K) {
-          if (losses[i].needs_grad()) losses[i].backward();
+          if (losses[i].defined() && losses[i].needs_grad()) losses[i].backward();
         } else if (me.output.needs_grad() && me.grad.defined()) {
           backward_from(me.output, me.grad);
         }
+        if (defer) me.weight = defer->take();
         if (s + 1 == K) losses[i] = Tensor();
         me.output = Tensor();
         me.grad = Tensor();
+        break;
+      }
+      case Step::weight: {
+        trace::Label l(label(s, "wgrad", i), tag);
+        DeferWeightGrads::run(me.weight);
         break;
       }
       case Step::send_gradient: {  // the input leaf's gradient goes back to stage s-1's output

@@ -10,7 +10,8 @@
 //   Tensor l = pipeline::forward_backward(stages, X, Y, 20, Schedule::one_f_one_b,
 //       [](const Tensor& out, const Tensor& t) { return mse_loss(out, t, Reduction::sum); });
 //
-// Trace labels (core/trace.hpp; tag = micro-batch): "stage s fwd mb i", "stage s bwd mb i" on device
+// Trace labels (core/trace.hpp; tag = micro-batch): "stage s fwd mb i", "stage s bwd mb i" (zb-h1: the
+// input gradient B), "stage s wgrad mb i" (zb-h1's W), "stage s recompute mb i" on device
 // s's streams, "stage s recv mb i" / "stage s recv grad mb i" on the copy stream of the device that
 // receives an activation / a gradient.
 //
@@ -19,14 +20,22 @@
 // device s and handed to stage s's output (backward_from). So each stage's backward of each
 // micro-batch is its own piece of work the schedule can place (and carries its own trace label).
 //
-// Memory: the host drops a micro-batch's activations when it enqueues their backward, and the memory
-// returns once the queued kernels using it have run. Tensors are allocated when their op is
-// enqueued, and the host, which never waits, enqueues the whole step ahead of the devices; so the
-// peak is the same for both schedules here (1f1b's bound of K-s micro-batches per stage would need
-// an allocator that reuses memory in stream order, as CUDA's caching allocators do).
+// Memory: the host drops a micro-batch's activations when it enqueues their backward, and the
+// caching allocator reuses memory in stream order (core/allocator.hpp): a block the host lets go is
+// handed at once to the device's later work. So each schedule holds what its order holds: GPipe
+// every micro-batch's activations before the first backward, 1f1b at most K-s micro-batches' on
+// stage s, zb-h1 a little more (the inputs of the weight gradients W still to run).
+//
+// Recomputation (GPipe's re-materialization; torchgpipe's `checkpoint`): a checkpointed micro-batch's
+// forward runs without recording a graph, so a stage keeps only its input (the stage-boundary
+// activation); its backward first runs that forward again, recording, then backward through it.
+// always: every micro-batch; except_last: all but the last (whose backward follows its forward
+// closely in GPipe; torchgpipe's default); never. Costs one more forward per checkpointed micro-batch.
+// BatchNorm's running statistics are updated by the first forward only (core/autograd.hpp, Recompute).
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -40,6 +49,11 @@ struct Stage {
   nn::BlockPtr block;  // its parameters live on `device` (Block::to)
   Device device;
 };
+
+enum class Checkpoint { always, except_last, never };
+// "always" | "except_last" | "never"; anything else is a ConfigError naming the choices.
+Checkpoint parse_checkpoint(const std::string& name);
+std::string name(Checkpoint c);
 
 // Per-micro-batch loss: the last stage's output and the target rows of that micro-batch -> a
 // one-element tensor.
@@ -61,7 +75,7 @@ Tensor forward(const std::vector<Stage>& stages, const Tensor& x, int64_t split_
 // returns the sum of the micro-batch losses (a (1) tensor on the loss's device, without history).
 // target (N, ...) anywhere; its rows [begin, end) go to the loss with micro-batch [begin, end).
 Tensor forward_backward(const std::vector<Stage>& stages, const Tensor& x, const Tensor& target, int64_t split_size,
-                        Schedule schedule, const LossFn& loss);
+                        Schedule schedule, const LossFn& loss, Checkpoint checkpoint = Checkpoint::never);
 
 // Autograd from a non-scalar output whose gradient d(loss)/d(output) is known (grad: output's shape
 // and device): accumulates into every leaf the output depends on, as loss.backward() would.

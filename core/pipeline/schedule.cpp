@@ -1,6 +1,7 @@
 #include "core/pipeline/schedule.hpp"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <stdexcept>
 #include <tuple>
@@ -12,10 +13,20 @@ namespace d2l::pipeline {
 Schedule parse_schedule(const std::string& name) {
   if (name == "gpipe") return Schedule::gpipe;
   if (name == "1f1b") return Schedule::one_f_one_b;
-  throw ConfigError("bad pipeline schedule '" + name + "': expected gpipe or 1f1b");
+  if (name == "zb-h1") return Schedule::zb_h1;
+  throw ConfigError("bad pipeline schedule '" + name + "': expected gpipe, 1f1b or zb-h1");
 }
 
-std::string name(Schedule s) { return s == Schedule::gpipe ? "gpipe" : "1f1b"; }
+std::string name(Schedule s) { return s == Schedule::gpipe ? "gpipe" : s == Schedule::one_f_one_b ? "1f1b" : "zb-h1"; }
+
+double bubble_fraction(Schedule s, size_t K, size_t M, double t_f, double t_b, double t_w) {
+  if (K < 1 || M < 1)
+    throw ConfigError("bubble_fraction: " + std::to_string(K) + " stages and " + std::to_string(M) +
+                      " micro-batches: expected at least 1 of each");
+  const double work = static_cast<double>(M) * (t_f + t_b + t_w);
+  const double bubble = static_cast<double>(K - 1) * (s == Schedule::zb_h1 ? t_f + t_b - t_w : t_f + t_b + t_w);
+  return bubble / (work + bubble);
+}
 
 double gpipe_bubble(size_t K, size_t M) {
   if (K < 1 || M < 1)
@@ -28,6 +39,66 @@ static void check_sizes(size_t K, size_t M) {
   if (K < 1 || M < 1)
     throw ConfigError("pipeline: " + std::to_string(K) + " stages and " + std::to_string(M) +
                       " micro-batches: expected at least 1 of each");
+}
+
+// zb-h1's stage orders: 1f1b's F and B, each stage's W's placed on a simulated timeline (F, B, W 1
+// unit each): a stage whose next F or B must wait for another stage runs a pending W instead, and
+// runs one at once when more than K-s-1 are pending (which bounds what W's inputs hold in memory).
+// `fb(s)` gives stage s's 1f1b order.
+static std::vector<std::vector<Step>> zb_h1_lists(size_t K, size_t M, const std::function<std::vector<Step>(size_t)>& fb) {
+  std::vector<std::vector<Step>> fbs(K), out(K);
+  for (size_t s = 0; s < K; ++s) fbs[s] = fb(s);
+  std::map<std::tuple<int, size_t, size_t>, long> end;  // (kind, stage, micro-batch) -> end time
+  std::vector<size_t> next(K, 0), next_w(K, 0), done_b(K, 0);
+  std::vector<long> free_at(K, 0);
+  // When stage s's next F or B can start: -1 while its producer is not placed yet.
+  auto ready = [&](size_t s) -> long {
+    const Step& st = fbs[s][next[s]];
+    if (st.kind == Step::forward) {
+      if (s == 0) return 0;
+      auto it = end.find({Step::forward, s - 1, st.micro_batch});
+      return it == end.end() ? -1 : it->second;
+    }
+    auto it = s + 1 < K ? end.find({Step::backward, s + 1, st.micro_batch}) : end.find({Step::forward, s, st.micro_batch});
+    return it == end.end() ? -1 : it->second;
+  };
+  for (;;) {
+    // The stage that can act earliest (a stage waiting on an unplaced producer with no W to run waits).
+    long best_t = -1;
+    size_t best = K;
+    bool best_w = false;
+    for (size_t s = 0; s < K; ++s) {
+      const size_t pending_w = done_b[s] - next_w[s];
+      const bool fb_left = next[s] < fbs[s].size();
+      if (!fb_left && pending_w == 0) continue;
+      long t;
+      bool w;
+      if (!fb_left || pending_w > K - s - 1) {
+        t = free_at[s], w = true;
+      } else {
+        const long r = ready(s);
+        if (r >= 0 && r <= free_at[s]) t = free_at[s], w = false;
+        else if (pending_w > 0) t = free_at[s], w = true;  // fill the wait with a W
+        else if (r >= 0) t = r, w = false;
+        else continue;
+      }
+      if (best == K || t < best_t) best_t = t, best = s, best_w = w;
+    }
+    if (best == K) break;
+    const size_t s = best;
+    if (best_w) {
+      out[s].push_back({Step::weight, s, next_w[s]++});
+    } else {
+      const Step st = fbs[s][next[s]++];
+      out[s].push_back(st);
+      end[{st.kind, s, st.micro_batch}] = best_t + 1;
+      if (st.kind == Step::backward) ++done_b[s];
+    }
+    free_at[s] = best_t + 1;
+  }
+  for (size_t s = 0; s < K; ++s)
+    if (out[s].size() != 3 * M) throw std::logic_error("pipeline: zb-h1 left work unscheduled");
+  return out;
 }
 
 std::vector<Step> stage_order(Schedule schedule, size_t K, size_t M, size_t s) {
@@ -45,12 +116,13 @@ std::vector<Step> stage_order(Schedule schedule, size_t K, size_t M, size_t s) {
   for (size_t i = 0; i < warmup; ++i) F(i);
   for (size_t j = 0; j < M - warmup; ++j) F(warmup + j), B(j);
   for (size_t i = M - warmup; i < M; ++i) B(i);
-  return out;
+  if (schedule == Schedule::one_f_one_b) return out;
+  return zb_h1_lists(K, M, [&](size_t t) { return stage_order(Schedule::one_f_one_b, K, M, t); })[s];
 }
 
 // The simulated timeline of schedule.hpp: each stage's list (forward 1 unit, backward 2) run as early
 // as its order and its inputs allow, then flattened into one host order.
-static std::vector<Step> simulate(const std::vector<std::vector<Step>>& lists, size_t K) {
+static std::vector<Step> simulate(const std::vector<std::vector<Step>>& lists, size_t K, long backward_cost = 2) {
   using Key = std::tuple<int, size_t, size_t>;  // kind, stage, micro-batch
   std::map<Key, long> end;
   // (time, 0 for a send / 1 for a task, stage, micro-batch) -> step; sends at t go before tasks at t.
@@ -74,7 +146,7 @@ static std::vector<Step> simulate(const std::vector<std::vector<Step>>& lists, s
         ready = it == end.end() ? -1 : it->second;
       }
       if (ready < 0) continue;
-      long start = std::max(free_at[s], ready), stop = start + (st.kind == Step::forward ? 1 : 2);
+      long start = std::max(free_at[s], ready), stop = start + (st.kind == Step::backward ? backward_cost : 1);
       end[{st.kind, s, i}] = stop;
       free_at[s] = stop;
       items.push_back({{start, 1, s, i}, st});
@@ -94,7 +166,7 @@ std::vector<Step> enqueue_order(Schedule schedule, size_t K, size_t M) {
   check_sizes(K, M);
   std::vector<std::vector<Step>> lists;
   for (size_t s = 0; s < K; ++s) lists.push_back(stage_order(schedule, K, M, s));
-  return simulate(lists, K);
+  return simulate(lists, K, schedule == Schedule::zb_h1 ? 1 : 2);
 }
 
 std::vector<Step> forward_order(size_t K, size_t M) {
@@ -106,7 +178,9 @@ std::vector<Step> forward_order(size_t K, size_t M) {
 }
 
 std::string str(const Step& step) {
-  std::string fb = step.kind == Step::forward || step.kind == Step::send_activation ? "F" : "B";
+  std::string fb = step.kind == Step::forward || step.kind == Step::send_activation ? "F"
+                   : step.kind == Step::weight                                       ? "W"
+                                                                                     : "B";
   std::string core = fb + "(" + std::to_string(step.stage) + "," + std::to_string(step.micro_batch) + ")";
   return step.kind == Step::send_activation || step.kind == Step::send_gradient ? "send " + core : core;
 }

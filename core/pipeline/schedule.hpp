@@ -12,13 +12,19 @@
 //   1f1b:  w = min(K-s-1, M) warm-up forwards F0 .. F(w-1); then "one forward, one backward":
 //          F(w) B0 F(w+1) B1 ...; then the remaining backwards. Between its forward and its backward,
 //          stage s has at most K-s micro-batches in flight, whatever M is (see pipeline.hpp on memory).
+//   zb-h1: zero-bubble H1 (Qi et al., 2024): each backward split in two, B(s, i) the input gradient
+//          (what stage s-1 waits for) and W(s, i) the weight gradients (which nobody waits for).
+//          1f1b's order of F and B; stage s lets its W trail its B by L = K-s-1 backwards, so the
+//          last L W's fill the end of the step, where 1f1b's stage s idles waiting for gradients:
+//          bubble (K-1)(T_F + T_B - T_W) against 1f1b's (K-1)(T_F + T_B + T_W), and at most L more
+//          micro-batches' weight-gradient inputs held than 1f1b.
 //
 // The host order: the host cannot simply enqueue stage 0's list, then stage 1's, ...: B(s, i) needs the
 // gradient that B(s+1, i) produces, and a cross-device copy (core/copy.cpp) orders both devices: the
 // copy starts once the work enqueued before it on either device is done, and work enqueued after it
 // on either device starts after it. So the host enqueues in the order of a simulated timeline:
 // every task as early as its stage's order and its inputs allow, a forward taking 1 unit and a
-// backward 2 (a backward does about twice a forward's work); tasks sorted by simulated start, each
+// backward 2 (a backward does about twice a forward's work; zb-h1's B and W 1 each); tasks sorted by simulated start, each
 // send placed at the simulated end of the task that produced it. For stages of equal cost the
 // devices then run the simulated timeline itself (the copies' ordering costs nothing); unequal
 // stages lose a little to it.
@@ -38,8 +44,8 @@
 
 namespace d2l::pipeline {
 
-enum class Schedule { gpipe, one_f_one_b };  // "gpipe": all forwards, then all backwards; "1f1b"
-// "gpipe" | "1f1b"; anything else is a ConfigError naming the choices.
+enum class Schedule { gpipe, one_f_one_b, zb_h1 };  // "gpipe", "1f1b", "zb-h1"
+// "gpipe" | "1f1b" | "zb-h1"; anything else is a ConfigError naming the choices.
 Schedule parse_schedule(const std::string& name);
 std::string name(Schedule s);
 
@@ -47,9 +53,15 @@ std::string name(Schedule s);
 // (K-1) / (M+K-1) for K stages of equal cost and M micro-batches. ConfigError for K or M < 1.
 double gpipe_bubble(size_t K, size_t M);
 
+// The idle fraction of each stage in one step, K stages of equal cost, M micro-batches, the times of
+// a forward, a backward's input gradient (B) and its weight gradients (W):
+//   1f1b (and gpipe):  (K-1)(T_F+T_B+T_W) / (M(T_F+T_B+T_W) + (K-1)(T_F+T_B+T_W)) = (K-1)/(M+K-1)
+//   zb-h1:             (K-1)(T_F+T_B-T_W) / (M(T_F+T_B+T_W) + (K-1)(T_F+T_B-T_W))
+double bubble_fraction(Schedule s, size_t K, size_t M, double t_f, double t_b, double t_w);
+
 // One thing the host enqueues.
 struct Step {
-  enum Kind { forward, backward, send_activation, send_gradient };
+  enum Kind { forward, backward, send_activation, send_gradient, weight };  // weight: zb-h1's W
   Kind kind;
   size_t stage;        // the stage that runs it; for sends, the sending stage
   size_t micro_batch;
@@ -64,6 +76,6 @@ std::vector<Step> enqueue_order(Schedule schedule, size_t K, size_t M);
 // while micro-batch i+1 runs on stage s-1.
 std::vector<Step> forward_order(size_t K, size_t M);
 
-std::string str(const Step& step);  // "F(1,3)", "B(0,2)", "send F(1,3)", "send B(2,0)"
+std::string str(const Step& step);  // "F(1,3)", "B(0,2)", "W(0,2)", "send F(1,3)", "send B(2,0)"
 
 }  // namespace d2l::pipeline

@@ -180,15 +180,6 @@ Chunks chunks(const Conv2dShape& s) {
   return {s.N, (s.N + B - 1) / B};
 }
 
-// This thread's scratch buffer `slot`, grown to at least n floats and kept for the next call.
-enum Slot { kCol, kChunk, kPartials };
-float* scratch(Slot slot, int64_t n) {
-  thread_local std::vector<float> buffers[3];
-  std::vector<float>& b = buffers[slot];
-  if (static_cast<int64_t>(b.size()) < n) b.resize(static_cast<size_t>(n));
-  return b.data();
-}
-
 // Calls item(gc, i) for i in [0, count): whole items per thread, each with a serial gemm (gc); or,
 // with fewer items than threads, one after another with gemm using all the threads.
 template <class Item>
@@ -214,10 +205,11 @@ void conv2d_forward(const Ctx& c, const Conv2dShape& s, const float* x, const fl
   const Geometry g(s);
   for_each_item(c, ch.count, [&](const Ctx& gc, int64_t i) {
     const int64_t n0 = ch.first(i), B = ch.first(i + 1) - n0;
-    float* col = scratch(kCol, K * B * P);
+    Scratch<float> col_buf(c.workspace, K * B * P), chunk_buf(c.workspace, B == 1 ? 0 : s.OC * B * P);
+    float* col = col_buf.data();
     unroll(g, x + n0 * x_img, B, col);
     // One image: y_n (OC, P) is the chunk layout already, so gemm writes it directly.
-    float* yc = B == 1 ? y + n0 * y_img : scratch(kChunk, s.OC * B * P);
+    float* yc = B == 1 ? y + n0 * y_img : chunk_buf.data();
     gemm(gc, false, false, s.OC, B * P, K, 1.0f, w, col, 0.0f, yc);
     if (B > 1) from_chunk(yc, B, s.OC, P, y + n0 * y_img);
   });
@@ -231,12 +223,12 @@ void conv2d_backward_data(const Ctx& c, const Conv2dShape& s, const float* dy, c
   for_each_item(c, ch.count, [&](const Ctx& gc, int64_t i) {
     const int64_t n0 = ch.first(i), B = ch.first(i + 1) - n0;
     const float* dyc = dy + n0 * y_img;
+    Scratch<float> chunk_buf(c.workspace, B > 1 ? s.OC * B * P : 0), col_buf(c.workspace, K * B * P);
     if (B > 1) {
-      float* gathered = scratch(kChunk, s.OC * B * P);
-      to_chunk(dyc, B, s.OC, P, gathered);
-      dyc = gathered;
+      to_chunk(dyc, B, s.OC, P, chunk_buf.data());
+      dyc = chunk_buf.data();
     }
-    float* col = scratch(kCol, K * B * P);
+    float* col = col_buf.data();
     gemm(gc, true, false, K, B * P, s.OC, 1.0f, w, dyc, 0.0f, col);
     std::fill(dx + n0 * x_img, dx + (n0 + B) * x_img, 0.0f);
     fold(g, col, B, dx + n0 * x_img);
@@ -259,20 +251,21 @@ void conv2d_backward_weight(const Ctx& c, const Conv2dShape& s, const float* x, 
   }
   const int64_t G = static_cast<int64_t>(std::bit_floor(static_cast<uint64_t>(
       std::max<int64_t>(1, std::min({ch.count, kMaxGroups, kPartialFloats / std::max<int64_t>(wsize, 1)})))));
-  float* partial = G > 1 ? scratch(kPartials, (G - 1) * wsize) : nullptr;
+  Scratch<float> partials(c.workspace, G > 1 ? (G - 1) * wsize : 0);
+  float* partial = partials.data();
 
   for_each_item(c, G, [&](const Ctx& gc, int64_t group) {
     float* out = group == 0 ? dw : partial + (group - 1) * wsize;
     const int64_t first = ch.count * group / G, last = ch.count * (group + 1) / G;
     for (int64_t i = first; i < last; ++i) {
       const int64_t n0 = ch.first(i), B = ch.first(i + 1) - n0;
-      float* col = scratch(kCol, K * B * P);
+      Scratch<float> col_buf(c.workspace, K * B * P), chunk_buf(c.workspace, B > 1 ? s.OC * B * P : 0);
+      float* col = col_buf.data();
       unroll(g, x + n0 * x_img, B, col);
       const float* dyc = dy + n0 * y_img;
       if (B > 1) {
-        float* gathered = scratch(kChunk, s.OC * B * P);
-        to_chunk(dyc, B, s.OC, P, gathered);
-        dyc = gathered;
+        to_chunk(dyc, B, s.OC, P, chunk_buf.data());
+        dyc = chunk_buf.data();
       }
       gemm(gc, false, true, s.OC, K, B * P, 1.0f, dyc, col, i == first ? 0.0f : 1.0f, out);
     }

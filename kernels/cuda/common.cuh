@@ -47,28 +47,40 @@ inline unsigned grid_for(int64_t n) {
   return static_cast<unsigned>(blocks < 1 ? 1 : blocks < kMaxBlocks ? blocks : kMaxBlocks);
 }
 
-// A temporary device buffer of n values of type T, released when the launcher returns.
+// A temporary device buffer of n values of type T, released when the launcher returns. Its bytes
+// count in the device's memory figures (bytes in use, peak) like a tensor's.
 //   nvcc      cudaMallocAsync / cudaFreeAsync on the launcher's stream: stream-ordered, so the kernels
-//             queued before the free have finished with it before the memory is reused.
-//   emulated  host memory (an emulated launch has finished when it returns).
+//             queued before the free have finished with it before the memory is reused; counted
+//             through scratch_counter (set by core for gpu(i) devices).
+//   emulated  the emu device's caching allocator (the Ctx's workspace; an emulated launch has
+//             finished when it returns), or the heap without one.
 template <class T>
 class ScratchBuffer {
  public:
   ScratchBuffer(Stream stream, int64_t n) : stream_(stream) {
     if (n <= 0) return;  // nothing to allocate (data() is null)
+    bytes_ = static_cast<size_t>(n) * sizeof(T);
 #ifdef __CUDACC__
-    const cudaError_t e = cudaMallocAsync(reinterpret_cast<void**>(&p_), static_cast<size_t>(n) * sizeof(T), stream);
+    const cudaError_t e = cudaMallocAsync(reinterpret_cast<void**>(&p_), bytes_, stream);
     if (e != cudaSuccess)
-      throw std::runtime_error("scratch buffer of " + std::to_string(n * sizeof(T)) + " bytes: " +
-                               cudaGetErrorString(e));
+      throw std::runtime_error("scratch buffer of " + std::to_string(bytes_) + " bytes: " + cudaGetErrorString(e));
+    if (auto count = scratch_counter()) count(stream, static_cast<int64_t>(bytes_));
 #else
-    host_.resize(static_cast<size_t>(n));
-    p_ = host_.data();
+    if (stream && stream->workspace) {
+      p_ = static_cast<T*>(stream->workspace->get(bytes_));
+    } else {
+      host_.resize(static_cast<size_t>(n));
+      p_ = host_.data();
+    }
 #endif
   }
   ~ScratchBuffer() {
+    if (!p_) return;
 #ifdef __CUDACC__
-    if (p_) cudaFreeAsync(p_, stream_);
+    cudaFreeAsync(p_, stream_);
+    if (auto count = scratch_counter()) count(stream_, -static_cast<int64_t>(bytes_));
+#else
+    if (stream_ && stream_->workspace) stream_->workspace->put(p_, bytes_);
 #endif
   }
   ScratchBuffer(const ScratchBuffer&) = delete;
@@ -77,6 +89,7 @@ class ScratchBuffer {
 
  private:
   Stream stream_;
+  size_t bytes_ = 0;
   T* p_ = nullptr;
 #ifndef __CUDACC__
   std::vector<T> host_;

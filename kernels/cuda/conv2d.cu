@@ -44,6 +44,10 @@ void set_conv2d_gemm(GemmKernel kernel, LibraryGemm library) {
   g_library = library;
 }
 
+static std::atomic<ScratchCounter> g_scratch_counter{nullptr};
+void set_scratch_counter(ScratchCounter f) { g_scratch_counter = f; }
+ScratchCounter scratch_counter() { return g_scratch_counter.load(std::memory_order_relaxed); }
+
 // Threads: one col element per thread per grid-stride step: e = r * P + q, row r = (ci, kh, kw),
 // column q = (oh, ow). Neighbouring threads write neighbouring col entries.
 __global__ void im2col_kernel(Conv2dShape s, int64_t OH, int64_t OW, const float* __restrict__ x_img,

@@ -72,6 +72,12 @@ using Conv2dShape = ::d2l::kernels::cpu::Conv2dShape;
 using LibraryGemm = void (*)(Stream stream, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
                              const float* A, const float* B, float beta, float* C);
 void set_conv2d_gemm(GemmKernel kernel, LibraryGemm library);
+// Scratch buffers (common.cuh's ScratchBuffer) of nvcc-built launchers come from cudaMallocAsync;
+// core counts them in the device's memory figures through this hook: +bytes when one is made on
+// `stream`, -bytes when it is released. (Emulated launchers take theirs from the Ctx's workspace.)
+using ScratchCounter = void (*)(Stream stream, int64_t bytes);
+void set_scratch_counter(ScratchCounter f);
+ScratchCounter scratch_counter();
 void im2col(Stream stream, const Conv2dShape& s, const float* x_img, float* col);  // one image
 void col2im(Stream stream, const Conv2dShape& s, const float* col, float* dx_img);  // adds into dx_img
 void conv2d_forward(Stream stream, const Conv2dShape& s, const float* x, const float* w, float* y);
