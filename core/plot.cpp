@@ -48,7 +48,7 @@ static std::string render(const std::string& body, const std::string& png_path) 
 std::string plot_png(const PlotSpec& spec, const std::string& png_path) {
   std::ostringstream gp;
   gp << "set title " << quote(spec.title) << "\nset xlabel " << quote(spec.xlabel) << "\nset ylabel "
-     << quote(spec.ylabel) << "\nset grid\nset key bottom right\n";
+     << quote(spec.ylabel) << "\nset grid\nset key " << spec.key << "\n";
   if (spec.logx) gp << "set logscale x 2\n";
   if (spec.ymin != 0 || spec.ymax != 0) gp << "set yrange [" << spec.ymin << ":" << spec.ymax << "]\n";
   for (auto& s : spec.series)

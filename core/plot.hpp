@@ -18,6 +18,7 @@ struct PlotSpec {
   std::string title, xlabel, ylabel;
   std::vector<Series> series;
   bool logx = false;
+  std::string key = "bottom right";  // where gnuplot puts the legend ("top left", "outside right", ...)
   double ymin = 0, ymax = 0;  // both 0: automatic
 };
 

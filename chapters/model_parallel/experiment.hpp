@@ -21,7 +21,8 @@ struct Config {
   std::vector<int64_t> sweep{1, 3, 5, 8, 10, 12, 20, 40, 60};  // split_sizes of Step 5
   size_t stages = 2;                             // pipeline stages (K devices)
   pipeline::Schedule schedule = pipeline::Schedule::gpipe;
-  pipeline::Checkpoint checkpoint = pipeline::Checkpoint::except_last;  // torchgpipe's default
+  // Recomputation: torchgpipe's names; never by default, as the section (README: why not except_last).
+  pipeline::Checkpoint checkpoint = pipeline::Checkpoint::never;
   bool memory_sweep = true;                      // memory_vs_microbatches (report.hpp)
   std::vector<size_t> partition;                 // stage starts in the 22 blocks; empty: default_partition
   bool balance = false;                          // cut by each block's measured time instead

@@ -14,7 +14,7 @@ int main(int argc, char** argv) {
   d2l::DeviceFlags dev;
   dev.num_gpus = 2;
   d2l::mp::Config cfg;
-  std::string schedule = "gpipe", checkpoint = "except_last";
+  std::string schedule = "gpipe", checkpoint = "never";
   bool quick = false, full = false;
   d2l::add_device_flags(app, dev);
   auto* batch = app.add_option("--batch-size", cfg.batch_size, "images per batch")->capture_default_str();
@@ -26,7 +26,7 @@ int main(int argc, char** argv) {
   auto* sweep = app.add_option("--sweep", cfg.sweep, "split sizes to time (Step 5), e.g. 1,3,5")->delimiter(',')->capture_default_str();
   app.add_option("--stages", cfg.stages, "pipeline stages: the first K devices")->capture_default_str();
   app.add_option("--schedule", schedule, "pipeline schedule: gpipe, 1f1b or zb-h1")->capture_default_str();
-  app.add_option("--checkpoint", checkpoint, "recomputation: always, except_last or never (torchgpipe's)")->capture_default_str();
+  app.add_option("--checkpoint", checkpoint, "recomputation: always, except_last or never (torchgpipe's names; its default is except_last)")->capture_default_str();
   app.add_option("--partition", cfg.partition, "first block of each stage among the 22 (conv1=0 .. fc=21), e.g. 0,11")->delimiter(',');
   app.add_flag("--balance", cfg.balance, "cut the stages by each block's measured time");
   app.add_option("--out-dir", cfg.out_dir, "directory of the PNGs ('' for none)")->capture_default_str();

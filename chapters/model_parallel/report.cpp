@@ -213,7 +213,8 @@ std::string report_memory(const std::vector<Result::MemoryPoint>& points, const 
   }
   PlotSpec spec{"peak activation memory of one step, micro-batches of " + std::to_string(micro) + " images of 3x" +
                     std::to_string(cfg.image_size) + "x" + std::to_string(cfg.image_size),
-                "micro-batches M", "MB above parameters and gradients", series, true};
+                "micro-batches M", "MB above parameters and gradients", series};
+  spec.key = "top left font ',8'";
   return plot_png(spec, cfg.out_dir + "/memory_vs_microbatches.png");
 }
 
