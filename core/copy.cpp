@@ -58,9 +58,8 @@ void copy_bytes(const Tensor& src, size_t src_offset, const Tensor& dst, size_t 
   DeviceRuntime& d = runtime(dst.device());
   const void* from = static_cast<const char*>(src.storage()->ptr) + src_offset;
   void* to = static_cast<char*>(dst.storage()->ptr) + dst_offset;
-  auto keep_src = src.storage(), keep_dst = dst.storage();
   if (&s == &d) {  // on one device: an ordinary kernel on its compute stream
-    launch(src.device(), "copy", {keep_src, keep_dst}, [=, d = src.device()](const kernels::cpu::Ctx& c) {
+    launch(src.device(), "copy", {src.storage(), dst.storage()}, [=, d = src.device()](const kernels::cpu::Ctx& c) {
       copy_on_device(d, c, to, from, bytes);
     });
     return;
@@ -72,7 +71,9 @@ void copy_bytes(const Tensor& src, size_t src_offset, const Tensor& dst, size_t 
   d.copy.wait(dst_free);
   Device sd = src.device(), dd = dst.device();
   void* stream = d.gpu.copy ? d.gpu.copy : s.gpu.copy;  // a gpu -> cpu copy runs on the GPU's copy stream
-  d.copy.enqueue("copy", [keep_src, keep_dst, from, to, bytes, sd, dd, stream] { transfer(to, dd, from, sd, bytes, stream); });
+  // The copy holds neither tensor: both compute streams wait for it (below) and it waits for both, so
+  // whatever reuses their blocks in stream order (core/allocator.hpp) runs after it.
+  d.copy.enqueue("copy", [from, to, bytes, sd, dd, stream] { transfer(to, dd, from, sd, bytes, stream); });
   d.copy.record(done);
   d.compute.wait(done);  // d computes with the copy only once it has landed
   s.compute.wait(done);  // s does not overwrite the source while it is being read
@@ -86,15 +87,13 @@ void copy_from_host(const void* host, size_t bytes, const Tensor& dst) {
   DeviceRuntime& d = runtime(dst.device());
   auto staged = std::make_shared<std::vector<unsigned char>>(static_cast<const unsigned char*>(host),
                                                              static_cast<const unsigned char*>(host) + bytes);
-  auto keep = dst.storage();
   Event dst_free, done;
   d.compute.record(dst_free);
   d.copy.wait(dst_free);
   Device dd = dst.device();
   void* stream = d.gpu.copy;
-  d.copy.enqueue("copy from host", [staged, keep, bytes, dd, stream] {
-    transfer(keep->ptr, dd, staged->data(), cpu(0), bytes, stream);
-  });
+  void* to = dst.storage()->ptr;  // not held: d's compute stream waits for the copy (as copy_bytes)
+  d.copy.enqueue("copy from host", [staged, to, bytes, dd, stream] { transfer(to, dd, staged->data(), cpu(0), bytes, stream); });
   d.copy.record(done);
   d.compute.wait(done);
 }
