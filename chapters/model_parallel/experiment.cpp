@@ -1,4 +1,4 @@
-// Steps 3-5 of the section: train(model), timeit.repeat, the three plots, the best split size.
+// Steps 3-5 of the section: train(model), timeit.repeat, the three plots, the best split size; beyond the section, memory against micro-batches (a fourth plot).
 #include "chapters/model_parallel/experiment.hpp"
 
 #include <algorithm>

@@ -26,7 +26,7 @@ struct Config {
   bool memory_sweep = true;                      // memory_vs_microbatches (report.hpp)
   std::vector<size_t> partition;                 // stage starts in the 22 blocks; empty: default_partition
   bool balance = false;                          // cut by each block's measured time instead
-  std::string out_dir = ".";                     // the three PNGs go here; "" draws none
+  std::string out_dir = ".";                     // the four PNGs go here; "" draws none
   std::string trace_file;                        // Chrome-trace JSON of one pipelined step; "" for none
   uint64_t seed = 0;
   bool verbose = true;

@@ -1,5 +1,6 @@
 // model_parallel: "Parallel practice of ResNet model on GPU" (book/003): ToyModel, ModelParallelResNet50,
-// PipelineParallelResNet50 and the section's timing experiment with its three plots.
+// PipelineParallelResNet50 and the section's timing experiment with its three plots (and a fourth:
+// memory against micro-batches).
 //   model_parallel --num-gpus 2                              (the section's experiment)
 //   model_parallel --num-gpus 3 --stages 3 --balance --schedule 1f1b
 //   model_parallel --quick --trace step.json                 (seconds; the timeline of one step, Perfetto)
