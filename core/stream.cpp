@@ -2,8 +2,6 @@
 
 namespace d2l {
 
-static thread_local const Stream* t_current = nullptr;
-const Stream* Stream::current() { return t_current; }
 
 // done only grows: the host's fence (synchronize) and the stream's thread may both advance it.
 static void advance(std::atomic<uint64_t>& done, uint64_t to) {
@@ -107,7 +105,6 @@ void Stream::synchronize() {
 }
 
 void Stream::loop() {
-  t_current = this;
   if (hooks_.on_thread_start) {
     try {
       hooks_.on_thread_start();

@@ -12,7 +12,6 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
-#include <vector>
 
 #include "core/trace.hpp"
 
@@ -85,8 +84,6 @@ class Stream {
   StreamPoint point() const { return {clock_, clock_->enqueued.load(std::memory_order_acquire)}; }
   const std::shared_ptr<StreamClock>& clock() const { return clock_; }
   bool has_fence() const { return static_cast<bool>(hooks_.fence); }  // a gpu(i) stream
-  // The stream whose task is running on this thread (null on the host thread).
-  static const Stream* current();
 
  private:
   struct Task {
