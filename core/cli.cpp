@@ -6,7 +6,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <csignal>
 #include <cstdio>
 #include <fstream>
@@ -14,6 +16,7 @@
 #include <sstream>
 
 #include "core/dist/process_group.hpp"
+#include "core/io/atomic_file.hpp"
 #include "core/ops_util.hpp"
 #include "core/parameter.hpp"
 #include "core/runtime.hpp"
@@ -52,6 +55,7 @@ std::vector<Device> choose_devices(const DeviceFlags& f, bool print_note) {
 
 static std::string bad(const char* flag, double value, const std::string& why) {
   std::ostringstream os;
+  os.precision(15);  // whole sizes in full: "bad --num-classes 1000000000"
   os << "bad " << flag << " " << value << ": " << why;
   return os.str();
 }
@@ -77,14 +81,23 @@ double physical_memory_bytes() {
   return pages > 0 && size > 0 ? static_cast<double>(pages) * static_cast<double>(size) : 0;
 }
 
-void require_memory(const char* flag, double value, double bytes) {
+static std::string memory_shortfall(double bytes) {
   double have = physical_memory_bytes();
-  if (have > 0 && !(bytes <= have)) {
-    std::ostringstream os;
-    os.precision(3);
-    os << "needs " << bytes / 1e9 << " GB of memory; this machine has " << have / 1e9 << " GB";
-    throw ConfigError(bad(flag, value, os.str()));
-  }
+  if (have <= 0 || bytes <= have) return "";
+  std::ostringstream os;
+  os.precision(3);
+  os << "needs " << bytes / 1e9 << " GB of memory; this machine has " << have / 1e9 << " GB";
+  return os.str();
+}
+
+void require_memory(const char* flag, double value, double bytes) {
+  std::string why = memory_shortfall(bytes);
+  if (!why.empty()) throw ConfigError(bad(flag, value, why));
+}
+
+void require_memory_of(const std::string& flags, double bytes) {
+  std::string why = memory_shortfall(bytes);
+  if (!why.empty()) throw ConfigError("bad " + flags + ": " + why);
 }
 
 int max_cpu_devices() {
@@ -97,17 +110,59 @@ int max_cpu_devices() {
   return static_cast<int>(std::max(1.0, std::min(256.0, threads / 4)));
 }
 
+std::vector<double> parse_list(const char* flag, const std::string& text, bool distinct) {
+  auto fail = [&](const std::string& why) { return ConfigError(std::string("bad ") + flag + " '" + text + "': " + why); };
+  std::vector<double> out;
+  std::vector<std::string> items;
+  size_t start = 0;
+  for (;;) {
+    size_t comma = text.find(',', start);
+    items.push_back(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  for (size_t i = 0; i < items.size(); ++i) {
+    const std::string& item = items[i];
+    const std::string nth = "item " + std::to_string(i + 1);
+    if (item.empty()) throw fail(text.empty() ? "the list is empty" : nth + " is empty");
+    char* end = nullptr;
+    errno = 0;
+    double v = std::strtod(item.c_str(), &end);
+    if (end != item.c_str() + item.size() || item.find_first_of(" \t") != std::string::npos || errno == ERANGE || !std::isfinite(v))
+      throw fail(nth + " ('" + item + "') is not a finite number");
+    if (distinct)
+      for (size_t j = 0; j < out.size(); ++j)
+        if (out[j] == v) throw fail(nth + " repeats item " + std::to_string(j + 1) + " (" + item + ")");
+    out.push_back(v);
+  }
+  return out;
+}
+
+std::vector<int64_t> parse_int_list(const char* flag, const std::string& text, bool distinct) {
+  std::vector<int64_t> out;
+  std::vector<double> v = parse_list(flag, text, distinct);
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (v[i] != std::floor(v[i]) || std::fabs(v[i]) > 9e15)
+      throw ConfigError(std::string("bad ") + flag + " '" + text + "': item " + std::to_string(i + 1) + " is not a whole number");
+    out.push_back(static_cast<int64_t>(v[i]));
+  }
+  return out;
+}
+
 void check_output_path(const char* flag, const std::string& path) {
   if (path.empty()) return;
-  auto fail = [&](const std::string& why) { return ConfigError(std::string("bad ") + flag + " " + path + ": " + why); };
-  size_t slash = path.rfind('/');
-  std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  std::string why = io::why_not_writable(path);
+  if (!why.empty()) throw ConfigError(std::string("bad ") + flag + " " + path + ": " + why);
+}
+
+void check_output_dir(const char* flag, const std::string& dir, const std::vector<std::string>& names) {
+  if (dir.empty()) return;
   struct stat st {};
-  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) throw fail("directory '" + dir + "' does not exist");
-  if (::access(dir.c_str(), W_OK) != 0) throw fail("directory '" + dir + "' is not writable");
-  if (::stat(path.c_str(), &st) == 0) {
-    if (S_ISDIR(st.st_mode)) throw fail("it is a directory");
-    if (::access(path.c_str(), W_OK) != 0) throw fail("the file is not writable");
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    throw ConfigError(std::string("bad ") + flag + " '" + dir + "': not a directory ('' for none)");
+  for (const std::string& name : names) {
+    std::string why = io::why_not_writable(dir + "/" + name);
+    if (!why.empty()) throw ConfigError(std::string("bad ") + flag + " '" + dir + "': " + name + ": " + why);
   }
 }
 
@@ -116,6 +171,7 @@ static std::atomic<int> g_signal{0};
 
 static void on_signal(int sig) {
   if (g_signal.exchange(sig) != 0) ::_exit(128 + sig);  // a second signal: stop now
+  cancel_queued_work();  // the queued kernels are skipped: a host waiting on them goes on at once
 }
 
 void install_interrupt_handlers() {
@@ -140,7 +196,8 @@ void check_interrupt() {
 
 int exit_interrupted(const Interrupted& e) {
   try {
-    waitall();  // the work already queued finishes before the buffers it uses go away
+    cancel_queued_work();  // (done by the handler already) queued kernels are skipped
+    waitall();              // the running ones end before their buffers go away
   } catch (const std::exception&) {
   }
   std::cerr << e.what() << "; stopped\n";
@@ -148,6 +205,7 @@ int exit_interrupted(const Interrupted& e) {
 }
 
 void check_loss(double loss, int epoch, int64_t step) {
+  check_interrupt();  // a loss read after Ctrl-C may come from skipped work (cancel_queued_work)
   if (std::isfinite(loss)) return;
   std::ostringstream os;
   os << "training diverged: loss " << loss << " at epoch " << epoch << ", step " << step << " (try a smaller --lr)";
@@ -199,12 +257,13 @@ int guarded_main(CLI::App& app, int argc, char** argv, const std::function<int()
     if (dist::rank() == 0) std::cerr << "error: " << one_line(e.what()) << "\n";
     dist::finalize();
     return 2;
-  } catch (const ConfigError& e) {
-    return fail(one_line(e.what()), 2);
-  } catch (const std::invalid_argument& e) {  // ShapeError, bad sizes
-    return fail(one_line(e.what()), 2);
-  } catch (const std::exception& e) {  // DeviceError, data errors, I/O
-    return fail(one_line(e.what()), 1);
+  } catch (const std::exception& e) {
+    // After a signal, values computed by skipped work (cancel_queued_work) may have raised another
+    // error first: the run was interrupted all the same.
+    if (interrupted()) return exit_interrupted(Interrupted(interrupt_signal()));
+    if (dynamic_cast<const ConfigError*>(&e) || dynamic_cast<const std::invalid_argument*>(&e))  // bad input, ShapeError
+      return fail(one_line(e.what()), 2);
+    return fail(one_line(e.what()), 1);  // DeviceError, data errors, I/O
   }
 }
 

@@ -35,15 +35,28 @@ void require_at_most(const char* flag, double value, double limit, const std::st
 // A size whose buffers need `bytes`: ConfigError naming the flag, the value, the bytes and the
 // machine's physical memory when they do not fit.
 void require_memory(const char* flag, double value, double bytes);
+// The same for sizes that fit alone but not together: "bad --batch-size 64 with --image-size 2048: needs ...".
+void require_memory_of(const std::string& flags, double bytes);
 double physical_memory_bytes();
 // CPU devices the machine can start: each runs two stream threads and a share of the cores; bounded
 // by 256 and by the process's thread limit (RLIMIT_NPROC, /proc/sys/kernel/threads-max) / 4.
 int max_cpu_devices();
 
+// A comma-separated list flag (--sweep 1,3,5), parsed here rather than by CLI11, which skips empty
+// items: "4,,8", "4," and "" are refused, and with `distinct` so is an item given twice ("4,4": a
+// sweep or a set of sizes, not per-device weights). ConfigError "bad --sweep '4,,8': item 2 is empty".
+std::vector<double> parse_list(const char* flag, const std::string& text, bool distinct);
+// The same, every item a whole number ("bad --sweep '4,2.5': item 2 ('2.5') is not a whole number").
+std::vector<int64_t> parse_int_list(const char* flag, const std::string& text, bool distinct);
+
 // An output file (plot, trace, checkpoint, parameters) checked before the work starts: ConfigError
-// "bad --plot /no/dir/a.png: directory '/no/dir' does not exist" unless a file can be created there.
-// An empty path means "no output" and passes.
+// "bad --plot /no/dir/a.png: directory '/no/dir' does not exist" unless the temporary file its
+// writer will use can be created there (io::why_not_writable: created and removed, not access(), so
+// /proc fails for root too). An empty path means "no output" and passes.
 void check_output_path(const char* flag, const std::string& path);
+// A directory of outputs (--out-dir) and the files a run will write there, each checked as above:
+// "bad --out-dir 'plots': mp_vs_rn.png: it is a directory". An empty dir means "none" and passes.
+void check_output_dir(const char* flag, const std::string& dir, const std::vector<std::string>& names);
 
 // Interruption: install_interrupt_handlers() makes SIGINT and SIGTERM set a flag (and nothing else)
 // that long loops poll with interrupted() or check_interrupt(); guarded_main then waits for the

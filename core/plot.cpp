@@ -1,10 +1,20 @@
 #include "core/plot.hpp"
 
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
-#include <unistd.h>
+#include <vector>
+
+#include "core/cli.hpp"
+#include "core/io/atomic_file.hpp"
 
 namespace d2l {
 
@@ -14,34 +24,71 @@ static std::string quote(const std::string& s) {
   return out + "'";
 }
 
+// Runs gnuplot on `script` with stderr to `err`, answering Ctrl-C / SIGTERM within a second: the
+// child is stopped and Interrupted thrown (std::system would ignore SIGINT while gnuplot draws).
+// Returns gnuplot's exit status, or -1 if it could not start.
+static int run_gnuplot(const std::string& script, const std::string& err) {
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid = 0;
+  char* argv[] = {const_cast<char*>("gnuplot"), const_cast<char*>(script.c_str()), nullptr};
+  int rc = ::posix_spawnp(&pid, "gnuplot", &actions, nullptr, argv, environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) return -1;
+  for (;;) {
+    int status = 0;
+    pid_t r = ::waitpid(pid, &status, WNOHANG);
+    if (r == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    if (r < 0 && errno != EINTR) return -1;
+    if (interrupted()) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      return -2;
+    }
+    ::usleep(20000);
+  }
+}
+
 // Writes `body` (the gnuplot commands after the terminal and output lines) to a temporary script,
-// runs gnuplot on it and renames the drawn PNG over png_path. Returns "" or why not.
+// runs gnuplot on it and renames the drawn PNG over png_path. The script, gnuplot's messages and
+// the PNG being drawn are temporary files of png_path (io::temporary_name: named for this process,
+// so a later run removes them if this one is killed). Returns "" or why not.
 static std::string render(const std::string& body, const std::string& png_path) {
+  check_interrupt();  // after Ctrl-C nothing more is drawn (the data may come from skipped work)
   if (std::system("command -v gnuplot >/dev/null 2>&1") != 0)
     return "gnuplot not found (install the Debian package gnuplot-nox); no plot drawn";
-  std::string tmp = png_path + ".tmp." + std::to_string(getpid());
-  std::string script_path = tmp + ".gp";
+  std::string png_tmp, script_path, err_path;
+  try {
+    io::remove_stale_temporaries(png_path);
+    png_tmp = io::temporary_name(png_path);
+    script_path = io::temporary_name(png_path);
+    err_path = io::temporary_name(png_path);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  struct Cleanup {
+    std::vector<std::string> paths;
+    ~Cleanup() {
+      for (auto& p : paths) std::remove(p.c_str());
+    }
+  } cleanup{{png_tmp, script_path, err_path}};
   {
     std::ofstream gp(script_path);
     gp << "set terminal pngcairo size 640,420 enhanced font 'sans,10'\n"
-       << "set output " << quote(tmp + ".png") << "\n"
+       << "set output " << quote(png_tmp) << "\n"
        << body;
     if (!gp) return "cannot write " + script_path;
   }
-  std::string cmd = "gnuplot " + quote(script_path) + " 2>" + quote(tmp + ".err");
-  int rc = std::system(cmd.c_str());
+  int rc = run_gnuplot(script_path, err_path);
+  if (rc == -2) throw Interrupted(interrupt_signal());
   std::string err;
   {
-    std::ifstream e(tmp + ".err");
+    std::ifstream e(err_path);
     std::getline(e, err);
   }
-  std::remove(script_path.c_str());
-  std::remove((tmp + ".err").c_str());
-  if (rc != 0) {
-    std::remove((tmp + ".png").c_str());
-    return "gnuplot failed: " + err;
-  }
-  if (std::rename((tmp + ".png").c_str(), png_path.c_str()) != 0) return "cannot write " + png_path;
+  if (rc != 0) return "gnuplot failed: " + (rc == -1 ? std::string("cannot run it") : err);
+  if (std::rename(png_tmp.c_str(), png_path.c_str()) != 0) return "cannot write " + png_path;
   return "";
 }
 

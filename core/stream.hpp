@@ -65,6 +65,15 @@ struct StreamHooks {
   std::function<void()> fence;
 };
 
+// A run that stops (Ctrl-C, SIGTERM) must not first run everything it queued: a CPU device's queue can
+// hold seconds of convolutions. After this call every stream skips the work tasks (enqueue()) it has
+// not started; events, waits and reads still complete, so a host blocked in item() or waitall() goes
+// on as soon as the running kernels end. Nothing computed afterwards is valid: the signal handler
+// (core/cli.hpp) calls this, the process is about to exit, and no file is written any more
+// (io::write_file_atomic and the plots refuse once work_cancelled()). Async-signal-safe.
+void cancel_queued_work();
+bool work_cancelled();
+
 class Stream {
  public:
   explicit Stream(std::string name, StreamHooks hooks = {});  // name: "cpu(0) compute"
@@ -90,6 +99,7 @@ class Stream {
     const char* op = nullptr;
     std::function<void()> fn;
     std::unique_ptr<trace::Pending> traced;  // null unless the trace was recording at enqueue
+    bool work = false;  // enqueue()'s kernels and copies: skipped once cancel_queued_work() was called
   };
   void push(Task task);
   void loop();

@@ -13,6 +13,8 @@
 #include <mutex>
 #include <stdexcept>
 
+#include "core/io/atomic_file.hpp"
+
 namespace d2l::trace {
 
 // ---- recording -------------------------------------------------------------------------------
@@ -178,14 +180,9 @@ std::string idle_line(const std::vector<DeviceSummary>& summary) {
 // ---- Chrome-trace JSON -----------------------------------------------------------------------
 
 void check_writable(const std::string& path) {
-  auto fail = [&](const std::string& why) { return ConfigError("cannot write the trace '" + path + "': " + why); };
   if (path.empty()) throw ConfigError("cannot write the trace: the file name is empty");
-  size_t slash = path.rfind('/');
-  std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
-  struct stat st {};
-  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) throw fail("directory '" + dir + "' does not exist");
-  if (::access(dir.c_str(), W_OK) != 0) throw fail("directory '" + dir + "' is not writable");
-  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) throw fail("it is a directory");
+  std::string why = io::why_not_writable(path);
+  if (!why.empty()) throw ConfigError("cannot write the trace '" + path + "': " + why);
 }
 
 static void append_json_string(std::string& out, const std::string& s) {
@@ -266,28 +263,11 @@ static std::string chrome_json(const std::vector<Record>& events) {
 void write_chrome_json(const std::string& path, const std::vector<Record>& events) {
   check_writable(path);
   std::string text = chrome_json(events);
-  std::string tmp = path + ".XXXXXX";  // same directory, so the rename is atomic
-  int fd = ::mkstemp(tmp.data());
-  auto fail = [&](const char* what) {
-    std::string msg = "writing the trace '" + path + "': " + what + ": " + std::strerror(errno);
-    if (fd >= 0) ::close(fd);
-    ::unlink(tmp.c_str());
-    return std::runtime_error(msg);
-  };
-  if (fd < 0) throw fail("creating a temporary file");
-  for (size_t done = 0; done < text.size();) {
-    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) throw fail("write");
-    done += static_cast<size_t>(n);
+  try {
+    io::write_file_atomic(path, {text});  // a temporary file in the same directory, renamed over `path`
+  } catch (const io::FileError& e) {
+    throw std::runtime_error(std::string("writing the trace: ") + e.what());
   }
-  if (::fchmod(fd, 0644) != 0 || ::fsync(fd) != 0) throw fail("fsync");
-  if (::close(fd) != 0) {
-    fd = -1;
-    throw fail("close");
-  }
-  fd = -1;
-  if (::rename(tmp.c_str(), path.c_str()) != 0) throw fail("rename");
 }
 
 }  // namespace d2l::trace

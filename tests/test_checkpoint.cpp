@@ -7,6 +7,7 @@
 #include <doctest/doctest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -94,6 +95,14 @@ std::string make_tmpdir() {
   std::string pattern = (fs::temp_directory_path() / "d2l_checkpoint_XXXXXX").string();
   REQUIRE(mkdtemp(pattern.data()) != nullptr);
   return pattern;
+}
+
+// Sets value i of the F32 tensor `name` of f.
+void set_value(SafetensorsFile& f, const std::string& name, size_t i, float value) {
+  FileTensor& t = f.tensors.at(name);
+  std::vector<float> v = t.floats();
+  v.at(i) = value;
+  t = FileTensor::from_floats(t.shape, v);
 }
 
 }  // namespace
@@ -196,6 +205,37 @@ TEST_CASE("a corrupt or mismatched checkpoint: one line naming the file; net, tr
          f.tensors["replica/1/1.running_var"] = FileTensor::from_floats({1}, {1});
        }),
        "'replica/1/1.running_var' has dtype F32 and shape (1,), expected F32 and (8,)"},
+      // What the file says, not only its shape: non-finite values, integers out of range, devices.
+      {"a NaN weight", edited([](SafetensorsFile& f) { set_value(f, "0.weight", 3, NAN); }),
+       "tensor '0.weight' has 1 of 40 values that are not finite (the first, at index 3, is nan)"},
+      {"an infinite running variance", edited([](SafetensorsFile& f) { set_value(f, "1.running_var", 0, -INFINITY); }),
+       "tensor '1.running_var' has 1 of 8 values that are not finite (the first, at index 0, is -inf)"},
+      {"a NaN in device 1's statistics", edited([](SafetensorsFile& f) { set_value(f, "replica/1/1.running_mean", 7, NAN); }),
+       "tensor 'replica/1/1.running_mean' has 1 of 8 values that are not finite"},
+      {"a NaN momentum", edited([](SafetensorsFile& f) { set_value(f, "trainer/momentum/2.bias", 1, NAN); }),
+       "trainer state 'trainer/momentum/2.bias' has 1 of 3 values that are not finite"},
+      {"an epoch past int", edited([](SafetensorsFile& f) { f.metadata["epoch"] = "2147483648"; }),
+       "epoch 2147483648 is out of range (0 to 2147483647)"},
+      {"an epoch that wraps", edited([](SafetensorsFile& f) { f.metadata["epoch"] = "18446744073709551615"; }),
+       "epoch 18446744073709551615 is out of range"},
+      {"an epoch past uint64", edited([](SafetensorsFile& f) { f.metadata["epoch"] = "18446744073709551616"; }),
+       "expected a whole number"},
+      {"no device list", edited([](SafetensorsFile& f) { f.metadata.erase("devices"); }), "checkpoint has no \"devices\""},
+      {"an unknown device kind", edited([](SafetensorsFile& f) { f.metadata["devices"] = "cpu,tpu"; }),
+       "\"devices\" is \"cpu,tpu\", expected device kinds (cpu, gpu, emu)"},
+      {"an empty device kind", edited([](SafetensorsFile& f) { f.metadata["devices"] = "cpu,"; }), "expected device kinds"},
+      {"written on 3 devices", edited([](SafetensorsFile& f) {
+         f.metadata["devices"] = "cpu,cpu,cpu";
+         f.tensors["replica/2/1.running_mean"] = f.tensors.at("replica/1/1.running_mean");
+         f.tensors["replica/2/1.running_var"] = f.tensors.at("replica/1/1.running_var");
+       }),
+       "checkpoint was written on 3 devices (cpu,cpu,cpu), resuming on 2"},
+      {"a replica beyond the device count", edited([](SafetensorsFile& f) {
+         f.tensors["replica/2/1.running_mean"] = f.tensors.at("replica/1/1.running_mean");
+       }),
+       "'replica/2/1.running_mean' is beyond the 2 devices"},
+      {"a replica missing", edited([](SafetensorsFile& f) { f.tensors.erase("replica/1/1.running_var"); }),
+       "checkpoint of 2 devices has no 'replica/1/1.running_var'"},
   };
 
   Run b(8);
@@ -225,9 +265,15 @@ TEST_CASE("a corrupt or mismatched checkpoint: one line naming the file; net, tr
     CHECK(rng_state().seed == rng_before.seed);
     CHECK(rng_state().offset == rng_before.offset);
   }
-  // Loading onto one device: device 0's running statistics everywhere, nothing else differs.
+  CHECK(base.metadata.at("devices") == "cpu,cpu");
+  // Resuming on one device would drop device 1's running statistics: refused, nothing changed.
   Run one(3);
-  CHECK(load_checkpoint(good, *one.net, *one.trainer, {cpu(0)}) == 1);
+  auto one_before = snapshot(*one.net);
+  CHECK_THROWS_WITH_AS(load_checkpoint(good, *one.net, *one.trainer, {cpu(0)}),
+                       doctest::Contains("written on 2 devices (cpu,cpu), resuming on 1"), std::runtime_error);
+  CHECK(bitwise_equal(snapshot(*one.net), one_before));
+  // Its parameters alone still load (device 0's replica, running statistics included).
+  load_parameters(*one.net, good, {cpu(0)});
   CHECK(one.net->collect_params()["1.running_mean"].data(cpu(0)).to_vector() == base.tensors.at("1.running_mean").floats());
   // A negative epoch is refused when saving.
   CHECK_THROWS_WITH_AS(save_checkpoint(dir + "/x.safetensors", *a.net, *a.trainer, -1), doctest::Contains("epoch -1 is negative"),

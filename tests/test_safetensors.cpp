@@ -305,6 +305,16 @@ TEST_CASE("corrupt files: one line naming the file and the problem; the net is u
     edit(j);
     return file_of(j.dump(), data(data_bytes));
   };
+  auto with_value = [&](size_t at, float v) {
+    auto d = test::lcg_data(14, 7);
+    d.at(at) = v;
+    return file_of(good().dump(), floats_bytes(d));
+  };
+  auto prefixed = [&](const std::string& prefix) {
+    json g = good(), j;
+    for (auto& [k, v] : g.items()) j[prefix + k] = v;
+    return j;
+  };
   const uint64_t big = uint64_t{1} << 62;
   struct Case {
     const char* what;
@@ -354,6 +364,12 @@ TEST_CASE("corrupt files: one line naming the file and the problem; the net is u
        "the net does not have: '1.num_batches_tracked'", false},
       {"dtype mismatch", with([](json& j) { j["0.bias"]["dtype"] = "I32"; }), "tensor '0.bias' has dtype I32, the parameter needs F32", false},
       {"shape mismatch", with([](json& j) { j["0.weight"]["shape"] = {4}; }), "tensor '0.weight' has shape (4,) but the parameter has shape (2, 2)", false},
+      // What the values say: a NaN weight, an infinite running variance (floats 3 and 10 of the data).
+      {"a NaN weight", with_value(3, NAN), "tensor '0.weight' has 1 of 4 values that are not finite (the first, at index 1, is nan)", false},
+      {"an infinite variance", with_value(10, INFINITY), "tensor '1.running_var' has 1 of 2 values that are not finite (the first, at index 0, is inf)", false},
+      // PyTorch's DataParallel names: a hint, not six missing names.
+      {"module. prefix", file_of(prefixed("module.").dump(), data(56)), "its names start with 'module.'", false},
+      {"another prefix", file_of(prefixed("model.").dump(), data(56)), "6 parameters of the net not in the file", false},
   };
 
   std::string dir = make_tmpdir();
@@ -400,6 +416,63 @@ TEST_CASE("corrupt files: one line naming the file and the problem; the net is u
   CHECK_THROWS_WITH_AS(load_parameters(deferred, dir + "/missing.safetensors"),
                        (dir + "/missing.safetensors: cannot open: No such file or directory").c_str(), FileError);
   CHECK_THROWS_WITH_AS(load_parameters(deferred, dir), (dir + ": cannot read: Is a directory").c_str(), FileError);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a killed writer's temporary file is named for it and removed by the next writer of the target") {
+  std::string dir = make_tmpdir();
+  std::string path = dir + "/ck.safetensors";
+  // A process that has exited: its pid names no process now.
+  pid_t dead = fork();
+  REQUIRE(dead >= 0);
+  if (dead == 0) _exit(0);
+  REQUIRE(waitpid(dead, nullptr, 0) == dead);
+  char host[256] = {};
+  REQUIRE(gethostname(host, sizeof host - 1) == 0);
+  const std::string me = host, d = std::to_string(dead), alive = std::to_string(getpid());
+  auto make = [&](const std::string& name) {
+    write_bytes(dir + "/" + name, "half a checkpoint");
+    return dir + "/" + name;
+  };
+  std::string stale = make(".ck.safetensors.tmp." + me + "." + d + ".0");
+  std::string stale_old = make(".ck.safetensors.tmp." + d + ".3");          // the older names, without a host
+  std::string running = make(".ck.safetensors.tmp." + me + "." + alive + ".9");  // a writer that still runs
+  std::string elsewhere = make(".ck.safetensors.tmp.other-host." + d + ".0");   // another machine's writer
+  std::string other_target = make(".other.safetensors.tmp." + me + "." + d + ".0");
+  // The up-front check of an output place removes them (and leaves no probe of its own) ...
+  CHECK(why_not_writable(path) == "");
+  CHECK_FALSE(fs::exists(stale));
+  CHECK_FALSE(fs::exists(stale_old));
+  CHECK(fs::exists(running));
+  CHECK(fs::exists(elsewhere));
+  CHECK(fs::exists(other_target));
+  CHECK(temp_files(dir).size() == 3);
+  // ... and so does a write.
+  stale = make(".ck.safetensors.tmp." + me + "." + d + ".1");
+  write_file_atomic(path, {"new"});
+  CHECK_FALSE(fs::exists(stale));
+  CHECK(read_file(path) == "new");
+  CHECK(temp_files(dir).size() == 3);
+  // The temporary names say whose they are.
+  std::string name = fs::path(temporary_name(path)).filename().string();
+  CHECK(name.rfind(".ck.safetensors.tmp." + me + "." + alive + ".", 0) == 0);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("why_not_writable creates the temporary file itself, so places access() passes can fail") {
+  std::string dir = make_tmpdir();
+  CHECK(why_not_writable(dir + "/a.png") == "");
+  CHECK(temp_files(dir).empty());
+  CHECK(why_not_writable(dir + "/no/a.png") == "directory '" + dir + "/no' does not exist");
+  CHECK(why_not_writable(dir) == "it is a directory");
+  CHECK(why_not_writable(dir + "/") == "not a file name");
+  fs::create_directory(dir + "/sub");
+  CHECK(why_not_writable(dir + "/sub") == "it is a directory");
+  CHECK(why_not_writable("") == "the file name is empty");
+  // /proc cannot hold new files, even for root (whom access(W_OK) lets through).
+  std::string proc = why_not_writable("/proc/d2l-test.png");
+  CAPTURE(proc);
+  CHECK(proc.rfind("cannot create a file in '/proc': ", 0) == 0);
   fs::remove_all(dir);
 }
 

@@ -129,7 +129,7 @@ int main(int argc, char** argv) {
   dd::Config cfg;
   bool quick = false;
   int64_t seed = 0;
-  std::vector<double> sizes_kb, buckets;
+  std::string sizes_kb, buckets;
   d2l::add_device_flags(app, dev);
   auto* bandwidth = app.add_subcommand("bandwidth", "1. the collectives benchmark: naive, ring and library allreduce by size");
   auto* ddp = app.add_subcommand("ddp", "2. DDP's buckets on ResNet-18: step time and hidden communication");
@@ -137,11 +137,11 @@ int main(int argc, char** argv) {
   auto* kv = app.add_subcommand("kv", "4. the key-value store: kv.init, kv.push, kv.pull");
   app.require_subcommand(0, 1);
   for (auto* sub : {bandwidth, ddp, equivalence, kv}) sub->fallthrough();  // flags may follow the subcommand
-  auto* sizes_opt = app.add_option("--sizes-kb", sizes_kb, "bandwidth: message sizes in KB, e.g. 4,64,1024")->delimiter(',');
+  auto* sizes_opt = app.add_option("--sizes-kb", sizes_kb, "bandwidth: message sizes in KB, e.g. 4,64,1024");
   auto* batch = app.add_option("--batch-size", cfg.batch, "ddp: images per process")->capture_default_str();
   auto* image = app.add_option("--image-size", cfg.image, "ddp: image height and width")->capture_default_str();
   auto* repeats = app.add_option("--repeats", cfg.repeats, "ddp: timed steps per variant")->capture_default_str();
-  auto* buckets_opt = app.add_option("--buckets", buckets, "ddp: the bucket sizes (MB) launched during backward, e.g. 1,5,25,100")->delimiter(',');
+  auto* buckets_opt = app.add_option("--buckets", buckets, "ddp: the bucket sizes (MB) launched during backward, e.g. 1,5,25,100");
   app.add_option("--bucket-mb", cfg.bucket_mb, "the bucket size of the traced step and of equivalence")->capture_default_str();
   app.add_option("--link-gbps", cfg.link.gbps, "ddp: the modelled link's bandwidth in Gbit/s (0 and --link-latency-us 0: no model)")->capture_default_str();
   app.add_option("--link-latency-us", cfg.link.latency_us, "ddp: the modelled link's latency per message in microseconds")->capture_default_str();
@@ -158,18 +158,16 @@ int main(int argc, char** argv) {
     if (*repeats) cfg.repeats = given.repeats;
     if (*sizes_opt) {
       cfg.sizes.clear();
-      for (double kb : sizes_kb) {
+      for (double kb : d2l::parse_list("--sizes-kb", sizes_kb, /*distinct=*/true)) {
         if (!(kb > 0 && kb <= 1e6)) throw d2l::ConfigError("bad --sizes-kb " + std::to_string(kb) + ": expected sizes in (0, 1e6] KB");
         cfg.sizes.push_back(kb * 1e3);
       }
       std::sort(cfg.sizes.begin(), cfg.sizes.end());
-      if (std::adjacent_find(cfg.sizes.begin(), cfg.sizes.end()) != cfg.sizes.end())
-        throw d2l::ConfigError("bad --sizes-kb: a size is listed twice");
     }
     if (*buckets_opt) {
-      for (double mb : buckets)
+      cfg.bucket_mbs = d2l::parse_list("--buckets", buckets, /*distinct=*/true);
+      for (double mb : cfg.bucket_mbs)
         if (!(mb > 0 && mb <= 1e6)) throw d2l::ConfigError("bad --buckets " + std::to_string(mb) + ": expected sizes in (0, 1e6] MB");
-      cfg.bucket_mbs = buckets;
     }
     if (!(cfg.batch >= 1 && cfg.batch <= 4096)) throw d2l::ConfigError("bad --batch-size " + std::to_string(cfg.batch) + ": expected 1 to 4096 images per process");
     if (!(cfg.image >= 8 && cfg.image <= 256)) throw d2l::ConfigError("bad --image-size " + std::to_string(cfg.image) + ": expected 8 to 256");
@@ -181,8 +179,7 @@ int main(int argc, char** argv) {
       throw d2l::ConfigError("bad --link-latency-us: expected a finite number >= 0");
     if (seed < 0) throw d2l::ConfigError("bad --seed " + std::to_string(seed) + ": expected a number >= 0");
     cfg.seed = static_cast<uint64_t>(seed);
-    if (!cfg.out_dir.empty() && !(std::filesystem::is_directory(cfg.out_dir) && ::access(cfg.out_dir.c_str(), W_OK) == 0))
-      throw d2l::ConfigError("bad --out-dir '" + cfg.out_dir + "': not a writable directory (the PNGs go there; '' for none)");
+    d2l::check_output_dir("--out-dir", cfg.out_dir, {"bandwidth.png", "ddp_step_time.png"});
     if (!cfg.trace_file.empty()) d2l::trace::check_writable(cfg.trace_file);
     const bool all = !*bandwidth && !*ddp && !*equivalence && !*kv;
     cfg.devices = d2l::choose_devices(dev, d2l::dist::rank() == 0);

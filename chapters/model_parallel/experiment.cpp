@@ -45,9 +45,16 @@ void validate(const Config& cfg) {
   at_least("--image-size", cfg.image_size, 32);
   // Memory: autograd keeps every activation of a training step, about 8 KB per input pixel per image
   // (measured: 1.0 GB at batch 32 of 64x64), plus the parameters, gradients and update (0.5 GB).
-  const double step_bytes = 8e3 * double(cfg.batch_size) * double(cfg.image_size) * double(cfg.image_size) + 0.5e9;
-  if (cfg.image_size > 4096) require_memory("--image-size", double(cfg.image_size), step_bytes);
-  require_memory("--batch-size", double(cfg.batch_size), step_bytes);
+  // Each size flag is checked alone first (the others at their smallest), so the error names the
+  // one that is too big; then together.
+  auto step_bytes = [](double batch, double side) { return 8e3 * batch * side * side + 0.5e9; };
+  const double batch = double(cfg.batch_size), side = double(cfg.image_size), classes = double(cfg.num_classes);
+  require_memory("--image-size", side, step_bytes(1, side));
+  require_memory("--batch-size", batch, step_bytes(batch, 32));
+  require_memory_of("--batch-size " + std::to_string(cfg.batch_size) + " with --image-size " + std::to_string(cfg.image_size),
+                    step_bytes(batch, side));
+  // fc: 2048 x classes weights with their gradient, momentum and update, and one-hot labels.
+  require_memory("--num-classes", classes, 4.0 * 4 * 2048 * classes + 3.0 * 4 * batch * classes);
   at_least("--split-size", cfg.split_size, 1);
   if (cfg.split_size > cfg.batch_size)
     throw ConfigError("bad --split-size " + std::to_string(cfg.split_size) + ": larger than --batch-size " +
@@ -78,8 +85,9 @@ void validate(const Config& cfg) {
     for (auto sched : {pipeline::Schedule::gpipe, pipeline::Schedule::one_f_one_b, pipeline::Schedule::zb_h1})
       if (sched != cfg.schedule) trace::check_writable(schedule_trace_path(cfg.trace_file, sched));
   }
-  if (!cfg.out_dir.empty() && !(std::filesystem::is_directory(cfg.out_dir) && ::access(cfg.out_dir.c_str(), W_OK) == 0))
-    throw ConfigError("bad --out-dir '" + cfg.out_dir + "': not a writable directory (the PNGs go there; '' for none)");
+  std::vector<std::string> pngs{"mp_vs_rn.png", "mp_vs_rn_vs_pp.png", "split_size_tradeoff.png"};
+  if (cfg.memory_sweep) pngs.push_back("memory_vs_microbatches.png");
+  check_output_dir("--out-dir", cfg.out_dir, pngs);  // every PNG's place proven writable before any work
 }
 
 namespace {

@@ -24,11 +24,12 @@ int main(int argc, char** argv) {
   auto* classes = app.add_option("--num-classes", cfg.num_classes, "classes (fc outputs)")->capture_default_str();
   auto* repeat = app.add_option("--repeat", cfg.repeat, "timed train(model) runs per model (timeit repeat)")->capture_default_str();
   auto* split = app.add_option("--split-size", cfg.split_size, "micro-batch size of the pipelined model")->capture_default_str();
-  auto* sweep = app.add_option("--sweep", cfg.sweep, "split sizes to time (Step 5), e.g. 1,3,5")->delimiter(',')->capture_default_str();
+  std::string sweep_text = "1,3,5,8,10,12,20,40,60", partition_text;
+  auto* sweep = app.add_option("--sweep", sweep_text, "split sizes to time (Step 5), e.g. 1,3,5")->capture_default_str();
   app.add_option("--stages", cfg.stages, "pipeline stages: the first K devices")->capture_default_str();
   app.add_option("--schedule", schedule, "pipeline schedule: gpipe, 1f1b or zb-h1")->capture_default_str();
   app.add_option("--checkpoint", checkpoint, "recomputation: always, except_last or never (torchgpipe's names; its default is except_last)")->capture_default_str();
-  app.add_option("--partition", cfg.partition, "first block of each stage among the 22 (conv1=0 .. fc=21), e.g. 0,11")->delimiter(',');
+  auto* partition = app.add_option("--partition", partition_text, "first block of each stage among the 22 (conv1=0 .. fc=21), e.g. 0,11");
   app.add_flag("--balance", cfg.balance, "cut the stages by each block's measured time");
   app.add_option("--out-dir", cfg.out_dir, "directory of the PNGs ('' for none)")->capture_default_str();
   app.add_option("--trace", cfg.trace_file, "write one pipelined step's timeline here (Chrome-trace JSON: Perfetto)");
@@ -51,6 +52,12 @@ int main(int argc, char** argv) {
     if (quick && full) throw d2l::ConfigError("--quick and --full: choose one");
     if (seed < 0) throw d2l::ConfigError("bad --seed " + std::to_string(seed) + ": expected a number >= 0");
     cfg.seed = static_cast<uint64_t>(seed);
+    if (*sweep) cfg.sweep = d2l::parse_int_list("--sweep", sweep_text, /*distinct=*/true);
+    if (*partition)
+      for (int64_t b : d2l::parse_int_list("--partition", partition_text, false)) {
+        if (b < 0) throw d2l::ConfigError("bad --partition '" + partition_text + "': block indices are >= 0");
+        cfg.partition.push_back(static_cast<size_t>(b));
+      }
     d2l::mp::Config given = cfg;  // flags given explicitly keep their values
     cfg.devices = d2l::choose_devices(dev);
     bool any_gpu = false;

@@ -50,9 +50,10 @@ int main(int argc, char** argv) {
   app.add_option("--bucket-mb", cfg.bucket_mb, "dist_sync: DDP's gradient buckets of this many MB, allreduced during backward (0: one per parameter; -1: none)")->capture_default_str();
   app.add_option("--kvstore", cfg.kvstore, "where gradients are summed: device, local (host memory), ring, or across the processes of mpirun: dist_sync (MPI_Allreduce), dist_sync_ring (our ring)")->capture_default_str();
   app.add_flag("--sync-bn", cfg.sync_bn, "BatchNorm statistics over the whole batch, all devices (SyncBatchNorm)");
-  app.add_option("--split-weights", cfg.split_weights, "exercise 2: shard sizes in proportion to these, one per device (e.g. 3,1)")->delimiter(',');
+  std::string split_weights, threads;
+  auto* split_weights_opt = app.add_option("--split-weights", split_weights, "exercise 2: shard sizes in proportion to these, one per device (e.g. 3,1)");
   app.add_flag("--balance", cfg.balance, "exercise 2: measure each device's speed first and split in proportion");
-  app.add_option("--threads", cfg.threads, "kernel threads of each CPU device (one count, or one per device)")->delimiter(',');
+  auto* threads_opt = app.add_option("--threads", threads, "kernel threads of each CPU device (one count, or one per device)");
   app.add_option("--in-flight", cfg.in_flight, "minibatches enqueued ahead of the one whose loss is checked (1 to 4)")->capture_default_str();
   app.add_flag("--eval-all-devices", cfg.eval_all_devices, "every device evaluates a shard of each test batch");
   int64_t seed = 0;
@@ -77,11 +78,15 @@ int main(int argc, char** argv) {
   return d2l::guarded_main(app, argc, argv, [&] {
     try {
       // Every output path and flag is checked before any work.
+      if (*split_weights_opt) cfg.split_weights = d2l::parse_list("--split-weights", split_weights, false);
+      if (*threads_opt)
+        for (int64_t t : d2l::parse_int_list("--threads", threads, false))
+          cfg.threads.push_back(static_cast<int>(std::clamp<int64_t>(t, -1, 1 << 20)));  // the range is checked with the devices
       if (!trace_file.empty()) {
         d2l::require_positive("--trace-tasks", static_cast<double>(trace_tasks));
         d2l::trace::check_writable(trace_file);
       }
-      if (!plot.empty()) concise::check_writable("--plot", plot);
+      d2l::check_output_path("--plot", plot);
       if (!load_params.empty()) concise::check_readable("--load-params", load_params);
       if (*train_subset) d2l::require_positive("--train-subset", static_cast<double>(cfg.train_subset));
       if (*test_subset) d2l::require_positive("--test-subset", static_cast<double>(cfg.test_subset));
@@ -158,8 +163,9 @@ int main(int argc, char** argv) {
         }
         if (!load_params.empty()) {
           concise::validate(c);
-          double acc = concise::evaluate_saved(c, load_params);
-          std::printf("test_acc %.4f: %s (--model %s) evaluated on %s\n", acc, load_params.c_str(), c.model.c_str(),
+          concise::SavedResult saved = concise::evaluate_saved(c, load_params);
+          std::printf("test_acc %.4f: %s (--model %s) evaluated on %lld test images on %s\n", saved.accuracy, load_params.c_str(),
+                      c.model.c_str(), (long long)saved.images,
                       d2l::str(c.eval_all_devices ? devices : std::vector<d2l::Device>{devices[0]}).c_str());
           return 0;
         }

@@ -2,6 +2,8 @@
 // lab's forward_backward / train_batch / valid_batch in book/004), and the data they read.
 #include "chapters/multi_gpu_concise/multi_gpu_concise.hpp"
 
+#include "core/cli.hpp"
+
 #include "core/autograd.hpp"
 #include "core/nn/split_and_load.hpp"
 #include "core/ops.hpp"
@@ -44,6 +46,7 @@ double evaluate_accuracy(const DataIter& data_iter, nn::Block& net, const std::v
   double correct = 0;
   std::vector<Tensor> counts;  // batch i-1's, read once batch i is assembled: one batch in flight
   for (const Batch& b : data_iter.epoch(0)) {
+    check_interrupt();  // Ctrl-C / SIGTERM during evaluation: stop between batches
     for (auto& c : counts) correct += c.item();
     counts.clear();
     if (b.n == 0) continue;  // this process's share of a short last batch (dist_sync)

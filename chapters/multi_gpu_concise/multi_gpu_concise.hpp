@@ -98,16 +98,20 @@ void validate(const Config& cfg);
 // "epoch 1, training time: 63.5 sec, test_acc 0.86" (and a progress line on a terminal).
 Result train(const Config& cfg);
 // --load-params: the net of cfg.model with the parameters of `path` (saved by save_params or by
-// PyTorch), evaluated on cfg's test data. Returns the accuracy.
-double evaluate_saved(const Config& cfg, const std::string& path);
+// PyTorch), evaluated on cfg's test data ("evaluating p.safetensors (--model resnet18) on 10000
+// test images on [cpu(0)]" first). Returns the accuracy and how many images it counts.
+struct SavedResult {
+  double accuracy = 0;
+  int64_t images = 0;
+};
+SavedResult evaluate_saved(const Config& cfg, const std::string& path);
 // One PNG with a test-accuracy curve per run; "" on success, or why not.
 std::string plot_runs(const std::vector<Result>& runs, const std::string& path);
 
 // The training (train = true) or test set: Fashion-MNIST, or cfg's generated set when it has one,
 // cut to its subset. ConfigError when the subset is larger than the set.
 ArrayDataset load_data(const Config& cfg, bool train);
-// Output and input files, checked before any work: ConfigError naming the flag and what is wrong.
-void check_writable(const char* flag, const std::string& path);
+// An input file, checked before any work: ConfigError naming the flag and what is wrong (outputs: d2l::check_output_path).
 void check_readable(const char* flag, const std::string& path);
 // --quick: a generated 10-class image set a CPU trains through in seconds, sized for cfg.model
 // (lab-cnn: 4000 + 1000 images of 28x28; resnet18: 800 + 200 of 12x12), batch 64 per device, 3 epochs.

@@ -287,11 +287,13 @@ TEST_CASE("save -> load -> evaluate gives the same accuracy; resume after epoch 
     Config c = resnet_tiny(2);
     c.save_params = params;
     Result r = concise::train(c);
-    CHECK(concise::evaluate_saved(c, params) == r.test_acc.back());  // device 0's replica, as trained
+    concise::SavedResult saved = concise::evaluate_saved(c, params);
+    CHECK(saved.accuracy == r.test_acc.back());  // device 0's replica, as trained
+    CHECK(saved.images == c.test_data->n);
     Config lab = lab_small(1);
     lab.save_params = params;
     Result rl = concise::train(lab);
-    CHECK(concise::evaluate_saved(lab, params) == rl.test_acc.back());
+    CHECK(concise::evaluate_saved(lab, params).accuracy == rl.test_acc.back());
   }
   SUBCASE("resume") {
     Config c = resnet_tiny(2, 24);  // 3 steps per epoch; BatchNorm statistics differ per device

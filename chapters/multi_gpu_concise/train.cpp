@@ -108,17 +108,6 @@ std::string model_name(const std::string& model) { return model == "resnet18" ? 
 
 }  // namespace
 
-void check_writable(const char* flag, const std::string& path) {
-  auto fail = [&](const std::string& why) { return ConfigError(std::string("bad ") + flag + " '" + path + "': " + why); };
-  if (path.empty()) throw ConfigError(std::string("bad ") + flag + ": the file name is empty");
-  size_t slash = path.rfind('/');
-  std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
-  struct stat st {};
-  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) throw fail("directory '" + dir + "' does not exist");
-  if (::access(dir.c_str(), W_OK) != 0) throw fail("directory '" + dir + "' is not writable");
-  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) throw fail("it is a directory");
-}
-
 void check_readable(const char* flag, const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) throw ConfigError(std::string("bad ") + flag + " '" + path + "': no such file");
@@ -172,8 +161,8 @@ void validate(const Config& cfg) {
         throw ConfigError("bad --threads " + std::to_string(t) + ": expected 1 to " + std::to_string(num_cores()) +
                           " (the cores this process may use)");
   }
-  if (!cfg.save_params.empty()) check_writable("--save-params", cfg.save_params);
-  if (!cfg.checkpoint.empty()) check_writable("--checkpoint", cfg.checkpoint);
+  check_output_path("--save-params", cfg.save_params);
+  check_output_path("--checkpoint", cfg.checkpoint);
   if (!cfg.resume.empty()) check_readable("--resume", cfg.resume);
 }
 
@@ -186,6 +175,7 @@ Result train(const Config& cfg) {
   // train_iter, test_iter = gb.load_data_fashion_mnist(batch_size)
   DataIter train_iter(load_data(cfg, true), cfg.batch_size, true, cfg.seed);
   DataIter test_iter(load_data(cfg, false), cfg.batch_size, false);
+  check_interrupt();  // loading takes well under a second; a signal meanwhile stops here
   // kvstore dist_sync: the processes of mpirun train together. Each reads only its devices' shards of
   // every minibatch and evaluates its share of the test set; rank 0 alone prints and writes files.
   const bool dist = distributed(cfg) && dist::world_size() > 1;
@@ -233,6 +223,7 @@ Result train(const Config& cfg) {
     } catch (const std::exception& e) {
       throw ConfigError(std::string("bad --resume checkpoint: ") + e.what());
     }
+    check_interrupt();
     if (cfg.verbose)
       std::printf("resumed from %s after epoch %d%s\n", cfg.resume.c_str(), start,
                   start >= cfg.num_epochs ? ": nothing left to train (--num-epochs)" : "");
@@ -313,7 +304,7 @@ Result train(const Config& cfg) {
   return r;
 }
 
-double evaluate_saved(const Config& cfg, const std::string& path) {
+SavedResult evaluate_saved(const Config& cfg, const std::string& path) {
   check_readable("--load-params", path);
   ArrayDataset test_set = load_data(cfg, false);
   std::shared_ptr<nn::Sequential> net = make_net(cfg.model, cfg.sync_bn);
@@ -322,8 +313,15 @@ double evaluate_saved(const Config& cfg, const std::string& path) {
   } catch (const std::exception& e) {
     throw ConfigError(std::string("bad --load-params file for --model ") + cfg.model + ": " + e.what());
   }
+  check_interrupt();
   DataIter test_iter(std::move(test_set), cfg.batch_size, false);
-  return evaluate_accuracy(test_iter, *net, cfg.eval_all_devices ? cfg.devices : std::vector<Device>{cfg.devices[0]});
+  const std::vector<Device> on = cfg.eval_all_devices ? cfg.devices : std::vector<Device>{cfg.devices[0]};
+  if (cfg.verbose) {
+    std::printf("evaluating %s (--model %s) on %lld test images on %s\n", path.c_str(), cfg.model.c_str(),
+                (long long)test_iter.size(), str(on).c_str());
+    std::fflush(stdout);
+  }
+  return {evaluate_accuracy(test_iter, *net, on), test_iter.size()};
 }
 
 std::string plot_runs(const std::vector<Result>& runs, const std::string& path) {

@@ -61,6 +61,7 @@ Result train(const Config& cfg) {
     auto iters = load_data_fashion_mnist(r.batch_size, cfg.data_dir, cfg.seed);
     train_iter.emplace(iters.train_iter);
     test_iter.emplace(iters.test_iter);
+    check_interrupt();  // loading takes well under a second; a signal meanwhile stops here
   }
   if (train_iter->size() == 0 || test_iter->size() == 0)
     throw DataError(std::string("the ") + (train_iter->size() == 0 ? "training" : "test") +

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
+#include <map>
 
 #include "core/io/parameters_file.hpp"
 #include "core/rng.hpp"
@@ -14,6 +16,8 @@ namespace {
 const std::string kTrainer = "trainer/";
 const std::string kReplica = "replica/";
 const std::string kFormat = "d2l-checkpoint";
+// The programs count epochs in an int: a larger epoch would wrap (and run for billions of epochs).
+const uint64_t kMaxEpoch = 2147483647;
 
 [[noreturn]] void fail(const std::string& path, const std::string& what) { throw FileError(path + ": " + what); }
 
@@ -74,6 +78,34 @@ std::vector<ReplicaValues> match_replicas(const nn::ParameterDict& params, const
   return out;
 }
 
+// "cpu,cpu": the kind of each device the net's parameters live on, in order (device 0's first).
+std::string device_kinds(const nn::ParameterDict& params) {
+  std::string out;
+  for (auto& [name, p] : params) {
+    for (auto& d : p->list_ctx()) out += (out.empty() ? "" : ",") + d.str().substr(0, d.str().find('('));
+    break;
+  }
+  return out.empty() ? "cpu" : out;
+}
+
+// The "devices" entry: one known kind per device, 1 to 4096 of them. Returns the count.
+size_t saved_device_count(const SafetensorsFile& file, const std::string& path) {
+  auto it = file.metadata.find("devices");
+  if (it == file.metadata.end()) fail(path, "checkpoint has no \"devices\" in __metadata__ (the devices it was written on)");
+  size_t n = 0, start = 0;
+  const std::string& s = it->second;
+  for (;;) {
+    size_t comma = s.find(',', start);
+    std::string kind = s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (kind != "cpu" && kind != "gpu" && kind != "emu")
+      fail(path, "checkpoint's __metadata__ \"devices\" is \"" + s.substr(0, 40) + "\", expected device kinds (cpu, gpu, emu) separated by commas");
+    if (++n > 4096) fail(path, "checkpoint's __metadata__ \"devices\" names more than 4096 devices");
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return n;
+}
+
 }  // namespace
 
 void save_checkpoint(const std::string& path, const nn::Block& block, const optim::Trainer& trainer, int64_t epoch) {
@@ -91,6 +123,7 @@ void save_checkpoint(const std::string& path, const nn::Block& block, const opti
   for (auto& [key, h] : trainer.state_dict()) file.tensors[kTrainer + key] = FileTensor::from_floats(h.shape, h.values);
   RngState rng = rng_state();
   file.metadata = {{"format", kFormat},
+                   {"devices", device_kinds(params)},
                    {"epoch", std::to_string(epoch)},
                    {"rng_seed", std::to_string(rng.seed)},
                    {"rng_offset", std::to_string(rng.offset)}};
@@ -105,13 +138,45 @@ int64_t load_checkpoint(const std::string& path, nn::Block& block, optim::Traine
     fail(path, "not a checkpoint (its __metadata__ has no \"format\": \"" + kFormat +
                    "\"; a parameters file loads with load_parameters)");
   uint64_t epoch = metadata_whole(file, "epoch", path);
-  if (epoch > static_cast<uint64_t>(INT64_MAX)) fail(path, "checkpoint's epoch " + std::to_string(epoch) + " is too large");
+  if (epoch > static_cast<uint64_t>(kMaxEpoch))
+    fail(path, "checkpoint's epoch " + std::to_string(epoch) + " is out of range (0 to " + std::to_string(kMaxEpoch) + ")");
+  const size_t saved_devices = saved_device_count(file, path);
   RngState rng{metadata_whole(file, "rng_seed", path), metadata_whole(file, "rng_offset", path)};
   nn::ParameterDict params = block.collect_params();
   auto matched = match_parameters(params, file, path);
   auto replicas = match_replicas(params, file, path);
   auto state = trainer_state(file, path);
   if (devices.empty()) throw ParameterError(path + ": load_checkpoint needs at least one device");
+  // Per-device states (BatchNorm's running statistics) continue bit for bit only on as many devices;
+  // on another count some would be dropped or made up, so that is refused, naming both counts.
+  if (saved_devices != devices.size())
+    fail(path, "checkpoint was written on " + std::to_string(saved_devices) + " device" + (saved_devices > 1 ? "s" : "") +
+                   " (" + file.metadata.at("devices") + "), resuming on " + std::to_string(devices.size()) +
+                   ": resume on " + std::to_string(saved_devices) + " (its per-device BatchNorm statistics), or load its parameters alone");
+  {
+    std::map<std::string, std::vector<bool>> seen;  // per state: which replicas 1..n-1 the file has
+    for (auto& r : replicas) {
+      if (r.index >= saved_devices)
+        fail(path, "'replica/" + std::to_string(r.index) + "/" + r.param->name() + "' is beyond the " +
+                       std::to_string(saved_devices) + " devices of its __metadata__ \"devices\"");
+      auto& v = seen[r.param->name()];
+      v.resize(saved_devices);
+      v[r.index] = true;
+    }
+    for (auto& [name, p] : params) {
+      if (p->differentiable()) continue;
+      for (size_t i = 1; i < saved_devices; ++i)
+        if (!seen.count(name) || !seen[name][i])
+          fail(path, "checkpoint of " + std::to_string(saved_devices) + " devices has no 'replica/" + std::to_string(i) + "/" + name + "'");
+    }
+    for (auto& r : replicas) check_finite(*r.values, "replica/" + std::to_string(r.index) + "/" + r.param->name(), path);
+    for (auto& [key, t] : state) {
+      size_t bad = 0;
+      for (float x : t.values) bad += !std::isfinite(x);
+      if (bad) fail(path, "trainer state '" + kTrainer + key + "' has " + std::to_string(bad) + " of " + std::to_string(t.values.size()) +
+                              " values that are not finite; refusing to resume from it");
+    }
+  }
   for (auto& d : devices) runtime(d);  // a backend that is not built fails here, before any change
 
   // Trainer::load_state_dict checks names, shapes and values before it changes anything; its
@@ -126,13 +191,9 @@ int64_t load_checkpoint(const std::string& path, nn::Block& block, optim::Traine
     throw ConfigError(path + ": " + e.what());
   }
   assign_parameters(matched, devices);
-  // The other devices' states, when there are as many devices as when saved; otherwise every
-  // device starts from device 0's.
-  size_t saved_devices = 1;
-  for (auto& r : replicas) saved_devices = std::max(saved_devices, r.index + 1);
-  if (saved_devices == devices.size())
-    for (auto& r : replicas)
-      Tensor::from_vector(r.values->floats(), r.values->shape, devices[r.index]).copyto(r.param->data(devices[r.index]));
+  // The other devices' states (as many devices as when saved: checked above).
+  for (auto& r : replicas)
+    Tensor::from_vector(r.values->floats(), r.values->shape, devices[r.index]).copyto(r.param->data(devices[r.index]));
   set_rng_state(rng);
   return static_cast<int64_t>(epoch);
 }

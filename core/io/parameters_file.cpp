@@ -1,5 +1,6 @@
 #include "core/io/parameters_file.hpp"
 
+#include <cmath>
 #include <set>
 
 #include "core/rng.hpp"
@@ -50,6 +51,18 @@ bool fits(const Parameter& p, const Shape& file) {
 
 }  // namespace
 
+void check_finite(const FileTensor& t, const std::string& name, const std::string& path) {
+  std::vector<float> v = t.floats();
+  size_t bad = 0, first = 0;
+  for (size_t i = v.size(); i-- > 0;)
+    if (!std::isfinite(v[i])) ++bad, first = i;
+  if (bad == 0) return;
+  throw ParameterError(path + ": tensor '" + name + "' has " + std::to_string(bad) + " of " + std::to_string(v.size()) +
+                       " values that are not finite (the first, at index " + std::to_string(first) + ", is " +
+                       (std::isnan(v[first]) ? "nan" : v[first] > 0 ? "inf" : "-inf") +
+                       "): a diverged or damaged net; refusing to load it");
+}
+
 std::map<std::string, FileTensor> parameter_tensors(const nn::ParameterDict& params) {
   std::map<std::string, FileTensor> out;
   for (auto& [name, p] : params) {
@@ -70,9 +83,17 @@ std::vector<ParameterValues> match_parameters(const nn::ParameterDict& params, c
   }
   for (auto& [name, t] : file.tensors)
     if (!params.contains(name) && !ignored(name, t)) unexpected.push_back(name);
-  if (!missing.empty())
+  if (!missing.empty()) {
+    // PyTorch's DataParallel and DistributedDataParallel save their wrapped model under "module.".
+    bool prefixed = !unexpected.empty();
+    for (auto& name : unexpected) prefixed = prefixed && name.rfind("module.", 0) == 0 && params.contains(name.substr(7));
+    if (prefixed)
+      throw ParameterError(path + ": its names start with 'module.' (a state_dict of PyTorch's DataParallel or "
+                           "DistributedDataParallel): save model.module.state_dict() instead, or strip the prefix "
+                           "({k.removeprefix('module.'): v for k, v in sd.items()})");
     throw ParameterError(path + ": " + std::to_string(missing.size()) + " parameter" + (missing.size() > 1 ? "s" : "") +
                          " of the net not in the file: " + name_list(missing));
+  }
   if (!unexpected.empty())
     throw ParameterError(path + ": " + std::to_string(unexpected.size()) + " tensor" + (unexpected.size() > 1 ? "s" : "") +
                          " in the file that the net does not have: " + name_list(unexpected));
@@ -83,6 +104,7 @@ std::vector<ParameterValues> match_parameters(const nn::ParameterDict& params, c
     if (!fits(*p, t->shape))
       throw ParameterError(path + ": tensor '" + p->name() + "' has shape " + str(t->shape) +
                            " but the parameter has shape " + shape_text(p->shape()));
+    check_finite(*t, p->name(), path);
   }
   return out;
 }

@@ -14,7 +14,11 @@
 //     of None, which this project does not have), which is accepted and ignored, and checkpoint
 //     entries under "trainer/" and "replica/" (core/io/checkpoint.hpp), so a checkpoint also loads
 //     as parameters;
-//   - dtype F32, and the shape the parameter has (both shapes named).
+//   - dtype F32, and the shape the parameter has (both shapes named);
+//   - every value finite: a NaN or infinity (a diverged run, a damaged file) is refused, naming the
+//     tensor and how many values are bad. (Loaded, it would not even show: ReLU and max-pooling drop
+//     NaNs, so such a net can evaluate to a plausible accuracy, and training on it "diverges".)
+// A file whose names all carry PyTorch's DataParallel prefix `module.` gets that said, with the fix.
 // A parameter whose shape is still deferred (a 0 entry, filled in at the first forward) takes its
 // shape from the file, as the first forward would (the known entries must agree). After loading,
 // every parameter has one replica per device of `devices` (Gluon's ctx), each holding the file's
@@ -46,6 +50,9 @@ struct ParameterValues {
 // changes nothing.
 std::vector<ParameterValues> match_parameters(const nn::ParameterDict& params, const SafetensorsFile& file,
                                               const std::string& path);
+// ParameterError unless every value of `t` (F32) is finite: "p.safetensors: tensor '0.weight' has 3 of
+// 150 values that are not finite (the first, at index 7, is nan): ...".
+void check_finite(const FileTensor& t, const std::string& name, const std::string& path);
 // Gives each parameter the file's values on every device of `devices`.
 void assign_parameters(const std::vector<ParameterValues>& matched, const std::vector<Device>& devices);
 

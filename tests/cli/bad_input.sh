@@ -1,11 +1,15 @@
 #!/bin/sh
-# bad_input.sh PROGRAM TABLE: runs PROGRAM once per line of TABLE, "CODE|WORD|ARGS" (ARGS split as
-# by the shell), and checks each bad input: the exit code is CODE, stderr is one line that contains
+# bad_input.sh PROGRAM TABLE [EDIT]: runs PROGRAM once per line of TABLE, "CODE|WORD|ARGS" (ARGS split
+# as by the shell), and checks each bad input: the exit code is CODE, stderr is one line that contains
 # WORD (the flag or input it names), and no file in the working directory was created or changed
 # (keep.png stands for an earlier output that must survive). $DATA in ARGS is a directory of
 # prepared data sets: $DATA/empty holds IDX files with no examples, $DATA/file is a plain file.
+# A line "@COMMAND" prepares inputs: COMMAND runs in $DATA with $PROG (the program) and $EDIT
+# (tests/tools/safetensors_edit, the optional third argument) set, and must succeed.
 prog=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 table=$(cd "$(dirname "$2")" && pwd)/$(basename "$2")
+edit=""
+[ -n "${3:-}" ] && edit=$(cd "$(dirname "$3")" && pwd)/$(basename "$3")
 work=$(mktemp -d) || exit 99
 trap 'chmod -R u+w "$work"; rm -rf "$work"' EXIT
 mkdir "$work/run" "$work/io" "$work/data" "$work/data/empty" "$work/run/adir"
@@ -18,12 +22,26 @@ for p in train t10k; do
 done
 cd "$work/run" || exit 99
 echo "an earlier plot" >keep.png
-snapshot() { ls -la --time-style=full-iso . | grep -v ' \.\.$'; cksum keep.png; }
+snapshot() { ls -la --time-style=full-iso . | grep -v -e ' \.$' -e ' \.\.$'; cksum keep.png; }  # files, not the directory's own time
 before=$(snapshot)
 failed=0
 n=0
-while IFS='|' read -r code word args; do
-  case "$code" in '' | \#*) continue ;; esac
+while IFS= read -r line; do
+  case "$line" in
+  '' | \#*) continue ;;
+  @*)
+    if ! (cd "$DATA" && PROG=$prog EDIT=$edit DATA=$DATA sh -c "${line#@}" >"$work/io/prep" 2>&1); then
+      echo "FAIL preparing: ${line#@}"
+      sed 's/^/  /' "$work/io/prep" | tail -5
+      failed=$((failed + 1))
+    fi
+    continue
+    ;;
+  esac
+  code=${line%%|*}
+  rest=${line#*|}
+  word=${rest%%|*}
+  args=${rest#*|}
   n=$((n + 1))
   eval "set -- $args"
   eval "word=\"$word\""

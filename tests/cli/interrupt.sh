@@ -3,6 +3,8 @@
 # sends SIGNAL once it has printed its first line on stdout (training is under way), and checks
 # that it exits with CODE within SECONDS and leaves no file behind (outputs are written only at the
 # end, through temporary files). ARGS should name outputs in the working directory.
+# With AFTER set (a grep pattern), the signal waits for a stdout line that matches it instead
+# (AFTER=evaluating: during the evaluation of a saved net), and SETTLE seconds more (default 0.5).
 sig=$1
 code=$2
 limit=$3
@@ -16,13 +18,14 @@ cd "$work/run" || exit 99
 "$prog" "$@" >"$work/out" 2>"$work/err" &
 pid=$!
 i=0
-until [ -s "$work/out" ]; do  # the first epoch line (or the no-GPU note)
+until [ -s "$work/out" ] && grep -q -- "${AFTER:-.}" "$work/out"; do  # the first line (or the one AFTER names)
   sleep 0.1
   kill -0 $pid 2>/dev/null || { echo "FAIL: exited before the signal: $(cat "$work/err")"; exit 1; }
   i=$((i + 1))
   if [ $i -ge 600 ]; then echo "FAIL: no output after 60 s"; kill -KILL $pid; exit 1; fi
 done
-sleep 0.5
+sleep "${SETTLE:-0.5}"
+kill -0 $pid 2>/dev/null || { echo "FAIL: the run ended before the signal (nothing to interrupt)"; exit 1; }
 t0=$(date +%s.%N)
 kill -"$sig" $pid
 wait $pid
