@@ -236,6 +236,8 @@ int guarded_main(CLI::App& app, int argc, char** argv, const std::function<int()
     // One voice: rank 0 alone prints results (every rank's errors still reach stderr).
     if (dist::rank() > 0 && !std::freopen("/dev/null", "w", stdout)) throw ConfigError("cannot silence rank " + std::to_string(dist::rank()));
     app.parse(argc, argv);
+    // The environment is checked like a flag.
+    if (std::string why = why_num_threads_env_is_bad(); !why.empty()) throw ConfigError(why);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {

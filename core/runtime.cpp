@@ -16,11 +16,18 @@
 
 namespace d2l {
 
+std::string why_num_threads_env_is_bad() {
+  const char* s = std::getenv("D2L_NUM_THREADS");
+  if (!s) return "";
+  const std::string text(s);
+  bool digits = !text.empty() && text.size() <= 5 && text.find_first_not_of("0123456789") == std::string::npos;
+  int n = digits ? std::stoi(text) : 0;
+  if (n >= 1 && n <= 1024) return "";
+  return "bad D2L_NUM_THREADS '" + text.substr(0, 40) + "': expected a whole number of threads from 1 to 1024 (or unset it)";
+}
+
 int num_cores() {
-  if (const char* s = std::getenv("D2L_NUM_THREADS")) {
-    int n = std::atoi(s);
-    if (n > 0) return n;
-  }
+  if (const char* s = std::getenv("D2L_NUM_THREADS"); s && why_num_threads_env_is_bad().empty()) return std::atoi(s);
   // Processes launched together on one host (mpirun) share its cores.
   return std::max(1, static_cast<int>(std::max(1u, std::thread::hardware_concurrency())) / dist::world().local_size);
 }

@@ -68,7 +68,10 @@ DeviceRuntime& runtime(Device d);
 // max(1, cores / their count) threads. Returns the budget given.
 int use_devices(const std::vector<Device>& devices);
 
-// Cores the process may use (D2L_NUM_THREADS overrides hardware_concurrency).
+// Cores the process may use (D2L_NUM_THREADS overrides hardware_concurrency; a value that is not a
+// whole number from 1 to 1024 is ignored here and refused by the programs: why_num_threads_env_is_bad
+// gives the one-line reason, or "").
+std::string why_num_threads_env_is_bad();
 int num_cores();
 
 // Host waits until every stream of every created device is idle; rethrows the first kept error.

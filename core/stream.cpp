@@ -94,13 +94,19 @@ void Stream::synchronize() {
   std::unique_lock<std::mutex> lock(mu_);
   idle_.wait(lock, [&] { return queue_.empty() && !busy_; });
   if (hooks_.fence && error_.empty()) {
+    // The GPU fence can take as long as the queued kernels: not under the lock, so other threads
+    // may enqueue meanwhile (what they add is not waited for, as with cudaStreamSynchronize).
+    const uint64_t run = clock_->run.load(std::memory_order_acquire);
+    lock.unlock();
+    std::string err;
     try {
-      const uint64_t run = clock_->run.load(std::memory_order_acquire);
       hooks_.fence();  // everything run so far has its work complete
       advance(clock_->done, run);
     } catch (const std::exception& ex) {
-      error_ = std::string("synchronize on ") + name_.substr(0, name_.find(' ')) + ": " + ex.what();
+      err = std::string("synchronize on ") + name_.substr(0, name_.find(' ')) + ": " + ex.what();
     }
+    lock.lock();
+    if (!err.empty() && error_.empty()) error_ = err;
   }
   if (!error_.empty()) {
     std::string msg = std::move(error_);

@@ -4,6 +4,9 @@
 # WORD (the flag or input it names), and no file in the working directory was created or changed
 # (keep.png stands for an earlier output that must survive). $DATA in ARGS is a directory of
 # prepared data sets: $DATA/empty holds IDX files with no examples, $DATA/file is a plain file.
+# ARGS may start with one environment variable for the run (D2L_NUM_THREADS=0 --quick).
+# A CODE written "2@nogpu" marks an input that is bad only on a machine without a GPU (--devices
+# gpu:0): where a GPU exists (/dev/nvidia0 ...) the line is reported as skipped.
 # A line "@COMMAND" prepares inputs: COMMAND runs in $DATA with $PROG (the program) and $EDIT
 # (tests/tools/safetensors_edit, the optional third argument) set, and must succeed.
 prog=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
@@ -25,6 +28,7 @@ echo "an earlier plot" >keep.png
 snapshot() { ls -la --time-style=full-iso . | grep -v -e ' \.$' -e ' \.\.$'; cksum keep.png; }  # files, not the directory's own time
 before=$(snapshot)
 failed=0
+skipped=0
 n=0
 while IFS= read -r line; do
   case "$line" in
@@ -42,10 +46,22 @@ while IFS= read -r line; do
   rest=${line#*|}
   word=${rest%%|*}
   args=${rest#*|}
+  case "$code" in
+  *@nogpu)
+    code=${code%@nogpu}
+    if ls /dev/nvidia[0-9]* >/dev/null 2>&1; then
+      echo "skip $args: bad only without a GPU, and this machine has one"
+      skipped=$((skipped + 1))
+      continue
+    fi
+    ;;
+  esac
   n=$((n + 1))
   eval "set -- $args"
   eval "word=\"$word\""
-  timeout 120 "$prog" "$@" >"$work/io/out" 2>"$work/io/err"
+  envset=D2L_BAD_INPUT_TEST=1
+  case "${1:-}" in D2L_*=*) envset=$1 && shift ;; esac  # ARGS may start with one D2L_ variable
+  timeout 120 env "$envset" "$prog" "$@" >"$work/io/out" 2>"$work/io/err"
   rc=$?
   lines=$(wc -l <"$work/io/err")
   why=""
@@ -64,5 +80,5 @@ while IFS= read -r line; do
     echo "ok   $args -> $rc: $(cat "$work/io/err")"
   fi
 done <"$table"
-echo "$n bad inputs, $failed failed"
+echo "$n bad inputs, $failed failed, $skipped skipped (a GPU is present)"
 [ "$n" -gt 0 ] && [ "$failed" -eq 0 ]
