@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "bench/bench_util.hpp"
-#include "core/thread_pool.hpp"
+#include "kernels/cpu/thread_pool.hpp"
 #include "kernels/cpu/kernels.hpp"
 
 using d2l::kernels::cpu::Conv2dShape;

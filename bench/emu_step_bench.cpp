@@ -22,7 +22,7 @@
 #include "chapters/mlp_smoke/mlp_smoke.hpp"
 #include "core/ops_util.hpp"  // detail::set_gemm: the GEMM of emulated GPUs (the --gemm flag)
 #include "core/runtime.hpp"
-#include "core/thread_pool.hpp"
+#include "kernels/cpu/thread_pool.hpp"
 #include "kernels/emu/kernels.hpp"  // the emulated GEMMs, timed alone; set_plain_blocks
 
 namespace b = d2l::bench;

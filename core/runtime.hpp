@@ -11,7 +11,7 @@
 #include "core/allocator.hpp"
 #include "core/device.hpp"
 #include "core/stream.hpp"
-#include "core/thread_pool.hpp"
+#include "kernels/cpu/thread_pool.hpp"
 
 namespace d2l {
 

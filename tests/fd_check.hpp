@@ -16,7 +16,7 @@
 #include "check.hpp"
 #include "core/autograd.hpp"
 #include "core/tensor.hpp"
-#include "core/thread_pool.hpp"
+#include "kernels/cpu/thread_pool.hpp"
 
 namespace d2l::test {
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "check.hpp"
-#include "core/thread_pool.hpp"
+#include "kernels/cpu/thread_pool.hpp"
 #include "kernels/cpu/kernels.hpp"
 
 namespace d2l::test {

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "core/thread_pool.hpp"
+#include "kernels/cpu/thread_pool.hpp"
 #include "kernels/emu/cuda_emu.hpp"
 #include "kernels/emu/fiber.hpp"
 

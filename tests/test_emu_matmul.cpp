@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "check.hpp"
-#include "core/thread_pool.hpp"
+#include "kernels/cpu/thread_pool.hpp"
 #include "kernels/cpu/kernels.hpp"
 #include "kernels/emu/cuda_emu.hpp"  // for the broken kernel below
 #include "kernels/emu/kernels.hpp"

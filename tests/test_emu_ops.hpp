@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "check.hpp"
-#include "core/thread_pool.hpp"
+#include "kernels/cpu/thread_pool.hpp"
 #include "fd_check.hpp"
 #include "kernels/cpu/kernels.hpp"
 #include "kernels/emu/kernels.hpp"

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "core/thread_pool.hpp"
+#include "kernels/cpu/thread_pool.hpp"
 #include "kernels/emu/cuda_emu.hpp"
 
 namespace cpu = d2l::kernels::cpu;

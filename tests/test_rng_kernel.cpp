@@ -7,7 +7,7 @@
 #include <numbers>
 #include <vector>
 
-#include "core/thread_pool.hpp"
+#include "kernels/cpu/thread_pool.hpp"
 #include "kernels/cpu/kernels.hpp"
 
 namespace cpu = d2l::kernels::cpu;

@@ -11,7 +11,6 @@
 #include "core/copy.hpp"
 #include "core/ops.hpp"
 #include "core/runtime.hpp"
-#include "datasets/data_iter.hpp"
 
 namespace d2l::nn {
 
@@ -72,7 +71,7 @@ std::vector<Tensor> split_host(const std::vector<T>& values, const Shape& shape,
   });
 }
 
-BatchShards split_batch(const Batch& b, const std::vector<Device>& devices, const std::vector<int64_t>& sizes) {
+BatchShards split_batch(const HostBatch& b, const std::vector<Device>& devices, const std::vector<int64_t>& sizes) {
   if (b.shape.empty() || b.shape[0] != b.n || static_cast<int64_t>(b.y.size()) != b.n)
     throw ShapeError("split_and_load: a batch of " + std::to_string(b.n) + " examples with X shape " + str(b.shape) +
                      " and " + std::to_string(b.y.size()) + " labels");
@@ -121,7 +120,7 @@ std::vector<Tensor> split_and_load(const std::vector<int32_t>& labels, const Sha
   return split_host(labels, shape, DType::i32, devices, sizes);
 }
 
-BatchShards split_and_load(const Batch& batch, const std::vector<Device>& devices, bool even_split) {
+BatchShards split_and_load(const HostBatch& batch, const std::vector<Device>& devices, bool even_split) {
   check_devices(devices);
   return split_batch(batch, devices, even_shard_sizes(batch.n, devices.size(), even_split));
 }
@@ -171,7 +170,7 @@ std::vector<Tensor> split_and_load(const Tensor& data, const std::vector<Device>
   return split_tensor(data, devices, weighted_sizes(rows_of(data.shape()), devices, weights));
 }
 
-BatchShards split_and_load(const Batch& batch, const std::vector<Device>& devices, const std::vector<double>& weights) {
+BatchShards split_and_load(const HostBatch& batch, const std::vector<Device>& devices, const std::vector<double>& weights) {
   return split_batch(batch, devices, weighted_sizes(batch.n, devices, weights));
 }
 

@@ -19,11 +19,18 @@
 
 #include "core/tensor.hpp"
 
-namespace d2l {
-struct Batch;  // datasets/data_iter.hpp: host vectors X (shape) and y
-}
-
 namespace d2l::nn {
+
+// A minibatch in host memory, as a data loader yields it (datasets/data_iter.hpp's Batch, or any type
+// with the members X, y, shape and n): core reads it through this view and knows nothing of datasets.
+struct HostBatch {
+  const std::vector<float>& X;    // (n, ...) features
+  const std::vector<int32_t>& y;  // (n) labels
+  const Shape& shape;             // X's shape
+  int64_t n;
+  template <class B>
+  HostBatch(const B& b) : X(b.X), y(b.y), shape(b.shape), n(b.n) {}  // NOLINT: implicit on purpose
+};
 
 // Rows per shard for n rows over `devices` devices, as described above (zeros left out).
 // even_split with n not a multiple of devices: a ShapeError naming n and the device count.
@@ -43,7 +50,7 @@ std::vector<Tensor> split_and_load(const std::vector<int32_t>& labels, const Sha
 struct BatchShards {
   std::vector<Tensor> X, y;
 };
-BatchShards split_and_load(const Batch& batch, const std::vector<Device>& devices, bool even_split = true);
+BatchShards split_and_load(const HostBatch& batch, const std::vector<Device>& devices, bool even_split = true);
 
 // ---- devices of unequal speed
 // Rows per device in proportion to weights (positive, finite), by the largest-remainder method
@@ -55,7 +62,7 @@ std::vector<int64_t> shard_sizes(int64_t n, const std::vector<double>& weights);
 // As split_and_load, with shard i of shard_sizes(N, weights)[i] rows; empty shards are left out.
 std::vector<Tensor> split_and_load(const Tensor& data, const std::vector<Device>& devices,
                                    const std::vector<double>& weights);
-BatchShards split_and_load(const Batch& batch, const std::vector<Device>& devices, const std::vector<double>& weights);
+BatchShards split_and_load(const HostBatch& batch, const std::vector<Device>& devices, const std::vector<double>& weights);
 
 // probe_weights: `step(d)` runs a short piece of representative work on device d (one training
 // step on a small batch, say); the host waits for every device after it. Each device is probed

@@ -9,7 +9,7 @@
 
 namespace d2l::kernels::cpu {
 
-class ThreadPool;  // core/thread_pool.hpp
+class ThreadPool;  // kernels/cpu/thread_pool.hpp
 
 // Where a kernel's scratch buffers come from: the device's caching allocator, so they count in its
 // bytes in use and peak like any tensor (core/runtime.cpp). Without one (tests, references), the heap.

@@ -6,7 +6,7 @@
 #include <mutex>
 #include <stdexcept>
 
-#include "core/thread_pool.hpp"
+#include "kernels/cpu/thread_pool.hpp"
 #include "kernels/emu/block.hpp"
 
 namespace d2l::cuda_emu {

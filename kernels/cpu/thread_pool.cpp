@@ -1,4 +1,4 @@
-#include "core/thread_pool.hpp"
+#include "kernels/cpu/thread_pool.hpp"
 
 #include <algorithm>
 
