@@ -120,6 +120,7 @@ void copy_to_host(const Tensor& src, void* host, size_t bytes) {
   DeviceRuntime& s = runtime(src.device());
   s.compute.synchronize();  // every copy into s is waited for by s's compute stream
   s.copy.synchronize();
+  if (work_cancelled()) throw WorkCancelled();  // src may never have been computed
   transfer(host, cpu(0), src.storage()->ptr, src.device(), bytes, nullptr);
 }
 

@@ -139,6 +139,7 @@ void waitall() {
     }
   }
   if (!first.empty()) throw DeviceError(first);
+  if (work_cancelled()) throw WorkCancelled();  // what the host reads next may never have been computed
 }
 
 void* DeviceWorkspace::get(size_t bytes) const { return alloc_.allocate(bytes, {stream_.clock().get(), true}); }

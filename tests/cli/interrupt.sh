@@ -5,6 +5,10 @@
 # end, through temporary files). ARGS should name outputs in the working directory.
 # With AFTER set (a grep pattern), the signal waits for a stdout line that matches it instead
 # (AFTER=evaluating: during the evaluation of a saved net), and SETTLE seconds more (default 0.5).
+# Fresh heap memory is filled with 0xdc bytes (glibc's MALLOC_PERTURB_=35 fills with 35 ^ 0xff;
+# fixed here rather than meson's random byte, some of which make floats near 0 that pass
+# unnoticed): a value read from work that was skipped after the signal is then -5e17, not 0.
+export MALLOC_PERTURB_=35
 sig=$1
 code=$2
 limit=$3
