@@ -20,7 +20,7 @@
 
 #include "bench/bench_util.hpp"
 #include "chapters/mlp_smoke/mlp_smoke.hpp"
-#include "core/ops_util.hpp"  // detail::set_gemm: the GEMM of emulated GPUs (the --gemm flag)
+#include "core/ops/op.hpp"  // detail::set_gemm: the GEMM of emulated GPUs (the --gemm flag)
 #include "core/runtime.hpp"
 #include "kernels/cpu/thread_pool.hpp"
 #include "kernels/emu/kernels.hpp"  // the emulated GEMMs, timed alone; set_plain_blocks

@@ -20,7 +20,6 @@
 #include "bench/bench_util.hpp"
 #include "core/autograd.hpp"
 #include "core/ops.hpp"
-#include "core/ops_nn.hpp"
 #include "core/rng.hpp"
 #include "core/runtime.hpp"
 

@@ -17,7 +17,7 @@
 
 #include "core/dist/process_group.hpp"
 #include "core/io/atomic_file.hpp"
-#include "core/ops_util.hpp"
+#include "core/ops/op.hpp"
 #include "core/parameter.hpp"
 #include "core/runtime.hpp"
 #include "core/tensor.hpp"

@@ -3,7 +3,7 @@
 #include "core/autograd.hpp"
 #include "core/copy.hpp"
 #include "core/ops.hpp"
-#include "core/ops_util.hpp"
+#include "core/ops/op.hpp"
 
 namespace d2l {
 

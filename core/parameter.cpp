@@ -6,7 +6,7 @@
 #include "core/autograd.hpp"
 #include "core/ops.hpp"
 #include "core/rng.hpp"
-#include "core/ops_util.hpp"
+#include "core/ops/op.hpp"
 #include "core/runtime.hpp"
 #include "kernels/cpu/kernels.hpp"
 

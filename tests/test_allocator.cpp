@@ -7,7 +7,6 @@
 
 #include "core/allocator.hpp"
 #include "core/ops.hpp"
-#include "core/ops_nn.hpp"
 #include "core/runtime.hpp"
 
 using namespace d2l;

@@ -17,8 +17,7 @@
 #include "core/comm.hpp"
 #include "core/copy.hpp"
 #include "core/ops.hpp"
-#include "core/ops_nn.hpp"
-#include "core/ops_util.hpp"  // detail::set_gemm
+#include "core/ops/op.hpp"  // detail::set_gemm
 #include "core/runtime.hpp"
 #include "kernels/emu/launch.hpp"
 

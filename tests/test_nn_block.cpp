@@ -27,20 +27,20 @@ struct TinyDense : Block {
   std::string type() const override { return "TinyDense"; }
 };
 
-struct Pair : Block {
+struct TwoDense : Block {
   std::shared_ptr<TinyDense> a, b;
-  Pair() {
+  TwoDense() {
     a = register_child("first", std::make_shared<TinyDense>(3));
     b = register_child("1", std::make_shared<TinyDense>(2));
   }
   Tensor forward(const Tensor& x) override { return (*b)((*a)(x)); }
-  std::string type() const override { return "Pair"; }
+  std::string type() const override { return "TwoDense"; }
 };
 
 }  // namespace
 
 TEST_CASE("collect_params names parameters by their dotted path, in registration order") {
-  Pair net;
+  TwoDense net;
   auto params = net.collect_params();
   std::vector<std::string> names;
   for (auto& [n, p] : params) names.push_back(n);
@@ -48,12 +48,12 @@ TEST_CASE("collect_params names parameters by their dotted path, in registration
   CHECK(params["1.weight"].name() == "1.weight");
   CHECK(params.trainable().size() == 2);
   CHECK_THROWS_WITH_AS(params["2.weight"], doctest::Contains("no parameter named '2.weight'"), ParameterError);
-  CHECK(net.repr() == "Pair(\n  (first): TinyDense\n  (1): TinyDense\n)");
+  CHECK(net.repr() == "TwoDense(\n  (first): TinyDense\n  (1): TinyDense\n)");
 }
 
 TEST_CASE("initialize on two devices: deferred shapes, identical replicas, the book's errors") {
   manual_seed(11);
-  Pair net;
+  TwoDense net;
   net.initialize(Init::Normal(0.5f), {cpu(0), cpu(1)});
   auto params = net.collect_params();
   CHECK_THROWS_WITH_AS(params["first.weight"].data(cpu(0)), doctest::Contains("deferred"), ParameterError);
@@ -82,7 +82,7 @@ TEST_CASE("initialize on two devices: deferred shapes, identical replicas, the b
 
 TEST_CASE("to(dev) moves a block with its values; a deferred block is made there") {
   manual_seed(5);
-  Pair net;
+  TwoDense net;
   net.initialize(Init::Normal(0.5f), {cpu(0)});
   Tensor x = Tensor::from_vector(std::vector<float>{1, -1}, {1, 2}, cpu(0));
   auto before = net(x).to_vector();
@@ -92,7 +92,7 @@ TEST_CASE("to(dev) moves a block with its values; a deferred block is made there
   CHECK_THROWS_AS(net.collect_params()["first.weight"].data(cpu(0)), ParameterError);
   CHECK(net(x.to(cpu(1))).to_vector() == before);
 
-  Pair fresh;  // never initialised: to() initialises on the device, shapes still deferred
+  TwoDense fresh;  // never initialised: to() initialises on the device, shapes still deferred
   fresh.b->to(cpu(1));
   fresh.a->to(cpu(1));
   CHECK(fresh(x.to(cpu(1))).device() == cpu(1));

@@ -17,7 +17,6 @@
 #include "core/autograd.hpp"
 #include "core/nn/nn.hpp"
 #include "core/ops.hpp"
-#include "core/ops_nn.hpp"
 #include "core/rng.hpp"
 #include "fd_check.hpp"
 

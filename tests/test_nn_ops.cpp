@@ -7,7 +7,6 @@
 #include "check.hpp"
 #include "core/autograd.hpp"
 #include "core/ops.hpp"
-#include "core/ops_nn.hpp"
 #include "fd_check.hpp"
 
 using namespace d2l;

@@ -1,4 +1,4 @@
-// SyncBatchNorm and its ops (core/ops_sync_bn.hpp, kernels/cpu/batch_norm_stats.cpp):
+// SyncBatchNorm and its ops (core/ops.hpp, kernels/cpu/batch_norm_stats.cpp):
 //   kernels   statistics and apply against direct loops in double; combining the shards' statistics
 //             equals the statistics of the concatenated shards; every backward against central
 //             differences of the double reference (h 1e-3, atol 1e-4, rtol 1e-3: BN is smooth, the
@@ -20,8 +20,6 @@
 #include "core/nn/sequential.hpp"
 #include "core/nn/sync_batch_norm.hpp"
 #include "core/ops.hpp"
-#include "core/ops_nn.hpp"
-#include "core/ops_sync_bn.hpp"
 #include "core/runtime.hpp"
 #include "fd_check.hpp"
 #include "kernels/cpu/kernels.hpp"

@@ -6,7 +6,6 @@
 #include "core/comm.hpp"
 #include "core/dist/collectives.hpp"
 #include "core/ops.hpp"
-#include "core/ops_nn.hpp"
 #include "core/rng.hpp"
 #include "core/trace.hpp"
 

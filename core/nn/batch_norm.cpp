@@ -4,7 +4,7 @@
 
 #include "core/autograd.hpp"
 #include "core/nn/layer_util.hpp"
-#include "core/ops_nn.hpp"
+#include "core/ops.hpp"
 
 namespace d2l::nn {
 

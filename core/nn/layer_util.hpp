@@ -6,7 +6,7 @@
 #include <string>
 
 #include "core/nn/block.hpp"
-#include "core/ops_nn.hpp"
+#include "core/ops.hpp"
 
 namespace d2l::nn {
 

@@ -1,6 +1,6 @@
 #include "core/nn/sync_batch_norm.hpp"
 
-#include "core/ops_sync_bn.hpp"
+#include "core/ops.hpp"
 
 namespace d2l::nn {
 

@@ -7,7 +7,7 @@
 //   training    per-channel mean and biased variance over all shards together, each shard
 //               normalised on its own device with them; every replica's running statistics updated
 //               identically (unbiased variance); the backward of each shard reaches every shard's
-//               input through the shared statistics (core/ops_sync_bn.hpp). Shards with N = 0 are
+//               input through the shared statistics (core/ops.hpp). Shards with N = 0 are
 //               allowed as long as the shards hold more than one value per channel in total.
 //   evaluation  each device's running statistics, no communication (as BatchNorm).
 // forward(x) is the group of one shard: BatchNorm on x.

@@ -1,4 +1,4 @@
-// Batch normalisation in three pieces, for SyncBatchNorm (core/ops_sync_bn.hpp): each device
+// Batch normalisation in three pieces, for SyncBatchNorm (core/ops.hpp): each device
 // computes its shard's statistics, one device combines them into the whole batch's, and every
 // device normalises its own shard with those. x (N, C, HW) is one shard (dense layers: HW = 1),
 // M_j = N*HW its values per channel; stats (2, C): row 0 the mean, row 1 the biased variance.

@@ -16,8 +16,7 @@
 #include "tests/check.hpp"
 #include "core/copy.hpp"
 #include "core/ops.hpp"
-#include "core/ops_nn.hpp"
-#include "core/ops_util.hpp"
+#include "core/ops/op.hpp"
 #include "core/runtime.hpp"
 
 using namespace d2l;

@@ -1,7 +1,7 @@
 // reshape, flatten, concat / slice_rows / split along the batch axis.
 
 #include "core/ops.hpp"
-#include "core/ops_util.hpp"
+#include "core/ops/op.hpp"
 
 namespace d2l {
 using namespace detail;

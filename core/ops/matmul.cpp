@@ -1,7 +1,7 @@
-// matmul, bias_add, dense: forward and backward side by side.
+// matmul and dense (x @ w^T + b): the GEMM of core/ops/gemm.cpp (kernels/cpu/gemm, kernels/cuda/matmul).
 #include "core/autograd.hpp"
 #include "core/ops.hpp"
-#include "core/ops_util.hpp"
+#include "core/ops/op.hpp"
 
 namespace d2l {
 using namespace detail;
@@ -29,31 +29,6 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
     Tensor ga = a.needs_grad() && !defer_weight_grad(a, grad_a) ? grad_a() : Tensor();
     Tensor gb = b.needs_grad() && !defer_weight_grad(b, grad_b) ? grad_b() : Tensor();
     return std::vector<Tensor>{ga, gb};
-  });
-  return y;
-}
-
-Tensor bias_add(const Tensor& x, const Tensor& b) {
-  Device d = same_device("bias_add", {x, b});
-  expect_f32("bias_add", x, "x");
-  expect_f32("bias_add", b, "bias");
-  if (x.ndim() < 2) fail("bias_add", "x must be (N, C, ...), got shape " + str(x.shape()));
-  expect_ndim("bias_add", b, 1, "bias");
-  int64_t outer = x.dim(0), C = x.dim(1), inner = x.numel() / std::max<int64_t>(1, outer * C);
-  if (b.dim(0) != C) fail("bias_add", "bias " + str(b.shape()) + " does not match the C of x " + str(x.shape()));
-  if (outer * C == 0) inner = 0;
-  Tensor y = Tensor::empty(x.shape(), d);
-  const float *X = x.data(), *Bp = b.data();
-  float* Y = y.data();
-  launch(d, "bias_add", keep({x, b, y}),
-         [=](const kernels::cpu::Ctx& c) { D2L_KERNEL(c, bias_add_forward, X, Bp, Y, outer, C, inner); });
-  record(y, "bias_add", {x, b}, [outer, C, inner](const Tensor& gy) {
-    Tensor gb = Tensor::empty({C}, gy.device());
-    const float* G = gy.data();
-    float* GB = gb.data();
-    launch(gy.device(), "bias_add_backward", keep({gy, gb}),
-           [=](const kernels::cpu::Ctx& c) { D2L_KERNEL(c, bias_add_backward, G, GB, outer, C, inner); });
-    return std::vector<Tensor>{gy, gb};
   });
   return y;
 }

@@ -1,13 +1,10 @@
 // Synchronised batch norm: the three differentiable pieces (statistics, combine, apply), the running
 // statistics, and sync_batch_norm joining them across devices. Backward beside forward.
-#include "core/ops_sync_bn.hpp"
-
 #include <algorithm>
 #include <climits>
 
 #include "core/ops.hpp"
-#include "core/ops_nn.hpp"
-#include "core/ops_util.hpp"
+#include "core/ops/op.hpp"
 
 namespace d2l {
 using namespace detail;

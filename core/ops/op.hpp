@@ -1,9 +1,12 @@
-// Shared checks for op implementations (core/ops_*.cpp).
+// What every op of core/ops shares: the checks, the kernel dispatch (D2L_KERNEL: one kernel name, three
+// backends), the GEMM choice, and keep() for the storage a kernel touches. Included by core/ops/*.cpp and by the
+// few runtime pieces that launch kernels themselves (parameter initialisation, the ring allreduce).
 #pragma once
 #include <string>
 #include <vector>
 
 #include "core/autograd.hpp"
+#include "core/ops.hpp"
 #include "core/runtime.hpp"
 #include "core/tensor.hpp"
 #include "kernels/cpu/kernels.hpp"
@@ -46,6 +49,9 @@ namespace d2l::detail {
 Device same_device(const char* op, const std::vector<Tensor>& ts);
 void expect_f32(const char* op, const Tensor& t, const char* what);
 void expect_ndim(const char* op, const Tensor& t, int64_t n, const char* what);
+void expect_same_shape(const char* op, const Tensor& a, const Tensor& b);
+// A loss's per-sample values, or their sum or mean (core/ops/sum.cpp).
+Tensor reduce_loss(const Tensor& per_sample, Reduction r);
 // Which GEMM runs on GPUs: "cublas" (the default; on emu(i) the CPU GEMM stands in for it), or
 // "tiled", "naive", "regblock": the hand-written kernels of kernels/cuda/matmul.cu (nvcc-built on
 // gpu(i), emulated on emu(i)). cpu(i) always uses its OpenBLAS GEMM. Convolutions on GPU devices

@@ -1,4 +1,5 @@
-#include "core/ops_util.hpp"
+// Which GEMM the ops run (set_gemm, the --gemm flag) and run_gemm, the one call matmul and conv2d make.
+#include "core/ops/op.hpp"
 
 #include <atomic>
 
@@ -65,28 +66,6 @@ void run_gemm(const kernels::cpu::Ctx& c, bool ta, bool tb, int64_t M, int64_t N
     kernels::emu::gemm(&c, static_cast<kernels::emu::GemmKernel>(g), ta, tb, M, N, K, alpha, A, B, beta, C);
   else
     kernels::cpu::gemm(c, ta, tb, M, N, K, alpha, A, B, beta, C);
-}
-
-void fail(const char* op, const std::string& msg) { throw ShapeError(std::string(op) + ": " + msg); }
-
-Device same_device(const char* op, const std::vector<Tensor>& ts) {
-  Device d = ts.at(0).device();
-  for (auto& t : ts) {
-    if (!t.defined()) fail(op, "an input is undefined");
-    if (t.device() != d)
-      fail(op, "inputs live on " + d.str() + " and " + t.device().str() +
-                   "; copy one with to() first (devices never mix implicitly)");
-  }
-  return d;
-}
-
-void expect_f32(const char* op, const Tensor& t, const char* what) {
-  if (t.dtype() != DType::f32) fail(op, std::string(what) + " must be float32");
-}
-
-void expect_ndim(const char* op, const Tensor& t, int64_t n, const char* what) {
-  if (t.ndim() != n)
-    fail(op, std::string(what) + " must have " + std::to_string(n) + " dimensions, got shape " + str(t.shape()));
 }
 
 }  // namespace d2l::detail

@@ -1,0 +1,34 @@
+// argmax per row and count_correct, the accuracy's numerator (kernels/{cpu,cuda}/argmax).
+#include "core/ops.hpp"
+#include "core/ops/op.hpp"
+
+namespace d2l {
+using namespace detail;
+
+Tensor argmax(const Tensor& x) {
+  Device d = same_device("argmax", {x});
+  expect_f32("argmax", x, "x");
+  expect_ndim("argmax", x, 2, "x");
+  int64_t N = x.dim(0), K = x.dim(1);
+  Tensor idx = Tensor::empty({N}, d, DType::i32);
+  const float* X = x.data();
+  int32_t* I = idx.labels();
+  launch(d, "argmax", keep({x, idx}), [=](const kernels::cpu::Ctx& c) { D2L_KERNEL(c, argmax, X, I, N, K); });
+  return idx;
+}
+
+Tensor count_correct(const Tensor& logits, const Tensor& labels) {
+  Device d = same_device("count_correct", {logits, labels});
+  expect_ndim("count_correct", logits, 2, "logits");
+  if (labels.dtype() != DType::i32 || labels.ndim() != 1 || labels.dim(0) != logits.dim(0))
+    fail("count_correct", "labels must be int32 (N) for logits " + str(logits.shape()));
+  int64_t N = logits.dim(0), K = logits.dim(1);
+  Tensor out = Tensor::empty({1}, d);
+  const float* X = logits.data();
+  const int32_t* Y = labels.labels();
+  float* O = out.data();
+  launch(d, "count_correct", keep({logits, labels, out}), [=](const kernels::cpu::Ctx& c) { D2L_KERNEL(c, count_correct, X, Y, O, N, K); });
+  return out;
+}
+
+}  // namespace d2l

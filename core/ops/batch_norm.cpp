@@ -1,0 +1,46 @@
+// batch_norm: one device's batch normalisation, training and evaluation (kernels/{cpu,cuda}/batch_norm).
+#include "core/ops.hpp"
+#include "core/ops/op.hpp"
+
+namespace d2l {
+using namespace detail;
+namespace k = kernels::cpu;
+
+Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
+                  const Tensor& running_var, float momentum, float eps) {
+  Device d = same_device("batch_norm", {x, gamma, beta, running_mean, running_var});
+  expect_f32("batch_norm", x, "x");
+  if (x.ndim() != 2 && x.ndim() != 4) fail("batch_norm", "x must be (N, C) or (N, C, H, W), got " + str(x.shape()));
+  int64_t N = x.dim(0), C = x.dim(1), HW = x.ndim() == 4 ? x.dim(2) * x.dim(3) : 1;
+  for (const Tensor* t : {&gamma, &beta, &running_mean, &running_var})
+    if (t->shape() != Shape{C}) fail("batch_norm", "per-channel tensors must be (" + std::to_string(C) + "), got " + str(t->shape()));
+  Tensor y = Tensor::empty(x.shape(), d);
+  const float *X = x.data(), *G = gamma.data(), *B = beta.data();
+  float *Y = y.data(), *RM = running_mean.data(), *RV = running_var.data();
+  if (!is_training()) {
+    launch(d, "batch_norm", keep({x, gamma, beta, running_mean, running_var, y}),
+           [=](const k::Ctx& c) { D2L_KERNEL(c, batch_norm_eval_forward, N, C, HW, X, G, B, RM, RV, eps, Y); });
+    // Evaluation statistics are constants: y = gamma * (x - rm) / sqrt(rv + eps) + beta.
+    record(y, "batch_norm", {x, gamma, beta}, [](const Tensor&) -> std::vector<Tensor> {
+      throw std::logic_error("batch_norm: backward in evaluation mode is not supported; train with TrainMode(true)");
+    });
+    return y;
+  }
+  if (N * HW < 2) fail("batch_norm", "training needs more than one value per channel, got " + str(x.shape()));
+  Tensor mean = Tensor::empty({C}, d), invstd = Tensor::empty({C}, d);
+  float *M = mean.data(), *S = invstd.data();
+  launch(d, "batch_norm", keep({x, gamma, beta, running_mean, running_var, y, mean, invstd}), [=](const k::Ctx& c) {
+    D2L_KERNEL(c, batch_norm_train_forward, N, C, HW, X, G, B, eps, momentum, Y, M, S, RM, RV);
+  });
+  record(y, "batch_norm", {x, gamma, beta}, [x, gamma, mean, invstd, N, C, HW](const Tensor& gy) {
+    Tensor gx = Tensor::empty(x.shape(), x.device()), gg = Tensor::empty({C}, x.device()), gb = Tensor::empty({C}, x.device());
+    const float *X = x.data(), *GY = gy.data(), *G = gamma.data(), *M = mean.data(), *S = invstd.data();
+    float *GX = gx.data(), *GG = gg.data(), *GB = gb.data();
+    launch(x.device(), "batch_norm_backward", keep({x, gy, gamma, mean, invstd, gx, gg, gb}),
+           [=](const k::Ctx& c) { D2L_KERNEL(c, batch_norm_backward, N, C, HW, X, GY, G, M, S, GX, GG, GB); });
+    return std::vector<Tensor>{gx, gg, gb};
+  });
+  return y;
+}
+
+}  // namespace d2l

@@ -1,0 +1,33 @@
+// bias_add: x (N, C, ...) + b (C), forward and backward (kernels/{cpu,cuda}/bias_add).
+#include "core/ops.hpp"
+#include "core/ops/op.hpp"
+
+namespace d2l {
+using namespace detail;
+
+Tensor bias_add(const Tensor& x, const Tensor& b) {
+  Device d = same_device("bias_add", {x, b});
+  expect_f32("bias_add", x, "x");
+  expect_f32("bias_add", b, "bias");
+  if (x.ndim() < 2) fail("bias_add", "x must be (N, C, ...), got shape " + str(x.shape()));
+  expect_ndim("bias_add", b, 1, "bias");
+  int64_t outer = x.dim(0), C = x.dim(1), inner = x.numel() / std::max<int64_t>(1, outer * C);
+  if (b.dim(0) != C) fail("bias_add", "bias " + str(b.shape()) + " does not match the C of x " + str(x.shape()));
+  if (outer * C == 0) inner = 0;
+  Tensor y = Tensor::empty(x.shape(), d);
+  const float *X = x.data(), *Bp = b.data();
+  float* Y = y.data();
+  launch(d, "bias_add", keep({x, b, y}),
+         [=](const kernels::cpu::Ctx& c) { D2L_KERNEL(c, bias_add_forward, X, Bp, Y, outer, C, inner); });
+  record(y, "bias_add", {x, b}, [outer, C, inner](const Tensor& gy) {
+    Tensor gb = Tensor::empty({C}, gy.device());
+    const float* G = gy.data();
+    float* GB = gb.data();
+    launch(gy.device(), "bias_add_backward", keep({gy, gb}),
+           [=](const kernels::cpu::Ctx& c) { D2L_KERNEL(c, bias_add_backward, G, GB, outer, C, inner); });
+    return std::vector<Tensor>{gy, gb};
+  });
+  return y;
+}
+
+}  // namespace d2l

@@ -1,0 +1,50 @@
+// conv2d: y = x * w (+ b), forward, backward-data and backward-weight (kernels/cpu/conv2d.cpp,
+// kernels/cuda/conv2d.cu).
+#include "core/ops.hpp"
+#include "core/ops/op.hpp"
+
+namespace d2l {
+using namespace detail;
+namespace k = kernels::cpu;
+
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, Pair stride, Pair padding) {
+  Device d = same_device("conv2d", {x, w});
+  expect_f32("conv2d", x, "x");
+  expect_ndim("conv2d", x, 4, "x (N, C, H, W)");
+  expect_ndim("conv2d", w, 4, "weight (OC, C, KH, KW)");
+  if (w.dim(1) != x.dim(1))
+    fail("conv2d", "weight " + str(w.shape()) + " expects " + std::to_string(w.dim(1)) + " input channels, x " +
+                       str(x.shape()) + " has " + std::to_string(x.dim(1)));
+  if (stride[0] < 1 || stride[1] < 1 || padding[0] < 0 || padding[1] < 0) fail("conv2d", "stride must be >= 1, padding >= 0");
+  k::Conv2dShape s{x.dim(0), x.dim(1), x.dim(2), x.dim(3), w.dim(0), w.dim(2), w.dim(3),
+                   stride[0], stride[1], padding[0], padding[1]};
+  if (s.H + 2 * s.pad_h < s.KH || s.W + 2 * s.pad_w < s.KW)
+    fail("conv2d", "kernel " + str(w.shape()) + " is larger than the padded input " + str(x.shape()));
+  Tensor y = Tensor::empty({s.N, s.OC, s.OH(), s.OW()}, d);
+  const float *X = x.data(), *W = w.data();
+  float* Y = y.data();
+  launch(d, "conv2d", keep({x, w, y}), [=](const k::Ctx& c) { D2L_KERNEL(c, conv2d_forward, s, X, W, Y); });
+  record(y, "conv2d", {x, w}, [x, w, s](const Tensor& gy) {
+    Tensor gx;
+    if (x.needs_grad()) {  // (the network's input needs none: its backward_data is skipped)
+      gx = Tensor::empty(x.shape(), x.device());
+      const float *W = w.data(), *G = gy.data();
+      float* GX = gx.data();
+      launch(x.device(), "conv2d_backward_data", keep({w, gy, gx}),
+             [=](const k::Ctx& c) { D2L_KERNEL(c, conv2d_backward_data, s, G, W, GX); });
+    }
+    auto weight_grad = [x, w, gy, s] {
+      Tensor gw = Tensor::empty(w.shape(), w.device());
+      const float *X = x.data(), *G = gy.data();
+      float* GW = gw.data();
+      launch(x.device(), "conv2d_backward_weight", keep({x, gy, gw}),
+             [=](const k::Ctx& c) { D2L_KERNEL(c, conv2d_backward_weight, s, X, G, GW); });
+      return gw;
+    };
+    if (defer_weight_grad(w, weight_grad)) return std::vector<Tensor>{gx, Tensor()};  // zb-h1's W, later
+    return std::vector<Tensor>{gx, weight_grad()};
+  });
+  return b.defined() ? bias_add(y, b) : y;
+}
+
+}  // namespace d2l

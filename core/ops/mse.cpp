@@ -1,0 +1,28 @@
+// mse_loss: d2l's squared loss (p - t)^2 / 2 (kernels/{cpu,cuda}/mse).
+#include "core/ops.hpp"
+#include "core/ops/op.hpp"
+
+namespace d2l {
+using namespace detail;
+
+Tensor mse_loss(const Tensor& p, const Tensor& t, Reduction r) {
+  Device d = same_device("mse_loss", {p, t});
+  expect_f32("mse_loss", p, "prediction");
+  expect_f32("mse_loss", t, "target");
+  if (p.shape() != t.shape()) fail("mse_loss", "prediction " + str(p.shape()) + " and target " + str(t.shape()) + " differ");
+  Tensor l = Tensor::empty(p.shape(), d);
+  const float *P = p.data(), *T = t.data();
+  float* out = l.data();
+  int64_t n = p.numel();
+  launch(d, "mse_loss", keep({p, t, l}), [=](const kernels::cpu::Ctx& c) { D2L_KERNEL(c, mse_forward, P, T, out, n); });
+  record(l, "mse_loss", {p, t}, [p, t, n](const Tensor& gy) {
+    Tensor gp = Tensor::empty(p.shape(), p.device());
+    const float *P = p.data(), *T = t.data(), *G = gy.data();
+    float* GP = gp.data();
+    launch(p.device(), "mse_loss_backward", keep({p, t, gy, gp}), [=](const kernels::cpu::Ctx& c) { D2L_KERNEL(c, mse_backward, P, T, G, GP, n); });
+    return std::vector<Tensor>{gp, scale(gp, -1.0f)};  // d/dt = -(p - t) * gy
+  });
+  return reduce_loss(l, r);
+}
+
+}  // namespace d2l

@@ -1,0 +1,32 @@
+// The checks every op shares (core/ops/op.hpp).
+#include "core/ops/op.hpp"
+
+namespace d2l::detail {
+
+void fail(const char* op, const std::string& msg) { throw ShapeError(std::string(op) + ": " + msg); }
+
+Device same_device(const char* op, const std::vector<Tensor>& ts) {
+  Device d = ts.at(0).device();
+  for (auto& t : ts) {
+    if (!t.defined()) fail(op, "an input is undefined");
+    if (t.device() != d)
+      fail(op, "inputs live on " + d.str() + " and " + t.device().str() +
+                   "; copy one with to() first (devices never mix implicitly)");
+  }
+  return d;
+}
+
+void expect_f32(const char* op, const Tensor& t, const char* what) {
+  if (t.dtype() != DType::f32) fail(op, std::string(what) + " must be float32");
+}
+
+void expect_same_shape(const char* op, const Tensor& a, const Tensor& b) {
+  if (a.shape() != b.shape()) fail(op, "shapes differ: " + str(a.shape()) + " and " + str(b.shape()));
+}
+
+void expect_ndim(const char* op, const Tensor& t, int64_t n, const char* what) {
+  if (t.ndim() != n)
+    fail(op, std::string(what) + " must have " + std::to_string(n) + " dimensions, got shape " + str(t.shape()));
+}
+
+}  // namespace d2l::detail

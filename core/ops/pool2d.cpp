@@ -1,0 +1,80 @@
+// max_pool2d, avg_pool2d, global_avg_pool2d (kernels/{cpu,cuda}/pool2d).
+#include "core/ops.hpp"
+#include "core/ops/op.hpp"
+
+namespace d2l {
+using namespace detail;
+namespace k = kernels::cpu;
+
+static k::Pool2dShape pool_shape(const char* op, const Tensor& x, Pair kernel, Pair stride, Pair padding) {
+  expect_f32(op, x, "x");
+  expect_ndim(op, x, 4, "x (N, C, H, W)");
+  if (stride[0] == 0 && stride[1] == 0) stride = kernel;
+  if (kernel[0] < 1 || kernel[1] < 1 || stride[0] < 1 || stride[1] < 1 || padding[0] < 0 || padding[1] < 0)
+    fail(op, "kernel and stride must be >= 1, padding >= 0");
+  if (padding[0] * 2 > kernel[0] || padding[1] * 2 > kernel[1]) fail(op, "padding must be at most half the window");
+  k::Pool2dShape s{x.dim(0), x.dim(1), x.dim(2), x.dim(3), kernel[0], kernel[1], stride[0], stride[1], padding[0], padding[1]};
+  if (s.H + 2 * s.pad_h < s.KH || s.W + 2 * s.pad_w < s.KW)
+    fail(op, "window larger than the padded input " + str(x.shape()));
+  return s;
+}
+
+Tensor max_pool2d(const Tensor& x, Pair kernel, Pair stride, Pair padding) {
+  k::Pool2dShape s = pool_shape("max_pool2d", x, kernel, stride, padding);
+  Device d = x.device();
+  Tensor y = Tensor::empty({s.N, s.C, s.OH(), s.OW()}, d);
+  Tensor arg = Tensor::empty(y.shape(), d, DType::i32);  // where each maximum came from
+  const float* X = x.data();
+  float* Y = y.data();
+  int32_t* A = arg.labels();
+  launch(d, "max_pool2d", keep({x, y, arg}), [=](const k::Ctx& c) { D2L_KERNEL(c, max_pool2d_forward, s, X, Y, A); });
+  record(y, "max_pool2d", {x}, [arg, s](const Tensor& gy) {
+    Tensor gx = Tensor::empty({s.N, s.C, s.H, s.W}, gy.device());
+    const float* G = gy.data();
+    const int32_t* A = arg.labels();
+    float* GX = gx.data();
+    launch(gy.device(), "max_pool2d_backward", keep({arg, gy, gx}), [=](const k::Ctx& c) { D2L_KERNEL(c, max_pool2d_backward, s, G, A, GX); });
+    return std::vector<Tensor>{gx};
+  });
+  return y;
+}
+
+Tensor avg_pool2d(const Tensor& x, Pair kernel, Pair stride, Pair padding) {
+  k::Pool2dShape s = pool_shape("avg_pool2d", x, kernel, stride, padding);
+  Device d = x.device();
+  Tensor y = Tensor::empty({s.N, s.C, s.OH(), s.OW()}, d);
+  const float* X = x.data();
+  float* Y = y.data();
+  launch(d, "avg_pool2d", keep({x, y}), [=](const k::Ctx& c) { D2L_KERNEL(c, avg_pool2d_forward, s, X, Y); });
+  record(y, "avg_pool2d", {x}, [s](const Tensor& gy) {
+    Tensor gx = Tensor::empty({s.N, s.C, s.H, s.W}, gy.device());
+    const float* G = gy.data();
+    float* GX = gx.data();
+    launch(gy.device(), "avg_pool2d_backward", keep({gy, gx}), [=](const k::Ctx& c) { D2L_KERNEL(c, avg_pool2d_backward, s, G, GX); });
+    return std::vector<Tensor>{gx};
+  });
+  return y;
+}
+
+Tensor global_avg_pool2d(const Tensor& x) {
+  expect_f32("global_avg_pool2d", x, "x");
+  expect_ndim("global_avg_pool2d", x, 4, "x (N, C, H, W)");
+  int64_t N = x.dim(0), C = x.dim(1), HW = x.dim(2) * x.dim(3);
+  Device d = x.device();
+  Tensor y = Tensor::empty({N, C, 1, 1}, d);
+  const float* X = x.data();
+  float* Y = y.data();
+  launch(d, "global_avg_pool2d", keep({x, y}), [=](const k::Ctx& c) { D2L_KERNEL(c, global_avg_pool_forward, N, C, HW, X, Y); });
+  Shape shape = x.shape();
+  record(y, "global_avg_pool2d", {x}, [shape, N, C, HW](const Tensor& gy) {
+    Tensor gx = Tensor::empty(shape, gy.device());
+    const float* G = gy.data();
+    float* GX = gx.data();
+    launch(gy.device(), "global_avg_pool2d_backward", keep({gy, gx}),
+           [=](const k::Ctx& c) { D2L_KERNEL(c, global_avg_pool_backward, N, C, HW, G, GX); });
+    return std::vector<Tensor>{gx};
+  });
+  return y;
+}
+
+}  // namespace d2l
