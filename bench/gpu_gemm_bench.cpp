@@ -201,7 +201,7 @@ bool bench_conv(const Gpu& g, const Conv& c, ConvTimes& t) {
   DeviceArray x(nx, 4), w(nw, 5), dy(ny, 6), y(ny), y_direct(ny), dx(nx), dw(nw);
   for (const DeviceArray* out : {&y, &y_direct, &dx, &dw}) CHECK_CUDA(cudaMemset(out->p, 0xff, out->bytes()));  // NaNs
   kc::conv2d_forward(g.stream, s, x.p, w.p, y.p);
-  kc::conv2d_direct_forward(g.stream, s, x.p, w.p, y_direct.p);
+  kc::conv2d_forward_direct(g.stream, s, x.p, w.p, y_direct.p);
   kc::conv2d_backward_data(g.stream, s, dy.p, w.p, dx.p);
   kc::conv2d_backward_weight(g.stream, s, x.p, dy.p, dw.p);
   const std::vector<float> hy = y.host(), hdy = dy.host();
@@ -214,7 +214,7 @@ bool bench_conv(const Gpu& g, const Conv& c, ConvTimes& t) {
     return false;
   }
   t.fwd = time_gpu(g, [&] { kc::conv2d_forward(g.stream, s, x.p, w.p, y.p); });
-  t.direct = time_gpu(g, [&] { kc::conv2d_direct_forward(g.stream, s, x.p, w.p, y_direct.p); });
+  t.direct = time_gpu(g, [&] { kc::conv2d_forward_direct(g.stream, s, x.p, w.p, y_direct.p); });
   t.data = time_gpu(g, [&] { kc::conv2d_backward_data(g.stream, s, dy.p, w.p, dx.p); });
   t.weight = time_gpu(g, [&] { kc::conv2d_backward_weight(g.stream, s, x.p, dy.p, dw.p); });
   return true;

@@ -1,5 +1,6 @@
-// conv2d kernels (im2col + GEMM) against a direct six-loop convolution in double, and their
-// backward passes against central finite differences of that reference; 1, 2 and 3 threads.
+// The conv2d family (kernel1 direct loops, kernel2 im2col + GEMM) against a six-loop convolution in
+// double written here, and their backward passes against central finite differences of that
+// reference; kernel2 against kernel1; 1, 2 and 3 threads.
 #include <doctest/doctest.h>
 
 #include <cstdio>
@@ -11,6 +12,7 @@
 #include "fd_check.hpp"
 #include "kernels/cpu/kernels.hpp"
 
+using d2l::kernels::cpu::Conv2dKernel;
 using d2l::kernels::cpu::Conv2dShape;
 using d2l::kernels::cpu::Ctx;
 using d2l::test::close;
@@ -69,45 +71,86 @@ int64_t x_size(const Conv2dShape& s) { return s.N * s.C * s.H * s.W; }
 int64_t w_size(const Conv2dShape& s) { return s.OC * s.C * s.KH * s.KW; }
 int64_t y_size(const Conv2dShape& s) { return s.N * s.OC * s.OH() * s.OW(); }
 
+namespace k = d2l::kernels::cpu;
+const std::vector<Conv2dKernel> kMembers = {Conv2dKernel::direct, Conv2dKernel::im2col};
+const char* name(Conv2dKernel m) { return m == Conv2dKernel::direct ? "kernel1 direct" : "kernel2 im2col"; }
+
 std::vector<float> forward(const Ctx& c, const Conv2dShape& s, const std::vector<float>& x,
-                           const std::vector<float>& w) {
+                           const std::vector<float>& w, Conv2dKernel m = Conv2dKernel::im2col) {
   std::vector<float> y(static_cast<size_t>(y_size(s)), -7.0f);  // garbage: forward overwrites
-  d2l::kernels::cpu::conv2d_forward(c, s, x.data(), w.data(), y.data());
+  (m == Conv2dKernel::direct ? k::conv2d_forward_direct : k::conv2d_forward_im2col)(c, s, x.data(), w.data(), y.data());
   return y;
 }
 std::vector<float> grad_x(const Ctx& c, const Conv2dShape& s, const std::vector<float>& dy,
-                          const std::vector<float>& w) {
+                          const std::vector<float>& w, Conv2dKernel m = Conv2dKernel::im2col) {
   std::vector<float> dx(static_cast<size_t>(x_size(s)), -7.0f);  // garbage: backward overwrites
-  d2l::kernels::cpu::conv2d_backward_data(c, s, dy.data(), w.data(), dx.data());
+  (m == Conv2dKernel::direct ? k::conv2d_backward_data_direct : k::conv2d_backward_data_im2col)(c, s, dy.data(), w.data(),
+                                                                                               dx.data());
   return dx;
 }
 std::vector<float> grad_w(const Ctx& c, const Conv2dShape& s, const std::vector<float>& x,
-                          const std::vector<float>& dy) {
+                          const std::vector<float>& dy, Conv2dKernel m = Conv2dKernel::im2col) {
   std::vector<float> dw(static_cast<size_t>(w_size(s)), -7.0f);
-  d2l::kernels::cpu::conv2d_backward_weight(c, s, x.data(), dy.data(), dw.data());
+  (m == Conv2dKernel::direct ? k::conv2d_backward_weight_direct : k::conv2d_backward_weight_im2col)(c, s, x.data(),
+                                                                                                   dy.data(), dw.data());
   return dw;
 }
 
 }  // namespace
 
-TEST_CASE("conv2d forward matches direct loops") {
+TEST_CASE("conv2d forward of every member matches the double reference") {
+  for (Conv2dKernel m : kMembers)
+    for (const auto& s : kShapes) {
+      INFO(name(m) << ": " << describe(s));
+      auto x = lcg_data(x_size(s), 1), w = lcg_data(w_size(s), 2);
+      auto ref = ref_conv(s, d2l::test::to_double(x), d2l::test::to_double(w));
+      d2l::test::for_thread_counts([&](const Ctx& c) {
+        CAPTURE(c.threads);
+        // float accumulation of at most 147 products of values in [-1, 1)
+        CHECK(close(ref, forward(c, s, x, w, m), 1e-5, 1e-4, "y"));
+      });
+    }
+}
+
+// The tuned member against the reference member, both in float: the same sums in another order.
+TEST_CASE("conv2d kernel2 (im2col) matches kernel1 (direct), forward and backward") {
+  const Ctx c = d2l::kernels::cpu::serial_ctx();
   for (const auto& s : kShapes) {
     INFO(describe(s));
-    auto x = lcg_data(x_size(s), 1), w = lcg_data(w_size(s), 2);
-    auto ref = ref_conv(s, d2l::test::to_double(x), d2l::test::to_double(w));
-    d2l::test::for_thread_counts([&](const Ctx& c) {
-      CAPTURE(c.threads);
-      // float accumulation of at most 147 products of values in [-1, 1)
-      CHECK(close(ref, forward(c, s, x, w), 1e-5, 1e-4, "y"));
-    });
+    auto x = lcg_data(x_size(s), 8), w = lcg_data(w_size(s), 9), r = lcg_data(y_size(s), 10);
+    const auto as_double = [](const std::vector<float>& v) { return d2l::test::to_double(v); };
+    CHECK(close(as_double(forward(c, s, x, w, Conv2dKernel::direct)), forward(c, s, x, w), 1e-5, 1e-4, "y"));
+    CHECK(close(as_double(grad_x(c, s, r, w, Conv2dKernel::direct)), grad_x(c, s, r, w), 1e-5, 1e-4, "dx"));
+    CHECK(close(as_double(grad_w(c, s, x, r, Conv2dKernel::direct)), grad_w(c, s, x, r), 1e-4, 1e-4, "dw"));
   }
+}
+
+// conv2d_forward and the backward passes run the member set_conv2d_kernel chose, and only that one.
+TEST_CASE("set_conv2d_kernel chooses the member conv2d_forward runs") {
+  const Conv2dShape s{2, 3, 13, 11, 4, 3, 5, 2, 2, 1, 2};
+  const Ctx c = d2l::kernels::cpu::serial_ctx();
+  auto x = lcg_data(x_size(s), 1), w = lcg_data(w_size(s), 2), r = lcg_data(y_size(s), 3);
+  REQUIRE(k::conv2d_kernel() == Conv2dKernel::im2col);  // the default
+  for (Conv2dKernel m : kMembers) {
+    INFO(name(m));
+    k::set_conv2d_kernel(m);
+    std::vector<float> y(static_cast<size_t>(y_size(s))), dx(static_cast<size_t>(x_size(s))), dw(static_cast<size_t>(w_size(s)));
+    k::conv2d_forward(c, s, x.data(), w.data(), y.data());
+    k::conv2d_backward_data(c, s, r.data(), w.data(), dx.data());
+    k::conv2d_backward_weight(c, s, x.data(), r.data(), dw.data());
+    CHECK(y == forward(c, s, x, w, m));  // bitwise: the same member ran
+    CHECK(dx == grad_x(c, s, r, w, m));
+    CHECK(dw == grad_w(c, s, x, r, m));
+  }
+  k::set_conv2d_kernel(Conv2dKernel::im2col);
 }
 
 // Conv is linear in x and in w, so central differences are exact up to double rounding (~1e-12
 // here); the tolerance (atol 1e-4, rtol 1e-4) covers the kernels' float accumulation.
-TEST_CASE("conv2d backward_data and backward_weight match finite differences") {
+TEST_CASE("conv2d backward_data and backward_weight of every member match finite differences") {
+  for (Conv2dKernel m : kMembers)
   for (const auto& s : kShapes) {
-    INFO(describe(s));
+    INFO(name(m) << ": " << describe(s));
     auto x = lcg_data(x_size(s), 3), w = lcg_data(w_size(s), 4), r = lcg_data(y_size(s), 5);
     const auto xd = d2l::test::to_double(x), wd = d2l::test::to_double(w);
     auto fd_x = d2l::test::fd_gradient(
@@ -116,8 +159,8 @@ TEST_CASE("conv2d backward_data and backward_weight match finite differences") {
         w, [&](const auto& v) { return d2l::test::dot(ref_conv(s, xd, v), r); }, 1e-2);
     d2l::test::for_thread_counts([&](const Ctx& c) {
       CAPTURE(c.threads);
-      CHECK(d2l::test::fd_agrees(fd_x, grad_x(c, s, r, w), 1e-4, 1e-4, "dx"));
-      CHECK(d2l::test::fd_agrees(fd_w, grad_w(c, s, x, r), 1e-4, 1e-4, "dw"));
+      CHECK(d2l::test::fd_agrees(fd_x, grad_x(c, s, r, w, m), 1e-4, 1e-4, "dx"));
+      CHECK(d2l::test::fd_agrees(fd_w, grad_w(c, s, x, r, m), 1e-4, 1e-4, "dw"));
     });
   }
 }
@@ -144,10 +187,13 @@ TEST_CASE("conv2d finite-difference check rejects a broken gradient") {
 TEST_CASE("conv2d backward_weight does not depend on the thread count") {
   const Conv2dShape s{8, 3, 9, 7, 5, 3, 3, 1, 1, 1, 1};
   auto x = lcg_data(x_size(s), 6), r = lcg_data(y_size(s), 7);
-  std::vector<std::vector<float>> dws;
-  d2l::test::for_thread_counts([&](const Ctx& c) { dws.push_back(grad_w(c, s, x, r)); });
-  for (size_t t = 1; t < dws.size(); ++t)
-    CHECK(std::memcmp(dws[0].data(), dws[t].data(), dws[0].size() * sizeof(float)) == 0);
+  for (Conv2dKernel m : kMembers) {
+    INFO(name(m));
+    std::vector<std::vector<float>> dws;
+    d2l::test::for_thread_counts([&](const Ctx& c) { dws.push_back(grad_w(c, s, x, r, m)); });
+    for (size_t t = 1; t < dws.size(); ++t)
+      CHECK(std::memcmp(dws[0].data(), dws[t].data(), dws[0].size() * sizeof(float)) == 0);
+  }
 }
 
 TEST_CASE("im2col matches its definition and col2im is its adjoint") {

@@ -58,8 +58,17 @@ void check_conv(kemu::Stream st) {
     kemu::conv2d_forward(st, s, x.data(), w.data(), y.data());
     cpu::conv2d_forward(kSerial, s, x.data(), w.data(), y_ref.data());
     CHECK(close(y_ref, y, 1e-5 * double(K + 1), 1e-5, "conv2d_forward"));
-    kemu::conv2d_direct_forward(st, s, x.data(), w.data(), y_direct.data());
-    CHECK(close(y_ref, y_direct, 1e-5 * double(K + 1), 1e-5, "conv2d_direct_forward"));
+    kemu::conv2d_forward_direct(st, s, x.data(), w.data(), y_direct.data());
+    CHECK(close(y_ref, y_direct, 1e-5 * double(K + 1), 1e-5, "conv2d_forward_direct"));
+    // kernel1's backward passes against the CPU's kernel1
+    std::vector<float> dx_direct(x_size(s), NAN), dx_direct_ref(x_size(s), NAN);
+    kemu::conv2d_backward_data_direct(st, s, dy.data(), w.data(), dx_direct.data());
+    cpu::conv2d_backward_data_direct(kSerial, s, dy.data(), w.data(), dx_direct_ref.data());
+    CHECK(close(dx_direct_ref, dx_direct, 1e-5 * double(s.OC * s.KH * s.KW + 1), 1e-5, "conv2d_backward_data_direct"));
+    std::vector<float> dw_direct(w_size(s), NAN), dw_direct_ref(w_size(s), NAN);
+    kemu::conv2d_backward_weight_direct(st, s, x.data(), dy.data(), dw_direct.data());
+    cpu::conv2d_backward_weight_direct(kSerial, s, x.data(), dy.data(), dw_direct_ref.data());
+    CHECK(close(dw_direct_ref, dw_direct, 1e-5 * double(s.N * P + 1), 1e-5, "conv2d_backward_weight_direct"));
 
     std::vector<float> dx(x_size(s), NAN), dx_ref(x_size(s), NAN);  // garbage in: overwritten
     kemu::conv2d_backward_data(st, s, dy.data(), w.data(), dx.data());

@@ -1,4 +1,4 @@
-// gemm against a direct triple loop in double: all four transpose combinations, odd shapes,
+// gemm and kernel1 gemm_naive against a direct triple loop in double (tests/check.hpp): all four transpose combinations, odd shapes,
 // alpha/beta != 1/0, empty dimensions, and 1 vs 2 device threads.
 #include <doctest/doctest.h>
 
@@ -30,10 +30,12 @@ const Shape kShapes[] = {{1, 1, 1}, {3, 5, 7}, {67, 33, 129}, {1, 1000, 7}, {2, 
 
 // Runs gemm for one shape/transpose/alpha/beta and compares with the reference.
 // Tolerance: float accumulation over K terms of size <= 1 -> atol 1e-5 * (K + 1), rtol 1e-5.
-bool run_case(const cpu::Ctx& c, bool ta, bool tb, Shape s, float alpha, float beta, uint32_t seed) {
+using Gemm = decltype(&cpu::gemm);
+bool run_case(const cpu::Ctx& c, bool ta, bool tb, Shape s, float alpha, float beta, uint32_t seed,
+              Gemm gemm = cpu::gemm) {
   auto A = lcg_data(s.M * s.K, seed), B = lcg_data(s.K * s.N, seed + 1), C = lcg_data(s.M * s.N, seed + 2);
   auto ref = ref_gemm(ta, tb, s.M, s.N, s.K, alpha, A, B, beta, C);
-  cpu::gemm(c, ta, tb, s.M, s.N, s.K, alpha, A.data(), B.data(), beta, C.data());
+  gemm(c, ta, tb, s.M, s.N, s.K, alpha, A.data(), B.data(), beta, C.data());
   return close(ref, C, 1e-5 * static_cast<double>(s.K + 1), 1e-5, "gemm");
 }
 
@@ -56,6 +58,32 @@ TEST_CASE("gemm matches the double reference: all transposes, odd shapes, thread
           CHECK(run_case(c, ta, tb, s, 0.75f, -0.5f, seed));
           CHECK(run_case(c, ta, tb, s, 1.0f, 0.0f, seed + 7));
           CHECK(run_case(c, ta, tb, s, -1.25f, 1.0f, seed + 13));
+          seed += 3;
+        }
+}
+
+TEST_CASE("kernel1 gemm_naive matches the double reference, and gemm matches it") {
+  cpu::ThreadPool pool(1);
+  const cpu::Ctx ctxs[] = {cpu::serial_ctx(), cpu::Ctx{2, &pool}};
+  uint32_t seed = 5;
+  for (const auto& c : ctxs)
+    for (bool ta : {false, true})
+      for (bool tb : {false, true})
+        for (const Shape& s : kShapes) {
+          CAPTURE(c.threads);
+          CAPTURE(ta);
+          CAPTURE(tb);
+          CAPTURE(s.M);
+          CAPTURE(s.N);
+          CAPTURE(s.K);
+          CHECK(run_case(c, ta, tb, s, 0.75f, -0.5f, seed, cpu::gemm_naive));
+          CHECK(run_case(c, ta, tb, s, 1.0f, 0.0f, seed + 7, cpu::gemm_naive));
+          // the tuned path against the readable one, both in float
+          auto A = lcg_data(s.M * s.K, seed), B = lcg_data(s.K * s.N, seed + 1), C = lcg_data(s.M * s.N, seed + 2);
+          auto C2 = C;
+          cpu::gemm_naive(c, ta, tb, s.M, s.N, s.K, 1.5f, A.data(), B.data(), 0.5f, C.data());
+          cpu::gemm(c, ta, tb, s.M, s.N, s.K, 1.5f, A.data(), B.data(), 0.5f, C2.data());
+          CHECK(close(C, C2, 2e-5 * static_cast<double>(s.K + 1), 1e-5, "gemm vs gemm_naive"));
           seed += 3;
         }
 }

@@ -1,8 +1,101 @@
-// 2-D convolution (the book's cross-correlation, no bias) by im2col + GEMM.
+// conv2d: the book's 2-D convolution (a cross-correlation, no bias) on the CPU, as a family of kernels.
 //   x (N, C, H, W), w (OC, C, KH, KW) -> y (N, OC, OH, OW)
+//   y[n][oc][oh][ow] = sum over ci, kh, kw of x[n][ci][oh*stride_h - pad_h + kh][ow*stride_w - pad_w + kw]
+//                                             * w[oc][ci][kh][kw]        (x is 0 in the padding)
 //   OH = (H + 2*pad_h - KH) / stride_h + 1, OW likewise.
+//
+//   kernel1  direct   the loops of the definition, forward and both backward passes: the reference,
+//                     read it first (conv2d_*_direct)
+//   kernel2  im2col   im2col + the GEMM (+ col2im for backward_data) over chunks of images: the tuned
+//                     default (conv2d_*_im2col)
+// conv2d_forward, conv2d_backward_data and conv2d_backward_weight, at the end of the file, run the
+// member set_conv2d_kernel chose: the one place the choice is made. tests/test_conv2d.cpp checks
+// every member against kernel1 and against a double-precision reference. kernels/cuda/conv2d.cu has
+// the same members, names and vocabulary on the GPU.
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <vector>
+
+#include "kernels.hpp"
+
+namespace d2l::kernels::cpu {
+
+// ======== kernel1: direct loops (the reference) ========
+
+// Forward: each output is the sum of its window's products. Threads take whole (n, oc) planes.
+void conv2d_forward_direct(const Ctx& c, const Conv2dShape& s, const float* x, const float* w, float* y) {
+  const int64_t OH = s.OH(), OW = s.OW();
+  c.parallel_for(s.N * s.OC, [&](int64_t begin, int64_t end) {
+    for (int64_t plane = begin; plane < end; ++plane) {
+      const int64_t n = plane / s.OC, oc = plane % s.OC;
+      for (int64_t oh = 0; oh < OH; ++oh)
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          float acc = 0.0f;
+          for (int64_t ci = 0; ci < s.C; ++ci)
+            for (int64_t kh = 0; kh < s.KH; ++kh)
+              for (int64_t kw = 0; kw < s.KW; ++kw) {
+                const int64_t ih = oh * s.stride_h - s.pad_h + kh, iw = ow * s.stride_w - s.pad_w + kw;
+                if (ih < 0 || ih >= s.H || iw < 0 || iw >= s.W) continue;  // padding: adds 0
+                acc += x[((n * s.C + ci) * s.H + ih) * s.W + iw] * w[((oc * s.C + ci) * s.KH + kh) * s.KW + kw];
+              }
+          y[((n * s.OC + oc) * OH + oh) * OW + ow] = acc;
+        }
+    }
+  });
+}
+
+// Backward for x: every product x * w that went into y[n][oc][oh][ow] sends dy * w back to that
+// x (the same loops, the product's other factor). Threads take whole images (dx_n is theirs alone).
+void conv2d_backward_data_direct(const Ctx& c, const Conv2dShape& s, const float* dy, const float* w, float* dx) {
+  const int64_t OH = s.OH(), OW = s.OW();
+  c.parallel_for(s.N, [&](int64_t begin, int64_t end) {
+    for (int64_t n = begin; n < end; ++n) {
+      std::fill(dx + n * s.C * s.H * s.W, dx + (n + 1) * s.C * s.H * s.W, 0.0f);
+      for (int64_t oc = 0; oc < s.OC; ++oc)
+        for (int64_t oh = 0; oh < OH; ++oh)
+          for (int64_t ow = 0; ow < OW; ++ow) {
+            const float g = dy[((n * s.OC + oc) * OH + oh) * OW + ow];
+            for (int64_t ci = 0; ci < s.C; ++ci)
+              for (int64_t kh = 0; kh < s.KH; ++kh)
+                for (int64_t kw = 0; kw < s.KW; ++kw) {
+                  const int64_t ih = oh * s.stride_h - s.pad_h + kh, iw = ow * s.stride_w - s.pad_w + kw;
+                  if (ih < 0 || ih >= s.H || iw < 0 || iw >= s.W) continue;
+                  dx[((n * s.C + ci) * s.H + ih) * s.W + iw] += g * w[((oc * s.C + ci) * s.KH + kh) * s.KW + kw];
+                }
+          }
+    }
+  });
+}
+
+// Backward for w: dw[oc][ci][kh][kw] = sum over n, oh, ow of dy[n][oc][oh][ow] * (the x that w met
+// there). Threads take whole filters oc; each sums in the same order whatever the thread count.
+void conv2d_backward_weight_direct(const Ctx& c, const Conv2dShape& s, const float* x, const float* dy, float* dw) {
+  const int64_t OH = s.OH(), OW = s.OW();
+  c.parallel_for(s.OC, [&](int64_t begin, int64_t end) {
+    for (int64_t oc = begin; oc < end; ++oc)
+      for (int64_t ci = 0; ci < s.C; ++ci)
+        for (int64_t kh = 0; kh < s.KH; ++kh)
+          for (int64_t kw = 0; kw < s.KW; ++kw) {
+            float acc = 0.0f;
+            for (int64_t n = 0; n < s.N; ++n)
+              for (int64_t oh = 0; oh < OH; ++oh)
+                for (int64_t ow = 0; ow < OW; ++ow) {
+                  const int64_t ih = oh * s.stride_h - s.pad_h + kh, iw = ow * s.stride_w - s.pad_w + kw;
+                  if (ih < 0 || ih >= s.H || iw < 0 || iw >= s.W) continue;
+                  acc += dy[((n * s.OC + oc) * OH + oh) * OW + ow] * x[((n * s.C + ci) * s.H + ih) * s.W + iw];
+                }
+            dw[((oc * s.C + ci) * s.KH + kh) * s.KW + kw] = acc;
+          }
+  });
+}
+
+// ======== kernel2: im2col + the GEMM (+ col2im), over chunks of images ========
+//
 // im2col unrolls one image into col (K, P), K = C*KH*KW, P = OH*OW: row (ci, kh, kw), column (oh, ow)
 // holds x[ci][oh*stride_h - pad_h + kh][ow*stride_w - pad_w + kw]   (0 where that falls in the padding).
+// Then, per image n: y_n (OC, P) = w (OC, K) @ col_n; col = w^T @ dy_n and col2im adds col back into
+// dx_n; dw (OC, K) = sum over n of dy_n @ col_n^T.
 //
 // A chunk of B images is unrolled side by side into ONE col (K, B*P) (image b owns the columns
 // b*P .. b*P + P-1), so that one GEMM covers the whole chunk:
@@ -17,18 +110,11 @@
 //
 // Chunk sizes depend on the shape only: B = enough images for kMinCols columns, but no more than
 // fit in kColFloats of col, and no more than N / kMinChunks (so that the threads can share chunks).
-// Threads: each thread takes whole chunks, unrolls them into its own col (a per-thread buffer kept
+// Threads: each thread takes whole chunks, im2cols them into its own col (a per-thread buffer kept
 // from call to call: no allocation per minibatch) and calls a serial gemm. With fewer chunks than
 // threads (a batch of one image) the chunks run one after another and gemm splits its rows over the
 // threads instead. Since the chunks never depend on the thread count, neither do the results
 // (except for gemm's row split in that few-chunks case).
-#include <algorithm>
-#include <bit>
-#include <vector>
-
-#include "kernels.hpp"
-
-namespace d2l::kernels::cpu {
 
 namespace {
 
@@ -99,7 +185,7 @@ struct Geometry {
 // output columns outside g.cols[kw] read padding (zeros); the rest is copied from x_b[ci], one run
 // of output columns per output row. Rows with no padding at either end (all of them in LeNet) take
 // the short loop: one copy per output row, pointers stepped rather than recomputed.
-void unroll(const Geometry& g, const float* x, int64_t B, float* col) {
+void im2col(const Geometry& g, const float* x, int64_t B, float* col) {
   const Conv2dShape& s = g.s;
   const int64_t P = g.OH * g.OW, OW = g.OW, x_img = s.C * s.H * s.W;
   for (int64_t ci = 0; ci < s.C; ++ci)
@@ -132,9 +218,9 @@ void unroll(const Geometry& g, const float* x, int64_t B, float* col) {
       }
 }
 
-// col2im, the adjoint of unroll: every col entry is added to the input pixel it was copied from
-// (padding entries are dropped). Same loops as unroll, with `+=` into dx_b for `=` out of x_b.
-void fold(const Geometry& g, const float* col, int64_t B, float* dx) {
+// col2im, the adjoint of im2col: every col entry is added to the input pixel it was copied from
+// (padding entries are dropped). Same loops as im2col, with `+=` into dx_b for `=` out of x_b.
+void col2im(const Geometry& g, const float* col, int64_t B, float* dx) {
   const Conv2dShape& s = g.s;
   const int64_t P = g.OH * g.OW, OW = g.OW, x_img = s.C * s.H * s.W;
   for (int64_t ci = 0; ci < s.C; ++ci)
@@ -194,12 +280,12 @@ void for_each_item(const Ctx& c, int64_t count, const Item& item) {
 
 }  // namespace
 
-void im2col(const Conv2dShape& s, const float* x_img, float* col) { unroll(Geometry(s), x_img, 1, col); }
+void im2col(const Conv2dShape& s, const float* x_img, float* col) { im2col(Geometry(s), x_img, 1, col); }
 
-void col2im(const Conv2dShape& s, const float* col, float* dx_img) { fold(Geometry(s), col, 1, dx_img); }
+void col2im(const Conv2dShape& s, const float* col, float* dx_img) { col2im(Geometry(s), col, 1, dx_img); }
 
 // ---- forward: yc = w @ col, per chunk
-void conv2d_forward(const Ctx& c, const Conv2dShape& s, const float* x, const float* w, float* y) {
+void conv2d_forward_im2col(const Ctx& c, const Conv2dShape& s, const float* x, const float* w, float* y) {
   const int64_t K = col_rows(s), P = col_cols(s), x_img = s.C * s.H * s.W, y_img = s.OC * P;
   const Chunks ch = chunks(s);
   const Geometry g(s);
@@ -207,7 +293,7 @@ void conv2d_forward(const Ctx& c, const Conv2dShape& s, const float* x, const fl
     const int64_t n0 = ch.first(i), B = ch.first(i + 1) - n0;
     Scratch<float> col_buf(c.workspace, K * B * P), chunk_buf(c.workspace, B == 1 ? 0 : s.OC * B * P);
     float* col = col_buf.data();
-    unroll(g, x + n0 * x_img, B, col);
+    im2col(g, x + n0 * x_img, B, col);
     // One image: y_n (OC, P) is the chunk layout already, so gemm writes it directly.
     float* yc = B == 1 ? y + n0 * y_img : chunk_buf.data();
     gemm(gc, false, false, s.OC, B * P, K, 1.0f, w, col, 0.0f, yc);
@@ -216,7 +302,7 @@ void conv2d_forward(const Ctx& c, const Conv2dShape& s, const float* x, const fl
 }
 
 // ---- backward_data: col = w^T @ dyc, then col2im into each dx_n, per chunk
-void conv2d_backward_data(const Ctx& c, const Conv2dShape& s, const float* dy, const float* w, float* dx) {
+void conv2d_backward_data_im2col(const Ctx& c, const Conv2dShape& s, const float* dy, const float* w, float* dx) {
   const int64_t K = col_rows(s), P = col_cols(s), x_img = s.C * s.H * s.W, y_img = s.OC * P;
   const Chunks ch = chunks(s);
   const Geometry g(s);
@@ -231,7 +317,7 @@ void conv2d_backward_data(const Ctx& c, const Conv2dShape& s, const float* dy, c
     float* col = col_buf.data();
     gemm(gc, true, false, K, B * P, s.OC, 1.0f, w, dyc, 0.0f, col);
     std::fill(dx + n0 * x_img, dx + (n0 + B) * x_img, 0.0f);
-    fold(g, col, B, dx + n0 * x_img);
+    col2im(g, col, B, dx + n0 * x_img);
   });
 }
 
@@ -240,7 +326,7 @@ void conv2d_backward_data(const Ctx& c, const Conv2dShape& s, const float* dy, c
 // sums its chunks, in order, into its own partial dw (group 0 into dw itself); the partials are then
 // added in group order. So dw does not depend on the number of threads. G is a power of two, so
 // 2, 4, 8 ... threads get equal numbers of groups.
-void conv2d_backward_weight(const Ctx& c, const Conv2dShape& s, const float* x, const float* dy, float* dw) {
+void conv2d_backward_weight_im2col(const Ctx& c, const Conv2dShape& s, const float* x, const float* dy, float* dw) {
   const int64_t K = col_rows(s), P = col_cols(s), x_img = s.C * s.H * s.W, y_img = s.OC * P;
   const int64_t wsize = s.OC * K;
   const Chunks ch = chunks(s);
@@ -261,7 +347,7 @@ void conv2d_backward_weight(const Ctx& c, const Conv2dShape& s, const float* x, 
       const int64_t n0 = ch.first(i), B = ch.first(i + 1) - n0;
       Scratch<float> col_buf(c.workspace, K * B * P), chunk_buf(c.workspace, B > 1 ? s.OC * B * P : 0);
       float* col = col_buf.data();
-      unroll(g, x + n0 * x_img, B, col);
+      im2col(g, x + n0 * x_img, B, col);
       const float* dyc = dy + n0 * y_img;
       if (B > 1) {
         to_chunk(dyc, B, s.OC, P, chunk_buf.data());
@@ -275,6 +361,25 @@ void conv2d_backward_weight(const Ctx& c, const Conv2dShape& s, const float* x, 
   c.parallel_for(wsize, [&](int64_t b, int64_t e) {
     for (int64_t group = 1; group < G; ++group) add_row(partial + (group - 1) * wsize + b, dw + b, e - b);
   });
+}
+
+// ======== the choice: one place ========
+
+static std::atomic<Conv2dKernel> g_conv2d_kernel{Conv2dKernel::im2col};
+void set_conv2d_kernel(Conv2dKernel k) { g_conv2d_kernel.store(k, std::memory_order_relaxed); }
+Conv2dKernel conv2d_kernel() { return g_conv2d_kernel.load(std::memory_order_relaxed); }
+
+void conv2d_forward(const Ctx& c, const Conv2dShape& s, const float* x, const float* w, float* y) {
+  if (conv2d_kernel() == Conv2dKernel::direct) return conv2d_forward_direct(c, s, x, w, y);
+  conv2d_forward_im2col(c, s, x, w, y);
+}
+void conv2d_backward_data(const Ctx& c, const Conv2dShape& s, const float* dy, const float* w, float* dx) {
+  if (conv2d_kernel() == Conv2dKernel::direct) return conv2d_backward_data_direct(c, s, dy, w, dx);
+  conv2d_backward_data_im2col(c, s, dy, w, dx);
+}
+void conv2d_backward_weight(const Ctx& c, const Conv2dShape& s, const float* x, const float* dy, float* dw) {
+  if (conv2d_kernel() == Conv2dKernel::direct) return conv2d_backward_weight_direct(c, s, x, dy, dw);
+  conv2d_backward_weight_im2col(c, s, x, dy, dw);
 }
 
 }  // namespace d2l::kernels::cpu

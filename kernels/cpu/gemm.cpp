@@ -1,5 +1,8 @@
 // gemm: C (M, N) = alpha * op(A) (M, K) @ op(B) (K, N) + beta * C, all row-major.
 // op(A) = A^T when ta (A stored (K, M)); op(B) = B^T when tb (B stored (N, K)).
+//   kernel1 gemm_naive  the three loops of the definition: the reference, read it first
+//   gemm                OpenBLAS's sgemm, one call per device thread on its block of C (the one ops use)
+// tests/test_gemm.cpp checks both against a double-precision product and against each other.
 #include <cblas.h>
 
 #include <mutex>
@@ -7,6 +10,22 @@
 #include "kernels.hpp"
 
 namespace d2l::kernels::cpu {
+
+// ---- kernel1: C[i][j] = alpha * sum over k of op(A)[i][k] * op(B)[k][j] + beta * C[i][j]. Threads
+// take whole rows of C. (beta == 0 overwrites C, as BLAS does, whatever C held.)
+void gemm_naive(const Ctx& c, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                const float* B, float beta, float* C) {
+  c.parallel_for(M, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        float acc = 0.0f;
+        for (int64_t k = 0; k < K; ++k) acc += (ta ? A[k * M + i] : A[i * K + k]) * (tb ? B[j * K + k] : B[k * N + j]);
+        C[i * N + j] = alpha * acc + (beta == 0.0f ? 0.0f : beta * C[i * N + j]);
+      }
+  });
+}
+
+// ---- the OpenBLAS path
 
 // The project links the pthreads OpenBLAS, pinned to one thread per call (blas_check.cpp): device
 // threads then run their sgemm calls at the same time, safely. Debian's serial build has no locking

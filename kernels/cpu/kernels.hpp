@@ -10,7 +10,10 @@ namespace d2l::kernels::cpu {
 
 // ---- gemm.cpp: C (M, N) = alpha * op(A) (M, K) @ op(B) (K, N) + beta * C, row-major.
 // op(A) = A^T when ta (A stored (K, M)); op(B) = B^T when tb (B stored (N, K)).
-// OpenBLAS (1 thread per call) per row block, one block per device thread.
+// kernel1 gemm_naive: the definition's three loops (the reference, read it first); gemm: OpenBLAS
+// (1 thread per call) per row block, one block per device thread (what every op calls).
+void gemm_naive(const Ctx& c, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                const float* B, float beta, float* C);
 void gemm(const Ctx& c, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
           const float* B, float beta, float* C);
 
@@ -67,18 +70,32 @@ void count_correct(const Ctx& c, const float* x, const int32_t* labels, float* c
 // ---- sgd.cpp: w -= lr * g  (the book's sgd: param[:] = param - lr * grad / batch_size, lr pre-divided)
 void sgd_update(const Ctx& c, float* w, const float* g, int64_t n, float lr);
 
-// ---- conv2d.cpp: im2col + GEMM. x (N, C, H, W), w (OC, C, KH, KW), y (N, OC, OH, OW); no bias
-// (bias_add does that). Backward: dx and dw are overwritten (not accumulated).
+// ---- conv2d.cpp: x (N, C, H, W), w (OC, C, KH, KW), y (N, OC, OH, OW); no bias (bias_add does
+// that). Backward: dx and dw are overwritten (not accumulated). A family of kernels with the same
+// arguments: kernel1 direct (the definition's loops, the reference), kernel2 im2col (im2col + the
+// GEMM + col2im, the default). conv2d_forward / _backward_data / _backward_weight run the member
+// set_conv2d_kernel chose (for every device thread of the process).
 struct Conv2dShape {
   int64_t N, C, H, W, OC, KH, KW, stride_h, stride_w, pad_h, pad_w;
   int64_t OH() const { return (H + 2 * pad_h - KH) / stride_h + 1; }
   int64_t OW() const { return (W + 2 * pad_w - KW) / stride_w + 1; }
 };
-void im2col(const Conv2dShape& s, const float* x_img, float* col);  // one image -> col (C*KH*KW, OH*OW)
-void col2im(const Conv2dShape& s, const float* col, float* dx_img);  // adds col back into one image (zeroed by caller)
+enum class Conv2dKernel { direct, im2col };
+void set_conv2d_kernel(Conv2dKernel k);
+Conv2dKernel conv2d_kernel();
 void conv2d_forward(const Ctx& c, const Conv2dShape& s, const float* x, const float* w, float* y);
 void conv2d_backward_data(const Ctx& c, const Conv2dShape& s, const float* dy, const float* w, float* dx);
 void conv2d_backward_weight(const Ctx& c, const Conv2dShape& s, const float* x, const float* dy, float* dw);
+// kernel1
+void conv2d_forward_direct(const Ctx& c, const Conv2dShape& s, const float* x, const float* w, float* y);
+void conv2d_backward_data_direct(const Ctx& c, const Conv2dShape& s, const float* dy, const float* w, float* dx);
+void conv2d_backward_weight_direct(const Ctx& c, const Conv2dShape& s, const float* x, const float* dy, float* dw);
+// kernel2, and its two halves for one image
+void conv2d_forward_im2col(const Ctx& c, const Conv2dShape& s, const float* x, const float* w, float* y);
+void conv2d_backward_data_im2col(const Ctx& c, const Conv2dShape& s, const float* dy, const float* w, float* dx);
+void conv2d_backward_weight_im2col(const Ctx& c, const Conv2dShape& s, const float* x, const float* dy, float* dw);
+void im2col(const Conv2dShape& s, const float* x_img, float* col);  // one image -> col (C*KH*KW, OH*OW)
+void col2im(const Conv2dShape& s, const float* col, float* dx_img);  // adds col back into one image (zeroed by caller)
 
 // ---- pool2d.cpp: x (N, C, H, W) -> y (N, C, OH, OW). Padding never wins a max; average divides by
 // KH*KW (padding counted, as PyTorch's and MXNet's defaults). dx overwritten.

@@ -1,15 +1,23 @@
-// 2-D convolution (the book's cross-correlation, no bias): the CUDA twin of kernels/cpu/conv2d.cpp.
+// conv2d: the book's 2-D convolution (a cross-correlation, no bias) on the GPU, the CUDA twin of
+// kernels/cpu/conv2d.cpp: the same family, the same names, the same vocabulary.
 //   x (N, C, H, W), w (OC, C, KH, KW) -> y (N, OC, OH, OW)
+//   y[n][oc][oh][ow] = sum over ci, kh, kw of x[n][ci][oh*stride_h - pad_h + kh][ow*stride_w - pad_w + kw]
+//                                             * w[oc][ci][kh][kw]        (x is 0 in the padding)
 //   OH = (H + 2*pad_h - KH) / stride_h + 1, OW likewise.
-// im2col unrolls one image into col (C*KH*KW, OH*OW): row (ci, kh, kw), column (oh, ow) holds
+//
+//   kernel1  direct   the loops of the definition, one thread per output value (y, dx or dw): the
+//                     reference, read it first (conv2d_*_direct)
+//   kernel2  im2col   im2col + the GEMM (+ col2im for backward_data), one image at a time (the CPU's
+//                     kernel2 takes chunks of images; a GPU's GEMM is wide enough per image): what
+//                     conv2d_forward / _backward_data / _backward_weight run
+//
+// kernel2: im2col unrolls one image into col (C*KH*KW, OH*OW): row (ci, kh, kw), column (oh, ow) holds
 //   x[ci][oh*stride_h - pad_h + kh][ow*stride_w - pad_w + kw]   (0 where that falls in the padding),
 // so that with K = C*KH*KW and P = OH*OW, per image n (GEMMs as set_conv2d_gemm chose):
 //   forward          y_n (OC, P)  = w (OC, K) @ col_n (K, P)
 //   backward_data    col (K, P)   = w^T @ dy_n,     then col2im adds col back into dx_n
 //   backward_weight  dw (OC, K)   = sum over n of dy_n (OC, P) @ col_n^T   (accumulated in image order)
 // A 1x1, stride-1, unpadded conv needs no unrolling: col_n is x_n itself, viewed as (C, H*W).
-// conv2d_direct_forward is the hand-written alternative: no col buffer, no GEMM, one thread per
-// output element looping over its C*KH*KW inputs (simple; no reuse of x or w between threads).
 #include "kernels/cuda/d2l_cuda.cuh"
 #include "kernels/cuda/kernels.hpp"
 #include "kernels/cuda/common.cuh"
@@ -17,6 +25,101 @@
 #include <atomic>
 
 namespace D2L_CUDA_NS {
+
+// ======== kernel1: direct loops (the reference) ========
+
+// Forward. Threads: one output element o = ((n * OC + oc) * OH + oh) * OW + ow per
+// thread per grid-stride step; it reads its C*KH*KW window of x and the filter w[oc].
+__global__ void conv2d_forward_direct_kernel(Conv2dShape s, int64_t OH, int64_t OW, const float* __restrict__ x,
+                                             const float* __restrict__ w, float* __restrict__ y) {
+  const int64_t total = s.N * s.OC * OH * OW, stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t o = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; o < total; o += stride) {
+    const int64_t ow = o % OW, oh = o / OW % OH, oc = o / (OW * OH) % s.OC, n = o / (OW * OH * s.OC);
+    float acc = 0.0f;
+    for (int64_t ci = 0; ci < s.C; ++ci) {
+      const float* xc = x + (n * s.C + ci) * s.H * s.W;
+      const float* wc = w + (oc * s.C + ci) * s.KH * s.KW;
+      for (int64_t kh = 0; kh < s.KH; ++kh) {
+        const int64_t ih = oh * s.stride_h - s.pad_h + kh;
+        if (ih < 0 || ih >= s.H) continue;  // padding row: contributes 0
+        for (int64_t kw = 0; kw < s.KW; ++kw) {
+          const int64_t iw = ow * s.stride_w - s.pad_w + kw;
+          if (iw >= 0 && iw < s.W) acc += xc[ih * s.W + iw] * wc[kh * s.KW + kw];
+        }
+      }
+    }
+    y[o] = acc;
+  }
+}
+
+// Backward for x, gathered: dx[n][ci][ih][iw] = sum of dy[n][oc][oh][ow] * w[oc][ci][kh][kw] over the
+// (oc, kh, kw) whose window put x[n][ci][ih][iw] into y[n][oc][oh][ow] (oh*stride_h - pad_h + kh == ih,
+// likewise ow). Threads: one dx element per thread per grid-stride step; one writer each, no atomics.
+__global__ void conv2d_backward_data_direct_kernel(Conv2dShape s, int64_t OH, int64_t OW, const float* __restrict__ dy,
+                                                   const float* __restrict__ w, float* __restrict__ dx) {
+  const int64_t total = s.N * s.C * s.H * s.W, stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
+    const int64_t iw = i % s.W, ih = i / s.W % s.H, ci = i / (s.W * s.H) % s.C, n = i / (s.W * s.H * s.C);
+    float acc = 0.0f;
+    for (int64_t oc = 0; oc < s.OC; ++oc)
+      for (int64_t kh = 0; kh < s.KH; ++kh) {
+        const int64_t th = ih + s.pad_h - kh;  // = oh * stride_h
+        if (th < 0 || th % s.stride_h != 0 || th / s.stride_h >= OH) continue;
+        for (int64_t kw = 0; kw < s.KW; ++kw) {
+          const int64_t tw = iw + s.pad_w - kw;  // = ow * stride_w
+          if (tw < 0 || tw % s.stride_w != 0 || tw / s.stride_w >= OW) continue;
+          acc += dy[((n * s.OC + oc) * OH + th / s.stride_h) * OW + tw / s.stride_w] *
+                 w[((oc * s.C + ci) * s.KH + kh) * s.KW + kw];
+        }
+      }
+    dx[i] = acc;
+  }
+}
+
+// Backward for w: dw[oc][ci][kh][kw] = sum over n, oh, ow of dy[n][oc][oh][ow] * (the x that w met
+// there). Threads: one dw element per thread per grid-stride step, summing in a fixed order.
+__global__ void conv2d_backward_weight_direct_kernel(Conv2dShape s, int64_t OH, int64_t OW, const float* __restrict__ x,
+                                                     const float* __restrict__ dy, float* __restrict__ dw) {
+  const int64_t total = s.OC * s.C * s.KH * s.KW, stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
+    const int64_t kw = i % s.KW, kh = i / s.KW % s.KH, ci = i / (s.KW * s.KH) % s.C, oc = i / (s.KW * s.KH * s.C);
+    float acc = 0.0f;
+    for (int64_t n = 0; n < s.N; ++n)
+      for (int64_t oh = 0; oh < OH; ++oh) {
+        const int64_t ih = oh * s.stride_h - s.pad_h + kh;
+        if (ih < 0 || ih >= s.H) continue;
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          const int64_t iw = ow * s.stride_w - s.pad_w + kw;
+          if (iw >= 0 && iw < s.W)
+            acc += dy[((n * s.OC + oc) * OH + oh) * OW + ow] * x[((n * s.C + ci) * s.H + ih) * s.W + iw];
+        }
+      }
+    dw[i] = acc;
+  }
+}
+
+void conv2d_forward_direct(Stream stream, const Conv2dShape& s, const float* x, const float* w, float* y) {
+  const int64_t OH = s.OH(), OW = s.OW(), n = s.N * s.OC * OH * OW;
+  if (n <= 0) return;
+  D2L_LAUNCH(conv2d_forward_direct_kernel, grid_for(n), kThreads, 0, stream)(s, OH, OW, x, w, y);
+  D2L_CHECK_LAUNCH(conv2d_forward_direct_kernel);
+}
+
+void conv2d_backward_data_direct(Stream stream, const Conv2dShape& s, const float* dy, const float* w, float* dx) {
+  const int64_t n = s.N * s.C * s.H * s.W;
+  if (n <= 0) return;
+  D2L_LAUNCH(conv2d_backward_data_direct_kernel, grid_for(n), kThreads, 0, stream)(s, s.OH(), s.OW(), dy, w, dx);
+  D2L_CHECK_LAUNCH(conv2d_backward_data_direct_kernel);
+}
+
+void conv2d_backward_weight_direct(Stream stream, const Conv2dShape& s, const float* x, const float* dy, float* dw) {
+  const int64_t n = s.OC * s.C * s.KH * s.KW;
+  if (n <= 0) return;
+  D2L_LAUNCH(conv2d_backward_weight_direct_kernel, grid_for(n), kThreads, 0, stream)(s, s.OH(), s.OW(), x, dy, dw);
+  D2L_CHECK_LAUNCH(conv2d_backward_weight_direct_kernel);
+}
+
+// ======== kernel2: im2col + the GEMM (+ col2im), one image at a time ========
 
 namespace {
 int64_t col_rows(const Conv2dShape& s) { return s.C * s.KH * s.KW; }
@@ -87,30 +190,6 @@ __global__ void col2im_kernel(Conv2dShape s, int64_t OH, int64_t OW, const float
   }
 }
 
-// Direct convolution. Threads: one output element o = ((n * OC + oc) * OH + oh) * OW + ow per
-// thread per grid-stride step; it reads its C*KH*KW window of x and the filter w[oc].
-__global__ void conv2d_direct_forward_kernel(Conv2dShape s, int64_t OH, int64_t OW, const float* __restrict__ x,
-                                             const float* __restrict__ w, float* __restrict__ y) {
-  const int64_t total = s.N * s.OC * OH * OW, stride = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t o = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; o < total; o += stride) {
-    const int64_t ow = o % OW, oh = o / OW % OH, oc = o / (OW * OH) % s.OC, n = o / (OW * OH * s.OC);
-    float acc = 0.0f;
-    for (int64_t ci = 0; ci < s.C; ++ci) {
-      const float* xc = x + (n * s.C + ci) * s.H * s.W;
-      const float* wc = w + (oc * s.C + ci) * s.KH * s.KW;
-      for (int64_t kh = 0; kh < s.KH; ++kh) {
-        const int64_t ih = oh * s.stride_h - s.pad_h + kh;
-        if (ih < 0 || ih >= s.H) continue;  // padding row: contributes 0
-        for (int64_t kw = 0; kw < s.KW; ++kw) {
-          const int64_t iw = ow * s.stride_w - s.pad_w + kw;
-          if (iw >= 0 && iw < s.W) acc += xc[ih * s.W + iw] * wc[kh * s.KW + kw];
-        }
-      }
-    }
-    y[o] = acc;
-  }
-}
-
 // ---- launchers
 void im2col(Stream stream, const Conv2dShape& s, const float* x_img, float* col) {
   const int64_t n = col_rows(s) * col_cols(s);
@@ -173,14 +252,6 @@ void conv2d_backward_weight(Stream stream, const Conv2dShape& s, const float* x,
     const float* cn = columns(stream, s, x + n * x_img, col.data());
     conv_gemm(stream, false, true, s.OC, K, P, 1.0f, dy + n * y_img, cn, n == 0 ? 0.0f : 1.0f, dw);
   }
-}
-
-// ---- the hand-written alternative to forward
-void conv2d_direct_forward(Stream stream, const Conv2dShape& s, const float* x, const float* w, float* y) {
-  const int64_t OH = s.OH(), OW = s.OW(), n = s.N * s.OC * OH * OW;
-  if (n <= 0) return;
-  D2L_LAUNCH(conv2d_direct_forward_kernel, grid_for(n), kThreads, 0, stream)(s, OH, OW, x, w, y);
-  D2L_CHECK_LAUNCH(conv2d_direct_forward_kernel);
 }
 
 }  // namespace D2L_CUDA_NS

@@ -62,9 +62,9 @@ void count_correct(Stream stream, const float* x, const int32_t* labels, float* 
 // ---- sgd.cu: w -= lr * g
 void sgd_update(Stream stream, float* w, const float* g, int64_t n, float lr);
 
-// ---- conv2d.cu: x (N, C, H, W), w (OC, C, KH, KW) -> y (N, OC, OH, OW); no bias. im2col + a
-// GEMM per image; dx and dw are overwritten. conv2d_direct_forward: the same result by a
-// hand-written direct convolution (one thread per output element, no col buffer).
+// ---- conv2d.cu: x (N, C, H, W), w (OC, C, KH, KW) -> y (N, OC, OH, OW); no bias; dx and dw are
+// overwritten. The CPU's family: kernel1 direct (conv2d_*_direct: one thread per output value, no
+// col buffer, the reference) and kernel2 im2col (im2col + a GEMM per image; conv2d_forward etc.).
 // Which GEMM the passes call is process-wide (core's set_gemm sets it, as for the dense layers):
 // `library` when set (cuBLAS on a GPU, the CPU GEMM standing in for it on emu), else the
 // hand-written `kernel` of matmul.cu. The default, before any call: the tiled kernel.
@@ -83,7 +83,9 @@ void col2im(Stream stream, const Conv2dShape& s, const float* col, float* dx_img
 void conv2d_forward(Stream stream, const Conv2dShape& s, const float* x, const float* w, float* y);
 void conv2d_backward_data(Stream stream, const Conv2dShape& s, const float* dy, const float* w, float* dx);
 void conv2d_backward_weight(Stream stream, const Conv2dShape& s, const float* x, const float* dy, float* dw);
-void conv2d_direct_forward(Stream stream, const Conv2dShape& s, const float* x, const float* w, float* y);
+void conv2d_forward_direct(Stream stream, const Conv2dShape& s, const float* x, const float* w, float* y);
+void conv2d_backward_data_direct(Stream stream, const Conv2dShape& s, const float* dy, const float* w, float* dx);
+void conv2d_backward_weight_direct(Stream stream, const Conv2dShape& s, const float* x, const float* dy, float* dw);
 
 // ---- pool2d.cu: x (N, C, H, W) -> y (N, C, OH, OW); max keeps argmax (flat h*W + w in its plane);
 // average divides by KH*KW. Global average: x (N, C, HW) -> y (N, C). dx overwritten.
