@@ -2,13 +2,15 @@
 // chapters/multi_gpu_scratch: scratch::train, batch 256, lr 0.2) on real Fashion-MNIST, for
 //   1 CPU device with 2 threads, 1 device with 1 thread, 2 CPU devices with 1 thread each.
 // 1. Validates scratch::lenet's forward on two real images against direct loops in double.
-// 2. Times `--steps` training steps per repeat (scratch::train with max_steps; the book's timer: the
-//    training steps only, not the evaluation) and extrapolates to the 235 steps of an epoch
-//    (--steps 235 times whole epochs). 5 untimed warm-up steps first; min and median of the repeats.
+// 2. Times `--steps` training steps per repeat (scratch::train of one epoch on the first steps + 1
+//    minibatches of the training set; the book's timer: the training steps only, not the evaluation)
+//    and extrapolates to the 235 steps of an epoch (--steps 235 times whole epochs). 5 untimed
+//    warm-up steps first; min and median of the repeats.
 // Napkin math: an epoch is about 0.81 TFLOP of convolutions and dense layers (forward + both
 // backward passes), printed as GFLOP/s. CPU time (all threads, training steps only) is printed
 // beside the wall time: on a loaded machine the wall time grows with the load, the CPU time less.
 //   lenet_epoch_bench [--steps N] [--repeats R] [--setup all|1x2|1x1|2x1]
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -109,6 +111,15 @@ struct Epoch {
   int threads_used = 0;
 };
 
+// The first `batches` minibatches' worth of examples of d (all of d when it has fewer).
+d2l::ArrayDataset first_batches(const d2l::ArrayDataset& d, int64_t batches, int64_t batch_size) {
+  d2l::ArrayDataset out = d;
+  out.n = std::min(d.n, batches * batch_size);
+  out.features.resize(static_cast<size_t>(out.n) * 28 * 28);
+  out.labels.resize(static_cast<size_t>(out.n));
+  return out;
+}
+
 Epoch time_setup(const Setup& setup, const d2l::scratch::Config& base, int steps, int repeats, int64_t epoch_steps) {
   d2l::use_devices(setup.devices);  // the thread budget: cores / devices ...
   for (auto d : setup.devices) d2l::runtime(d).set_threads(setup.threads);  // ... then the setup's count
@@ -116,25 +127,27 @@ Epoch time_setup(const Setup& setup, const d2l::scratch::Config& base, int steps
   e.threads_used = d2l::runtime(setup.devices[0]).threads();
   d2l::scratch::Config cfg = base;
   cfg.devices = setup.devices;
-  cfg.max_steps = 5;  // warm-up: caching allocators, per-thread scratch buffers, page faults
+  const d2l::ArrayDataset& all = *base.train_data;
+  cfg.train_data = first_batches(all, 5, cfg.batch_size);  // warm-up: caching allocators, scratch buffers, page faults
   d2l::scratch::train(cfg);
-  // CPU time: a train() call also copies the data set and evaluates; that part, measured with
-  // max_steps = 0, is subtracted, so the CPU time is the training steps' (all threads).
-  cfg.max_steps = 0;
+  // CPU time: a train() call also copies the data set and evaluates; that part, measured with one
+  // step, is subtracted with that step, so the CPU time is the other steps' (all threads).
+  cfg.train_data = first_batches(all, 1, cfg.batch_size);
   double overhead = 1e30;
   for (int r = 0; r < 2; ++r) {
     const double c0 = b::cpu_now();
     d2l::scratch::train(cfg);
     overhead = std::min(overhead, b::cpu_now() - c0);
   }
-  cfg.max_steps = steps >= epoch_steps ? -1 : steps;
-  const double scale = steps >= epoch_steps ? 1.0 : static_cast<double>(epoch_steps) / steps;
+  const int64_t run = std::min<int64_t>(steps + 1, epoch_steps);  // minibatches per timed run
+  cfg.train_data = first_batches(all, run, cfg.batch_size);
+  const double scale = static_cast<double>(epoch_steps) / run, cpu_scale = static_cast<double>(epoch_steps) / (run - 1);
   std::vector<double> wall, cpu;
   for (int r = 0; r < repeats; ++r) {
     const double c0 = b::cpu_now();
     const d2l::scratch::Result res = d2l::scratch::train(cfg);
     wall.push_back(res.sec_per_epoch * scale);
-    cpu.push_back(std::max(0.0, b::cpu_now() - c0 - overhead) * scale);
+    cpu.push_back(std::max(0.0, b::cpu_now() - c0 - overhead) * cpu_scale);
   }
   e.s.min = *std::min_element(wall.begin(), wall.end());
   e.s.median = b::median_of(wall);

@@ -11,10 +11,6 @@
 
 namespace d2l {
 
-namespace debug {
-std::string mutate_backward_of;
-}
-
 static std::mutex g_hooks_mu;
 static std::map<int, GradReadyHook> g_hooks;
 static int g_next_hook = 0;
@@ -161,9 +157,6 @@ void backward(const Tensor& root) {
     node_grad.erase(node.get());
     std::vector<Tensor> gx;
     if (gy.defined()) gx = node->backward(gy);
-    if (!debug::mutate_backward_of.empty() && node->name == debug::mutate_backward_of && !gx.empty() &&
-        gx[0].defined())
-      gx[0] = scale(gx[0], 1.1f);
     for (size_t i = 0; i < node->inputs.size(); ++i) {
       const Edge& in = node->inputs[i];
       if (i < gx.size() && gx[i].defined()) {

@@ -120,10 +120,4 @@ using GradReadyHook = std::function<void(TensorImpl& leaf)>;
 int add_grad_ready_hook(GradReadyHook hook);
 void remove_grad_ready_hook(int id);
 
-namespace debug {
-// Test-only mutation: when set to an op's name, that op's backward returns its first gradient
-// times 1.1, so a gradient check must fail. Empty (the default) in every normal run.
-extern std::string mutate_backward_of;
-}  // namespace debug
-
 }  // namespace d2l

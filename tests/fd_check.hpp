@@ -11,10 +11,12 @@
 #include <cstdio>
 #include <functional>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "check.hpp"
 #include "core/autograd.hpp"
+#include "core/ops.hpp"
 #include "core/tensor.hpp"
 #include "kernels/cpu/thread_pool.hpp"
 
@@ -130,6 +132,39 @@ inline bool gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& f
     ok = fd_agrees(fd_gradient(specs[k].values, loss, h, n), xs[k].grad().to_vector(), atol, rtol, what.c_str()) && ok;
   }
   return ok;
+}
+
+// The negative control of a gradient check: in the graph that made `loss`, every node named `op` gets a
+// backward that returns its first gradient times 1.1, so the check must then fail. Only this graph
+// changes (autograd itself has no such switch); call it between the forward and backward().
+inline void break_backward_of(const Tensor& loss, const std::string& op) {
+  std::vector<Node*> todo;
+  std::unordered_set<Node*> seen;
+  if (loss.impl().grad_fn) todo.push_back(loss.impl().grad_fn.get());
+  while (!todo.empty()) {
+    Node* node = todo.back();
+    todo.pop_back();
+    if (!seen.insert(node).second) continue;
+    for (const Edge& in : node->inputs)
+      if (in.fn) todo.push_back(in.fn.get());
+    if (node->name != op) continue;
+    node->backward = [right = node->backward](const Tensor& grad_out) {
+      std::vector<Tensor> gx = right(grad_out);
+      if (!gx.empty() && gx[0].defined()) gx[0] = scale(gx[0], 1.1f);
+      return gx;
+    };
+  }
+}
+
+// gradcheck of f with the backward of `op` broken as above: true means the check missed it.
+inline bool gradcheck_broken(const std::string& op, const std::function<Tensor(const std::vector<Tensor>&)>& f,
+                             const std::vector<GradSpec>& specs, Device d) {
+  auto broken = [&](const std::vector<Tensor>& xs) {
+    Tensor loss = f(xs);
+    break_backward_of(loss, op);  // no graph (no change) in the finite differences, run under NoGrad
+    return loss;
+  };
+  return gradcheck(broken, specs, d);
 }
 
 // Runs body(ctx) with 1, 2 and 3 threads (the pool holds threads - 1 helpers).

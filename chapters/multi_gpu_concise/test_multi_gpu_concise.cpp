@@ -170,14 +170,35 @@ TEST_CASE("the lab's CNN: 2 and 3 devices give the parameters of 1 device after 
   CHECK(max_rel_diff(values(concise::train(first_step), cpu(0)), values(one, cpu(0))) > 1e-2);
 }
 
+// The lab's CNN behind a block that notes how many rows each device's shard had: what each replica saw.
+struct RowsSeen : nn::Block {
+  std::shared_ptr<nn::Sequential> net = register_child("net", concise::lab_cnn());
+  std::vector<std::pair<Device, int64_t>> rows;  // per forward, per device
+  std::vector<Tensor> forward_shards(const std::vector<Tensor>& xs) override {
+    for (auto& x : xs) rows.push_back({x.device(), x.dim(0)});
+    return (*net)(xs);
+  }
+  std::string type() const override { return "RowsSeen"; }
+};
+
 TEST_CASE("exercise 2: uneven shards (split weights 3:1) train the same model as even ones") {
   Result one = concise::train(lab_small(1));
   Config c = lab_small(2);
   c.split_weights = {3, 1};  // batch 10 -> shards 8 and 2
   Result r = concise::train(c);
-  CHECK(r.split_weights == std::vector<double>{3, 1});
   CHECK(max_rel_diff(values(one, cpu(0)), values(r, cpu(0))) < 1e-5);
-  CHECK(nn::shard_sizes(10, {3, 1}) == std::vector<int64_t>{8, 2});
+  // What each device received from train_batch: a minibatch of 12 becomes 9 rows on cpu(0) and 3 on
+  // cpu(1) with weights 3:1, and the other way round with 1:3.
+  const auto devs = cpus(2);
+  RowsSeen net;
+  net.initialize(concise::default_init("lab-cnn"), devs);
+  optim::Trainer trainer(net.collect_params(), "sgd", {0.1f});
+  DataIter batches(make_image_classification(24, 28, 10, 13), 12, false);
+  int64_t i = 0;
+  for (const Batch& b : batches.epoch(0))
+    concise::train_batch(b, net, trainer, devs, i++ == 0 ? std::vector<double>{3, 1} : std::vector<double>{1, 3});
+  using Seen = std::vector<std::pair<Device, int64_t>>;
+  CHECK(net.rows == Seen{{cpu(0), 9}, {cpu(1), 3}, {cpu(0), 3}, {cpu(1), 9}});
 }
 
 TEST_CASE("ResNet-18 with SyncBatchNorm on 2 devices equals 1 device with the whole batch") {

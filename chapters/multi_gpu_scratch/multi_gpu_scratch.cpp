@@ -116,7 +116,7 @@ std::vector<Tensor> train_batch(const Batch& batch, std::vector<std::vector<Tens
   // Sum all gradients from each device and broadcast them to all devices.
   if (buckets) {
     buckets->finish();  // --dist with buckets: most allreduces already ran during backward
-  } else if (allreduce_algorithm != "none") {
+  } else {
     trace::Label region("allreduce");  // names this work in a --trace timeline
     for (size_t i = 0; i < device_params[0].size(); ++i) {
       std::vector<Tensor> grads;

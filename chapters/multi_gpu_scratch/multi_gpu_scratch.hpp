@@ -36,7 +36,7 @@ std::vector<Tensor> split_and_load(const std::vector<float>& data, int64_t rows,
 
 // "Training": one minibatch on every device. Returns the summed loss (on devices[0]'s host copy,
 // read later) as one detached tensor per device that had examples.
-// allreduce_algorithm: "naive" (the book's), "ring", or "none" (tests: no synchronisation at all).
+// allreduce_algorithm: "naive" (the book's) or "ring".
 // dist_allreduce: "" sums over this process's devices only; "library" or "ring" (--dist) then sums
 // across the processes too (core/dist: devices first, then processes); batch.size() is then the
 // whole minibatch over every process.
@@ -76,7 +76,6 @@ struct Config {
   double bucket_mb = 25;
   std::string plot = "multi_gpu_scratch.png";  // "" = no plot
   bool verbose = true;
-  int64_t max_steps = -1;                   // stop after this many minibatches (tests)
   std::optional<ArrayDataset> train_data, test_data;  // generated data instead of Fashion-MNIST
 };
 

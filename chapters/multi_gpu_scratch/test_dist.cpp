@@ -36,12 +36,11 @@ std::vector<Device> cpus(int n) {
 scratch::Config small(int devices, int64_t steps) {
   scratch::Config c;
   c.devices = cpus(devices);
-  c.train_data = make_image_classification(1200, 28, 10, 7);
+  c.train_data = make_image_classification(48 * steps, 28, 10, 7);  // one epoch of `steps` minibatches
   c.test_data = make_image_classification(200, 28, 10, 8);
   c.batch_size = 48;  // 1, 2, 3, 4 and 6 devices: shards of 48 / k, and uneven ones for 5
   c.lr = 0.3f;
   c.num_epochs = 1;
-  c.max_steps = steps;
   c.plot = "";
   c.verbose = false;
   c.seed = 4;

@@ -9,6 +9,8 @@
 
 #include "chapters/multi_gpu_scratch/multi_gpu_scratch.hpp"
 #include "core/cli.hpp"
+#include "core/ops.hpp"
+#include "core/rng.hpp"
 #include "core/runtime.hpp"
 #include "core/trace.hpp"
 #include "datasets/idx.hpp"
@@ -24,7 +26,7 @@ std::vector<Device> cpus(int n) {
   return d;
 }
 
-// 20 steps of batch 10 on a generated set: small enough for the sanitizer runs.
+// One epoch of 200 generated images in batches of 10 (20 steps): small enough for the sanitizer runs.
 scratch::Config small(int devices) {
   scratch::Config c;
   c.devices = cpus(devices);
@@ -33,7 +35,6 @@ scratch::Config small(int devices) {
   c.batch_size = 10;
   c.lr = 0.5f;
   c.num_epochs = 1;
-  c.max_steps = 20;
   c.verbose = false;
   c.plot = "";
   c.seed = 3;
@@ -52,6 +53,35 @@ double max_rel_diff(const std::vector<std::vector<float>>& a, const std::vector<
     worst = std::max(worst, std::sqrt(diff) / std::max(std::sqrt(norm), 1e-12));
   }
   return worst;
+}
+
+// One epoch of c from the chapter's own pieces (init_params, get_params, split_batch, lenet, loss,
+// allreduce, sgd) in train_batch's order, with or without the allreduce. Final parameters per device.
+std::vector<std::vector<std::vector<float>>> train_by_hand(const scratch::Config& c, bool with_allreduce) {
+  manual_seed(c.seed);
+  std::vector<Tensor> params = scratch::init_params(c.devices[0]);
+  std::vector<std::vector<Tensor>> device_params;
+  for (auto d : c.devices) device_params.push_back(scratch::get_params(params, d));
+  DataIter train_iter(*c.train_data, c.batch_size, true, c.seed);
+  for (const Batch& b : train_iter.epoch(0)) {
+    auto [X_shards, y_shards] = scratch::split_batch(b, c.devices);
+    std::vector<Tensor> ls;
+    for (size_t i = 0; i < c.devices.size(); ++i)
+      ls.push_back(sum(scratch::loss(scratch::lenet(X_shards[i], device_params[i]), y_shards[i])));
+    for (auto& l : ls) l.backward();
+    for (size_t j = 0; with_allreduce && j < params.size(); ++j) {
+      std::vector<Tensor> grads;
+      for (auto& dp : device_params) grads.push_back(dp[j].grad());
+      scratch::allreduce(grads);
+    }
+    for (auto& dp : device_params) scratch::sgd(dp, c.lr, b.size());
+  }
+  std::vector<std::vector<std::vector<float>>> out;
+  for (auto& dp : device_params) {
+    out.emplace_back();
+    for (auto& p : dp) out.back().push_back(p.to_vector());
+  }
+  return out;
 }
 
 // Trains c while the trace records, and counts each device's compute-stream tasks enqueued under
@@ -93,31 +123,30 @@ TEST_CASE("20 steps on 2 and on 3 devices give the parameters of 1 device (withi
   CHECK(three.params[0] == three.params[2]);
   // Every device did its share (the same kernels on every device, give or take the evaluation on 0).
   for (auto k : three.kernels_per_device) CHECK(k > 0.5 * three.kernels_per_device[1]);
-  // It is not passing by accident: without allreduce each device only sees its own shard.
-  auto c = small(2);
-  c.allreduce = "none";
-  auto apart = scratch::train(c);
-  CHECK(max_rel_diff(one.params[0], apart.params[0]) > 1e-3);
-  CHECK(apart.params[0] != apart.params[1]);
+  // It is not passing by accident: the same steps by hand give train()'s parameters, and without
+  // the allreduce (each device then only sees its own shard) the replicas drift apart.
+  CHECK(max_rel_diff(two.params[0], train_by_hand(small(2), true)[0]) < 1e-6);
+  auto apart = train_by_hand(small(2), false);
+  CHECK(max_rel_diff(one.params[0], apart[0]) > 1e-3);
+  CHECK(apart[0] != apart[1]);
 }
 
 TEST_CASE("LeNet on two emulated GPUs trains as on two CPU devices: the same losses and updates") {
   // Emulated conv is slow: 60 generated images in batches of 20 for 3 epochs (a loss every 3 steps).
   // Too slow for TSan (meson.build leaves it out of multi_gpu_scratch_equivalence).
-  auto config = [](std::vector<Device> devices, int64_t max_steps) {
+  auto config = [](std::vector<Device> devices, int epochs) {
     auto c = small(2);
     c.devices = devices;
     use_devices(devices);
     c.train_data = make_image_classification(60, 28, 10, 11);
     c.test_data = make_image_classification(20, 28, 10, 12);
     c.batch_size = 20;
-    c.num_epochs = 3;
-    c.max_steps = max_steps;
+    c.num_epochs = epochs;
     return c;
   };
-  auto initial = scratch::train(config({cpu(0), cpu(1)}, 0)).params[0];
-  auto on_cpu = scratch::train(config({cpu(0), cpu(1)}, -1));
-  auto on_emu = scratch::train(config({emu(0), emu(1)}, -1));
+  auto initial = scratch::train(config({cpu(0), cpu(1)}, 0)).params[0];  // no epoch: the initial parameters
+  auto on_cpu = scratch::train(config({cpu(0), cpu(1)}, 3));
+  auto on_emu = scratch::train(config({emu(0), emu(1)}, 3));
   REQUIRE(on_cpu.train_loss.size() == 3);
   REQUIRE(on_emu.train_loss.size() == 3);
   for (size_t e = 0; e < 3; ++e) {
@@ -150,10 +179,10 @@ TEST_CASE("exercise 3: ring allreduce trains the same model as the naive one") {
   CHECK(ring.params[0] == ring.params[1]);
   // The ring really ran: in its reduce-scatter every device adds a neighbour's chunk, while the
   // naive allreduce adds everything on device 0 and only copies to the others.
-  c.max_steps = 2;
+  c.train_data = make_image_classification(20, 28, 10, 11);  // 2 steps
   auto on_ring = tasks_under("allreduce", c);
   auto d = small(3);
-  d.max_steps = 2;
+  d.train_data = c.train_data;
   auto on_naive = tasks_under("allreduce", d);
   MESSAGE("allreduce compute tasks per device: ring " << on_ring[0] << " " << on_ring[1] << " " << on_ring[2]
           << ", naive " << on_naive[0] << " " << on_naive[1] << " " << on_naive[2]);
@@ -168,7 +197,7 @@ TEST_CASE("exercises 1 and 2: batch k*b and learning rate k*lr on k devices") {
   auto c = small(2);
   c.scale_batch = true;
   c.scale_lr = true;
-  c.max_steps = 5;
+  c.train_data = make_image_classification(100, 28, 10, 11);  // 5 steps of 20
   auto r = scratch::train(c);
   CHECK(r.batch_size == 20);
   CHECK(r.lr == doctest::Approx(1.0));
@@ -176,7 +205,7 @@ TEST_CASE("exercises 1 and 2: batch k*b and learning rate k*lr on k devices") {
   auto d = small(1);
   d.batch_size = 20;
   d.lr = 1.0f;
-  d.max_steps = 5;
+  d.train_data = c.train_data;
   CHECK(max_rel_diff(scratch::train(d).params[0], r.params[0]) < 1e-5);
 }
 

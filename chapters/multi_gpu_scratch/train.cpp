@@ -48,7 +48,7 @@ Result train(const Config& cfg) {
   if (r.batch_size < k)
     throw ConfigError("--batch-size " + std::to_string(r.batch_size) + " is smaller than the " + std::to_string(k) +
                       " devices" + (W > 1 ? " of all processes" : "") + ": every device needs at least one example per minibatch");
-  if (cfg.allreduce != "naive" && cfg.allreduce != "ring" && cfg.allreduce != "none")
+  if (cfg.allreduce != "naive" && cfg.allreduce != "ring")
     throw ConfigError("bad --allreduce '" + cfg.allreduce + "': expected naive or ring");
   if (cfg.dist) dist::check_algorithm("--dist-allreduce", cfg.dist_allreduce);
 
@@ -75,8 +75,7 @@ Result train(const Config& cfg) {
                              {"allreduce", cfg.allreduce}, {"dist_allreduce", cfg.dist_allreduce},
                              {"bucket_mb", std::to_string(cfg.bucket_mb)},
                              {"training examples", std::to_string(train_iter->size())},
-                             {"test examples", std::to_string(test_iter->size())},
-                             {"max_steps", std::to_string(cfg.max_steps)}});
+                             {"test examples", std::to_string(test_iter->size())}});
     // Each rank reads only its devices' shards of every minibatch, and evaluates its share of the test set.
     train_iter->shard(k, rank * local, (rank + 1) * local);
     test_iter->shard(W, rank, rank + 1);
@@ -92,7 +91,7 @@ Result train(const Config& cfg) {
   std::vector<std::vector<Tensor>> device_params;
   for (auto d : devices) device_params.push_back(get_params(params, d));
   std::optional<dist::Buckets> buckets;  // --dist: DDP's buckets over every device's copy of each parameter
-  if (cfg.dist && cfg.bucket_mb >= 0 && cfg.allreduce != "none") {
+  if (cfg.dist && cfg.bucket_mb >= 0) {
     std::vector<std::vector<Tensor>> replicas(params.size());
     for (size_t j = 0; j < params.size(); ++j)
       for (auto& dp : device_params) replicas[j].push_back(dp[j]);
@@ -109,7 +108,6 @@ Result train(const Config& cfg) {
     std::vector<Event> in_flight(devices.size());
     int64_t i = 0, total = train_iter->num_batches();
     for (const Batch& b : train_iter->epoch(epoch)) {
-      if (cfg.max_steps >= 0 && steps >= cfg.max_steps) break;
       check_interrupt();  // Ctrl-C: stop between minibatches (main() exits 130 after the devices finish)
       // Multi-device training on one minibatch.
       losses.push_back(train_batch(b, device_params, devices, r.lr, cfg.allreduce, cfg.dist ? cfg.dist_allreduce : "",
@@ -145,7 +143,6 @@ Result train(const Config& cfg) {
       std::printf("epoch %d, loss %.3f, test acc %.2f, %.1f sec\n", epoch + 1, r.train_loss.back(), r.test_acc.back(),
                   train_seconds / (epoch + 1));
     std::fflush(stdout);
-    if (cfg.max_steps >= 0 && steps >= cfg.max_steps) break;
   }
   r.sec_per_epoch = train_seconds / std::max<size_t>(1, r.test_acc.size());
   for (size_t d = 0; d < devices.size(); ++d) {

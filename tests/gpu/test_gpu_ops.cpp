@@ -84,7 +84,7 @@ TEST_CASE("host <-> GPU copies are exact, with byte offsets; the allocator reuse
 TEST_CASE("copies between every pair of GPUs (peer or staged) and back to the host are exact") {
   int n = device_count();
   if (n < 2) {
-    MESSAGE("one GPU: the peer-copy case is skipped");
+    MESSAGE("skipped: one GPU, the peer-copy case needs two");
     return;
   }
   auto v = lcg_data(3 << 20, 9);  // 12 MB: several chunks of a staged copy
