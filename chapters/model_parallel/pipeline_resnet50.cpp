@@ -61,7 +61,31 @@ std::string PipelineParallelResNet50::partition_str() const {
   return s;
 }
 
-Tensor PipelineParallelResNet50::forward(const Tensor& x) { return pipeline::forward(stages, x, split_size); }
+// The section's pipelined forward as it writes it, for its two devices: micro-batch i+1 goes through
+// seq1 on device 0 while micro-batch i goes through seq2 and fc on device 1. The host only enqueues
+// (each op is queued on its device's stream and returns at once), so, as with CUDA's asynchronous
+// launches, the two devices work at the same time. Stage 0 is seq1, stage 1 is seq2 with the view
+// and fc. core/pipeline's forward is this loop for K stages; forward_backward adds the backward
+// passes in the order of a schedule (GPipe, 1F1B).
+Tensor PipelineParallelResNet50::forward(const Tensor& x) {
+  if (stages.size() != 2) return pipeline::forward(stages, x, split_size);
+  const nn::BlockPtr &seq1 = stages[0].block, &seq2_fc = stages[1].block;
+  // splits = iter(x.split(self.split_size, dim=0))
+  std::vector<int64_t> sizes;
+  for (auto [begin, end] : pipeline::micro_batches(x.dim(0), split_size)) sizes.push_back(end - begin);
+  const std::vector<Tensor> splits = split(x.to(devices[0]), sizes);
+  auto next = splits.begin();
+  Tensor s_next = *next++;                                // s_next = next(splits)
+  Tensor s_prev = seq1->forward(s_next).to(devices[1]);  // s_prev = self.seq1(s_next).to('cuda:1')
+  std::vector<Tensor> ret;
+  for (; next != splits.end(); ++next) {  // for s_next in splits:
+    s_next = *next;
+    ret.push_back(seq2_fc->forward(s_prev));              //   ret.append(self.fc(self.seq2(s_prev).view(...)))
+    s_prev = seq1->forward(s_next).to(devices[1]);        //   s_prev = self.seq1(s_next).to('cuda:1')
+  }
+  ret.push_back(seq2_fc->forward(s_prev));  // the last micro-batch through seq2 and fc
+  return ret.size() == 1 ? ret[0] : concat(ret);  // torch.cat(ret)
+}
 
 Tensor PipelineParallelResNet50::forward_backward(const Tensor& x, const Tensor& target) {
   // PyTorch's MSELoss of the whole batch = sum over micro-batches of (sum of squares) / numel(batch);

@@ -28,7 +28,8 @@ class PipelineParallelResNet50 : public ModelParallelResNet50 {
                            int64_t num_classes = 1000);
 
   // The forward pass alone, pipelined: x (N, 3, H, W) anywhere -> (N, num_classes) on the last device
-  // (torch.cat of the micro-batches' outputs). ConfigError if split_size > N.
+  // (torch.cat of the micro-batches' outputs). On 2 devices the section's own loop (s_next, s_prev);
+  // on K > 2 core/pipeline's forward. ConfigError if split_size > N.
   Tensor forward(const Tensor& x) override;
   // One training step's forward and backward by the schedule, with PyTorch's MSELoss over the whole
   // batch (each micro-batch adds its share: sum of squares / numel of the batch). target (N,

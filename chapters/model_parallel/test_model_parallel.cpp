@@ -433,6 +433,31 @@ TEST_CASE("PipelineParallelResNet50: partitions (default, given, balanced) and t
   CHECK_THROWS_AS(mp::PipelineParallelResNet50(2, {d[0]}), ConfigError);
 }
 
+// forward() on 2 devices is the section's s_next / s_prev loop (pipeline_resnet50.cpp); on 3, core/
+// pipeline's. Both must give the numbers of the K-stage forward, micro-batch by micro-batch (training
+// mode: BatchNorm normalises each micro-batch, as the section's model does).
+TEST_CASE("PipelineParallelResNet50::forward, the section's s_next / s_prev loop, is core/pipeline's forward") {
+  auto d = devices(DeviceKind::cpu, 3);
+  const int64_t N = 4, C = 10;  // 32x32 images: layer4 is 1x1, so micro-batches of 2 or more
+  Tensor x = Tensor::from_vector(test::lcg_data(N * 3 * 32 * 32, 3), {N, 3, 32, 32}, cpu(0));
+  for (int64_t split : {2, 4}) {
+    CAPTURE(split);
+    manual_seed(4);
+    mp::PipelineParallelResNet50 model(split, {d[0], d[1]}, pipeline::Schedule::gpipe, {}, C);
+    Tensor y = model.forward(x);
+    CHECK(y.device() == d[1]);
+    REQUIRE(y.shape() == Shape{N, C});
+    Tensor want = pipeline::forward(model.stages, x, split);
+    CHECK(test::close(want.to_vector(), y.to_vector(), 1e-6, 1e-6, "forward vs pipeline::forward"));
+    // and not merely the whole-batch forward: two micro-batches of 2 differ from one batch of 4
+    if (split == 2) {
+      Tensor whole = pipeline::forward(model.stages, x, N);
+      CHECK_FALSE(test::close(whole.to_vector(), y.to_vector(), 1e-4, 1e-4));
+    }
+  }
+  CHECK_THROWS_AS(mp::PipelineParallelResNet50(5, {d[0], d[1]}, pipeline::Schedule::gpipe, {}, C).forward(x), ConfigError);
+}
+
 namespace {
 // A narrow network of the same pieces as ResNet-50 (stem conv, BatchNorm, Bottlenecks with and
 // without stride and downsample, global pool, fc): small enough for the emulated GPUs.
