@@ -60,24 +60,21 @@ void check_conv(kemu::Stream st) {
     CHECK(close(y_ref, y, 1e-5 * double(K + 1), 1e-5, "conv2d_forward"));
     kemu::conv2d_forward_direct(st, s, x.data(), w.data(), y_direct.data());
     CHECK(close(y_ref, y_direct, 1e-5 * double(K + 1), 1e-5, "conv2d_forward_direct"));
-    // kernel1's backward passes against the CPU's kernel1
-    std::vector<float> dx_direct(x_size(s), NAN), dx_direct_ref(x_size(s), NAN);
-    kemu::conv2d_backward_data_direct(st, s, dy.data(), w.data(), dx_direct.data());
-    cpu::conv2d_backward_data_direct(kSerial, s, dy.data(), w.data(), dx_direct_ref.data());
-    CHECK(close(dx_direct_ref, dx_direct, 1e-5 * double(s.OC * s.KH * s.KW + 1), 1e-5, "conv2d_backward_data_direct"));
-    std::vector<float> dw_direct(w_size(s), NAN), dw_direct_ref(w_size(s), NAN);
-    kemu::conv2d_backward_weight_direct(st, s, x.data(), dy.data(), dw_direct.data());
-    cpu::conv2d_backward_weight_direct(kSerial, s, x.data(), dy.data(), dw_direct_ref.data());
-    CHECK(close(dw_direct_ref, dw_direct, 1e-5 * double(s.N * P + 1), 1e-5, "conv2d_backward_weight_direct"));
-
-    std::vector<float> dx(x_size(s), NAN), dx_ref(x_size(s), NAN);  // garbage in: overwritten
-    kemu::conv2d_backward_data(st, s, dy.data(), w.data(), dx.data());
-    cpu::conv2d_backward_data(kSerial, s, dy.data(), w.data(), dx_ref.data());
-    CHECK(close(dx_ref, dx, 1e-5 * double(s.OC * s.KH * s.KW + 1), 1e-5, "conv2d_backward_data"));
-    std::vector<float> dw(w_size(s), NAN), dw_ref(w_size(s), NAN);
-    kemu::conv2d_backward_weight(st, s, x.data(), dy.data(), dw.data());
-    cpu::conv2d_backward_weight(kSerial, s, x.data(), dy.data(), dw_ref.data());
-    CHECK(close(dw_ref, dw, 1e-5 * double(s.N * P + 1), 1e-5, "conv2d_backward_weight"));
+    // Both backward passes of one member (kernel2, then kernel1), emulated against the CPU's member.
+    auto check_backward = [&](auto emu_data, auto cpu_data, auto emu_weight, auto cpu_weight, const std::string& name) {
+      std::vector<float> dx(x_size(s), NAN), dx_ref(x_size(s), NAN);  // garbage in: overwritten
+      emu_data(st, s, dy.data(), w.data(), dx.data());
+      cpu_data(kSerial, s, dy.data(), w.data(), dx_ref.data());
+      CHECK(close(dx_ref, dx, 1e-5 * double(s.OC * s.KH * s.KW + 1), 1e-5, ("conv2d_backward_data" + name).c_str()));
+      std::vector<float> dw(w_size(s), NAN), dw_ref(w_size(s), NAN);
+      emu_weight(st, s, x.data(), dy.data(), dw.data());
+      cpu_weight(kSerial, s, x.data(), dy.data(), dw_ref.data());
+      CHECK(close(dw_ref, dw, 1e-5 * double(s.N * P + 1), 1e-5, ("conv2d_backward_weight" + name).c_str()));
+    };
+    check_backward(kemu::conv2d_backward_data, cpu::conv2d_backward_data, kemu::conv2d_backward_weight,
+                   cpu::conv2d_backward_weight, "");
+    check_backward(kemu::conv2d_backward_data_direct, cpu::conv2d_backward_data_direct,
+                   kemu::conv2d_backward_weight_direct, cpu::conv2d_backward_weight_direct, "_direct");
 
     // im2col / col2im of the last image against the CPU helpers.
     const float* x_last = x.data() + (s.N - 1) * s.C * s.H * s.W;

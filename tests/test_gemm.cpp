@@ -41,10 +41,11 @@ bool run_case(const cpu::Ctx& c, bool ta, bool tb, Shape s, float alpha, float b
 
 }  // namespace
 
-TEST_CASE("gemm matches the double reference: all transposes, odd shapes, threads 1 and 2") {
+// Calls f(c, ta, tb, shape, seed) for 1 and 2 threads, all four transposes and every shape.
+template <class F>
+void for_each_case(uint32_t seed, const F& f) {
   cpu::ThreadPool pool(1);
   const cpu::Ctx ctxs[] = {cpu::serial_ctx(), cpu::Ctx{2, &pool}};
-  uint32_t seed = 1;
   for (const auto& c : ctxs)
     for (bool ta : {false, true})
       for (bool tb : {false, true})
@@ -55,37 +56,30 @@ TEST_CASE("gemm matches the double reference: all transposes, odd shapes, thread
           CAPTURE(s.M);
           CAPTURE(s.N);
           CAPTURE(s.K);
-          CHECK(run_case(c, ta, tb, s, 0.75f, -0.5f, seed));
-          CHECK(run_case(c, ta, tb, s, 1.0f, 0.0f, seed + 7));
-          CHECK(run_case(c, ta, tb, s, -1.25f, 1.0f, seed + 13));
+          f(c, ta, tb, s, seed);
           seed += 3;
         }
 }
 
+TEST_CASE("gemm matches the double reference: all transposes, odd shapes, threads 1 and 2") {
+  for_each_case(1, [](const cpu::Ctx& c, bool ta, bool tb, Shape s, uint32_t seed) {
+    CHECK(run_case(c, ta, tb, s, 0.75f, -0.5f, seed));
+    CHECK(run_case(c, ta, tb, s, 1.0f, 0.0f, seed + 7));
+    CHECK(run_case(c, ta, tb, s, -1.25f, 1.0f, seed + 13));
+  });
+}
+
 TEST_CASE("kernel1 gemm_naive matches the double reference, and gemm matches it") {
-  cpu::ThreadPool pool(1);
-  const cpu::Ctx ctxs[] = {cpu::serial_ctx(), cpu::Ctx{2, &pool}};
-  uint32_t seed = 5;
-  for (const auto& c : ctxs)
-    for (bool ta : {false, true})
-      for (bool tb : {false, true})
-        for (const Shape& s : kShapes) {
-          CAPTURE(c.threads);
-          CAPTURE(ta);
-          CAPTURE(tb);
-          CAPTURE(s.M);
-          CAPTURE(s.N);
-          CAPTURE(s.K);
-          CHECK(run_case(c, ta, tb, s, 0.75f, -0.5f, seed, cpu::gemm_naive));
-          CHECK(run_case(c, ta, tb, s, 1.0f, 0.0f, seed + 7, cpu::gemm_naive));
-          // the tuned path against the readable one, both in float
-          auto A = lcg_data(s.M * s.K, seed), B = lcg_data(s.K * s.N, seed + 1), C = lcg_data(s.M * s.N, seed + 2);
-          auto C2 = C;
-          cpu::gemm_naive(c, ta, tb, s.M, s.N, s.K, 1.5f, A.data(), B.data(), 0.5f, C.data());
-          cpu::gemm(c, ta, tb, s.M, s.N, s.K, 1.5f, A.data(), B.data(), 0.5f, C2.data());
-          CHECK(close(C, C2, 2e-5 * static_cast<double>(s.K + 1), 1e-5, "gemm vs gemm_naive"));
-          seed += 3;
-        }
+  for_each_case(5, [](const cpu::Ctx& c, bool ta, bool tb, Shape s, uint32_t seed) {
+    CHECK(run_case(c, ta, tb, s, 0.75f, -0.5f, seed, cpu::gemm_naive));
+    CHECK(run_case(c, ta, tb, s, 1.0f, 0.0f, seed + 7, cpu::gemm_naive));
+    // the tuned path against the readable one, both in float
+    auto A = lcg_data(s.M * s.K, seed), B = lcg_data(s.K * s.N, seed + 1), C = lcg_data(s.M * s.N, seed + 2);
+    auto C2 = C;
+    cpu::gemm_naive(c, ta, tb, s.M, s.N, s.K, 1.5f, A.data(), B.data(), 0.5f, C.data());
+    cpu::gemm(c, ta, tb, s.M, s.N, s.K, 1.5f, A.data(), B.data(), 0.5f, C2.data());
+    CHECK(close(C, C2, 2e-5 * static_cast<double>(s.K + 1), 1e-5, "gemm vs gemm_naive"));
+  });
 }
 
 TEST_CASE("gemm with beta == 0 ignores NaN already in C") {

@@ -68,4 +68,18 @@ inline std::vector<std::shared_ptr<Storage>> keep(std::initializer_list<Tensor> 
   return out;
 }
 
+using Ctx = kernels::cpu::Ctx;  // what a kernel gets: its device's threads, stream and handles
+
+// The steps every op shares, after its own checks:
+// - elementwise_output: every input defined, float32, on one device and of one shape; returns the
+//   output, uninitialised, of that shape on that device;
+// - run: enqueues `kernel` (a lambda calling D2L_KERNEL) on the compute stream of the first tensor's
+//   device; every tensor listed, inputs and outputs, keeps its memory until the kernel has run;
+// - record (core/autograd.hpp): the backward, when a graph is being recorded.
+Tensor elementwise_output(const char* op, std::initializer_list<Tensor> inputs);
+template <class Kernel>
+void run(const char* op, std::initializer_list<Tensor> touched, Kernel&& kernel) {
+  launch(touched.begin()->device(), op, keep(touched), std::forward<Kernel>(kernel));
+}
+
 }  // namespace d2l::detail

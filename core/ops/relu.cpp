@@ -6,13 +6,10 @@ namespace d2l {
 using namespace detail;
 
 Tensor relu(const Tensor& x) {
-  Device d = same_device("relu", {x});
-  expect_f32("relu", x, "x");
-  Tensor y = Tensor::empty(x.shape(), d);
-  const float* X = x.data();
-  float* Y = y.data();
-  int64_t n = x.numel();
-  launch(d, "relu", keep({x, y}), [=](const kernels::cpu::Ctx& c) { D2L_KERNEL(c, relu_forward, X, Y, n); });
+  Tensor y = elementwise_output("relu", {x});
+  const Device d = y.device();
+  const int64_t n = x.numel();
+  run("relu", {x, y}, [X = x.data(), Y = y.data(), n](const Ctx& c) { D2L_KERNEL(c, relu_forward, X, Y, n); });
   // The backward needs only where y > 0 (the same places as x > 0), so it keeps y's memory, not x's:
   // x, often a BatchNorm output nothing else keeps, is then freed (PyTorch's ReLU(inplace=True) saves
   // the same). Holding y's storage, not y, keeps y's graph node out of its own closure.
@@ -21,7 +18,7 @@ Tensor relu(const Tensor& x) {
     const float *Y = static_cast<const float*>(ys->ptr), *G = gy.data();
     float* GX = gx.data();
     launch(d, "relu_backward", {ys, gy.storage(), gx.storage()},
-           [=](const kernels::cpu::Ctx& c) { D2L_KERNEL(c, relu_backward, Y, G, GX, n); });
+           [=](const Ctx& c) { D2L_KERNEL(c, relu_backward, Y, G, GX, n); });
     return std::vector<Tensor>{gx};
   });
   return y;

@@ -6,12 +6,8 @@ namespace d2l {
 using namespace detail;
 
 void sgd_update_(const Tensor& w, const Tensor& g, float lr) {
-  Device d = same_device("sgd_update", {w, g});
-  expect_same_shape("sgd_update", w, g);
-  float* W = w.data();
-  const float* G = g.data();
-  int64_t n = w.numel();
-  launch(d, "sgd_update", keep({w, g}), [=](const kernels::cpu::Ctx& c) { D2L_KERNEL(c, sgd_update, W, G, n, lr); });
+  elementwise_output("sgd_update", {w, g});  // the checks
+  run("sgd_update", {w, g}, [=, W = w.data(), G = g.data(), n = w.numel()](const Ctx& c) { D2L_KERNEL(c, sgd_update, W, G, n, lr); });
 }
 
 }  // namespace d2l

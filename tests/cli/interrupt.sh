@@ -13,12 +13,9 @@ sig=$1
 code=$2
 limit=$3
 shift 3
-prog=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
+. "$(dirname "$0")/lib.sh"
+in_empty_dir "$1"
 shift
-work=$(mktemp -d) || exit 99
-trap 'rm -rf "$work"' EXIT
-mkdir "$work/run"
-cd "$work/run" || exit 99
 "$prog" "$@" >"$work/out" 2>"$work/err" &
 pid=$!
 i=0

@@ -3,21 +3,12 @@
 # sends SIGINT once the first epoch's checkpoint exists (training of the next epoch under way), and
 # checks that the program exits 130, leaves the checkpoint and nothing else (no temporary file), and
 # that --resume continues from it: "resumed from ck.safetensors after epoch K", then epoch K+1.
-prog=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
+. "$(dirname "$0")/lib.sh"
+in_empty_dir "$1"
 shift
-work=$(mktemp -d) || exit 99
-trap 'rm -rf "$work"' EXIT
-mkdir "$work/run"
-cd "$work/run" || exit 99
 "$prog" "$@" --num-epochs 1000 --checkpoint ck.safetensors >"$work/out" 2>"$work/err" &
 pid=$!
-i=0
-until [ -s ck.safetensors ]; do
-  sleep 0.05
-  kill -0 $pid 2>/dev/null || { echo "FAIL: exited before the signal: $(tail -n 1 "$work/err")"; exit 1; }
-  i=$((i + 1))
-  if [ $i -ge 2400 ]; then echo "FAIL: no checkpoint after 120 s"; kill -KILL $pid; exit 1; fi
-done
+wait_for_checkpoint $pid
 kill -INT $pid
 wait $pid
 rc=$?

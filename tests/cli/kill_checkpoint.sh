@@ -8,24 +8,15 @@
 #     ("resumed from ck.safetensors after epoch K") and removes the stale temporary file: the
 #     directory holds ck.safetensors alone.
 # A write can finish between the poll and the kill; then the kill is tried again (3 times at most).
-prog=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
+. "$(dirname "$0")/lib.sh"
+in_empty_dir "$1"
 shift
-work=$(mktemp -d) || exit 99
-trap 'rm -rf "$work"' EXIT
-mkdir "$work/run"
-cd "$work/run" || exit 99
 caught=""
 for attempt in 1 2 3; do
   rm -f ck.safetensors .ck.safetensors.tmp.*
   "$prog" "$@" --num-epochs 1000 --checkpoint ck.safetensors >"$work/out" 2>"$work/err" &
   pid=$!
-  i=0
-  until [ -s ck.safetensors ]; do
-    sleep 0.05
-    kill -0 $pid 2>/dev/null || { echo "FAIL: exited before its first checkpoint: $(tail -n 1 "$work/err")"; exit 1; }
-    i=$((i + 1))
-    if [ $i -ge 2400 ]; then echo "FAIL: no checkpoint after 120 s"; kill -KILL $pid; exit 1; fi
-  done
+  wait_for_checkpoint $pid
   cp ck.safetensors "$work/previous"
   i=0
   until ls -A | grep -q '^\.ck\.safetensors\.tmp\.'; do
