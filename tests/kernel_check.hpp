@@ -8,6 +8,8 @@
 #include <functional>
 #include <vector>
 
+#include <doctest/doctest.h>
+
 #include "check.hpp"
 #include "kernels/cpu/thread_pool.hpp"
 #include "kernels/cpu/kernels.hpp"
@@ -25,6 +27,18 @@ struct Ctxs {
   cpu::ThreadPool pool{1};
   cpu::Ctx list[2] = {cpu::serial_ctx(), cpu::Ctx{2, &pool}};
 };
+
+// Calls f(c, n) with each context of Ctxs and each size of kSizes (both captured for the messages).
+template <class F>
+void for_contexts_and_sizes(const F& f) {
+  Ctxs ctxs;
+  for (const auto& c : ctxs.list)
+    for (int64_t n : kSizes) {
+      CAPTURE(c.threads);
+      CAPTURE(n);
+      f(c, n);
+    }
+}
 
 inline bool bitwise_equal(const Vec& a, const Vec& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
