@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "chapters/harness/harness.hpp"
 #include "chapters/multi_gpu_concise/multi_gpu_concise.hpp"
 #include "core/cli.hpp"
 #include "core/dist/process_group.hpp"
@@ -17,19 +18,6 @@
 #include "datasets/idx.hpp"
 
 namespace concise = d2l::concise;
-
-// Writes what trace::start() recorded as Chrome-trace JSON and prints each device's idle fraction.
-static void write_trace(const std::string& path) {
-  d2l::waitall();
-  d2l::trace::stop();
-  auto events = d2l::trace::events();
-  d2l::trace::write_chrome_json(path, events);
-  double t0 = events.empty() ? 0 : events.front().start_us, t1 = t0;  // events are ordered by start
-  for (auto& e : events) t1 = std::max(t1, e.end_us);
-  std::printf("trace: %zu stream tasks over %.2f s written to %s%s\n", events.size(), (t1 - t0) * 1e-6, path.c_str(),
-              d2l::trace::full() ? " (the first ones: --trace-tasks)" : "");
-  std::printf("idle fraction of the compute streams: %s\n", d2l::trace::idle_line(d2l::trace::summarize(events)).c_str());
-}
 
 static bool any_gpu(const std::vector<d2l::Device>& devices) {
   return std::any_of(devices.begin(), devices.end(), [](d2l::Device d) { return d.kind == d2l::DeviceKind::gpu; });
@@ -40,8 +28,8 @@ int main(int argc, char** argv) {
   d2l::DeviceFlags dev;
   concise::Config cfg;
   bool quick = false, full = false;
-  std::string plot = "multi_gpu_concise.png", load_params, trace_file;
-  int64_t trace_tasks = 20000;
+  std::string plot = "multi_gpu_concise.png", load_params;
+  d2l::harness::Trace trace;
   d2l::add_device_flags(app, dev);
   auto* batch = app.add_option("--batch-size", cfg.batch_size, "the whole minibatch, split over the devices [default: 256 per device; lab-cnn 64]");
   auto* lr = app.add_option("--lr", cfg.lr, "learning rate [default: 0.1 per device; lab-cnn 0.3]");
@@ -67,8 +55,7 @@ int main(int argc, char** argv) {
   app.add_option("--checkpoint", cfg.checkpoint, "write a checkpoint here after every epoch");
   app.add_option("--resume", cfg.resume, "continue training from this checkpoint");
   app.add_option("--plot", plot, "PNG of test accuracy per epoch ('' for none)")->capture_default_str();
-  app.add_option("--trace", trace_file, "write the devices' timeline to this file as Chrome-trace JSON (Perfetto, chrome://tracing)");
-  app.add_option("--trace-tasks", trace_tasks, "--trace records at most this many stream tasks (the start of the run)")->capture_default_str();
+  trace.add_flags(app);
   app.add_flag("--quick", quick, "a generated data set, small images, 3 epochs: seconds on a CPU (tests)");
   auto* demo = app.add_subcommand("demo", "book/000's cells: resnet18 on two devices, split_and_load, weight.data()");
   auto* lab = app.add_subcommand("lab", "book/004's cells: the lab's CNN, its weights and gradients on each device");
@@ -82,10 +69,7 @@ int main(int argc, char** argv) {
       if (*threads_opt)
         for (int64_t t : d2l::parse_int_list("--threads", threads, false))
           cfg.threads.push_back(static_cast<int>(std::clamp<int64_t>(t, -1, 1 << 20)));  // the range is checked with the devices
-      if (!trace_file.empty()) {
-        d2l::require_positive("--trace-tasks", static_cast<double>(trace_tasks));
-        d2l::trace::check_writable(trace_file);
-      }
+      trace.check();
       d2l::check_output_path("--plot", plot);
       if (!load_params.empty()) concise::check_readable("--load-params", load_params);
       if (*train_subset) d2l::require_positive("--train-subset", static_cast<double>(cfg.train_subset));
@@ -115,12 +99,12 @@ int main(int argc, char** argv) {
       if (one_run || *demo || *lab) runs.push_back(d2l::choose_devices(dev));
       else
         for (int k : {1, 2}) runs.push_back(d2l::choose_devices({k, "", dev.gemm}));
-      if (!trace_file.empty()) d2l::trace::start(static_cast<size_t>(trace_tasks));
+      trace.start();
       if (*demo || *lab) {
         if (*lab) cfg.model = "lab-cnn";
         if (quick) concise::make_quick(cfg);
         *demo ? concise::demo(runs[0]) : concise::lab(runs[0], cfg);
-        if (!trace_file.empty()) write_trace(trace_file);
+        trace.finish();
         return 0;
       }
       bool cpu_only = true;
@@ -177,7 +161,7 @@ int main(int argc, char** argv) {
         std::string err = concise::plot_runs(results, plot);
         std::printf("%s\n", err.empty() ? ("plot: " + plot).c_str() : ("note: no plot: " + err).c_str());
       }
-      if (!trace_file.empty()) write_trace(trace_file);
+      trace.finish();
       return 0;
     } catch (const d2l::DataError& e) {  // a missing or malformed data set is bad input: exit 2
       throw d2l::ConfigError(e.what());

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "chapters/harness/harness.hpp"
 #include "chapters/multi_gpu_scratch/multi_gpu_scratch.hpp"
 #include "core/cli.hpp"
 #include "core/dist/collectives.hpp"
@@ -14,28 +15,12 @@
 #include "core/runtime.hpp"
 #include "core/trace.hpp"
 
-// Writes what trace::start() recorded as Chrome-trace JSON and prints each device's idle fraction
-// (the share of the traced window its compute stream waited).
-static void write_trace(const std::string& path) {
-  d2l::waitall();
-  d2l::trace::stop();
-  auto events = d2l::trace::events();
-  d2l::trace::write_chrome_json(path, events);
-  auto summary = d2l::trace::summarize(events);
-  double t0 = events.empty() ? 0 : events.front().start_us, t1 = t0;  // events are ordered by start
-  for (auto& e : events) t1 = std::max(t1, e.end_us);
-  std::printf("trace: %zu stream tasks over %.2f s written to %s%s\n", events.size(), (t1 - t0) * 1e-6, path.c_str(),
-              d2l::trace::full() ? " (the first ones: --trace-tasks)" : "");
-  std::printf("idle fraction of the compute streams: %s\n", d2l::trace::idle_line(summary).c_str());
-}
-
 int main(int argc, char** argv) {
   CLI::App app{"Multi-GPU training from scratch: LeNet, get_params, allreduce, split_batch, train"};
   d2l::DeviceFlags dev;
   d2l::scratch::Config cfg;
   bool quick = false;
-  std::string trace_file;
-  int64_t trace_tasks = 20000;
+  d2l::harness::Trace trace;
   d2l::add_device_flags(app, dev);
   auto* batch = app.add_option("--batch-size", cfg.batch_size, "minibatch size (split over the devices)")->capture_default_str();
   auto* lr = app.add_option("--lr", cfg.lr, "learning rate")->capture_default_str();
@@ -52,19 +37,14 @@ int main(int argc, char** argv) {
   app.add_option("--bucket-mb", cfg.bucket_mb, "--dist: DDP's gradient buckets of this many MB, allreduced during backward (0: one per parameter; -1: none, one allreduce per parameter after backward)")->capture_default_str();
   app.add_option("--dist-allreduce", cfg.dist_allreduce, "--dist: library (MPI_Allreduce), ring (ours over MPI point-to-point) or naive (everything to rank 0 and back)")->capture_default_str();
   app.add_option("--plot", cfg.plot, "PNG of test accuracy per epoch ('' for none)")->capture_default_str();
-  app.add_option("--trace", trace_file, "write the devices' timeline to this file as Chrome-trace JSON (Perfetto, chrome://tracing)");
-  app.add_option("--trace-tasks", trace_tasks, "--trace records at most this many stream tasks (the start of the run)")->capture_default_str();
+  trace.add_flags(app);
   app.add_flag("--quick", quick, "a generated data set, batch 32, lr 0.3, 4 epochs: seconds on a CPU (tests)");
   auto* demo = app.add_subcommand("demo", "the section's demonstrations: get_params, allreduce, split_and_load");
   demo->fallthrough();
   d2l::install_interrupt_handlers();  // Ctrl-C / SIGTERM: stop after the current minibatch, exit 130 / 143
   return d2l::guarded_main(app, argc, argv, [&] {
     // Every flag is checked before any work starts (bad input: exit 2, one line naming the flag).
-    if (!trace_file.empty()) {
-      d2l::require_positive("--trace-tasks", static_cast<double>(trace_tasks));
-      d2l::require_memory("--trace-tasks", static_cast<double>(trace_tasks), 256.0 * static_cast<double>(trace_tasks));
-      d2l::check_output_path("--trace", trace_file);
-    }
+    trace.check();
     if (quick) {  // flags given explicitly keep their values
       d2l::scratch::Config given = cfg;
       d2l::scratch::make_quick(cfg);
@@ -94,14 +74,12 @@ int main(int argc, char** argv) {
     if (cfg.scale_batch)
       d2l::require_memory("--batch-size", static_cast<double>(cfg.batch_size),
                           2e5 * static_cast<double>(cfg.batch_size) * static_cast<double>(cfg.devices.size()));
-    if (!trace_file.empty()) d2l::trace::start(static_cast<size_t>(trace_tasks));
-    if (*demo) {
+    trace.start();
+    if (*demo)
       d2l::scratch::demo(cfg.devices);
-      if (!trace_file.empty()) write_trace(trace_file);
-      return 0;
-    }
-    d2l::scratch::train(cfg);
-    if (!trace_file.empty()) write_trace(trace_file);
+    else
+      d2l::scratch::train(cfg);
+    trace.finish();
     return 0;
   });
 }
