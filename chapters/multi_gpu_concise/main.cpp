@@ -19,6 +19,12 @@
 
 namespace concise = d2l::concise;
 
+static std::string number(float v) {  // 0.1f -> "0.1"
+  char b[32];
+  std::snprintf(b, sizeof b, "%g", static_cast<double>(v));
+  return b;
+}
+
 static bool any_gpu(const std::vector<d2l::Device>& devices) {
   return std::any_of(devices.begin(), devices.end(), [](d2l::Device d) { return d.kind == d2l::DeviceKind::gpu; });
 }
@@ -31,9 +37,12 @@ int main(int argc, char** argv) {
   std::string plot = "multi_gpu_concise.png", load_params;
   d2l::harness::Trace trace;
   d2l::add_device_flags(app, dev);
-  auto* batch = app.add_option("--batch-size", cfg.batch_size, "the whole minibatch, split over the devices [default: 256 per device; lab-cnn 64]");
-  auto* lr = app.add_option("--lr", cfg.lr, "learning rate [default: 0.1 per device; lab-cnn 0.3]");
-  auto* epochs = app.add_option("--num-epochs", cfg.num_epochs, "epochs [default: 4; lab-cnn 5]");
+  auto* batch = app.add_option("--batch-size", cfg.batch_size, "the whole minibatch, split over the devices [default: " + std::to_string(concise::kBookResNet18.batch_per_device) +
+                                  " per device; lab-cnn " + std::to_string(concise::kLabCnn.batch_per_device) + "]");
+  auto* lr = app.add_option("--lr", cfg.lr, "learning rate [default: " + number(concise::kBookResNet18.lr_per_device) +
+                               " per device; lab-cnn " + number(concise::kLabCnn.lr_per_device) + "]");
+  auto* epochs = app.add_option("--num-epochs", cfg.num_epochs, "epochs [default: " + std::to_string(concise::kBookResNet18.num_epochs) + "; lab-cnn " +
+                                       std::to_string(concise::kLabCnn.num_epochs) + "]");
   app.add_option("--model", cfg.model, "resnet18 (the book's) or lab-cnn (the lab's)")->capture_default_str();
   app.add_option("--bucket-mb", cfg.bucket_mb, "dist_sync: DDP's gradient buckets of this many MB, allreduced during backward (0: one per parameter; -1: none)")->capture_default_str();
   app.add_option("--kvstore", cfg.kvstore, "where gradients are summed: device, local (host memory), ring, or across the processes of mpirun: dist_sync (MPI_Allreduce), dist_sync_ring (our ring)")->capture_default_str();
@@ -110,19 +119,16 @@ int main(int argc, char** argv) {
       bool cpu_only = true;
       for (auto& r : runs) cpu_only = cpu_only && !any_gpu(r);
       const bool lab_cnn = cfg.model == "lab-cnn";
-      // The sources' batch and learning rate per device: ResNet-18 256 and 0.1 (the book's 256 / 0.1 and
-      // 512 / 0.2), the lab's CNN 64 and 0.3 (not scaled: run(1, 64, .3), run(2, 128, .3)).
-      int64_t batch_per_device = lab_cnn ? 64 : 256;
-      float lr_per_device = lab_cnn ? 0.3f : 0.1f;
+      concise::Recipe recipe = concise::recipe(cfg.model);  // the chapter's defaults (multi_gpu_concise.hpp)
       if (!quick && !full && cpu_only && !lab_cnn && !*train_subset && !*test_subset && load_params.empty()) {
-        // A CPU took 37 min for one of the book's epochs on one device here; 2560 images with the book's
-        // batch would be 10 steps an epoch, too few to leave the initial plateau, so batch 64 per device.
-        cfg.train_subset = 2560, cfg.test_subset = 1000;
-        batch_per_device = 64, lr_per_device = 0.05f;
+        recipe = concise::kCpuSizedResNet18;
+        cfg.train_subset = concise::kCpuTrainImages, cfg.test_subset = concise::kCpuTestImages;
         std::printf("no GPU: a CPU-sized version of the book's runs: ResNet-18 on the first %lld of the 60000 training "
-                    "images and %lld of the 10000 test images, batch 64 and lr 0.05 per device (the book's: 256 and 0.1), "
-                    "4 epochs; --full runs the book's recipe (its epoch took 37 min on one CPU device here)\n",
-                    (long long)cfg.train_subset, (long long)cfg.test_subset);
+                    "images and %lld of the 10000 test images, batch %lld and lr %g per device (the book's: %lld and %g), "
+                    "%d epochs; --full runs the book's recipe (its epoch took 37 min on one CPU device here)\n",
+                    (long long)cfg.train_subset, (long long)cfg.test_subset, (long long)recipe.batch_per_device,
+                    recipe.lr_per_device, (long long)concise::kBookResNet18.batch_per_device,
+                    concise::kBookResNet18.lr_per_device, recipe.num_epochs);
       }
       if (!one_run && cpu_only && cfg.threads.empty()) {  // one CPU device stands for one GPU in both runs (DESIGN.md)
         cfg.threads = {std::max(1, d2l::num_cores() / 2)};
@@ -136,9 +142,9 @@ int main(int argc, char** argv) {
         concise::Config c = given;
         c.devices = devices;
         const auto k = static_cast<int64_t>(devices.size()) * world;  // devices of all processes
-        c.batch_size = *batch ? given.batch_size : batch_per_device * k;
-        c.lr = *lr ? given.lr : lab_cnn ? lr_per_device : lr_per_device * static_cast<float>(k);
-        c.num_epochs = *epochs ? given.num_epochs : lab_cnn ? 5 : 4;
+        c.batch_size = *batch ? given.batch_size : recipe.batch_per_device * k;
+        c.lr = *lr ? given.lr : recipe.lr_scales ? recipe.lr_per_device * static_cast<float>(k) : recipe.lr_per_device;
+        c.num_epochs = *epochs ? given.num_epochs : recipe.num_epochs;
         if (quick) {
           concise::make_quick(c);
           if (*batch) c.batch_size = given.batch_size;

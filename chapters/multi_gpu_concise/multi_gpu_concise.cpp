@@ -85,14 +85,17 @@ ArrayDataset load_data(const Config& cfg, bool train) {
                : first(std::move(d), cfg.test_subset, "--test-subset", "test");
 }
 
+const Recipe& recipe(const std::string& model) { return model == "lab-cnn" ? kLabCnn : kBookResNet18; }
+
 void make_quick(Config& cfg) {
   const bool resnet = cfg.model == "resnet18";
   const int64_t side = resnet ? 12 : 28;
   cfg.train_data = make_image_classification(resnet ? 800 : 4000, side, 10, cfg.seed + 1);
   cfg.test_data = make_image_classification(resnet ? 200 : 1000, side, 10, cfg.seed + 2);
-  cfg.batch_size = 64 * static_cast<int64_t>(cfg.devices.size());
-  cfg.lr = resnet ? 0.1f : 0.3f;
-  cfg.num_epochs = 3;
+  const Recipe& r = resnet ? kQuickResNet18 : kQuickLabCnn;
+  cfg.batch_size = r.batch_per_device * static_cast<int64_t>(cfg.devices.size());
+  cfg.lr = r.lr_per_device;
+  cfg.num_epochs = r.num_epochs;
 }
 
 }  // namespace d2l::concise

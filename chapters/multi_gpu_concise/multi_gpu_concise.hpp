@@ -48,13 +48,33 @@ std::vector<Tensor> train_batch(const Batch& batch, nn::Block& net, optim::Train
 // device of `devices` evaluating a shard of each batch.
 double evaluate_accuracy(const DataIter& data_iter, nn::Block& net, const std::vector<Device>& devices);
 
+// ---- the chapter's defaults, in one place: each source's recipe per device. The program scales
+// batch (and ResNet-18's lr) by the device count: the book's train(1, 256, 0.1), train(2, 512, 0.2);
+// the lab's run(1, 64, .3), run(2, 128, .3).
+struct Recipe {
+  int64_t batch_per_device;
+  float lr_per_device;
+  bool lr_scales;  // lr x devices (the book's ResNet-18), or the same lr on any count (the lab's CNN)
+  int num_epochs;
+};
+inline constexpr Recipe kBookResNet18{256, 0.1f, true, 4};  // book/000
+inline constexpr Recipe kLabCnn{64, 0.3f, false, 5};        // book/004
+// No GPU and no size flags: ResNet-18 on the first kCpuTrainImages / kCpuTestImages images (a CPU
+// took 37 min for one of the book's epochs on one device here), batch 64 per device to take enough
+// steps an epoch to leave the initial plateau.
+inline constexpr Recipe kCpuSizedResNet18{64, 0.05f, true, 4};
+inline constexpr int64_t kCpuTrainImages = 2560, kCpuTestImages = 1000;
+// --quick (make_quick): generated images, 3 epochs.
+inline constexpr Recipe kQuickResNet18{64, 0.1f, false, 3}, kQuickLabCnn{64, 0.3f, false, 3};
+const Recipe& recipe(const std::string& model);  // kBookResNet18 or kLabCnn
+
 // ---- train(num_gpus, batch_size, lr) (train.cpp)
 struct Config {
   std::vector<Device> devices{cpu(0)};
   std::string model = "resnet18";    // resnet18 | lab-cnn
-  int64_t batch_size = 256;          // the whole minibatch, split over the devices
-  float lr = 0.1f;
-  int num_epochs = 4;
+  int64_t batch_size = kBookResNet18.batch_per_device;  // the whole minibatch, split over the devices
+  float lr = kBookResNet18.lr_per_device;
+  int num_epochs = kBookResNet18.num_epochs;
   uint64_t seed = 0;                 // initial parameters and the shuffling
   std::string data_dir;              // "" = D2L_DATA_DIR, then Debian's dataset-fashion-mnist
   int64_t train_subset = 0;          // train on the first N training images (0: all)
