@@ -22,6 +22,7 @@ Tensor dense(const Tensor& x, const Tensor& w, const Tensor& b);
 
 // ---- elementwise
 Tensor relu(const Tensor& x);
+Tensor sigmoid(const Tensor& x);  // 1 / (1 + exp(-x)), stable for large |x|
 Tensor add(const Tensor& a, const Tensor& b);  // same shapes
 Tensor mul(const Tensor& a, const Tensor& b);  // same shapes
 Tensor scale(const Tensor& x, float alpha);    // alpha * x

@@ -42,6 +42,7 @@ std::vector<OpCase> op_cases(Device d) {
       {"bias_add", {{{2, 3, 2, 2}, away_from_zero(24, 5)}, {{3}, away_from_zero(3, 6)}},
        [](auto& x) { return project(bias_add(x[0], x[1])); }},
       {"relu", {{{7}, away_from_zero(7, 7)}}, [](auto& x) { return project(relu(x[0])); }},
+      {"sigmoid", {{{7}, away_from_zero(7, 22)}}, [](auto& x) { return project(sigmoid(x[0])); }},
       {"add", {{{2, 3}, away_from_zero(6, 8)}, {{2, 3}, away_from_zero(6, 9)}},
        [](auto& x) { return project(add(x[0], x[1])); }},
       {"mul", {{{5}, away_from_zero(5, 10)}, {{5}, away_from_zero(5, 11)}}, [](auto& x) { return sum(mul(x[0], x[1])); }},

@@ -130,9 +130,10 @@ struct SpyBatchNorm : BatchNorm {
 
 }  // namespace
 
-TEST_CASE("Dense: flattens, matches a double loop with and without bias and relu; FD backward") {
+TEST_CASE("Dense: flattens, matches a double loop with and without bias, relu and sigmoid; FD backward") {
   Tensor x = random_tensor({3, 2, 2, 2}, 1);  // flattened to (3, 8)
-  for (auto [act, use_bias] : {std::pair{"", true}, std::pair{"relu", true}, std::pair{"", false}}) {
+  for (auto [act, use_bias] :
+       {std::pair{"", true}, std::pair{"relu", true}, std::pair{"sigmoid", true}, std::pair{"", false}}) {
     CAPTURE(act);
     CAPTURE(use_bias);
     Dense fc(5, act, use_bias);
@@ -146,11 +147,13 @@ TEST_CASE("Dense: flattens, matches a double loop with and without bias and relu
       for (int u = 0; u < 5; ++u) {
         double s = b[u];
         for (int k = 0; k < 8; ++k) s += double(xv[n * 8 + k]) * w[u * 8 + k];
-        ref[n * 5 + u] = std::string(act) == "relu" ? std::max(s, 0.0) : s;
+        const std::string a = act;
+        ref[n * 5 + u] = a == "relu" ? std::max(s, 0.0) : a == "sigmoid" ? 1.0 / (1.0 + std::exp(-s)) : s;
       }
     Tensor y = fc(x);
     CHECK(y.shape() == Shape{3, 5});
     CHECK(close(ref, y.to_vector(), 1e-5, 1e-5, "dense"));
+    CHECK(fc.describe() == std::string("Dense(8 -> 5, ") + (*act ? "Activation(" + std::string(act) + ")" : "linear") + ")");
     CHECK(block_gradcheck(fc, x));
   }
 }
@@ -171,6 +174,13 @@ TEST_CASE("Conv2D: the conv2d op with the same weights (pairs, strides, padding,
   setup(plain, x);
   CHECK(close(conv2d(x, plain.weight->data(), Tensor()).to_vector(), plain(x).to_vector(), 1e-6, 1e-6, "1x1"));
   CHECK(block_gradcheck(plain, x));
+
+  Conv2D squashed(Conv2D::Options{.channels = 2, .kernel_size = 3, .activation = "sigmoid"});
+  setup(squashed, x);
+  CHECK(squashed.describe() == "Conv2D(3 -> 2, kernel_size=(3, 3), stride=(1, 1), Activation(sigmoid))");
+  Tensor squashed_ref = sigmoid(conv2d(x, squashed.weight->data(), squashed.bias->data()));
+  CHECK(close(squashed_ref.to_vector(), squashed(x).to_vector(), 0, 0, "conv sigmoid"));
+  CHECK(block_gradcheck(squashed, x));
 }
 
 TEST_CASE("a deliberately broken backward fails the block's gradient check (the kink allowance hides none)") {
@@ -204,6 +214,10 @@ TEST_CASE("pools, Activation and Flatten: the op-level functions; FD backward") 
   CHECK(close(global_avg_pool2d(x).to_vector(), gap(x).to_vector(), 0, 0, "gap"));
   Tensor xr = random_tensor({2, 3, 2, 2}, 6);
   CHECK(close(relu(xr).to_vector(), act(xr).to_vector(), 0, 0, "relu"));
+  Activation squash("sigmoid");
+  CHECK(squash.describe() == "Activation(sigmoid)");
+  CHECK(close(sigmoid(xr).to_vector(), squash(xr).to_vector(), 0, 0, "sigmoid"));
+  CHECK(block_gradcheck(squash, random_tensor({2, 3, 2, 2}, 9)));
   CHECK(flat(x).shape() == Shape{2, 90});
   CHECK(flat(x).to_vector() == x.to_vector());
   for (Block* b : std::initializer_list<Block*>{&max3, &avg2, &gap, &flat}) {
@@ -447,8 +461,11 @@ TEST_CASE("repr of the lab CNN prints like Gluon's print(net)") {
 }
 
 TEST_CASE("bad layer arguments are one clear ConfigError") {
-  CHECK_THROWS_WITH_AS(Activation("tanh"), "Activation: unknown activation 'tanh' (supported: relu)", ConfigError);
-  CHECK_THROWS_WITH_AS(Dense(4, "sigmoid"), "Dense: unknown activation 'sigmoid' (supported: relu)", ConfigError);
+  CHECK_THROWS_WITH_AS(Activation("tanh"), "Activation: unknown activation 'tanh' (supported: relu, sigmoid)", ConfigError);
+  CHECK_THROWS_WITH_AS(Activation(""), "Activation: an activation name is needed (supported: relu, sigmoid)", ConfigError);
+  CHECK_THROWS_WITH_AS(Dense(4, "tanh"), "Dense: unknown activation 'tanh' (supported: relu, sigmoid)", ConfigError);
+  CHECK_THROWS_WITH_AS(Conv2D(Conv2D::Options{.channels = 4, .kernel_size = 3, .activation = "Relu"}),
+                       "Conv2D: unknown activation 'Relu' (supported: relu, sigmoid)", ConfigError);
   CHECK_THROWS_WITH_AS(Dense(0), "Dense: units must be >= 1, got 0", ConfigError);
   CHECK_THROWS_WITH_AS(Conv2D(Conv2D::Options{.channels = 4}), doctest::Contains("kernel_size (0, 0)"), ConfigError);
   CHECK_THROWS_AS(MaxPool2D(2, 2, -1), ConfigError);

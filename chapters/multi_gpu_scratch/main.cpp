@@ -12,6 +12,7 @@
 #include "core/cli.hpp"
 #include "core/dist/collectives.hpp"
 #include "core/dist/process_group.hpp"
+#include "core/nn/activation.hpp"
 #include "core/runtime.hpp"
 #include "core/trace.hpp"
 
@@ -33,6 +34,7 @@ int main(int argc, char** argv) {
   app.add_flag("--scale-lr", cfg.scale_lr, "exercise 2: multiply the learning rate by the device count");
   app.add_option("--allreduce", cfg.allreduce, "exercise 3: naive (the book's) or ring")->capture_default_str();
   app.add_flag("--eval-all-devices", cfg.eval_all_devices, "exercise 4: every device evaluates a shard of the test set");
+  app.add_option("--activation", cfg.activation, "exercise 5: lenet's activation, " + d2l::nn::activation_names() + " (sigmoid: LeNet's original)")->capture_default_str();
   app.add_flag("--dist", cfg.dist, "data parallel over the processes of mpirun too: gradients summed over the devices, then across the processes");
   app.add_option("--bucket-mb", cfg.bucket_mb, "--dist: DDP's gradient buckets of this many MB, allreduced during backward (0: one per parameter; -1: none, one allreduce per parameter after backward)")->capture_default_str();
   app.add_option("--dist-allreduce", cfg.dist_allreduce, "--dist: library (MPI_Allreduce), ring (ours over MPI point-to-point) or naive (everything to rank 0 and back)")->capture_default_str();
@@ -61,6 +63,7 @@ int main(int argc, char** argv) {
       d2l::require_positive("--num-epochs", cfg.num_epochs);
       if (cfg.allreduce != "naive" && cfg.allreduce != "ring")
         throw d2l::ConfigError("bad --allreduce '" + cfg.allreduce + "': expected naive or ring");
+      d2l::scratch::activation_by_name(cfg.activation);
       d2l::check_output_path("--plot", cfg.plot);
       if (cfg.dist) d2l::dist::check_algorithm("--dist-allreduce", cfg.dist_allreduce);
       if (!std::isfinite(cfg.bucket_mb) || cfg.bucket_mb > 1e6)

@@ -5,6 +5,7 @@
 #include "core/cli.hpp"
 #include "core/comm.hpp"
 #include "core/dist/collectives.hpp"
+#include "core/nn/activation.hpp"
 #include "core/ops.hpp"
 #include "core/rng.hpp"
 #include "core/trace.hpp"
@@ -21,17 +22,22 @@ std::vector<Tensor> init_params(Device d) {
 }
 
 // ---- Define the model.
-Tensor lenet(const Tensor& X, const std::vector<Tensor>& params) {
+Tensor lenet(const Tensor& X, const std::vector<Tensor>& params, Activation activation) {
   Tensor h1_conv = conv2d(X, params[0], params[1]);
-  Tensor h1_activation = relu(h1_conv);
+  Tensor h1_activation = activation(h1_conv);
   Tensor h1 = avg_pool2d(h1_activation, {2, 2}, {2, 2});
   Tensor h2_conv = conv2d(h1, params[2], params[3]);
-  Tensor h2_activation = relu(h2_conv);
+  Tensor h2_activation = activation(h2_conv);
   Tensor h2 = avg_pool2d(h2_activation, {2, 2}, {2, 2});
   h2 = flatten(h2);  // h2.reshape(h2.shape[0], -1)
   Tensor h3_linear = bias_add(matmul(h2, params[4]), params[5]);
-  Tensor h3 = relu(h3_linear);
+  Tensor h3 = activation(h3_linear);
   return bias_add(matmul(h3, params[6]), params[7]);
+}
+
+Activation activation_by_name(const std::string& name) {
+  if (name.empty()) throw ConfigError("--activation: a name is needed (supported: " + nn::activation_names() + ")");
+  return nn::activation_op("--activation", name);
 }
 
 // ---- Cross-entropy loss (reduction='none', as the PyTorch version).
@@ -106,12 +112,12 @@ void sgd(const std::vector<Tensor>& params, float lr, int64_t batch_size) {
 
 std::vector<Tensor> train_batch(const Batch& batch, std::vector<std::vector<Tensor>>& device_params,
                                 const std::vector<Device>& devices, float lr, const std::string& allreduce_algorithm,
-                                const std::string& dist_allreduce, dist::Buckets* buckets) {
+                                const std::string& dist_allreduce, dist::Buckets* buckets, Activation activation) {
   auto [X_shards, y_shards] = split_batch(batch, devices);
   // Loss calculation on each device; a device with an empty shard adds a zero gradient.
   std::vector<Tensor> ls;
   for (size_t i = 0; i < devices.size(); ++i)
-    if (X_shards[i].dim(0) > 0) ls.push_back(sum(loss(lenet(X_shards[i], device_params[i]), y_shards[i])));
+    if (X_shards[i].dim(0) > 0) ls.push_back(sum(loss(lenet(X_shards[i], device_params[i], activation), y_shards[i])));
   for (auto& l : ls) l.backward();  // back propagation on each device, in parallel
   // Sum all gradients from each device and broadcast them to all devices.
   if (buckets) {
@@ -135,7 +141,7 @@ std::vector<Tensor> train_batch(const Batch& batch, std::vector<std::vector<Tens
 }
 
 double evaluate_accuracy(const DataIter& test_iter, const std::vector<std::vector<Tensor>>& device_params,
-                         const std::vector<Device>& devices, bool all_devices) {
+                         const std::vector<Device>& devices, bool all_devices, Activation activation) {
   NoGrad no_grad;
   TrainMode eval(false);
   trace::Label region("evaluate");  // names this work in a --trace timeline
@@ -145,7 +151,7 @@ double evaluate_accuracy(const DataIter& test_iter, const std::vector<std::vecto
     check_interrupt();
     auto [Xs, ys] = split_batch(b, used);
     for (size_t i = 0; i < used.size(); ++i)
-      if (Xs[i].dim(0) > 0) counts.push_back(count_correct(lenet(Xs[i], device_params[i]), ys[i]));
+      if (Xs[i].dim(0) > 0) counts.push_back(count_correct(lenet(Xs[i], device_params[i], activation), ys[i]));
   }
   double correct = 0;
   for (auto& c : counts) correct += c.item();

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/dist/buckets.hpp"
+#include "core/ops.hpp"
 #include "core/tensor.hpp"
 #include "datasets/data_iter.hpp"
 
@@ -18,7 +19,11 @@ namespace d2l::scratch {
 std::vector<Tensor> init_params(Device d);
 // "Define the model": conv 20@3x3 -> relu -> avg pool 2 -> conv 50@5x5 -> relu -> avg pool 2 ->
 // flatten -> dense 128 -> relu -> dense 10. X (N, 1, 28, 28) -> (N, 10).
-Tensor lenet(const Tensor& X, const std::vector<Tensor>& params);
+// Exercise 5 (--activation): another activation in the three places of relu, e.g. sigmoid, LeNet's original.
+using Activation = Tensor (*)(const Tensor&);
+Tensor lenet(const Tensor& X, const std::vector<Tensor>& params, Activation activation = relu);
+// --activation's name -> the op (core/nn/activation.hpp's table: relu, sigmoid); else a ConfigError.
+Activation activation_by_name(const std::string& name);
 // "Cross-entropy loss": per-example losses (N).
 Tensor loss(const Tensor& y_hat, const Tensor& y);
 
@@ -45,14 +50,15 @@ std::vector<Tensor> split_and_load(const std::vector<float>& data, int64_t rows,
 // during backward; the loop below only finishes them.
 std::vector<Tensor> train_batch(const Batch& batch, std::vector<std::vector<Tensor>>& device_params,
                                 const std::vector<Device>& devices, float lr, const std::string& allreduce_algorithm,
-                                const std::string& dist_allreduce = "", dist::Buckets* buckets = nullptr);
+                                const std::string& dist_allreduce = "", dist::Buckets* buckets = nullptr,
+                                Activation activation = relu);
 // The book's d2l.sgd: param -= lr * grad / batch_size, then the gradient is zeroed.
 void sgd(const std::vector<Tensor>& params, float lr, int64_t batch_size);
 
 // Test accuracy with the parameters on one device (the book), or with every device evaluating a
 // shard of each test batch and the counts summed (exercise 4).
 double evaluate_accuracy(const DataIter& test_iter, const std::vector<std::vector<Tensor>>& device_params,
-                         const std::vector<Device>& devices, bool all_devices);
+                         const std::vector<Device>& devices, bool all_devices, Activation activation = relu);
 
 struct Config {
   std::vector<Device> devices{cpu(0)};
@@ -65,6 +71,7 @@ struct Config {
   bool scale_lr = false;                    // exercise 2: learning rate times k
   std::string allreduce = "naive";          // exercise 3: naive | ring
   bool eval_all_devices = false;            // exercise 4
+  std::string activation = "relu";          // exercise 5: relu | sigmoid
   // --dist: data parallelism over the processes of mpirun too (core/dist). Each process trains on
   // its devices' shards of every minibatch; gradients are summed over its devices, then across the
   // processes with `dist_allreduce` (library: MPI_Allreduce, or ring); rank 0 prints and plots.

@@ -51,6 +51,7 @@ Result train(const Config& cfg) {
   if (cfg.allreduce != "naive" && cfg.allreduce != "ring")
     throw ConfigError("bad --allreduce '" + cfg.allreduce + "': expected naive or ring");
   if (cfg.dist) dist::check_algorithm("--dist-allreduce", cfg.dist_allreduce);
+  const Activation activation = activation_by_name(cfg.activation);  // exercise 5
 
   // train_iter, test_iter = d2l.load_data_fashion_mnist(batch_size)
   std::optional<DataIter> train_iter, test_iter;
@@ -73,7 +74,7 @@ Result train(const Config& cfg) {
                              {"batch_size", std::to_string(r.batch_size)}, {"lr", std::to_string(r.lr)},
                              {"num_epochs", std::to_string(cfg.num_epochs)}, {"seed", std::to_string(cfg.seed)},
                              {"allreduce", cfg.allreduce}, {"dist_allreduce", cfg.dist_allreduce},
-                             {"bucket_mb", std::to_string(cfg.bucket_mb)},
+                             {"bucket_mb", std::to_string(cfg.bucket_mb)}, {"activation", cfg.activation},
                              {"training examples", std::to_string(train_iter->size())},
                              {"test examples", std::to_string(test_iter->size())}});
     // Each rank reads only its devices' shards of every minibatch, and evaluates its share of the test set.
@@ -111,7 +112,7 @@ Result train(const Config& cfg) {
       check_interrupt();  // Ctrl-C: stop between minibatches (main() exits 130 after the devices finish)
       // Multi-device training on one minibatch.
       losses.push_back(train_batch(b, device_params, devices, r.lr, cfg.allreduce, cfg.dist ? cfg.dist_allreduce : "",
-                                   buckets ? &*buckets : nullptr));
+                                   buckets ? &*buckets : nullptr, activation));
       // At most two minibatches in flight: the host enqueues the next while the devices compute.
       for (auto& e : in_flight) e.synchronize();
       for (size_t d = 0; d < devices.size(); ++d) runtime(devices[d]).compute.record(in_flight[d]);
@@ -133,7 +134,7 @@ Result train(const Config& cfg) {
     r.train_loss.push_back(loss_sum / static_cast<double>(train_iter->size()));
     // Evaluate the model on device 0 (or on all devices: exercise 4); with --dist each process its
     // share of the test set, the correct counts summed.
-    double acc = evaluate_accuracy(*test_iter, device_params, devices, cfg.eval_all_devices);
+    double acc = evaluate_accuracy(*test_iter, device_params, devices, cfg.eval_all_devices, activation);
     if (cfg.dist) {
       const double n = static_cast<double>(test_iter->size());
       acc = dist::sum_over_ranks({std::round(acc * n)})[0] / n;

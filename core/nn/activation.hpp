@@ -1,5 +1,7 @@
-// Gluon's nn.Activation: an elementwise nonlinearity as a block. Only "relu" is built (what the
-// book's networks use); any other name is a ConfigError naming it.
+// Gluon's nn.Activation: an elementwise nonlinearity as a block, and the one table of activation
+// names that Activation, Dense(activation=...) and Conv2D(activation=...) all read: "relu" and
+// "sigmoid" (core/nn/activation.cpp; a new op is one more row there). Any other name is a
+// ConfigError naming the block and the names it accepts.
 //
 //   auto act = std::make_shared<Activation>("relu");  // nn.Activation('relu')
 #pragma once
@@ -8,6 +10,13 @@
 #include "core/nn/block.hpp"
 
 namespace d2l::nn {
+
+using ActivationOp = Tensor (*)(const Tensor&);
+
+// The op named `name` in the table; "" (no activation, Gluon's activation=None) is nullptr. Unknown
+// names throw ConfigError "<block>: unknown activation 'tanh' (supported: relu, sigmoid)".
+ActivationOp activation_op(const std::string& block, const std::string& name);
+std::string activation_names();  // "relu, sigmoid": the table's names, for messages and --help
 
 class Activation : public Block {
  public:
@@ -19,6 +28,7 @@ class Activation : public Block {
 
  private:
   std::string act_type_;
+  ActivationOp op_;
 };
 
 }  // namespace d2l::nn

@@ -10,7 +10,8 @@ Conv2D::Conv2D(int64_t channels, Size2 kernel_size, Size2 strides, Size2 padding
       kernel_(kernel_size.hw),
       strides_(strides.hw),
       padding_(padding.hw),
-      relu_(parse_activation("Conv2D", activation)) {
+      activation_(activation),
+      act_(activation_op("Conv2D", activation)) {
   if (channels < 1) throw ConfigError("Conv2D: channels must be >= 1, got " + std::to_string(channels));
   if (in_channels < 0) throw ConfigError("Conv2D: in_channels must be >= 0 (0: inferred), got " + std::to_string(in_channels));
   if (kernel_[0] < 1 || kernel_[1] < 1 || strides_[0] < 1 || strides_[1] < 1 || padding_[0] < 0 || padding_[1] < 0)
@@ -25,7 +26,7 @@ Tensor Conv2D::forward(const Tensor& x) {
   infer_shape(*this, *weight, {channels_, x.dim(1), kernel_[0], kernel_[1]}, x);
   Device d = x.device();
   Tensor y = conv2d(x, weight->data(d), bias ? bias->data(d) : Tensor(), strides_, padding_);
-  return relu_ ? relu(y) : y;
+  return act_ ? act_(y) : y;
 }
 
 std::string Conv2D::describe() const {
@@ -34,7 +35,7 @@ std::string Conv2D::describe() const {
                   ", kernel_size=" + str(kernel_) + ", stride=" + str(strides_);
   if (padding_ != Pair{0, 0}) s += ", padding=" + str(padding_);
   if (!bias) s += ", bias=False";
-  if (relu_) s += ", Activation(relu)";
+  if (act_) s += ", Activation(" + activation_ + ")";
   return s + ")";
 }
 

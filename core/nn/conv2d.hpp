@@ -8,6 +8,7 @@
 #pragma once
 #include <string>
 
+#include "core/nn/activation.hpp"
 #include "core/nn/block.hpp"
 #include "core/nn/layer_util.hpp"
 
@@ -22,7 +23,7 @@ class Conv2D : public Block {
     Size2 padding = 0;
     bool use_bias = true;
     int64_t in_channels = 0;
-    std::string activation = "";  // "" (linear) or "relu"
+    std::string activation = "";  // "" (linear) or a name of core/nn/activation.hpp ("relu", "sigmoid")
   };
   Conv2D(int64_t channels, Size2 kernel_size, Size2 strides = 1, Size2 padding = 0, bool use_bias = true,
          int64_t in_channels = 0, const std::string& activation = "");
@@ -40,7 +41,8 @@ class Conv2D : public Block {
  private:
   int64_t channels_;
   Pair kernel_, strides_, padding_;
-  bool relu_;
+  std::string activation_;
+  ActivationOp act_;  // null: linear
 };
 
 }  // namespace d2l::nn

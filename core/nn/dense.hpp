@@ -7,12 +7,14 @@
 #pragma once
 #include <string>
 
+#include "core/nn/activation.hpp"
 #include "core/nn/block.hpp"
 
 namespace d2l::nn {
 
 class Dense : public Block {
  public:
+  // activation: "" (linear) or a name of the table in core/nn/activation.hpp ("relu", "sigmoid").
   explicit Dense(int64_t units, const std::string& activation = "", bool use_bias = true, int64_t in_units = 0);
 
   Tensor forward(const Tensor& x) override;  // x (N, in_units) or (N, ...) -> (N, units)
@@ -24,7 +26,8 @@ class Dense : public Block {
 
  private:
   int64_t units_;
-  bool relu_;
+  std::string activation_;
+  ActivationOp act_;  // null: linear
 };
 
 }  // namespace d2l::nn

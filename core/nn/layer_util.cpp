@@ -4,12 +4,6 @@ namespace d2l::nn {
 
 std::string str(Pair p) { return "(" + std::to_string(p[0]) + ", " + std::to_string(p[1]) + ")"; }
 
-bool parse_activation(const std::string& block, const std::string& name) {
-  if (name.empty()) return false;
-  if (name == "relu") return true;
-  throw ConfigError(block + ": unknown activation '" + name + "' (supported: relu)");
-}
-
 void infer_shape(const Block& block, Parameter& p, const Shape& wanted, const Tensor& x) {
   if (p.shape_known() && p.shape() != wanted)
     throw ShapeError(block.describe() + ": input " + str(x.shape()) + " needs " + p.name() + " " + str(wanted) +

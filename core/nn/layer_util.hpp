@@ -1,6 +1,6 @@
 // What the layers of core/nn share: Gluon's int-or-pair arguments (kernel_size=3 or (3, 5)), how
-// they print, the activation names a layer accepts, and deferred shapes completed at the first
-// forward with a clear error when a later input does not fit.
+// they print, and deferred shapes completed at the first forward with a clear error when a later
+// input does not fit. (The activation names a layer accepts: core/nn/activation.hpp.)
 #pragma once
 #include <cstdint>
 #include <string>
@@ -20,9 +20,6 @@ struct Size2 {
 
 using d2l::str;           // str(Shape) stays visible in d2l::nn beside
 std::string str(Pair p);  // "(3, 3)", as Python prints a tuple
-
-// "" (linear) -> false, "relu" -> true; any other name is a ConfigError naming `block` and the choice.
-bool parse_activation(const std::string& block, const std::string& name);
 
 // The first forward completes p's deferred shape to `wanted` (what input x asks for); later inputs
 // must ask for the same shape. A mismatch is one ShapeError naming the block, x's shape, the shape x

@@ -37,6 +37,10 @@ void uniform(const Ctx& c, float* x, int64_t n, uint64_t seed, uint64_t offset, 
 void relu_forward(const Ctx& c, const float* x, float* y, int64_t n);
 void relu_backward(const Ctx& c, const float* x, const float* dy, float* dx, int64_t n);  // dx = dy * (x > 0)
 
+// ---- sigmoid.cpp: y = 1 / (1 + exp(-x)), stable for large |x|; the backward reads the output y
+void sigmoid_forward(const Ctx& c, const float* x, float* y, int64_t n);
+void sigmoid_backward(const Ctx& c, const float* y, const float* dy, float* dx, int64_t n);  // dx = dy * y * (1 - y)
+
 // ---- add.cpp: y = a + b (elementwise); axpy: y += alpha * x (in-place add, grad accumulation)
 void add(const Ctx& c, const float* a, const float* b, float* y, int64_t n);
 void axpy(const Ctx& c, float alpha, const float* x, float* y, int64_t n);

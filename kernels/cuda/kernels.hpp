@@ -32,6 +32,10 @@ void uniform(Stream stream, float* x, int64_t n, uint64_t seed, uint64_t offset,
 void relu_forward(Stream stream, const float* x, float* y, int64_t n);
 void relu_backward(Stream stream, const float* x, const float* dy, float* dx, int64_t n);  // dx = dy * (x > 0)
 
+// ---- sigmoid.cu: y = 1 / (1 + exp(-x)), stable for large |x|; the backward reads the output y
+void sigmoid_forward(Stream stream, const float* x, float* y, int64_t n);
+void sigmoid_backward(Stream stream, const float* y, const float* dy, float* dx, int64_t n);  // dx = dy * y * (1 - y)
+
 // ---- add.cu: y = a + b (elementwise); axpy: y += alpha * x; mul: y = a * b
 void add(Stream stream, const float* a, const float* b, float* y, int64_t n);
 void axpy(Stream stream, float alpha, const float* x, float* y, int64_t n);

@@ -51,7 +51,7 @@ std::vector<std::vector<float>> network(Device d) {
   Tensor h = conv2d(x, w, b, {2, 2}, {1, 1});           // (2, 4, 5, 5)
   h = relu(batch_norm(h, gamma, beta, rm, rv));
   Tensor p = max_pool2d(h, {2, 2}, {1, 1}) + avg_pool2d(h, {2, 2}, {1, 1});  // (2, 4, 4, 4)
-  Tensor g = flatten(global_avg_pool2d(p));             // (2, 4)
+  Tensor g = sigmoid(flatten(global_avg_pool2d(p)));    // (2, 4)
   Tensor logits = dense(g, fw, fb);                      // (2, 5)
   Tensor loss = softmax_cross_entropy(logits, labels) + mse_loss(scale(logits, 0.5f), mul(logits, logits));
   loss.backward();
