@@ -36,30 +36,26 @@ std::function<double(const Vec&)> objective(const Vec& dy) {
 // float. Backward from the float y: y * (1 - y) loses 1 - y to rounding as y nears 1, an absolute
 // error below one ulp of 1 (6e-8) times |dy| <= 1, hence atol 1e-7.
 TEST_CASE("sigmoid forward and backward against double, and finite differences") {
-  Ctxs ctxs;
   double worst_fwd = 0, worst_bwd = 0;
-  for (const auto& c : ctxs.list)
-    for (int64_t n : kSizes) {
-      CAPTURE(c.threads);
-      CAPTURE(n);
-      Vec x = wide_data(n, 21), dy = lcg_data(n, 22), y(n), dx(n);
-      std::vector<double> ref(n), dref(n);
-      for (int64_t i = 0; i < n; ++i) ref[i] = ref_sigmoid(x[i]), dref[i] = dy[i] * ref[i] * (1.0 - ref[i]);
-      cpu::sigmoid_forward(c, x.data(), y.data(), n);
-      cpu::sigmoid_backward(c, y.data(), dy.data(), dx.data(), n);
-      CHECK(close(ref, y, 1e-44, 1e-6, "sigmoid"));
-      CHECK(close(dref, dx, 1e-7, 1e-5, "sigmoid_backward"));
-      for (int64_t i = 0; i < n; ++i) {
-        if (ref[i] >= std::numeric_limits<float>::min()) worst_fwd = std::max(worst_fwd, std::fabs(y[i] - ref[i]) / ref[i]);
-        worst_bwd = std::max(worst_bwd, std::fabs(dx[i] - dref[i]));
-      }
-      // Finite differences where the inputs are finite and not saturated (|x| <= 20 here).
-      Vec xs = lcg_data(n, 23), ys(n), dxs(n);
-      for (auto& v : xs) v *= 8.0f;
-      cpu::sigmoid_forward(c, xs.data(), ys.data(), n);
-      cpu::sigmoid_backward(c, ys.data(), dy.data(), dxs.data(), n);
-      CHECK(grad_ok(numeric_grad(xs, objective(dy)), dxs));
+  for_contexts_and_sizes([&](const cpu::Ctx& c, int64_t n) {
+    Vec x = wide_data(n, 21), dy = lcg_data(n, 22), y(n), dx(n);
+    std::vector<double> ref(n), dref(n);
+    for (int64_t i = 0; i < n; ++i) ref[i] = ref_sigmoid(x[i]), dref[i] = dy[i] * ref[i] * (1.0 - ref[i]);
+    cpu::sigmoid_forward(c, x.data(), y.data(), n);
+    cpu::sigmoid_backward(c, y.data(), dy.data(), dx.data(), n);
+    CHECK(close(ref, y, 1e-44, 1e-6, "sigmoid"));
+    CHECK(close(dref, dx, 1e-7, 1e-5, "sigmoid_backward"));
+    for (int64_t i = 0; i < n; ++i) {
+      if (ref[i] >= std::numeric_limits<float>::min()) worst_fwd = std::max(worst_fwd, std::fabs(y[i] - ref[i]) / ref[i]);
+      worst_bwd = std::max(worst_bwd, std::fabs(dx[i] - dref[i]));
     }
+    // Finite differences where the inputs are finite and not saturated (|x| <= 20 here).
+    Vec xs = lcg_data(n, 23), ys(n), dxs(n);
+    for (auto& v : xs) v *= 8.0f;
+    cpu::sigmoid_forward(c, xs.data(), ys.data(), n);
+    cpu::sigmoid_backward(c, ys.data(), dy.data(), dxs.data(), n);
+    CHECK(grad_ok(numeric_grad(xs, objective(dy)), dxs));
+  });
   MESSAGE("worst relative error of the forward (normal floats) " << worst_fwd << ", absolute of the backward " << worst_bwd);
 }
 

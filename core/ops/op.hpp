@@ -82,4 +82,25 @@ void run(const char* op, std::initializer_list<Tensor> touched, Kernel&& kernel)
   launch(touched.begin()->device(), op, keep(touched), std::forward<Kernel>(kernel));
 }
 
+// An activation whose backward needs only its output (relu, sigmoid): y = forward(x) elementwise, and
+// in backward gx = backward(y, gy). op and backward_op name the kernels in traces: string literals
+// (streams keep the pointers). forward(c, X, Y, n) and backward(c, Y, G, GX, n) call the kernels.
+// The backward keeps y's memory, not x's: x, often a BatchNorm output nothing else keeps, is then
+// freed (PyTorch's ReLU(inplace=True) saves the same). Holding y's storage, not y, keeps y's graph
+// node out of its own closure.
+template <class Forward, class Backward>
+Tensor activation(const char* op, const char* backward_op, const Tensor& x, Forward forward, Backward backward) {
+  Tensor y = elementwise_output(op, {x});
+  const int64_t n = x.numel();
+  run(op, {x, y}, [=, X = x.data(), Y = y.data()](const Ctx& c) { forward(c, X, Y, n); });
+  record(y, op, {x}, [=, ys = y.storage(), shape = x.shape()](const Tensor& gy) {
+    Tensor gx = Tensor::empty(shape, gy.device());
+    const float *Y = static_cast<const float*>(ys->ptr), *G = gy.data();
+    float* GX = gx.data();
+    launch(gy.device(), backward_op, {ys, gy.storage(), gx.storage()}, [=](const Ctx& c) { backward(c, Y, G, GX, n); });
+    return std::vector<Tensor>{gx};
+  });
+  return y;
+}
+
 }  // namespace d2l::detail
