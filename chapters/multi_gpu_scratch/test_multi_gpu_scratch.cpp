@@ -313,16 +313,7 @@ TEST_CASE("exercise 5: --activation sigmoid reaches train_batch: 2 devices equal
   // One epoch of 20 steps of batch 10 on generated data. (At the book's N(0, 0.01) initialisation a
   // sigmoid LeNet sits at chance for many epochs, so "the loss falls" is not what this can show.)
   auto config = [](const std::string& activation, int devices) {
-    scratch::Config c;
-    c.devices = cpus(devices);
-    c.train_data = make_image_classification(200, 28, 10, 11);
-    c.test_data = make_image_classification(40, 28, 10, 12);
-    c.batch_size = 10;
-    c.lr = 0.5f;
-    c.num_epochs = 1;
-    c.verbose = false;
-    c.plot = "";
-    c.seed = 3;
+    scratch::Config c = small(devices);
     c.activation = activation;
     return c;
   };

@@ -23,21 +23,15 @@ __global__ void mul_kernel(const float* a, const float* b, float* y, int64_t n) 
 }
 
 void add(Stream stream, const float* a, const float* b, float* y, int64_t n) {
-  if (n <= 0) return;
-  D2L_LAUNCH(add_kernel, grid_for(n), kThreads, 0, stream)(a, b, y, n);
-  D2L_CHECK_LAUNCH(add_kernel);
+  D2L_LAUNCH_OVER(n, stream, add_kernel, a, b, y, n);
 }
 
 void axpy(Stream stream, float alpha, const float* x, float* y, int64_t n) {
-  if (n <= 0) return;
-  D2L_LAUNCH(axpy_kernel, grid_for(n), kThreads, 0, stream)(alpha, x, y, n);
-  D2L_CHECK_LAUNCH(axpy_kernel);
+  D2L_LAUNCH_OVER(n, stream, axpy_kernel, alpha, x, y, n);
 }
 
 void mul(Stream stream, const float* a, const float* b, float* y, int64_t n) {
-  if (n <= 0) return;
-  D2L_LAUNCH(mul_kernel, grid_for(n), kThreads, 0, stream)(a, b, y, n);
-  D2L_CHECK_LAUNCH(mul_kernel);
+  D2L_LAUNCH_OVER(n, stream, mul_kernel, a, b, y, n);
 }
 
 }  // namespace D2L_CUDA_NS

@@ -33,9 +33,7 @@ __global__ void count_correct_kernel(const float* __restrict__ x, const int32_t*
 }
 
 void argmax(Stream stream, const float* x, int32_t* idx, int64_t N, int64_t K) {
-  if (N <= 0) return;
-  D2L_LAUNCH(argmax_kernel, grid_for(N), kThreads, 0, stream)(x, idx, N, K);
-  D2L_CHECK_LAUNCH(argmax_kernel);
+  D2L_LAUNCH_OVER(N, stream, argmax_kernel, x, idx, N, K);
 }
 
 void count_correct(Stream stream, const float* x, const int32_t* labels, float* correct, int64_t N, int64_t K) {

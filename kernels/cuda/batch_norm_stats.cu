@@ -157,9 +157,7 @@ void batch_norm_stats_forward(Stream stream, int64_t N, int64_t C, int64_t HW, c
 void batch_norm_stats_backward(Stream stream, int64_t N, int64_t C, int64_t HW, const float* x, const float* stats,
                                const float* dstats, float* dx) {
   const int64_t n = N * C * HW;
-  if (n <= 0) return;
-  D2L_LAUNCH(batch_norm_stats_backward_kernel, grid_for(n), kThreads, 0, stream)(N, C, HW, x, stats, dstats, dx);
-  D2L_CHECK_LAUNCH(batch_norm_stats_backward_kernel);
+  D2L_LAUNCH_OVER(n, stream, batch_norm_stats_backward_kernel, N, C, HW, x, stats, dstats, dx);
 }
 
 void batch_norm_combine_forward(Stream stream, int64_t K, int64_t C, const int32_t* counts, const float* stats,

@@ -36,9 +36,7 @@ __global__ void bias_add_backward_kernel(const float* __restrict__ dy, float* __
 void bias_add_forward(Stream stream, const float* x, const float* b, float* y, int64_t outer, int64_t C,
                       int64_t inner) {
   const int64_t n = outer * C * inner;
-  if (n <= 0) return;
-  D2L_LAUNCH(bias_add_forward_kernel, grid_for(n), kThreads, 0, stream)(x, b, y, outer, C, inner);
-  D2L_CHECK_LAUNCH(bias_add_forward_kernel);
+  D2L_LAUNCH_OVER(n, stream, bias_add_forward_kernel, x, b, y, outer, C, inner);
 }
 
 void bias_add_backward(Stream stream, const float* dy, float* db, int64_t outer, int64_t C, int64_t inner) {

@@ -1,11 +1,21 @@
 // Small helpers shared by the kernels/cuda/*.cu launchers (after d2l_cuda.cuh, inside D2L_CUDA_NS):
 //   grid_for(n)       the grid of an elementwise kernel over n items (256 threads a block)
+//   D2L_LAUNCH_OVER(n, stream, kernel, args...)   an elementwise kernel's launch: nothing when n <= 0,
+//                     else grid_for(n) blocks of kThreads, then the launch check
 //   ScratchBuffer<T>  a temporary device buffer owned by one launcher (conv2d's col, sum's partials)
 #pragma once
 #include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#define D2L_LAUNCH_OVER(n, stream, kernel, ...)                        \
+  do {                                                                 \
+    if ((n) > 0) {                                                     \
+      D2L_LAUNCH(kernel, grid_for(n), kThreads, 0, stream)(__VA_ARGS__); \
+      D2L_CHECK_LAUNCH(kernel);                                        \
+    }                                                                  \
+  } while (0)
 
 namespace D2L_CUDA_NS {
 

@@ -100,23 +100,17 @@ __global__ void conv2d_backward_weight_direct_kernel(Conv2dShape s, int64_t OH, 
 
 void conv2d_forward_direct(Stream stream, const Conv2dShape& s, const float* x, const float* w, float* y) {
   const int64_t OH = s.OH(), OW = s.OW(), n = s.N * s.OC * OH * OW;
-  if (n <= 0) return;
-  D2L_LAUNCH(conv2d_forward_direct_kernel, grid_for(n), kThreads, 0, stream)(s, OH, OW, x, w, y);
-  D2L_CHECK_LAUNCH(conv2d_forward_direct_kernel);
+  D2L_LAUNCH_OVER(n, stream, conv2d_forward_direct_kernel, s, OH, OW, x, w, y);
 }
 
 void conv2d_backward_data_direct(Stream stream, const Conv2dShape& s, const float* dy, const float* w, float* dx) {
   const int64_t n = s.N * s.C * s.H * s.W;
-  if (n <= 0) return;
-  D2L_LAUNCH(conv2d_backward_data_direct_kernel, grid_for(n), kThreads, 0, stream)(s, s.OH(), s.OW(), dy, w, dx);
-  D2L_CHECK_LAUNCH(conv2d_backward_data_direct_kernel);
+  D2L_LAUNCH_OVER(n, stream, conv2d_backward_data_direct_kernel, s, s.OH(), s.OW(), dy, w, dx);
 }
 
 void conv2d_backward_weight_direct(Stream stream, const Conv2dShape& s, const float* x, const float* dy, float* dw) {
   const int64_t n = s.OC * s.C * s.KH * s.KW;
-  if (n <= 0) return;
-  D2L_LAUNCH(conv2d_backward_weight_direct_kernel, grid_for(n), kThreads, 0, stream)(s, s.OH(), s.OW(), x, dy, dw);
-  D2L_CHECK_LAUNCH(conv2d_backward_weight_direct_kernel);
+  D2L_LAUNCH_OVER(n, stream, conv2d_backward_weight_direct_kernel, s, s.OH(), s.OW(), x, dy, dw);
 }
 
 // ======== kernel2: im2col + the GEMM (+ col2im), one image at a time ========
@@ -193,16 +187,12 @@ __global__ void col2im_kernel(Conv2dShape s, int64_t OH, int64_t OW, const float
 // ---- launchers
 void im2col(Stream stream, const Conv2dShape& s, const float* x_img, float* col) {
   const int64_t n = col_rows(s) * col_cols(s);
-  if (n <= 0) return;
-  D2L_LAUNCH(im2col_kernel, grid_for(n), kThreads, 0, stream)(s, s.OH(), s.OW(), x_img, col);
-  D2L_CHECK_LAUNCH(im2col_kernel);
+  D2L_LAUNCH_OVER(n, stream, im2col_kernel, s, s.OH(), s.OW(), x_img, col);
 }
 
 void col2im(Stream stream, const Conv2dShape& s, const float* col, float* dx_img) {
   const int64_t n = s.C * s.H * s.W;
-  if (n <= 0) return;
-  D2L_LAUNCH(col2im_kernel, grid_for(n), kThreads, 0, stream)(s, s.OH(), s.OW(), col, dx_img);
-  D2L_CHECK_LAUNCH(col2im_kernel);
+  D2L_LAUNCH_OVER(n, stream, col2im_kernel, s, s.OH(), s.OW(), col, dx_img);
 }
 
 // The columns of image x_img: im2col into `col`, or, for a 1x1 stride-1 unpadded conv, the image

@@ -25,21 +25,15 @@ __global__ void scale_kernel(const float* x, float* y, int64_t n, float alpha) {
 }
 
 void fill(Stream stream, float* x, int64_t n, float value) {
-  if (n <= 0) return;
-  D2L_LAUNCH(fill_kernel, grid_for(n), kThreads, 0, stream)(x, n, value);
-  D2L_CHECK_LAUNCH(fill_kernel);
+  D2L_LAUNCH_OVER(n, stream, fill_kernel, x, n, value);
 }
 
 void copy(Stream stream, const float* src, float* dst, int64_t n) {
-  if (n <= 0) return;
-  D2L_LAUNCH(copy_kernel, grid_for(n), kThreads, 0, stream)(src, dst, n);
-  D2L_CHECK_LAUNCH(copy_kernel);
+  D2L_LAUNCH_OVER(n, stream, copy_kernel, src, dst, n);
 }
 
 void scale(Stream stream, const float* x, float* y, int64_t n, float alpha) {
-  if (n <= 0) return;
-  D2L_LAUNCH(scale_kernel, grid_for(n), kThreads, 0, stream)(x, y, n, alpha);
-  D2L_CHECK_LAUNCH(scale_kernel);
+  D2L_LAUNCH_OVER(n, stream, scale_kernel, x, y, n, alpha);
 }
 
 }  // namespace D2L_CUDA_NS

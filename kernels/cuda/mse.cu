@@ -21,15 +21,11 @@ __global__ void mse_backward_kernel(const float* p, const float* t, const float*
 }
 
 void mse_forward(Stream stream, const float* p, const float* t, float* l, int64_t n) {
-  if (n <= 0) return;
-  D2L_LAUNCH(mse_forward_kernel, grid_for(n), kThreads, 0, stream)(p, t, l, n);
-  D2L_CHECK_LAUNCH(mse_forward_kernel);
+  D2L_LAUNCH_OVER(n, stream, mse_forward_kernel, p, t, l, n);
 }
 
 void mse_backward(Stream stream, const float* p, const float* t, const float* dl, float* dp, int64_t n) {
-  if (n <= 0) return;
-  D2L_LAUNCH(mse_backward_kernel, grid_for(n), kThreads, 0, stream)(p, t, dl, dp, n);
-  D2L_CHECK_LAUNCH(mse_backward_kernel);
+  D2L_LAUNCH_OVER(n, stream, mse_backward_kernel, p, t, dl, dp, n);
 }
 
 }  // namespace D2L_CUDA_NS

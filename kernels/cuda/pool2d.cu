@@ -131,30 +131,22 @@ __global__ void global_avg_pool_backward_kernel(int64_t planes, int64_t HW, cons
 // ---- launchers
 void max_pool2d_forward(Stream stream, const Pool2dShape& s, const float* x, float* y, int32_t* argmax) {
   const int64_t OH = s.OH(), OW = s.OW(), n = s.N * s.C * OH * OW;
-  if (n <= 0) return;
-  D2L_LAUNCH(max_pool2d_forward_kernel, grid_for(n), kThreads, 0, stream)(s, OH, OW, x, y, argmax);
-  D2L_CHECK_LAUNCH(max_pool2d_forward_kernel);
+  D2L_LAUNCH_OVER(n, stream, max_pool2d_forward_kernel, s, OH, OW, x, y, argmax);
 }
 
 void max_pool2d_backward(Stream stream, const Pool2dShape& s, const float* dy, const int32_t* argmax, float* dx) {
   const int64_t n = s.N * s.C * s.H * s.W;
-  if (n <= 0) return;
-  D2L_LAUNCH(max_pool2d_backward_kernel, grid_for(n), kThreads, 0, stream)(s, s.OH(), s.OW(), dy, argmax, dx);
-  D2L_CHECK_LAUNCH(max_pool2d_backward_kernel);
+  D2L_LAUNCH_OVER(n, stream, max_pool2d_backward_kernel, s, s.OH(), s.OW(), dy, argmax, dx);
 }
 
 void avg_pool2d_forward(Stream stream, const Pool2dShape& s, const float* x, float* y) {
   const int64_t OH = s.OH(), OW = s.OW(), n = s.N * s.C * OH * OW;
-  if (n <= 0) return;
-  D2L_LAUNCH(avg_pool2d_forward_kernel, grid_for(n), kThreads, 0, stream)(s, OH, OW, x, y);
-  D2L_CHECK_LAUNCH(avg_pool2d_forward_kernel);
+  D2L_LAUNCH_OVER(n, stream, avg_pool2d_forward_kernel, s, OH, OW, x, y);
 }
 
 void avg_pool2d_backward(Stream stream, const Pool2dShape& s, const float* dy, float* dx) {
   const int64_t n = s.N * s.C * s.H * s.W;
-  if (n <= 0) return;
-  D2L_LAUNCH(avg_pool2d_backward_kernel, grid_for(n), kThreads, 0, stream)(s, s.OH(), s.OW(), dy, dx);
-  D2L_CHECK_LAUNCH(avg_pool2d_backward_kernel);
+  D2L_LAUNCH_OVER(n, stream, avg_pool2d_backward_kernel, s, s.OH(), s.OW(), dy, dx);
 }
 
 void global_avg_pool_forward(Stream stream, int64_t N, int64_t C, int64_t HW, const float* x, float* y) {

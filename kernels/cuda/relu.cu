@@ -19,15 +19,11 @@ __global__ void relu_backward_kernel(const float* x, const float* dy, float* dx,
 }
 
 void relu_forward(Stream stream, const float* x, float* y, int64_t n) {
-  if (n <= 0) return;
-  D2L_LAUNCH(relu_forward_kernel, grid_for(n), kThreads, 0, stream)(x, y, n);
-  D2L_CHECK_LAUNCH(relu_forward_kernel);
+  D2L_LAUNCH_OVER(n, stream, relu_forward_kernel, x, y, n);
 }
 
 void relu_backward(Stream stream, const float* x, const float* dy, float* dx, int64_t n) {
-  if (n <= 0) return;
-  D2L_LAUNCH(relu_backward_kernel, grid_for(n), kThreads, 0, stream)(x, dy, dx, n);
-  D2L_CHECK_LAUNCH(relu_backward_kernel);
+  D2L_LAUNCH_OVER(n, stream, relu_backward_kernel, x, dy, dx, n);
 }
 
 }  // namespace D2L_CUDA_NS

@@ -60,15 +60,11 @@ __global__ void uniform_kernel(float* x, int64_t n, uint64_t seed, uint64_t offs
 }
 
 void normal(Stream stream, float* x, int64_t n, uint64_t seed, uint64_t offset, float mean, float stddev) {
-  if (n <= 0) return;
-  D2L_LAUNCH(normal_kernel, grid_for(n), kThreads, 0, stream)(x, n, seed, offset, mean, stddev);
-  D2L_CHECK_LAUNCH(normal_kernel);
+  D2L_LAUNCH_OVER(n, stream, normal_kernel, x, n, seed, offset, mean, stddev);
 }
 
 void uniform(Stream stream, float* x, int64_t n, uint64_t seed, uint64_t offset, float lo, float hi) {
-  if (n <= 0) return;
-  D2L_LAUNCH(uniform_kernel, grid_for(n), kThreads, 0, stream)(x, n, seed, offset, lo, hi);
-  D2L_CHECK_LAUNCH(uniform_kernel);
+  D2L_LAUNCH_OVER(n, stream, uniform_kernel, x, n, seed, offset, lo, hi);
 }
 
 }  // namespace D2L_CUDA_NS

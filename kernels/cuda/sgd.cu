@@ -12,9 +12,7 @@ __global__ void sgd_update_kernel(float* __restrict__ w, const float* __restrict
 }
 
 void sgd_update(Stream stream, float* w, const float* g, int64_t n, float lr) {
-  if (n <= 0) return;
-  D2L_LAUNCH(sgd_update_kernel, grid_for(n), kThreads, 0, stream)(w, g, n, lr);
-  D2L_CHECK_LAUNCH(sgd_update_kernel);
+  D2L_LAUNCH_OVER(n, stream, sgd_update_kernel, w, g, n, lr);
 }
 
 }  // namespace D2L_CUDA_NS

@@ -23,15 +23,11 @@ __global__ void sigmoid_backward_kernel(const float* y, const float* dy, float* 
 }
 
 void sigmoid_forward(Stream stream, const float* x, float* y, int64_t n) {
-  if (n <= 0) return;
-  D2L_LAUNCH(sigmoid_forward_kernel, grid_for(n), kThreads, 0, stream)(x, y, n);
-  D2L_CHECK_LAUNCH(sigmoid_forward_kernel);
+  D2L_LAUNCH_OVER(n, stream, sigmoid_forward_kernel, x, y, n);
 }
 
 void sigmoid_backward(Stream stream, const float* y, const float* dy, float* dx, int64_t n) {
-  if (n <= 0) return;
-  D2L_LAUNCH(sigmoid_backward_kernel, grid_for(n), kThreads, 0, stream)(y, dy, dx, n);
-  D2L_CHECK_LAUNCH(sigmoid_backward_kernel);
+  D2L_LAUNCH_OVER(n, stream, sigmoid_backward_kernel, y, dy, dx, n);
 }
 
 }  // namespace D2L_CUDA_NS
