@@ -81,12 +81,11 @@ TEST_CASE("host <-> GPU copies are exact, with byte offsets; the allocator reuse
   CHECK(alloc.stats().reuses > before);
 }
 
-TEST_CASE("copies between every pair of GPUs (peer or staged) and back to the host are exact") {
+// With one GPU, main() leaves this case out and says so; doctest counts it as skipped.
+const char* const kPeerCopies = "copies between every pair of GPUs (peer or staged) and back to the host are exact";
+TEST_CASE(kPeerCopies) {
   int n = device_count();
-  if (n < 2) {
-    MESSAGE("skipped: one GPU, the peer-copy case needs two");
-    return;
-  }
+  REQUIRE(n >= 2);
   auto v = lcg_data(3 << 20, 9);  // 12 MB: several chunks of a staged copy
   for (int i = 0; i < n; ++i)
     for (int j = 0; j < n; ++j)
@@ -149,5 +148,9 @@ int main(int argc, char** argv) {
   }
   doctest::Context ctx;
   ctx.applyCommandLine(argc, argv);
+  if (device_count() < 2) {
+    std::printf("skipped: \"%s\": one GPU, the case needs two\n", kPeerCopies);
+    ctx.addFilter("test-case-exclude", kPeerCopies);
+  }
   return ctx.run();
 }
