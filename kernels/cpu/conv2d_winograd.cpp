@@ -96,14 +96,15 @@ struct F4 {
 // out (R, R) = L (R, K) @ X (K, K) @ L^T: the shape of all three transforms (L = B^T, G or A^T).
 // The loops unroll and the matrices are constants, so the products by 0 vanish and those by 1 are
 // plain additions: what the transforms cost is their nonzero entries, as if written out by hand.
-template <int R, int K>
-[[gnu::always_inline]] inline void sandwich(const float (&L)[R][K], const float (&X)[K][K], float (&out)[R][R]) {
-  float LX[R][K];
+// E is float, or Lanes: kLanes tiles at once, one per lane, each lane computed as the float code.
+template <int R, int K, class E>
+[[gnu::always_inline]] inline void sandwich(const float (&L)[R][K], const E (&X)[K][K], E (&out)[R][R]) {
+  E LX[R][K];
 #pragma GCC unroll 8
   for (int i = 0; i < R; ++i)
 #pragma GCC unroll 8
     for (int j = 0; j < K; ++j) {
-      float acc = 0.0f;
+      E acc{};
       bool any = false;
 #pragma GCC unroll 8
       for (int k = 0; k < K; ++k)
@@ -114,7 +115,7 @@ template <int R, int K>
   for (int i = 0; i < R; ++i)
 #pragma GCC unroll 8
     for (int j = 0; j < R; ++j) {
-      float acc = 0.0f;
+      E acc{};
       bool any = false;
 #pragma GCC unroll 8
       for (int k = 0; k < K; ++k)
@@ -122,6 +123,11 @@ template <int R, int K>
       out[i][j] = acc;
     }
 }
+
+// The input and output transforms take kLanes tiles at a time in GCC's vector extension (SSE on
+// x86-64; plain scalar code on a machine without vectors): the same float operations per tile.
+constexpr int kLanes = 4;
+typedef float Lanes __attribute__((vector_size(kLanes * sizeof(float))));
 
 constexpr int64_t kChunkFloats = int64_t{1} << 19;  // V and M of a chunk: 2 MiB, about one core's L2
 constexpr int64_t kMinTiles = 32;                   // GEMMs narrower than this lose more than cache wins
@@ -160,26 +166,42 @@ void winograd(const Ctx& c, const Conv2dShape& s, const float* x, const float* w
     Scratch<float> V_buf(c.workspace, T * C * np), M_buf(c.workspace, T * OC * np);
     float* V = V_buf.data();
     float* M = M_buf.data();
-    // V[.][ci][p] = B^T d B, d the alpha x alpha input tile (zeros outside the image).
+    // Where each tile reads: image n, top-left input pixel (ih0, iw0), and whether it lies inside.
+    Scratch<int64_t> where_buf(c.workspace, 3 * np);
+    int64_t* where = where_buf.data();
+    for (int64_t p = 0; p < np; ++p) {
+      const int64_t tile = t0 + p, n = tile / (TH * TW), ty = tile / TW % TH, tx = tile % TW;
+      where[3 * p] = n, where[3 * p + 1] = ty * m - s.pad_h, where[3 * p + 2] = tx * m - s.pad_w;
+    }
+    // V[.][ci][p] = B^T d B, d the alpha x alpha input tile (zeros outside the image), kLanes tiles at once.
     pc.parallel_for(C, [&](int64_t begin, int64_t end) {
       for (int64_t ci = begin; ci < end; ++ci)
-        for (int64_t p = 0; p < np; ++p) {
-          const int64_t tile = t0 + p, n = tile / (TH * TW), ty = tile / TW % TH, tx = tile % TW;
-          const int64_t ih0 = ty * m - s.pad_h, iw0 = tx * m - s.pad_w;
-          const float* xc = x + (n * C + ci) * s.H * s.W;
-          float d[a][a], v[a][a];
-          if (ih0 >= 0 && iw0 >= 0 && ih0 + a <= s.H && iw0 + a <= s.W) {
-            for (int r = 0; r < a; ++r)
-              for (int q = 0; q < a; ++q) d[r][q] = xc[(ih0 + r) * s.W + iw0 + q];
-          } else {
-            for (int r = 0; r < a; ++r)
-              for (int q = 0; q < a; ++q) {
-                const int64_t ih = ih0 + r, iw = iw0 + q;
-                d[r][q] = ih >= 0 && ih < s.H && iw >= 0 && iw < s.W ? xc[ih * s.W + iw] : 0.0f;
-              }
+        for (int64_t p = 0; p < np; p += kLanes) {
+          const int lanes = static_cast<int>(std::min<int64_t>(kLanes, np - p));
+          Lanes d[a][a], v[a][a];
+          for (int l = 0; l < kLanes; ++l) {
+            const int64_t* at = where + 3 * (p + std::min(l, lanes - 1));  // spare lanes repeat the last tile
+            const int64_t ih0 = at[1], iw0 = at[2];
+            const float* xc = x + (at[0] * C + ci) * s.H * s.W;
+            if (ih0 >= 0 && iw0 >= 0 && ih0 + a <= s.H && iw0 + a <= s.W) {
+              for (int r = 0; r < a; ++r)
+                for (int q = 0; q < a; ++q) d[r][q][l] = xc[(ih0 + r) * s.W + iw0 + q];
+            } else {  // zeros, then the rows [r0, r1) and columns [q0, q1) that lie inside the image
+              const int64_t r0 = std::clamp<int64_t>(-ih0, 0, a), r1 = std::clamp<int64_t>(s.H - ih0, r0, a);
+              const int64_t q0 = std::clamp<int64_t>(-iw0, 0, a), q1 = std::clamp<int64_t>(s.W - iw0, q0, a);
+              for (int r = 0; r < a; ++r)
+                for (int q = 0; q < a; ++q) d[r][q][l] = 0.0f;
+              for (int64_t r = r0; r < r1; ++r)
+                for (int64_t q = q0; q < q1; ++q) d[r][q][l] = xc[(ih0 + r) * s.W + iw0 + q];
+            }
           }
           sandwich(F::BT, d, v);
-          for (int t = 0; t < T; ++t) V[(t * C + ci) * np + p] = v[t / a][t % a];
+          for (int t = 0; t < T; ++t) {
+            float* out = V + (t * C + ci) * np + p;
+            if (lanes == kLanes) __builtin_memcpy(out, &v[t / a][t % a], sizeof(Lanes));
+            else
+              for (int l = 0; l < lanes; ++l) out[l] = v[t / a][t % a][l];
+          }
         }
     });
     // M[t] (OC, np) = U[t] (OC, C) @ V[t] (C, np), one one-thread GEMM each.
@@ -187,18 +209,27 @@ void winograd(const Ctx& c, const Conv2dShape& s, const float* x, const float* w
       for (int64_t t = begin; t < end; ++t)
         gemm(serial_ctx(), false, false, OC, np, C, 1.0f, U + t * OC * C, V + t * C * np, 0.0f, M + t * OC * np);
     });
-    // y tile = A^T M A, cut at the output's edge.
+    // y tile = A^T M A, cut at the output's edge, kLanes tiles at once.
     pc.parallel_for(OC, [&](int64_t begin, int64_t end) {
       for (int64_t oc = begin; oc < end; ++oc)
-        for (int64_t p = 0; p < np; ++p) {
-          const int64_t tile = t0 + p, n = tile / (TH * TW), ty = tile / TW % TH, tx = tile % TW;
-          float mt[a][a], yt[m][m];
-          for (int t = 0; t < T; ++t) mt[t / a][t % a] = M[(t * OC + oc) * np + p];
+        for (int64_t p = 0; p < np; p += kLanes) {
+          const int lanes = static_cast<int>(std::min<int64_t>(kLanes, np - p));
+          Lanes mt[a][a], yt[m][m];
+          for (int t = 0; t < T; ++t) {
+            const float* in = M + (t * OC + oc) * np + p;
+            if (lanes == kLanes) __builtin_memcpy(&mt[t / a][t % a], in, sizeof(Lanes));
+            else
+              for (int l = 0; l < kLanes; ++l) mt[t / a][t % a][l] = in[std::min(l, lanes - 1)];
+          }
           sandwich(F::AT, mt, yt);
-          float* yc = y + (n * OC + oc) * OH * OW;
-          const int64_t rows = std::min<int64_t>(m, OH - ty * m), cols = std::min<int64_t>(m, OW - tx * m);
-          for (int64_t r = 0; r < rows; ++r)
-            for (int64_t q = 0; q < cols; ++q) yc[(ty * m + r) * OW + tx * m + q] = yt[r][q];
+          for (int l = 0; l < lanes; ++l) {
+            const int64_t* at = where + 3 * (p + l);
+            const int64_t oh0 = at[1] + s.pad_h, ow0 = at[2] + s.pad_w;  // the tile's first output
+            float* yc = y + (at[0] * OC + oc) * OH * OW;
+            const int64_t rows = std::min<int64_t>(m, OH - oh0), cols = std::min<int64_t>(m, OW - ow0);
+            for (int64_t r = 0; r < rows; ++r)
+              for (int64_t q = 0; q < cols; ++q) yc[(oh0 + r) * OW + ow0 + q] = yt[r][q][l];
+          }
         }
     });
   };
