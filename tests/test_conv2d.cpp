@@ -190,6 +190,27 @@ TEST_CASE("set_conv2d_kernel chooses the member conv2d_forward runs") {
   k::set_conv2d_kernel(Conv2dKernel::im2col);
 }
 
+// automatic runs kernel3 F(4x4, 3x3) only on 3x3 stride-1 convs with 16+ channels and at least one
+// 4x4 output tile per channel (conv2d.cpp says why), and then the very same code: bitwise equal.
+TEST_CASE("conv2d automatic picks winograd for many tiles per channel, im2col otherwise") {
+  const Conv2dShape many{4, 16, 13, 11, 24, 3, 3, 1, 1, 1, 1};  // 4 * 4 * 3 = 48 tiles >= 24 channels
+  CHECK(k::conv2d_auto_kernel(many) == Conv2dKernel::winograd);
+  CHECK(k::conv2d_auto_kernel({32, 64, 28, 28, 64, 3, 3, 1, 1, 1, 1}) == Conv2dKernel::winograd);  // ResNet-18 stage 1
+  CHECK(k::conv2d_auto_kernel({32, 512, 4, 4, 512, 3, 3, 1, 1, 1, 1}) == Conv2dKernel::im2col);    // 32 tiles, 512 channels
+  CHECK(k::conv2d_auto_kernel({32, 1, 28, 28, 64, 3, 3, 1, 1, 1, 1}) == Conv2dKernel::im2col);     // one input channel
+  CHECK(k::conv2d_auto_kernel({32, 64, 28, 28, 128, 3, 3, 2, 2, 1, 1}) == Conv2dKernel::im2col);   // stride 2
+  CHECK(k::conv2d_auto_kernel({32, 64, 28, 28, 64, 1, 1, 1, 1, 0, 0}) == Conv2dKernel::im2col);    // 1x1
+  const Ctx c = d2l::kernels::cpu::serial_ctx();
+  auto x = lcg_data(x_size(many), 1), w = lcg_data(w_size(many), 2), r = lcg_data(y_size(many), 3);
+  k::set_conv2d_kernel(Conv2dKernel::automatic);
+  std::vector<float> y(static_cast<size_t>(y_size(many))), dx(static_cast<size_t>(x_size(many)));
+  k::conv2d_forward(c, many, x.data(), w.data(), y.data());
+  k::conv2d_backward_data(c, many, r.data(), w.data(), dx.data());
+  k::set_conv2d_kernel(Conv2dKernel::im2col);
+  CHECK(y == forward(c, many, x, w, Conv2dKernel::winograd));
+  CHECK(dx == grad_x(c, many, r, w, Conv2dKernel::winograd));
+}
+
 // Conv is linear in x and in w, so central differences are exact up to double rounding (~1e-12
 // here); the tolerance (atol 1e-4, rtol 1e-4) covers the kernels' float accumulation.
 TEST_CASE("conv2d backward_data and backward_weight of every member match finite differences") {

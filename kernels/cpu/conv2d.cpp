@@ -373,10 +373,18 @@ static std::atomic<Conv2dKernel> g_conv2d_kernel{Conv2dKernel::im2col};
 void set_conv2d_kernel(Conv2dKernel k) { g_conv2d_kernel.store(k, std::memory_order_relaxed); }
 Conv2dKernel conv2d_kernel() { return g_conv2d_kernel.load(std::memory_order_relaxed); }
 
-// AUTO_RULE
+// automatic's rule, from bench/conv2d_bench (one thread, Haswell sgemm; see bench/README.md):
+// F(4x4, 3x3) beat im2col by 1.2-1.6x on 3x3 stride-1 convs with many 4x4 output tiles per channel
+// (ResNet-18's 64 and 128 channels at batch 32, ResNet-50's 64 and 128 at batch 4), tied at one tile
+// per 2 channels, and lost up to 3x with fewer (512 channels on 4x4 or 7x7 images): its filter
+// transform and the alpha^2 GEMMs' packing of U (alpha^2 * OC * C floats) are paid per call
+// whatever the number of tiles, so it needs at least one tile per channel to pay them back. With
+// one input channel (a network's first conv) its GEMMs have K = 1 and im2col wins 5x. F(2x2, 3x3)
+// won nowhere against both.
 Conv2dKernel conv2d_auto_kernel(const Conv2dShape& s) {
-  if (conv2d_winograd_fits(s) && s.C >= 16 && s.OC >= 16) return Conv2dKernel::winograd;
-  return Conv2dKernel::im2col;
+  if (!conv2d_winograd_fits(s) || s.C < 16 || s.OC < 16) return Conv2dKernel::im2col;
+  const int64_t tiles = s.N * ((s.OH() + 3) / 4) * ((s.OW() + 3) / 4);
+  return tiles >= std::max(s.C, s.OC) ? Conv2dKernel::winograd : Conv2dKernel::im2col;
 }
 
 // The member that runs for s: the one chosen, or automatic's choice for s.
