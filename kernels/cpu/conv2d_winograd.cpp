@@ -24,8 +24,8 @@
 // tests/test_conv2d.cpp checks both against a double-precision convolution.
 //
 // Accuracy: the transforms of F(4, 3) scale by up to 5 (B^T) and 8 (A^T) and cancel again, so its
-// float rounding error is about 10x im2col's (measured: ~1e-4 of the outputs' size at C = 512;
-// F(2, 3) stays at im2col's).
+// float rounding error is ~30x im2col's: worst 4.2e-5 of the outputs' root mean square on the
+// networks' shapes (1.3e-6 for im2col; 1.9e-6 for F(2, 3), whose transforms only add and halve).
 //
 // Work split: the filter transform U (alpha^2, OC, C) is made once per call. The tiles of all the
 // images (n, tile row, tile column) are cut into chunks of a size fixed by the shape alone; per chunk,
