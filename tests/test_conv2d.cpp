@@ -63,7 +63,7 @@ const std::vector<Conv2dShape> kShapes = {
     {1, 3, 11, 9, 7, 3, 3, 1, 1, 0, 0},   // padding 0, odd sizes: 9x7 outputs
     {2, 7, 5, 6, 3, 3, 3, 1, 1, 2, 2},    // padding 2: 7x8 outputs
     {1, 2, 3, 4, 2, 3, 3, 1, 1, 3, 1},    // padding (3, 1): backward_data cannot use kernel3
-    {3, 13, 9, 10, 5, 3, 3, 1, 1, 1, 0},  // 13 channels, padding (1, 0)
+    {2, 13, 7, 10, 5, 3, 3, 1, 1, 1, 0},  // 13 channels, padding (1, 0)
 };
 
 std::string describe(const Conv2dShape& s) {
@@ -365,8 +365,10 @@ TEST_CASE("conv2d members on the networks' shapes: double reference, kernel1, th
     for (Conv2dKernel m : kMembers) {
       if (m == Conv2dKernel::direct) continue;
       INFO(name(m) << ": " << ns.name << ": " << describe(s));
-      std::vector<std::vector<float>> ys, dxs;
+      std::vector<std::vector<float>> ys, dxs;  // 1, 2 and 3 threads (kernel2's code: 1 thread)
+      const bool winograd = m != Conv2dKernel::im2col && k::conv2d_winograd_fits(s);
       d2l::test::for_thread_counts([&](const Ctx& c) {
+        if (c.threads > 1 && !winograd) return;
         ys.push_back(forward(c, s, x, w, m));
         dxs.push_back(grad_x(c, s, r, w, m));
       });
@@ -381,14 +383,13 @@ TEST_CASE("conv2d members on the networks' shapes: double reference, kernel1, th
       // against kernel1 in float: both errors may add up
       CHECK(close(d2l::test::to_double(y1), ys[0], (tol + kKernel1Tol) * rms(y_ref), 0, "y vs kernel1"));
       CHECK(close(d2l::test::to_double(dx1), dxs[0], (tol + kKernel1Tol) * rms(dx_ref), 0, "dx vs kernel1"));
-      // kernel3 splits its work by the shape alone: bitwise the same for 1, 2, 3 threads (where it falls
-      // back to kernel2, gemm's row split for a chunk per image can differ in the last bit)
-      if (m != Conv2dKernel::im2col && k::conv2d_winograd_fits(s))
-        for (size_t t = 1; t < ys.size(); ++t) {
-          CAPTURE(t + 1);
-          CHECK(std::memcmp(ys[0].data(), ys[t].data(), ys[0].size() * sizeof(float)) == 0);
-          CHECK(std::memcmp(dxs[0].data(), dxs[t].data(), dxs[0].size() * sizeof(float)) == 0);
-        }
+      // kernel3 splits its work by the shape alone: bitwise the same for 1, 2, 3 threads (kernel2, and
+      // kernel3 where it falls back to it, may differ in the last bit: gemm's row split)
+      for (size_t t = 1; t < ys.size(); ++t) {
+        CAPTURE(t + 1);
+        CHECK(std::memcmp(ys[0].data(), ys[t].data(), ys[0].size() * sizeof(float)) == 0);
+        CHECK(std::memcmp(dxs[0].data(), dxs[t].data(), dxs[0].size() * sizeof(float)) == 0);
+      }
     }
   }
 }

@@ -15,7 +15,7 @@
 // conv2d_forward, conv2d_backward_data and conv2d_backward_weight, at the end of the file, run the
 // member set_conv2d_kernel chose: the one place the choice is made. tests/test_conv2d.cpp checks
 // every member against kernel1 and against a double-precision reference. kernels/cuda/conv2d.cu has
-// the same members, names and vocabulary on the GPU.
+// kernel1 and kernel2 with the same names and vocabulary on the GPU.
 #include <algorithm>
 #include <atomic>
 #include <bit>

@@ -130,7 +130,7 @@ constexpr int kLanes = 4;
 typedef float Lanes __attribute__((vector_size(kLanes * sizeof(float))));
 
 constexpr int64_t kChunkFloats = int64_t{1} << 19;  // V and M of a chunk: 2 MiB, about one core's L2
-constexpr int64_t kMinTiles = 32;                   // GEMMs narrower than this lose more than cache wins
+constexpr int64_t kMinTiles = 32;                   // 32..256 tiles a chunk ran alike (128 channels, 14x14)
 constexpr int64_t kMaxTiles = 512;
 constexpr int64_t kMinChunks = 8;                   // enough chunks for 2..8 threads, if tiles allow
 
@@ -166,7 +166,7 @@ void winograd(const Ctx& c, const Conv2dShape& s, const float* x, const float* w
     Scratch<float> V_buf(c.workspace, T * C * np), M_buf(c.workspace, T * OC * np);
     float* V = V_buf.data();
     float* M = M_buf.data();
-    // Where each tile reads: image n, top-left input pixel (ih0, iw0), and whether it lies inside.
+    // Where each tile reads: image n and its top-left input pixel (ih0, iw0), which may lie in the padding.
     Scratch<int64_t> where_buf(c.workspace, 3 * np);
     int64_t* where = where_buf.data();
     for (int64_t p = 0; p < np; ++p) {
