@@ -3,6 +3,8 @@
 // reference; kernel2 against kernel1; 1, 2 and 3 threads.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -56,6 +58,12 @@ const std::vector<Conv2dShape> kShapes = {
     {2, 2, 5, 4, 3, 5, 4, 1, 1, 0, 0},    // kernel covers the image: 1x1 output
     {3, 2, 4, 6, 2, 3, 3, 3, 3, 2, 1},    // stride 3, output size rounds down
     {4, 3, 8, 8, 5, 3, 3, 1, 1, 1, 1},    // "same" 3x3
+    // 3x3 stride 1 (kernel3's shapes): sizes that are no multiple of its tiles, every padding
+    {2, 5, 1, 1, 3, 3, 3, 1, 1, 1, 1},    // 1x1 image: one output, 8 of 9 taps in the padding
+    {1, 3, 11, 9, 7, 3, 3, 1, 1, 0, 0},   // padding 0, odd sizes: 9x7 outputs
+    {2, 7, 5, 6, 3, 3, 3, 1, 1, 2, 2},    // padding 2: 7x8 outputs
+    {1, 2, 3, 4, 2, 3, 3, 1, 1, 3, 1},    // padding (3, 1): backward_data cannot use kernel3
+    {2, 13, 7, 10, 5, 3, 3, 1, 1, 1, 0},  // 13 channels, padding (1, 0)
 };
 
 std::string describe(const Conv2dShape& s) {
@@ -71,23 +79,51 @@ int64_t x_size(const Conv2dShape& s) { return s.N * s.C * s.H * s.W; }
 int64_t w_size(const Conv2dShape& s) { return s.OC * s.C * s.KH * s.KW; }
 int64_t y_size(const Conv2dShape& s) { return s.N * s.OC * s.OH() * s.OW(); }
 
+double rms(const std::vector<double>& v) {
+  double s = 0;
+  for (double e : v) s += e * e;
+  return v.empty() ? 0.0 : std::sqrt(s / double(v.size()));
+}
+
+// How far a member's outputs may be from the double reference, as a fraction of the reference's root
+// mean square: measured on the networks' shapes (the test case at the end of the file).
+constexpr double kKernel1Tol = 5e-5;
+double tolerance(Conv2dKernel m) { return m == Conv2dKernel::winograd ? 2e-4 : 1e-5; }
+
 namespace k = d2l::kernels::cpu;
-const std::vector<Conv2dKernel> kMembers = {Conv2dKernel::direct, Conv2dKernel::im2col};
-const char* name(Conv2dKernel m) { return m == Conv2dKernel::direct ? "kernel1 direct" : "kernel2 im2col"; }
+const std::vector<Conv2dKernel> kMembers = {Conv2dKernel::direct, Conv2dKernel::im2col, Conv2dKernel::winograd,
+                                            Conv2dKernel::winograd2};
+const char* name(Conv2dKernel m) {
+  switch (m) {
+    case Conv2dKernel::direct: return "kernel1 direct";
+    case Conv2dKernel::im2col: return "kernel2 im2col";
+    case Conv2dKernel::winograd: return "kernel3 winograd F(4x4,3x3)";
+    case Conv2dKernel::winograd2: return "kernel3 winograd2 F(2x2,3x3)";
+    default: return "automatic";
+  }
+}
 
 std::vector<float> forward(const Ctx& c, const Conv2dShape& s, const std::vector<float>& x,
                            const std::vector<float>& w, Conv2dKernel m = Conv2dKernel::im2col) {
   std::vector<float> y(static_cast<size_t>(y_size(s)), -7.0f);  // garbage: forward overwrites
-  (m == Conv2dKernel::direct ? k::conv2d_forward_direct : k::conv2d_forward_im2col)(c, s, x.data(), w.data(), y.data());
+  const auto f = m == Conv2dKernel::direct      ? k::conv2d_forward_direct
+                 : m == Conv2dKernel::winograd  ? k::conv2d_forward_winograd
+                 : m == Conv2dKernel::winograd2 ? k::conv2d_forward_winograd2
+                                                : k::conv2d_forward_im2col;
+  f(c, s, x.data(), w.data(), y.data());
   return y;
 }
 std::vector<float> grad_x(const Ctx& c, const Conv2dShape& s, const std::vector<float>& dy,
                           const std::vector<float>& w, Conv2dKernel m = Conv2dKernel::im2col) {
   std::vector<float> dx(static_cast<size_t>(x_size(s)), -7.0f);  // garbage: backward overwrites
-  (m == Conv2dKernel::direct ? k::conv2d_backward_data_direct : k::conv2d_backward_data_im2col)(c, s, dy.data(), w.data(),
-                                                                                               dx.data());
+  const auto f = m == Conv2dKernel::direct      ? k::conv2d_backward_data_direct
+                 : m == Conv2dKernel::winograd  ? k::conv2d_backward_data_winograd
+                 : m == Conv2dKernel::winograd2 ? k::conv2d_backward_data_winograd2
+                                                : k::conv2d_backward_data_im2col;
+  f(c, s, dy.data(), w.data(), dx.data());
   return dx;
 }
+// kernel3's backward_weight is kernel2's.
 std::vector<float> grad_w(const Ctx& c, const Conv2dShape& s, const std::vector<float>& x,
                           const std::vector<float>& dy, Conv2dKernel m = Conv2dKernel::im2col) {
   std::vector<float> dw(static_cast<size_t>(w_size(s)), -7.0f);
@@ -106,23 +142,29 @@ TEST_CASE("conv2d forward of every member matches the double reference") {
       auto ref = ref_conv(s, d2l::test::to_double(x), d2l::test::to_double(w));
       d2l::test::for_thread_counts([&](const Ctx& c) {
         CAPTURE(c.threads);
-        // float accumulation of at most 147 products of values in [-1, 1)
-        CHECK(close(ref, forward(c, s, x, w, m), 1e-5, 1e-4, "y"));
+        // float accumulation of at most 147 products of values in [-1, 1); F(4x4, 3x3) rounds more
+        const double atol = m == Conv2dKernel::winograd ? tolerance(m) * rms(ref) : 1e-5;
+        CHECK(close(ref, forward(c, s, x, w, m), atol, 1e-4, "y"));
       });
     }
 }
 
-// The tuned member against the reference member, both in float: the same sums in another order.
-TEST_CASE("conv2d kernel2 (im2col) matches kernel1 (direct), forward and backward") {
+// The tuned members against the reference member, all in float: the same sums in another order (and,
+// for kernel3, through the Winograd transforms).
+TEST_CASE("conv2d kernel2 (im2col) and kernel3 (winograd) match kernel1 (direct), forward and backward") {
   const Ctx c = d2l::kernels::cpu::serial_ctx();
-  for (const auto& s : kShapes) {
-    INFO(describe(s));
-    auto x = lcg_data(x_size(s), 8), w = lcg_data(w_size(s), 9), r = lcg_data(y_size(s), 10);
-    const auto as_double = [](const std::vector<float>& v) { return d2l::test::to_double(v); };
-    CHECK(close(as_double(forward(c, s, x, w, Conv2dKernel::direct)), forward(c, s, x, w), 1e-5, 1e-4, "y"));
-    CHECK(close(as_double(grad_x(c, s, r, w, Conv2dKernel::direct)), grad_x(c, s, r, w), 1e-5, 1e-4, "dx"));
-    CHECK(close(as_double(grad_w(c, s, x, r, Conv2dKernel::direct)), grad_w(c, s, x, r), 1e-4, 1e-4, "dw"));
-  }
+  for (Conv2dKernel m : kMembers)
+    for (const auto& s : kShapes) {
+      INFO(name(m) << ": " << describe(s));
+      auto x = lcg_data(x_size(s), 8), w = lcg_data(w_size(s), 9), r = lcg_data(y_size(s), 10);
+      const auto as_double = [](const std::vector<float>& v) { return d2l::test::to_double(v); };
+      const auto y1 = as_double(forward(c, s, x, w, Conv2dKernel::direct));
+      const auto dx1 = as_double(grad_x(c, s, r, w, Conv2dKernel::direct));
+      const bool f4 = m == Conv2dKernel::winograd;  // F(4x4, 3x3) rounds more: its bound, on the outputs' size
+      CHECK(close(y1, forward(c, s, x, w, m), f4 ? tolerance(m) * rms(y1) : 1e-5, 1e-4, "y"));
+      CHECK(close(dx1, grad_x(c, s, r, w, m), f4 ? tolerance(m) * rms(dx1) : 1e-5, 1e-4, "dx"));
+      CHECK(close(as_double(grad_w(c, s, x, r, Conv2dKernel::direct)), grad_w(c, s, x, r, m), 1e-4, 1e-4, "dw"));
+    }
 }
 
 // conv2d_forward and the backward passes run the member set_conv2d_kernel chose, and only that one.
@@ -131,9 +173,12 @@ TEST_CASE("set_conv2d_kernel chooses the member conv2d_forward runs") {
   const Ctx c = d2l::kernels::cpu::serial_ctx();
   auto x = lcg_data(x_size(s), 1), w = lcg_data(w_size(s), 2), r = lcg_data(y_size(s), 3);
   REQUIRE(k::conv2d_kernel() == Conv2dKernel::im2col);  // the default
-  for (Conv2dKernel m : kMembers) {
-    INFO(name(m));
-    k::set_conv2d_kernel(m);
+  std::vector<Conv2dKernel> members = kMembers;
+  members.push_back(Conv2dKernel::automatic);
+  for (Conv2dKernel chosen : members) {
+    INFO(name(chosen));
+    k::set_conv2d_kernel(chosen);
+    const Conv2dKernel m = chosen == Conv2dKernel::automatic ? k::conv2d_auto_kernel(s) : chosen;
     std::vector<float> y(static_cast<size_t>(y_size(s))), dx(static_cast<size_t>(x_size(s))), dw(static_cast<size_t>(w_size(s)));
     k::conv2d_forward(c, s, x.data(), w.data(), y.data());
     k::conv2d_backward_data(c, s, r.data(), w.data(), dx.data());
@@ -145,23 +190,45 @@ TEST_CASE("set_conv2d_kernel chooses the member conv2d_forward runs") {
   k::set_conv2d_kernel(Conv2dKernel::im2col);
 }
 
+// automatic runs kernel3 F(4x4, 3x3) only on 3x3 stride-1 convs with 16+ channels and at least one
+// 4x4 output tile per channel (conv2d.cpp says why), and then the very same code: bitwise equal.
+TEST_CASE("conv2d automatic picks winograd for many tiles per channel, im2col otherwise") {
+  const Conv2dShape many{4, 16, 13, 11, 24, 3, 3, 1, 1, 1, 1};  // 4 * 4 * 3 = 48 tiles >= 24 channels
+  CHECK(k::conv2d_auto_kernel(many) == Conv2dKernel::winograd);
+  CHECK(k::conv2d_auto_kernel({32, 64, 28, 28, 64, 3, 3, 1, 1, 1, 1}) == Conv2dKernel::winograd);  // ResNet-18 stage 1
+  CHECK(k::conv2d_auto_kernel({32, 512, 4, 4, 512, 3, 3, 1, 1, 1, 1}) == Conv2dKernel::im2col);    // 32 tiles, 512 channels
+  CHECK(k::conv2d_auto_kernel({32, 1, 28, 28, 64, 3, 3, 1, 1, 1, 1}) == Conv2dKernel::im2col);     // one input channel
+  CHECK(k::conv2d_auto_kernel({32, 64, 28, 28, 128, 3, 3, 2, 2, 1, 1}) == Conv2dKernel::im2col);   // stride 2
+  CHECK(k::conv2d_auto_kernel({32, 64, 28, 28, 64, 1, 1, 1, 1, 0, 0}) == Conv2dKernel::im2col);    // 1x1
+  const Ctx c = d2l::kernels::cpu::serial_ctx();
+  auto x = lcg_data(x_size(many), 1), w = lcg_data(w_size(many), 2), r = lcg_data(y_size(many), 3);
+  k::set_conv2d_kernel(Conv2dKernel::automatic);
+  std::vector<float> y(static_cast<size_t>(y_size(many))), dx(static_cast<size_t>(x_size(many)));
+  k::conv2d_forward(c, many, x.data(), w.data(), y.data());
+  k::conv2d_backward_data(c, many, r.data(), w.data(), dx.data());
+  k::set_conv2d_kernel(Conv2dKernel::im2col);
+  CHECK(y == forward(c, many, x, w, Conv2dKernel::winograd));
+  CHECK(dx == grad_x(c, many, r, w, Conv2dKernel::winograd));
+}
+
 // Conv is linear in x and in w, so central differences are exact up to double rounding (~1e-12
 // here); the tolerance (atol 1e-4, rtol 1e-4) covers the kernels' float accumulation.
 TEST_CASE("conv2d backward_data and backward_weight of every member match finite differences") {
-  for (Conv2dKernel m : kMembers)
   for (const auto& s : kShapes) {
-    INFO(name(m) << ": " << describe(s));
     auto x = lcg_data(x_size(s), 3), w = lcg_data(w_size(s), 4), r = lcg_data(y_size(s), 5);
     const auto xd = d2l::test::to_double(x), wd = d2l::test::to_double(w);
     auto fd_x = d2l::test::fd_gradient(
         x, [&](const auto& v) { return d2l::test::dot(ref_conv(s, v, wd), r); }, 1e-2);
     auto fd_w = d2l::test::fd_gradient(
         w, [&](const auto& v) { return d2l::test::dot(ref_conv(s, xd, v), r); }, 1e-2);
-    d2l::test::for_thread_counts([&](const Ctx& c) {
-      CAPTURE(c.threads);
-      CHECK(d2l::test::fd_agrees(fd_x, grad_x(c, s, r, w, m), 1e-4, 1e-4, "dx"));
-      CHECK(d2l::test::fd_agrees(fd_w, grad_w(c, s, x, r, m), 1e-4, 1e-4, "dw"));
-    });
+    for (Conv2dKernel m : kMembers) {
+      INFO(name(m) << ": " << describe(s));
+      d2l::test::for_thread_counts([&](const Ctx& c) {
+        CAPTURE(c.threads);
+        CHECK(d2l::test::fd_agrees(fd_x, grad_x(c, s, r, w, m), 1e-4, 1e-4, "dx"));
+        CHECK(d2l::test::fd_agrees(fd_w, grad_w(c, s, x, r, m), 1e-4, 1e-4, "dw"));
+      });
+    }
   }
 }
 
@@ -223,5 +290,106 @@ TEST_CASE("im2col matches its definition and col2im is its adjoint") {
     for (size_t i = 0; i < col.size(); ++i) lhs += double(col[i]) * r[i];
     for (size_t i = 0; i < x.size(); ++i) rhs += double(x[i]) * back[i];
     CHECK(lhs == doctest::Approx(rhs).epsilon(1e-5));
+  }
+}
+
+// ---- The networks' shapes, at small batches and images (a few seconds in all).
+namespace {
+
+// dx[n][ci][ih][iw] = sum of dy[n][oc][oh][ow] * w[oc][ci][kh][kw] over the outputs that read x there.
+std::vector<double> ref_conv_dx(const Conv2dShape& s, const std::vector<double>& dy, const std::vector<double>& w) {
+  const int64_t OH = s.OH(), OW = s.OW();
+  std::vector<double> dx(static_cast<size_t>(x_size(s)), 0.0);
+  for (int64_t n = 0; n < s.N; ++n)
+    for (int64_t oc = 0; oc < s.OC; ++oc)
+      for (int64_t oh = 0; oh < OH; ++oh)
+        for (int64_t ow = 0; ow < OW; ++ow)
+          for (int64_t ci = 0; ci < s.C; ++ci)
+            for (int64_t kh = 0; kh < s.KH; ++kh)
+              for (int64_t kw = 0; kw < s.KW; ++kw) {
+                int64_t ih = oh * s.stride_h - s.pad_h + kh, iw = ow * s.stride_w - s.pad_w + kw;
+                if (ih < 0 || ih >= s.H || iw < 0 || iw >= s.W) continue;
+                dx[((n * s.C + ci) * s.H + ih) * s.W + iw] +=
+                    dy[((n * s.OC + oc) * OH + oh) * OW + ow] * w[((oc * s.C + ci) * s.KH + kh) * s.KW + kw];
+              }
+  return dx;
+}
+
+// The worst error, as a fraction of the reference's root mean square.
+double worst_error(const std::vector<double>& ref, const std::vector<float>& got) {
+  double worst = 0;
+  for (size_t i = 0; i < ref.size(); ++i) worst = std::max(worst, std::fabs(ref[i] - got[i]));
+  return worst / rms(ref);
+}
+
+struct NetShape {
+  const char* name;
+  Conv2dShape s;
+};
+const std::vector<NetShape> kNetShapes = {
+    {"LeNet/lab CNN conv1 1->20 3x3", {4, 1, 28, 28, 20, 3, 3, 1, 1, 0, 0}},
+    {"LeNet/lab CNN conv2 20->50 5x5 (not kernel3's)", {2, 20, 13, 13, 50, 5, 5, 1, 1, 0, 0}},
+    {"d2l LeNet conv1 1->6 5x5 pad 2 (not kernel3's)", {2, 1, 28, 28, 6, 5, 5, 1, 1, 2, 2}},
+    {"ResNet-18 stem 1->64 3x3", {2, 1, 28, 28, 64, 3, 3, 1, 1, 1, 1}},
+    {"ResNet-18 64->64 3x3", {2, 64, 14, 14, 64, 3, 3, 1, 1, 1, 1}},
+    {"ResNet-18 64->128 3x3 /2 (not kernel3's)", {1, 64, 14, 14, 128, 3, 3, 2, 2, 1, 1}},
+    {"ResNet-18 128->128 3x3", {1, 128, 10, 10, 128, 3, 3, 1, 1, 1, 1}},
+    {"ResNet-18 256->256 3x3", {1, 256, 7, 7, 256, 3, 3, 1, 1, 1, 1}},
+    {"ResNet-18 512->512 3x3", {1, 512, 4, 4, 512, 3, 3, 1, 1, 1, 1}},
+    {"ResNet-50 64->64 3x3", {1, 64, 11, 11, 64, 3, 3, 1, 1, 1, 1}},
+    {"ResNet-50 128->128 3x3", {1, 128, 9, 9, 128, 3, 3, 1, 1, 1, 1}},
+    {"ResNet-50 256->256 3x3", {1, 256, 6, 6, 256, 3, 3, 1, 1, 1, 1}},
+    {"ResNet-50 512->512 3x3", {1, 512, 3, 3, 512, 3, 3, 1, 1, 1, 1}},
+    {"ResNet-50 256->256 3x3 /2 (not kernel3's)", {1, 256, 7, 7, 256, 3, 3, 2, 2, 1, 1}},
+    {"37->29 channels 3x3, 13x11", {2, 37, 13, 11, 29, 3, 3, 1, 1, 1, 1}},
+};
+
+}  // namespace
+
+// The worst error of each member over the shapes below, as a fraction of the reference's root mean
+// square (measured, data in [-1, 1)), and the bound the test holds them to (about 5x that):
+//   kernel2 im2col           1.3e-6   bound 1e-5   (OpenBLAS's blocked sums)
+//   kernel3 winograd2 F(2,3) 1.9e-6   bound 1e-5   (its transforms add and halve: no growth)
+//   kernel3 winograd  F(4,3) 4.2e-5   bound 2e-4   (B^T's entries up to 5, A^T's up to 8, G's 1/6 and
+//                                                    1/24: terms ~100x the result cancel in float)
+//   kernel1 direct           9.9e-6   bound 5e-5   (one float sum of up to 4608 products, in order)
+// The bounds are far below what a wrong transform entry gives (errors of the size of the result).
+TEST_CASE("conv2d members on the networks' shapes: double reference, kernel1, thread counts") {
+  for (const NetShape& ns : kNetShapes) {
+    const Conv2dShape& s = ns.s;
+    auto x = lcg_data(x_size(s), 11), w = lcg_data(w_size(s), 12), r = lcg_data(y_size(s), 13);
+    const auto y_ref = ref_conv(s, d2l::test::to_double(x), d2l::test::to_double(w));
+    const auto dx_ref = ref_conv_dx(s, d2l::test::to_double(r), d2l::test::to_double(w));
+    const Ctx c1 = d2l::kernels::cpu::serial_ctx();
+    const auto y1 = forward(c1, s, x, w, Conv2dKernel::direct), dx1 = grad_x(c1, s, r, w, Conv2dKernel::direct);
+    for (Conv2dKernel m : kMembers) {
+      if (m == Conv2dKernel::direct) continue;
+      INFO(name(m) << ": " << ns.name << ": " << describe(s));
+      std::vector<std::vector<float>> ys, dxs;  // 1, 2 and 3 threads (kernel2's code: 1 thread)
+      const bool winograd = m != Conv2dKernel::im2col && k::conv2d_winograd_fits(s);
+      d2l::test::for_thread_counts([&](const Ctx& c) {
+        if (c.threads > 1 && !winograd) return;
+        ys.push_back(forward(c, s, x, w, m));
+        dxs.push_back(grad_x(c, s, r, w, m));
+      });
+      const double ey = worst_error(y_ref, ys[0]), edx = worst_error(dx_ref, dxs[0]);
+      const double ey1 = worst_error(y_ref, y1), edx1 = worst_error(dx_ref, dx1);
+      std::printf("  %-30s %-48s y %.2e dx %.2e (kernel1: %.2e %.2e)\n", name(m), ns.name, ey, edx, ey1, edx1);
+      const double tol = tolerance(m);
+      CHECK(ey <= tol);
+      CHECK(edx <= tol);
+      CHECK(ey1 <= kKernel1Tol);
+      CHECK(edx1 <= kKernel1Tol);
+      // against kernel1 in float: both errors may add up
+      CHECK(close(d2l::test::to_double(y1), ys[0], (tol + kKernel1Tol) * rms(y_ref), 0, "y vs kernel1"));
+      CHECK(close(d2l::test::to_double(dx1), dxs[0], (tol + kKernel1Tol) * rms(dx_ref), 0, "dx vs kernel1"));
+      // kernel3 splits its work by the shape alone: bitwise the same for 1, 2, 3 threads (kernel2, and
+      // kernel3 where it falls back to it, may differ in the last bit: gemm's row split)
+      for (size_t t = 1; t < ys.size(); ++t) {
+        CAPTURE(t + 1);
+        CHECK(std::memcmp(ys[0].data(), ys[t].data(), ys[0].size() * sizeof(float)) == 0);
+        CHECK(std::memcmp(dxs[0].data(), dxs[t].data(), dxs[0].size() * sizeof(float)) == 0);
+      }
+    }
   }
 }

@@ -8,10 +8,14 @@
 //                     read it first (conv2d_*_direct)
 //   kernel2  im2col   im2col + the GEMM (+ col2im for backward_data) over chunks of images: the tuned
 //                     default (conv2d_*_im2col)
+//   kernel3  winograd Winograd's minimal filtering F(4x4, 3x3) (winograd2: F(2x2, 3x3)) for 3x3
+//                     stride-1 forward and backward_data: alpha^2 GEMMs on transformed tiles, 4x
+//                     (2.25x) fewer flops (conv2d_winograd.cpp; other shapes run kernel2)
+//   automatic         a member per shape (conv2d_auto_kernel, below)
 // conv2d_forward, conv2d_backward_data and conv2d_backward_weight, at the end of the file, run the
 // member set_conv2d_kernel chose: the one place the choice is made. tests/test_conv2d.cpp checks
 // every member against kernel1 and against a double-precision reference. kernels/cuda/conv2d.cu has
-// the same members, names and vocabulary on the GPU.
+// kernel1 and kernel2 with the same names and vocabulary on the GPU.
 #include <algorithm>
 #include <atomic>
 #include <bit>
@@ -369,16 +373,45 @@ static std::atomic<Conv2dKernel> g_conv2d_kernel{Conv2dKernel::im2col};
 void set_conv2d_kernel(Conv2dKernel k) { g_conv2d_kernel.store(k, std::memory_order_relaxed); }
 Conv2dKernel conv2d_kernel() { return g_conv2d_kernel.load(std::memory_order_relaxed); }
 
+// automatic's rule, from bench/conv2d_bench (one thread, Haswell sgemm; see bench/README.md):
+// F(4x4, 3x3) beat im2col by 1.2-1.6x on 3x3 stride-1 convs with many 4x4 output tiles per channel
+// (ResNet-18's 64 and 128 channels at batch 32, ResNet-50's 64 and 128 at batch 4), tied at one tile
+// per 2 channels, and lost up to 3x with fewer (512 channels on 4x4 or 7x7 images): its filter
+// transform and the alpha^2 GEMMs' packing of U (alpha^2 * OC * C floats) are paid per call
+// whatever the number of tiles, so it needs at least one tile per channel to pay them back. With
+// one input channel (a network's first conv) its GEMMs have K = 1 and im2col wins 5x. F(2x2, 3x3)
+// won nowhere against both.
+Conv2dKernel conv2d_auto_kernel(const Conv2dShape& s) {
+  if (!conv2d_winograd_fits(s) || s.C < 16 || s.OC < 16) return Conv2dKernel::im2col;
+  const int64_t tiles = s.N * ((s.OH() + 3) / 4) * ((s.OW() + 3) / 4);
+  return tiles >= std::max(s.C, s.OC) ? Conv2dKernel::winograd : Conv2dKernel::im2col;
+}
+
+// The member that runs for s: the one chosen, or automatic's choice for s.
+static Conv2dKernel member(const Conv2dShape& s) {
+  const Conv2dKernel k = conv2d_kernel();
+  return k == Conv2dKernel::automatic ? conv2d_auto_kernel(s) : k;
+}
+
 void conv2d_forward(const Ctx& c, const Conv2dShape& s, const float* x, const float* w, float* y) {
-  if (conv2d_kernel() == Conv2dKernel::direct) return conv2d_forward_direct(c, s, x, w, y);
-  conv2d_forward_im2col(c, s, x, w, y);
+  switch (member(s)) {
+    case Conv2dKernel::direct: return conv2d_forward_direct(c, s, x, w, y);
+    case Conv2dKernel::winograd: return conv2d_forward_winograd(c, s, x, w, y);
+    case Conv2dKernel::winograd2: return conv2d_forward_winograd2(c, s, x, w, y);
+    default: return conv2d_forward_im2col(c, s, x, w, y);
+  }
 }
 void conv2d_backward_data(const Ctx& c, const Conv2dShape& s, const float* dy, const float* w, float* dx) {
-  if (conv2d_kernel() == Conv2dKernel::direct) return conv2d_backward_data_direct(c, s, dy, w, dx);
-  conv2d_backward_data_im2col(c, s, dy, w, dx);
+  switch (member(s)) {
+    case Conv2dKernel::direct: return conv2d_backward_data_direct(c, s, dy, w, dx);
+    case Conv2dKernel::winograd: return conv2d_backward_data_winograd(c, s, dy, w, dx);
+    case Conv2dKernel::winograd2: return conv2d_backward_data_winograd2(c, s, dy, w, dx);
+    default: return conv2d_backward_data_im2col(c, s, dy, w, dx);
+  }
 }
+// Winograd does not pay for backward_weight (its "filter" would be dy, OH x OW): im2col there.
 void conv2d_backward_weight(const Ctx& c, const Conv2dShape& s, const float* x, const float* dy, float* dw) {
-  if (conv2d_kernel() == Conv2dKernel::direct) return conv2d_backward_weight_direct(c, s, x, dy, dw);
+  if (member(s) == Conv2dKernel::direct) return conv2d_backward_weight_direct(c, s, x, dy, dw);
   conv2d_backward_weight_im2col(c, s, x, dy, dw);
 }
 

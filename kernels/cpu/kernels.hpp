@@ -77,16 +77,20 @@ void sgd_update(const Ctx& c, float* w, const float* g, int64_t n, float lr);
 // ---- conv2d.cpp: x (N, C, H, W), w (OC, C, KH, KW), y (N, OC, OH, OW); no bias (bias_add does
 // that). Backward: dx and dw are overwritten (not accumulated). A family of kernels with the same
 // arguments: kernel1 direct (the definition's loops, the reference), kernel2 im2col (im2col + the
-// GEMM + col2im, the default). conv2d_forward / _backward_data / _backward_weight run the member
-// set_conv2d_kernel chose (for every device thread of the process).
+// GEMM + col2im, the default), kernel3 winograd (conv2d_winograd.cpp: F(4x4, 3x3); winograd2 is
+// F(2x2, 3x3)) for 3x3 stride-1 forward and backward_data (other shapes, and backward_weight, run
+// im2col). automatic picks a member per shape (conv2d_auto_kernel; `auto` is a keyword).
+// conv2d_forward / _backward_data / _backward_weight run the member set_conv2d_kernel chose (for
+// every device thread of the process).
 struct Conv2dShape {
   int64_t N, C, H, W, OC, KH, KW, stride_h, stride_w, pad_h, pad_w;
   int64_t OH() const { return (H + 2 * pad_h - KH) / stride_h + 1; }
   int64_t OW() const { return (W + 2 * pad_w - KW) / stride_w + 1; }
 };
-enum class Conv2dKernel { direct, im2col };
+enum class Conv2dKernel { direct, im2col, winograd, winograd2, automatic };
 void set_conv2d_kernel(Conv2dKernel k);
 Conv2dKernel conv2d_kernel();
+Conv2dKernel conv2d_auto_kernel(const Conv2dShape& s);  // the member automatic runs for s's forward and backward_data
 void conv2d_forward(const Ctx& c, const Conv2dShape& s, const float* x, const float* w, float* y);
 void conv2d_backward_data(const Ctx& c, const Conv2dShape& s, const float* dy, const float* w, float* dx);
 void conv2d_backward_weight(const Ctx& c, const Conv2dShape& s, const float* x, const float* dy, float* dw);
@@ -100,6 +104,12 @@ void conv2d_backward_data_im2col(const Ctx& c, const Conv2dShape& s, const float
 void conv2d_backward_weight_im2col(const Ctx& c, const Conv2dShape& s, const float* x, const float* dy, float* dw);
 void im2col(const Conv2dShape& s, const float* x_img, float* col);  // one image -> col (C*KH*KW, OH*OW)
 void col2im(const Conv2dShape& s, const float* col, float* dx_img);  // adds col back into one image (zeroed by caller)
+// kernel3 (falls back to kernel2 where conv2d_winograd_fits is false, or, for backward_data, pad > 2)
+bool conv2d_winograd_fits(const Conv2dShape& s);  // 3x3, stride 1
+void conv2d_forward_winograd(const Ctx& c, const Conv2dShape& s, const float* x, const float* w, float* y);
+void conv2d_backward_data_winograd(const Ctx& c, const Conv2dShape& s, const float* dy, const float* w, float* dx);
+void conv2d_forward_winograd2(const Ctx& c, const Conv2dShape& s, const float* x, const float* w, float* y);
+void conv2d_backward_data_winograd2(const Ctx& c, const Conv2dShape& s, const float* dy, const float* w, float* dx);
 
 // ---- pool2d.cpp: x (N, C, H, W) -> y (N, C, OH, OW). Padding never wins a max; average divides by
 // KH*KW (padding counted, as PyTorch's and MXNet's defaults). dx overwritten.
