@@ -40,7 +40,7 @@ void allreduce_ring(const std::vector<Tensor>& data) {
       float* dst = data[j].data() + off;
       const float* src = recv[j].data();
       launch(data[j].device(), "allreduce_ring_add", detail::keep({data[j], recv[j]}),
-             [=](const kernels::cpu::Ctx& ctx) { D2L_KERNEL(ctx, axpy, 1.0f, src, dst, len); });
+             [=](const LaunchCtx& ctx) { D2L_KERNEL(ctx, axpy, 1.0f, src, dst, len); });
     }
   }
   // Device i now holds the full sum of chunk (i + 1) mod n. All-gather: pass finished chunks on.

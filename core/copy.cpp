@@ -36,7 +36,7 @@ static void transfer(void* to, Device to_dev, const void* from, Device from_dev,
   else cuda_layer::copy(to, gpu_of(to_dev), from, gpu_of(from_dev), bytes, cuda_stream, true);
 }
 
-void copy_on_device(Device d, const kernels::cpu::Ctx& c, void* to, const void* from, size_t bytes) {
+void copy_on_device(Device d, const LaunchCtx& c, void* to, const void* from, size_t bytes) {
   if (bytes == 0) return;
   if (c.cuda_stream) cuda_layer::copy(to, d.index, from, d.index, bytes, c.cuda_stream, false);  // stream-ordered
   else std::memcpy(to, from, bytes);
@@ -59,7 +59,7 @@ void copy_bytes(const Tensor& src, size_t src_offset, const Tensor& dst, size_t 
   const void* from = static_cast<const char*>(src.storage()->ptr) + src_offset;
   void* to = static_cast<char*>(dst.storage()->ptr) + dst_offset;
   if (&s == &d) {  // on one device: an ordinary kernel on its compute stream
-    launch(src.device(), "copy", {src.storage(), dst.storage()}, [=, d = src.device()](const kernels::cpu::Ctx& c) {
+    launch(src.device(), "copy", {src.storage(), dst.storage()}, [=, d = src.device()](const LaunchCtx& c) {
       copy_on_device(d, c, to, from, bytes);
     });
     return;

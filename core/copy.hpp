@@ -11,6 +11,7 @@
 #include "kernels/cpu/parallel.hpp"
 
 namespace d2l {
+struct LaunchCtx;  // core/runtime.hpp
 
 void copy_between(const Tensor& src, const Tensor& dst);  // same byte size; any two devices
 // Bytes [src_offset, +bytes) of src into [dst_offset, +bytes) of dst, ordered like copy_between.
@@ -30,9 +31,9 @@ class HostValue {
 };
 HostValue read_later(const Tensor& t);
 
-// Inside a kernel task on device d (c: its Ctx): memcpy for host memory, a stream-ordered
+// Inside a kernel task on device d (c: its LaunchCtx): memcpy for host memory, a stream-ordered
 // device-to-device copy on a GPU.
-void copy_on_device(Device d, const kernels::cpu::Ctx& c, void* to, const void* from, size_t bytes);
+void copy_on_device(Device d, const LaunchCtx& c, void* to, const void* from, size_t bytes);
 
 // Bytes copied into each device's memory from another device (chapter 1 counts traffic with these).
 struct CopyCounters {

@@ -2,7 +2,8 @@
 // stream (kernels/cpu today; kernels/cuda for gpu and emu), a graph node when recording.
 // Every op checks that its inputs live on one device: copies between devices are explicit (to()).
 // One op = one name: conv2d is core/ops/conv2d.cpp, kernels/cpu/conv2d.cpp, kernels/cuda/conv2d.cu
-// and tests/test_conv2d.cpp; the shared steps are core/ops/op.hpp. This header is the one list.
+// and tests/test_conv2d.cpp; the shared steps are core/ops/op.hpp. This header is the one list of ops
+// (the build reads its `// ---- op` markers, below).
 #pragma once
 #include <array>
 #include <cstdint>
@@ -12,32 +13,62 @@
 
 namespace d2l {
 
-// ---- linear algebra
+// Each op with its own kernels opens its section with a marker line, `// ---- op <name>: <meaning>`:
+// <name> is the op's name in every folder (kernels/cpu/<name>.cpp, kernels/cuda/<name>.cu,
+// core/ops/<name>.cpp, tests/test_<name>.cpp), and the top-level meson.build builds exactly the
+// names these markers give. Sections without the marker (`// ---- shapes`) are ops built from others
+// or from shared kernels.
+
+// A loss's result: the per-sample values (none), or their sum or mean (a one-element tensor (1)).
+enum class Reduction { none, sum, mean };
+using Pair = std::array<int64_t, 2>;  // (height, width)
+
+// ---- linear algebra (core/ops/matmul.cpp, the GEMMs of kernels/cpu/gemm.cpp and kernels/cuda/matmul.cu)
 // a (M, K) @ b (K, N) -> (M, N); trans_a / trans_b use a^T (a stored (K, M)) and b^T (b stored (N, K)).
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false);
-// x (N, C, ...) + b (C): the bias broadcast along axis 1 (dense: (N, F) + (F); conv: (N, C, H, W) + (C)).
-Tensor bias_add(const Tensor& x, const Tensor& b);
 // Gluon's Dense: x (N, in) @ w^T with w (out, in), plus b (out).
 Tensor dense(const Tensor& x, const Tensor& w, const Tensor& b);
 
-// ---- elementwise
-Tensor relu(const Tensor& x);
-Tensor sigmoid(const Tensor& x);  // 1 / (1 + exp(-x)), stable for large |x|
-Tensor add(const Tensor& a, const Tensor& b);  // same shapes
-Tensor mul(const Tensor& a, const Tensor& b);  // same shapes
-Tensor scale(const Tensor& x, float alpha);    // alpha * x
-Tensor operator+(const Tensor& a, const Tensor& b);
-Tensor operator*(const Tensor& x, float alpha);
+// ---- op bias_add: x (N, C, ...) + b (C), the bias broadcast along axis 1
+// dense: (N, F) + (F); conv: (N, C, H, W) + (C).
+Tensor bias_add(const Tensor& x, const Tensor& b);
 
-// ---- reductions and losses (results are one-element tensors of shape (1) unless noted)
+// ---- op relu: max(x, 0)
+Tensor relu(const Tensor& x);
+
+// ---- op sigmoid: 1 / (1 + exp(-x)), stable for large |x|
+Tensor sigmoid(const Tensor& x);
+
+// ---- op add: a + b and a * b elementwise (same shapes); add_ accumulates in place
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor operator+(const Tensor& a, const Tensor& b);
+// In place, never recorded (updates, gradient accumulation): y += alpha * x.
+void add_(const Tensor& y, const Tensor& x, float alpha = 1.0f);
+
+// ---- op fill: constants and scaling, x = value and alpha * x
+Tensor scale(const Tensor& x, float alpha);  // alpha * x
+Tensor operator*(const Tensor& x, float alpha);
+// In place, never recorded (initialisation, updates).
+void fill_(const Tensor& x, float value);
+void scale_(const Tensor& x, float alpha);
+
+// ---- op sgd: w -= lr * g, in place, never recorded (the book's sgd, lr pre-divided by the batch size)
+void sgd_update_(const Tensor& w, const Tensor& g, float lr);
+
+// ---- op sum: the sum (and mean) of all elements, a one-element tensor (1)
 Tensor sum(const Tensor& x);
 Tensor mean(const Tensor& x);
-enum class Reduction { none, sum, mean };
+
+// ---- op softmax_ce: softmax cross-entropy, -log softmax(logits)[label] per sample
 // logits (N, K), labels (N) int32 -> per-sample losses (N), or their sum / mean.
 Tensor softmax_cross_entropy(const Tensor& logits, const Tensor& labels, Reduction r = Reduction::mean);
-// d2l's squared loss (p - t)^2 / 2 per element, or its sum / mean.
+
+// ---- op mse: d2l's squared loss (p - t)^2 / 2 per element, or its sum / mean
 Tensor mse_loss(const Tensor& p, const Tensor& t, Reduction r = Reduction::mean);
-Tensor argmax(const Tensor& x);                                 // (N, K) -> (N) int32
+
+// ---- op argmax: the index of each row's first maximum, and how many match the labels
+Tensor argmax(const Tensor& x);                                    // (N, K) -> (N) int32
 Tensor count_correct(const Tensor& logits, const Tensor& labels);  // (1): #{argmax == label}
 
 // ---- shapes (reshape shares storage)
@@ -47,27 +78,22 @@ Tensor concat(const std::vector<Tensor>& xs);         // along axis 0, all on on
 Tensor slice_rows(const Tensor& x, int64_t begin, int64_t end);  // rows [begin, end) along axis 0, a copy
 std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes);  // along axis 0
 
-// ---- in place, never recorded (updates and initialisation)
-void fill_(const Tensor& x, float value);
-void add_(const Tensor& y, const Tensor& x, float alpha = 1.0f);  // y += alpha * x
-void scale_(const Tensor& x, float alpha);
-void sgd_update_(const Tensor& w, const Tensor& g, float lr);     // w -= lr * g
-
 // ---- random (core/rng.hpp has the seed): counter-based, the same values on every device
 Tensor normal(const Shape& shape, float mean, float stddev, Device d);
 Tensor uniform(const Shape& shape, float lo, float hi, Device d);
 
-// ---- convolutional networks (NCHW), core/ops/{conv2d,pool2d,batch_norm}.cpp
-using Pair = std::array<int64_t, 2>;  // (height, width)
-
+// ---- op conv2d: 2-D convolution (cross-correlation, as every framework computes it), NCHW
 // x (N, C, H, W), w (OC, C, KH, KW), optional bias b (OC) (pass Tensor() for none) -> (N, OC, OH, OW).
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, Pair stride = {1, 1}, Pair padding = {0, 0});
+
+// ---- op pool2d: max and average pooling over 2-D windows, NCHW
 // Pooling windows never read padding as a value: max ignores it, avg divides by KH*KW (PyTorch's
 // and Gluon's default count_include_pad). stride defaults to the window (the frameworks' default).
 Tensor max_pool2d(const Tensor& x, Pair kernel, Pair stride = {0, 0}, Pair padding = {0, 0});
 Tensor avg_pool2d(const Tensor& x, Pair kernel, Pair stride = {0, 0}, Pair padding = {0, 0});
 Tensor global_avg_pool2d(const Tensor& x);  // (N, C, H, W) -> (N, C, 1, 1)
 
+// ---- op batch_norm: normalisation over axis 1 with batch or running statistics
 // Batch norm over axis 1 of x (N, C) or (N, C, H, W). In training mode (is_training()) it
 // normalises with the batch statistics and updates running_mean / running_var in place:
 // running = (1 - momentum) * running + momentum * batch (unbiased variance); in evaluation mode it

@@ -67,7 +67,7 @@ void Parameter::materialize() {
   for (auto& d : devices_) {
     Tensor t = Tensor::empty(shape_, d);
     float* X = t.data();
-    launch(d, "initialize", {t.storage()}, [=](const kernels::cpu::Ctx& c) {
+    launch(d, "initialize", {t.storage()}, [=](const LaunchCtx& c) {
       if (kind == Init::normal) D2L_KERNEL(c, normal, X, n, seed, offset, 0.0f, a);
       else if (kind == Init::uniform) D2L_KERNEL(c, uniform, X, n, seed, offset, -a, a);
       else D2L_KERNEL(c, fill, X, n, a);

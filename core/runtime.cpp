@@ -153,7 +153,7 @@ void DeviceWorkspace::put(void* p, size_t bytes) const {
 }
 
 void launch(Device d, const char* op, std::vector<std::shared_ptr<Storage>> keep,
-            std::function<void(const kernels::cpu::Ctx&)> fn) {
+            std::function<void(const LaunchCtx&)> fn) {
   DeviceRuntime& rt = runtime(d);
   std::erase_if(keep, [&](const std::shared_ptr<Storage>& s) { return s->home == rt.compute.clock(); });
   rt.compute.enqueue(op, [&rt, keep = std::move(keep), fn = std::move(fn)] {

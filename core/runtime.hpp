@@ -22,6 +22,21 @@ struct GpuHandles {
   void* blas = nullptr;     // cublasHandle_t on `compute`
 };
 
+// Which code runs the kernels launched on a device: kernels/cpu on cpu(i), the kernels of
+// kernels/cuda compiled against the CUDA emulation on emu(i), the same kernels built by nvcc on gpu(i).
+enum class Backend { cpu, emu, gpu };
+
+// What launch() hands a kernel: its device's backend and what that backend needs. D2L_KERNEL
+// (core/ops/op.hpp) dispatches on `backend`. CPU kernels get `cpu` alone (threads, helper pool,
+// scratch); an emulated kernel runs over the same threads (its stream is &cpu); a gpu(i) kernel is
+// queued on `cuda_stream`. The CUDA fields are null unless backend is gpu.
+struct LaunchCtx {
+  Backend backend = Backend::cpu;
+  kernels::cpu::Ctx cpu;        // cpu and emu: the device's threads, helper pool and workspace
+  void* cuda_stream = nullptr;  // gpu: the cudaStream_t its kernels are queued on
+  void* blas = nullptr;         // gpu: its cuBLAS handle (bound to that stream)
+};
+
 // Kernels' scratch buffers from the device's caching allocator (counted in its figures), for the
 // task running now on the device's compute stream (AllocFor::in_task).
 class DeviceWorkspace final : public kernels::cpu::Workspace {
@@ -46,11 +61,12 @@ class DeviceRuntime {
   DeviceWorkspace workspace{*allocator, compute};  // before the streams: their draining tasks use it
   Stream compute, copy;
 
-  // The threads this device's kernels may use (its budget) and a Ctx handing them to a kernel.
+  // The threads this device's kernels may use (its budget) and what launch() hands a kernel.
   int threads() const { return threads_.load(); }
   void set_threads(int n);
-  kernels::cpu::Ctx ctx() {
-    return kernels::cpu::Ctx{threads_.load(), &pool_, device.kind == DeviceKind::emu, gpu.compute, gpu.blas, &workspace};
+  LaunchCtx ctx() {
+    const Backend b = device.kind == DeviceKind::gpu ? Backend::gpu : device.kind == DeviceKind::emu ? Backend::emu : Backend::cpu;
+    return LaunchCtx{b, kernels::cpu::Ctx{threads_.load(), &pool_, &workspace}, gpu.compute, gpu.blas};
   }
   // Kernels run on this device since start-up (a device "did its share").
   uint64_t kernels_run() const { return kernels_.load(); }
@@ -77,10 +93,10 @@ int num_cores();
 // Host waits until every stream of every created device is idle; rethrows the first kept error.
 void waitall();
 
-// Enqueues a kernel on d's compute stream; fn gets the device's Ctx. `keep`: the storage the kernel
+// Enqueues a kernel on d's compute stream; fn gets the device's LaunchCtx. `keep`: the storage the kernel
 // touches. Storage allocated for that stream is not held (stream-ordered reuse, core/allocator.hpp:
 // whatever reuses its block is queued after this kernel); any other is held until the kernel has run.
 void launch(Device d, const char* op, std::vector<std::shared_ptr<Storage>> keep,
-            std::function<void(const kernels::cpu::Ctx&)> fn);
+            std::function<void(const LaunchCtx&)> fn);
 
 }  // namespace d2l

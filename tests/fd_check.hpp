@@ -167,6 +167,36 @@ inline bool gradcheck_broken(const std::string& op, const std::function<Tensor(c
   return gradcheck(broken, specs, d);
 }
 
+// ---- An op through autograd (the rows each tests/test_<op>.cpp gives for its op; tests/test_autograd.cpp
+// for the ops without a file of their own): the backward against gradcheck on cpu(0), and the same
+// check with the op's node broken (gradcheck_broken) must fail.
+struct OpCase {
+  const char* name;  // the Node name the mutation targets
+  std::vector<GradSpec> inputs;
+  std::function<Tensor(const std::vector<Tensor>&)> f;
+};
+
+// gradcheck's tolerances (h 1e-2, atol 2e-3, rtol 2e-2); true when the backward passes and the broken
+// backward fails. Prints which half went wrong.
+inline bool op_case_ok(const OpCase& c, Device d) {
+  const bool right = gradcheck(c.f, c.inputs, d), broken_passed = gradcheck_broken(c.name, c.f, c.inputs, d);
+  if (!right) std::printf("  %s: the backward disagrees with finite differences\n", c.name);
+  if (broken_passed) std::printf("  %s: a deliberately broken backward passed the check\n", c.name);
+  return right && !broken_passed;
+}
+
+// Inputs for OpCase: lcg_data moved 0.1 away from 0, so relu's kink is never within h of an input.
+inline std::vector<float> grad_input(int64_t n, uint32_t seed) {
+  auto v = lcg_data(n, seed);
+  for (auto& x : v) x = x < 0 ? x - 0.1f : x + 0.1f;
+  return v;
+}
+
+// sum(y * r) with a fixed random r of y's shape: a scalar loss whose gradient reaches every element.
+inline Tensor project(const Tensor& y, uint32_t seed = 99) {
+  return sum(mul(y, Tensor::from_vector(lcg_data(y.numel(), seed), y.shape(), y.device())));
+}
+
 // Runs body(ctx) with 1, 2 and 3 threads (the pool holds threads - 1 helpers).
 inline void for_thread_counts(const std::function<void(const kernels::cpu::Ctx&)>& body) {
   for (int t : {1, 2, 3}) {

@@ -91,7 +91,7 @@ TEST_CASE("emu(0), emu(1) and emu(2) meet at a rendezvous: the emulated GPUs run
   emus(3);
   std::atomic<int> arrived{0}, met{0};
   for (int i = 0; i < 3; ++i)
-    launch(emu(i), "rendezvous", {}, [&](const kernels::cpu::Ctx&) {
+    launch(emu(i), "rendezvous", {}, [&](const LaunchCtx&) {
       arrived.fetch_add(1);
       auto deadline = std::chrono::steady_clock::now() + 10s;
       while (arrived.load() < 3 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(1ms);
@@ -117,13 +117,13 @@ TEST_CASE("a copy between emulated GPUs comes after its producer and before its 
   std::shared_future<void> produce = producer_gate.get_future().share(), consume = consumer_gate.get_future().share();
   Tensor a = Tensor::zeros({1001}, emu(0));
   float* pa = a.data();
-  launch(emu(0), "held-back producer", {a.storage()}, [=](const kernels::cpu::Ctx&) {
+  launch(emu(0), "held-back producer", {a.storage()}, [=](const LaunchCtx&) {
     produce.wait();
     for (int i = 0; i < 1001; ++i) pa[i] = static_cast<float>(i);
   });
   Tensor b = a.to(emu(1));  // must wait for the producer
   Tensor c = add(b, b);     // must wait for the copy
-  launch(emu(2), "held-back reader", {}, [=](const kernels::cpu::Ctx&) { consume.wait(); });
+  launch(emu(2), "held-back reader", {}, [=](const LaunchCtx&) { consume.wait(); });
   Tensor d = b.to(emu(2));  // waits behind the reader on emu(2) ...
   fill_(b, -1.0f);          // ... so this write on emu(1) must wait for that copy to read b
   std::this_thread::sleep_for(50ms);
@@ -149,13 +149,13 @@ TEST_CASE("thread budget: cores shared among the cpu and emu devices in use") {
   // A kernel sees its device's budget, and whether it runs emulated.
   std::atomic<int> threads0{0}, threads1{0};
   std::atomic<bool> emulated0{false}, emulated1{true};
-  launch(emu(1), "budget", {}, [&](const kernels::cpu::Ctx& c) {
-    threads0 = c.threads;
-    emulated0 = c.emulated;
+  launch(emu(1), "budget", {}, [&](const LaunchCtx& c) {
+    threads0 = c.cpu.threads;
+    emulated0 = c.backend == Backend::emu;
   });
-  launch(cpu(0), "budget", {}, [&](const kernels::cpu::Ctx& c) {
-    threads1 = c.threads;
-    emulated1 = c.emulated;
+  launch(cpu(0), "budget", {}, [&](const LaunchCtx& c) {
+    threads1 = c.cpu.threads;
+    emulated1 = c.backend == Backend::emu;
   });
   waitall();
   CHECK(threads0.load() == each);
@@ -166,13 +166,13 @@ TEST_CASE("thread budget: cores shared among the cpu and emu devices in use") {
 
 TEST_CASE("an error inside an emu stream surfaces at the next sync, naming the op and the device") {
   emus(3);
-  launch(emu(1), "exploding_kernel", {}, [](const kernels::cpu::Ctx&) { throw std::runtime_error("bad value"); });
+  launch(emu(1), "exploding_kernel", {}, [](const LaunchCtx&) { throw std::runtime_error("bad value"); });
   CHECK_THROWS_WITH_AS(waitall(), "exploding_kernel on emu(1): bad value", DeviceError);
   waitall();  // reported once; the device keeps working
   CHECK(Tensor::full({3}, 2.0f, emu(1)).to_vector() == std::vector<float>{2, 2, 2});
   // An emulated CUDA launch that CUDA would refuse (1025 threads a block).
-  launch(emu(2), "too_wide", {}, [](const kernels::cpu::Ctx& c) {
-    cuda_emu::make_launch("empty_kernel", empty_kernel, 1, 1025, 0, &c)(0);
+  launch(emu(2), "too_wide", {}, [](const LaunchCtx& c) {
+    cuda_emu::make_launch("empty_kernel", empty_kernel, 1, 1025, 0, &c.cpu)(0);
   });
   CHECK_THROWS_WITH_AS(runtime(emu(2)).compute.synchronize(),
                        doctest::Contains("too_wide on emu(2): invalid launch of kernel empty_kernel"), DeviceError);

@@ -74,7 +74,7 @@ Tensor sleep_copy(const Tensor& x, std::chrono::milliseconds ms, const char* op)
   Tensor y = Tensor::empty(x.shape(), x.device());
   float *src = x.data(), *dst = y.data();
   size_t bytes = static_cast<size_t>(x.numel()) * sizeof(float);
-  launch(x.device(), op, {x.storage(), y.storage()}, [=](const kernels::cpu::Ctx&) {
+  launch(x.device(), op, {x.storage(), y.storage()}, [=](const LaunchCtx&) {
     std::this_thread::sleep_for(ms);
     std::memcpy(dst, src, bytes);
   });

@@ -1,7 +1,15 @@
-// relu (kernels/cpu/relu.cpp) against direct loops; its backward against central finite differences.
+// relu on every backend: the CPU kernel (kernels/cpu/relu.cpp) against direct loops, its backward
+// against central finite differences; the emulated CUDA kernels (kernels/cuda/relu.cu) bitwise against
+// the CPU's, their backward against finite differences of the emulated forward; the op through autograd.
 #include <doctest/doctest.h>
 
+#include "core/ops/op.hpp"
+#include "emu_check.hpp"
 #include "kernel_check.hpp"
+
+// y = max(x, 0); dx = dy * (x > 0) (y may stand for x: y > 0 exactly where x > 0).
+D2L_DECLARE_KERNEL(relu_forward, const float* x, float* y, int64_t n);
+D2L_DECLARE_KERNEL(relu_backward, const float* x, const float* dy, float* dx, int64_t n);
 
 using namespace d2l::test;
 
@@ -37,4 +45,56 @@ TEST_CASE("the gradient check rejects a wrong relu gradient") {
   CHECK(grad_ok(numeric, dx));
   for (auto& v : dx) v *= 1.05f;
   CHECK_FALSE(grad_ok(numeric, dx));
+}
+
+// ---- the emulated CUDA kernels: bitwise the CPU's (the same float operations in the same order),
+// n = 1, 7, 1000, 4099 (grid-stride tails).
+namespace {
+void check_emulated(kemu::Stream s) {
+  for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{1000}, int64_t{4099}}) {
+    CAPTURE(n);
+    const auto a = lcg_data(n, 2), dy = lcg_data(n, 4);
+    Vec got(n), ref(n);
+    kemu::relu_forward(s, a.data(), got.data(), n);
+    cpu::relu_forward(cpu::serial_ctx(), a.data(), ref.data(), n);
+    CHECK(same_bits(ref, got, "relu_forward"));
+    kemu::relu_backward(s, a.data(), dy.data(), got.data(), n);
+    cpu::relu_backward(cpu::serial_ctx(), a.data(), dy.data(), ref.data(), n);
+    CHECK(same_bits(ref, got, "relu_backward"));
+  }
+}
+}  // namespace
+
+TEST_CASE("emulated relu is bitwise the CPU's; n = 0 launches nothing") {
+  check_emulated(nullptr);
+  float v = 1.0f;
+  kemu::relu_forward(nullptr, &v, &v, 0);
+  CHECK(v == 1.0f);
+}
+
+// The blocks spread over two OS threads (a separate meson test, also under TSan).
+TEST_CASE("emulated relu on 2 device threads" * doctest::test_suite("threads")) {
+  TwoThreads two;
+  check_emulated(&two.ctx);
+}
+
+TEST_CASE("emulated relu_backward matches finite differences") {
+  auto x = lcg_data(300, 20);
+  for (float& v : x) v = v < 0 ? v - 0.05f : v + 0.05f;  // |x| >= 0.05: no step of h crosses the kink
+  const auto r = lcg_data(300, 21);
+  Vec dx(300);
+  kemu::relu_backward(nullptr, x.data(), r.data(), dx.data(), 300);
+  auto loss = [&](const std::vector<double>& xd) {
+    const auto xf = to_float(xd);
+    Vec y(xf.size());
+    kemu::relu_forward(nullptr, xf.data(), y.data(), 300);
+    return dot(to_double(y), r);
+  };
+  CHECK(grad_check(x, dx, loss, {1e-2}, "relu dx"));  // FD tolerances: FdTol's (emu_check.hpp)
+}
+
+// ---- the op through autograd: gradcheck's tolerances (h 1e-2, atol 2e-3, rtol 2e-2), and a broken
+// backward must fail.
+TEST_CASE("relu's backward matches finite differences; a broken one fails") {
+  CHECK(op_case_ok({"relu", {{{7}, grad_input(7, 7)}}, [](auto& x) { return project(d2l::relu(x[0])); }}, d2l::cpu(0)));
 }

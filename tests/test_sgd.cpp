@@ -1,7 +1,13 @@
-// sgd_update (kernels/cpu/sgd.cpp) against a direct loop.
+// sgd_update on every backend: the CPU kernel (kernels/cpu/sgd.cpp) against a direct loop, the emulated
+// CUDA kernel (kernels/cuda/sgd.cu) bitwise against the CPU's.
 #include <doctest/doctest.h>
 
+#include "core/ops/op.hpp"
+#include "emu_check.hpp"
 #include "kernel_check.hpp"
+
+// w -= lr * g (the book's sgd: param[:] = param - lr * grad / batch_size, lr pre-divided).
+D2L_DECLARE_KERNEL(sgd_update, float* w, const float* g, int64_t n, float lr);
 
 using namespace d2l::test;
 
@@ -13,4 +19,27 @@ TEST_CASE("sgd_update") {
     cpu::sgd_update(c, w.data(), g.data(), n, 0.03f);
     CHECK(close(ref, w, 1e-7, 2.4e-7, "sgd"));
   });
+}
+
+// ---- the emulated CUDA kernel: bitwise the CPU's (the same float operations in the same order),
+// n = 1, 7, 1000, 4099 (grid-stride tails).
+namespace {
+void check_emulated(kemu::Stream s) {
+  for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{1000}, int64_t{4099}}) {
+    CAPTURE(n);
+    const auto a = lcg_data(n, 2), b = lcg_data(n, 3);
+    Vec got = a, ref = a;
+    kemu::sgd_update(s, got.data(), b.data(), n, 0.03f);
+    cpu::sgd_update(cpu::serial_ctx(), ref.data(), b.data(), n, 0.03f);
+    CHECK(same_bits(ref, got, "sgd_update"));
+  }
+}
+}  // namespace
+
+TEST_CASE("emulated sgd_update is bitwise the CPU's") { check_emulated(nullptr); }
+
+// The blocks spread over two OS threads (a separate meson test, also under TSan).
+TEST_CASE("emulated sgd_update on 2 device threads" * doctest::test_suite("threads")) {
+  TwoThreads two;
+  check_emulated(&two.ctx);
 }

@@ -1,11 +1,20 @@
-// sigmoid (kernels/cpu/sigmoid.cpp) against 1 / (1 + exp(-x)) in double; its backward against central
-// finite differences of that double forward. Inputs over [-20, 20] and out to +-1000 and +-inf, where a
-// formula that overflows its exp would give NaN (exp(x) / (1 + exp(x))) or lose the tiny values.
+// sigmoid on every backend. The CPU kernel (kernels/cpu/sigmoid.cpp) against 1 / (1 + exp(-x)) in
+// double, its backward against central finite differences of that double forward; inputs over
+// [-20, 20] and out to +-1000 and +-inf, where a formula that overflows its exp would give NaN
+// (exp(x) / (1 + exp(x))) or lose the tiny values. The emulated CUDA kernels (kernels/cuda/sigmoid.cu)
+// bitwise against the CPU's, and their backward against finite differences of the emulated forward.
+// The op (core/ops/sigmoid.cpp) through autograd.
 #include <doctest/doctest.h>
 
 #include <limits>
 
+#include "core/ops/op.hpp"
+#include "emu_check.hpp"
 #include "kernel_check.hpp"
+
+// y = 1 / (1 + exp(-x)), stable for large |x|; the backward reads the output y: dx = dy * y * (1 - y).
+D2L_DECLARE_KERNEL(sigmoid_forward, const float* x, float* y, int64_t n);
+D2L_DECLARE_KERNEL(sigmoid_backward, const float* y, const float* dy, float* dx, int64_t n);
 
 using namespace d2l::test;
 
@@ -83,4 +92,61 @@ TEST_CASE("the gradient check rejects a wrong sigmoid gradient") {
   CHECK(grad_ok(numeric, dx));
   for (auto& v : dx) v *= 1.05f;
   CHECK_FALSE(grad_ok(numeric, dx));
+}
+
+// ---- the emulated CUDA kernels. Bitwise: the same float operations in the same order (expf, not
+// __expf; g++ does not contract a*b+c into an fma). n = 1, 7, 1000, 4099 (grid-stride tails).
+namespace {
+void check_emulated(kemu::Stream s) {
+  for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{1000}, int64_t{4099}}) {
+    CAPTURE(n);
+    auto x = lcg_data(n, 2);  // over [-40, 40), saturated at both ends
+    for (float& v : x) v *= 40.0f;
+    const auto dy = lcg_data(n, 4);
+    Vec got(n), ref(n);
+    kemu::sigmoid_forward(s, x.data(), got.data(), n);
+    cpu::sigmoid_forward(cpu::serial_ctx(), x.data(), ref.data(), n);
+    CHECK(same_bits(ref, got, "sigmoid_forward"));
+    const auto y = ref;  // the backward reads the forward's output
+    kemu::sigmoid_backward(s, y.data(), dy.data(), got.data(), n);
+    cpu::sigmoid_backward(cpu::serial_ctx(), y.data(), dy.data(), ref.data(), n);
+    CHECK(same_bits(ref, got, "sigmoid_backward"));
+  }
+}
+}  // namespace
+
+TEST_CASE("emulated sigmoid is bitwise the CPU's; n = 0 launches nothing") {
+  check_emulated(nullptr);
+  float v = 1.0f;
+  kemu::sigmoid_forward(nullptr, &v, &v, 0);
+  CHECK(v == 1.0f);
+}
+
+// The blocks spread over two OS threads (a separate meson test, also under TSan).
+TEST_CASE("emulated sigmoid on 2 device threads" * doctest::test_suite("threads")) {
+  TwoThreads two;
+  check_emulated(&two.ctx);
+}
+
+TEST_CASE("emulated sigmoid_backward matches finite differences") {
+  auto x = lcg_data(300, 32);
+  for (float& v : x) v *= 8.0f;
+  const auto r = lcg_data(300, 33);
+  Vec y(300), dx(300);
+  kemu::sigmoid_forward(nullptr, x.data(), y.data(), 300);
+  kemu::sigmoid_backward(nullptr, y.data(), r.data(), dx.data(), 300);
+  auto loss = [&](const std::vector<double>& xd) {
+    const auto xf = to_float(xd);
+    Vec yf(xf.size());
+    kemu::sigmoid_forward(nullptr, xf.data(), yf.data(), 300);
+    return dot(to_double(yf), r);
+  };
+  CHECK(grad_check(x, dx, loss, {1e-2}, "sigmoid dx"));  // FD tolerances: FdTol's (emu_check.hpp)
+}
+
+// ---- the op through autograd: gradcheck's tolerances (h 1e-2, atol 2e-3, rtol 2e-2), and a broken
+// backward must fail.
+TEST_CASE("sigmoid's backward matches finite differences; a broken one fails") {
+  CHECK(op_case_ok({"sigmoid", {{{7}, grad_input(7, 22)}}, [](auto& x) { return project(d2l::sigmoid(x[0])); }},
+                   d2l::cpu(0)));
 }

@@ -23,8 +23,8 @@ TEST_CASE("tasks on cpu(0) and cpu(1) meet at a rendezvous: the devices run at t
     while (arrived.load() < 2 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(1ms);
     met = arrived.load() == 2;  // false if the other device only starts after this one finishes
   };
-  launch(cpu(0), "rendezvous", {}, [&](const kernels::cpu::Ctx&) { meet(met0); });
-  launch(cpu(1), "rendezvous", {}, [&](const kernels::cpu::Ctx&) { meet(met1); });
+  launch(cpu(0), "rendezvous", {}, [&](const LaunchCtx&) { meet(met0); });
+  launch(cpu(1), "rendezvous", {}, [&](const LaunchCtx&) { meet(met1); });
   waitall();
   CHECK(met0);
   CHECK(met1);
@@ -36,14 +36,14 @@ static void check_event_wait(Device a, Device b) {
   std::promise<void> gate;
   std::shared_future<void> open = gate.get_future().share();
   std::atomic<bool> released{false}, ran_early{false}, ran{false};
-  launch(a, "held back", {}, [&](const kernels::cpu::Ctx&) {
+  launch(a, "held back", {}, [&](const LaunchCtx&) {
     open.wait();
     released = true;
   });
   Event e;
   runtime(a).compute.record(e);
   runtime(b).compute.wait(e);
-  launch(b, "after event", {}, [&](const kernels::cpu::Ctx&) {
+  launch(b, "after event", {}, [&](const LaunchCtx&) {
     ran_early = !released.load();
     ran = true;
   });
@@ -68,7 +68,7 @@ TEST_CASE("waiting on an event never recorded does not block") {
   CHECK_FALSE(never.recorded());
   runtime(cpu(1)).compute.wait(never);
   std::atomic<bool> ran{false};
-  launch(cpu(1), "after", {}, [&](const kernels::cpu::Ctx&) { ran = true; });
+  launch(cpu(1), "after", {}, [&](const LaunchCtx&) { ran = true; });
   auto done = std::async(std::launch::async, [] { runtime(cpu(1)).compute.synchronize(); });
   REQUIRE(done.wait_for(10s) == std::future_status::ready);
   CHECK(ran.load());
@@ -76,14 +76,14 @@ TEST_CASE("waiting on an event never recorded does not block") {
 
 TEST_CASE("within a stream, tasks run in the order they were enqueued") {
   std::vector<int> seen;
-  for (int i = 0; i < 50; ++i) launch(cpu(0), "ordered", {}, [&seen, i](const kernels::cpu::Ctx&) { seen.push_back(i); });
+  for (int i = 0; i < 50; ++i) launch(cpu(0), "ordered", {}, [&seen, i](const LaunchCtx&) { seen.push_back(i); });
   waitall();
   REQUIRE(seen.size() == 50);
   for (int i = 0; i < 50; ++i) CHECK(seen[i] == i);
 }
 
 TEST_CASE("an exception inside a stream surfaces at the next sync, naming the op and the device") {
-  launch(cpu(1), "exploding_kernel", {}, [](const kernels::cpu::Ctx&) { throw std::runtime_error("bad value"); });
+  launch(cpu(1), "exploding_kernel", {}, [](const LaunchCtx&) { throw std::runtime_error("bad value"); });
   CHECK_THROWS_WITH_AS(waitall(), "exploding_kernel on cpu(1): bad value", DeviceError);
   waitall();  // the error was reported once; the device keeps working
   // The same through an op: a label out of range is found by the kernel, on the device.

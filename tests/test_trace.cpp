@@ -26,7 +26,7 @@ using namespace std::chrono_literals;
 namespace {
 
 void sleep_task(Device d, const char* name, std::chrono::milliseconds ms) {
-  launch(d, name, {}, [ms](const kernels::cpu::Ctx&) { std::this_thread::sleep_for(ms); });
+  launch(d, name, {}, [ms](const LaunchCtx&) { std::this_thread::sleep_for(ms); });
 }
 
 std::vector<trace::Record> only(const std::vector<trace::Record>& ev, Device d, const std::string& stream) {
@@ -114,7 +114,7 @@ TEST_CASE("tasks enqueued together on two devices overlap in the timeline") {
   // Each task waits (up to 10 s) until both have started, so they overlap when the devices run in
   // parallel; the timeline must show it.
   std::atomic<int> arrived{0};
-  auto meet = [&](const kernels::cpu::Ctx&) {
+  auto meet = [&](const LaunchCtx&) {
     arrived.fetch_add(1);
     auto deadline = std::chrono::steady_clock::now() + 10s;
     while (arrived.load() < 2 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(1ms);

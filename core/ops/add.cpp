@@ -7,7 +7,7 @@ using namespace detail;
 
 Tensor add(const Tensor& a, const Tensor& b) {
   Tensor y = elementwise_output("add", {a, b});
-  run("add", {a, b, y}, [A = a.data(), B = b.data(), Y = y.data(), n = y.numel()](const Ctx& c) {
+  run("add", {a, b, y}, [A = a.data(), B = b.data(), Y = y.data(), n = y.numel()](const LaunchCtx& c) {
     D2L_KERNEL(c, add, A, B, Y, n);
   });
   record(y, "add", {a, b}, [](const Tensor& gy) { return std::vector<Tensor>{gy, gy}; });
@@ -18,7 +18,7 @@ Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
   Tensor y = elementwise_output("mul", {a, b});
-  run("mul", {a, b, y}, [A = a.data(), B = b.data(), Y = y.data(), n = y.numel()](const Ctx& c) {
+  run("mul", {a, b, y}, [A = a.data(), B = b.data(), Y = y.data(), n = y.numel()](const LaunchCtx& c) {
     D2L_KERNEL(c, mul, A, B, Y, n);
   });
   record(y, "mul", {a, b}, [a, b](const Tensor& gy) { return std::vector<Tensor>{mul(gy, b), mul(gy, a)}; });
@@ -27,8 +27,8 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 
 // In place, never recorded: it changes values a graph may have read, so use it for updates.
 void add_(const Tensor& y, const Tensor& x, float alpha) {
-  elementwise_output("add_", {y, x});  // the checks
-  run("add_", {x, y}, [=, X = x.data(), Y = y.data(), n = x.numel()](const Ctx& c) { D2L_KERNEL(c, axpy, alpha, X, Y, n); });
+  check_elementwise("add_", {y, x});
+  run("add_", {x, y}, [=, X = x.data(), Y = y.data(), n = x.numel()](const LaunchCtx& c) { D2L_KERNEL(c, axpy, alpha, X, Y, n); });
 }
 
 }  // namespace d2l

@@ -13,7 +13,7 @@ Tensor argmax(const Tensor& x) {
   Tensor idx = Tensor::empty({N}, d, DType::i32);
   const float* X = x.data();
   int32_t* I = idx.labels();
-  launch(d, "argmax", keep({x, idx}), [=](const kernels::cpu::Ctx& c) { D2L_KERNEL(c, argmax, X, I, N, K); });
+  launch(d, "argmax", keep({x, idx}), [=](const LaunchCtx& c) { D2L_KERNEL(c, argmax, X, I, N, K); });
   return idx;
 }
 
@@ -27,7 +27,7 @@ Tensor count_correct(const Tensor& logits, const Tensor& labels) {
   const float* X = logits.data();
   const int32_t* Y = labels.labels();
   float* O = out.data();
-  launch(d, "count_correct", keep({logits, labels, out}), [=](const kernels::cpu::Ctx& c) { D2L_KERNEL(c, count_correct, X, Y, O, N, K); });
+  launch(d, "count_correct", keep({logits, labels, out}), [=](const LaunchCtx& c) { D2L_KERNEL(c, count_correct, X, Y, O, N, K); });
   return out;
 }
 

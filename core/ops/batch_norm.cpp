@@ -19,7 +19,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, cons
   float *Y = y.data(), *RM = running_mean.data(), *RV = running_var.data();
   if (!is_training()) {
     launch(d, "batch_norm", keep({x, gamma, beta, running_mean, running_var, y}),
-           [=](const k::Ctx& c) { D2L_KERNEL(c, batch_norm_eval_forward, N, C, HW, X, G, B, RM, RV, eps, Y); });
+           [=](const LaunchCtx& c) { D2L_KERNEL(c, batch_norm_eval_forward, N, C, HW, X, G, B, RM, RV, eps, Y); });
     // Evaluation statistics are constants: y = gamma * (x - rm) / sqrt(rv + eps) + beta.
     record(y, "batch_norm", {x, gamma, beta}, [](const Tensor&) -> std::vector<Tensor> {
       throw std::logic_error("batch_norm: backward in evaluation mode is not supported; train with TrainMode(true)");
@@ -29,7 +29,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, cons
   if (N * HW < 2) fail("batch_norm", "training needs more than one value per channel, got " + str(x.shape()));
   Tensor mean = Tensor::empty({C}, d), invstd = Tensor::empty({C}, d);
   float *M = mean.data(), *S = invstd.data();
-  launch(d, "batch_norm", keep({x, gamma, beta, running_mean, running_var, y, mean, invstd}), [=](const k::Ctx& c) {
+  launch(d, "batch_norm", keep({x, gamma, beta, running_mean, running_var, y, mean, invstd}), [=](const LaunchCtx& c) {
     D2L_KERNEL(c, batch_norm_train_forward, N, C, HW, X, G, B, eps, momentum, Y, M, S, RM, RV);
   });
   record(y, "batch_norm", {x, gamma, beta}, [x, gamma, mean, invstd, N, C, HW](const Tensor& gy) {
@@ -37,7 +37,7 @@ Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, cons
     const float *X = x.data(), *GY = gy.data(), *G = gamma.data(), *M = mean.data(), *S = invstd.data();
     float *GX = gx.data(), *GG = gg.data(), *GB = gb.data();
     launch(x.device(), "batch_norm_backward", keep({x, gy, gamma, mean, invstd, gx, gg, gb}),
-           [=](const k::Ctx& c) { D2L_KERNEL(c, batch_norm_backward, N, C, HW, X, GY, G, M, S, GX, GG, GB); });
+           [=](const LaunchCtx& c) { D2L_KERNEL(c, batch_norm_backward, N, C, HW, X, GY, G, M, S, GX, GG, GB); });
     return std::vector<Tensor>{gx, gg, gb};
   });
   return y;

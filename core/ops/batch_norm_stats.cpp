@@ -39,14 +39,14 @@ Tensor batch_norm_stats(const Tensor& x) {
   const float* X = x.data();
   float* S = stats.data();
   launch(d, "batch_norm_stats", keep({x, stats}),
-         [=](const k::Ctx& c) { D2L_KERNEL(c, batch_norm_stats_forward, s.N, s.C, s.HW, X, S); });
+         [=](const LaunchCtx& c) { D2L_KERNEL(c, batch_norm_stats_forward, s.N, s.C, s.HW, X, S); });
   // The node keeps a detached handle: `stats` itself would own its node and never be freed.
   record(stats, "batch_norm_stats", {x}, [x, saved = stats.detach(), s](const Tensor& gs) {
     Tensor gx = Tensor::empty(x.shape(), x.device());
     const float *X = x.data(), *S = saved.data(), *GS = gs.data();
     float* GX = gx.data();
     launch(x.device(), "batch_norm_stats_backward", keep({x, saved, gs, gx}),
-           [=](const k::Ctx& c) { D2L_KERNEL(c, batch_norm_stats_backward, s.N, s.C, s.HW, X, S, GS, GX); });
+           [=](const LaunchCtx& c) { D2L_KERNEL(c, batch_norm_stats_backward, s.N, s.C, s.HW, X, S, GS, GX); });
     return std::vector<Tensor>{gx};
   });
   return stats;
@@ -72,14 +72,14 @@ Tensor batch_norm_combine_stats(const Tensor& stats, const std::vector<int64_t>&
   const float* S = stats.data();
   float* O = out.data();
   launch(d, op, keep({n_t, stats, out}),
-         [=](const k::Ctx& c) { D2L_KERNEL(c, batch_norm_combine_forward, K, C, NC, S, O); });
+         [=](const LaunchCtx& c) { D2L_KERNEL(c, batch_norm_combine_forward, K, C, NC, S, O); });
   record(out, op, {stats}, [stats, n_t, K, C](const Tensor& gout) {
     Tensor gs = Tensor::empty(stats.shape(), stats.device());
     const int32_t* NC = n_t.labels();
     const float *S = stats.data(), *GO = gout.data();
     float* GS = gs.data();
     launch(stats.device(), "batch_norm_combine_stats_backward", keep({n_t, stats, gout, gs}),
-           [=](const k::Ctx& c) { D2L_KERNEL(c, batch_norm_combine_backward, K, C, NC, S, GO, GS); });
+           [=](const LaunchCtx& c) { D2L_KERNEL(c, batch_norm_combine_backward, K, C, NC, S, GO, GS); });
     return std::vector<Tensor>{gs};
   });
   return out;
@@ -96,14 +96,14 @@ Tensor batch_norm_apply(const Tensor& x, const Tensor& stats, const Tensor& gamm
   const float *X = x.data(), *S = stats.data(), *G = gamma.data(), *B = beta.data();
   float* Y = y.data();
   launch(d, op, keep({x, stats, gamma, beta, y}),
-         [=](const k::Ctx& c) { D2L_KERNEL(c, batch_norm_apply_forward, s.N, s.C, s.HW, X, S, G, B, eps, Y); });
+         [=](const LaunchCtx& c) { D2L_KERNEL(c, batch_norm_apply_forward, s.N, s.C, s.HW, X, S, G, B, eps, Y); });
   record(y, op, {x, stats, gamma, beta}, [x, stats, gamma, s, eps](const Tensor& gy) {
     Device d = x.device();
     Tensor gx = Tensor::empty(x.shape(), d), gs = Tensor::empty({2, s.C}, d);
     Tensor gg = Tensor::empty({s.C}, d), gb = Tensor::empty({s.C}, d);
     const float *X = x.data(), *GY = gy.data(), *S = stats.data(), *G = gamma.data();
     float *GX = gx.data(), *GS = gs.data(), *GG = gg.data(), *GB = gb.data();
-    launch(d, "batch_norm_apply_backward", keep({x, gy, stats, gamma, gx, gs, gg, gb}), [=](const k::Ctx& c) {
+    launch(d, "batch_norm_apply_backward", keep({x, gy, stats, gamma, gx, gs, gg, gb}), [=](const LaunchCtx& c) {
       D2L_KERNEL(c, batch_norm_apply_backward, s.N, s.C, s.HW, X, GY, S, G, eps, GX, GS, GG, GB);
     });
     return std::vector<Tensor>{gx, gs, gg, gb};
@@ -123,7 +123,7 @@ void batch_norm_update_running_(const Tensor& stats, int64_t count, const Tensor
   const float* S = stats.data();
   float *RM = running_mean.data(), *RV = running_var.data();
   launch(d, op, keep({stats, running_mean, running_var}),
-         [=](const k::Ctx& c) { D2L_KERNEL(c, batch_norm_update_running, C, count, S, momentum, RM, RV); });
+         [=](const LaunchCtx& c) { D2L_KERNEL(c, batch_norm_update_running, C, count, S, momentum, RM, RV); });
 }
 
 std::vector<Tensor> sync_batch_norm(const std::vector<Tensor>& xs, const std::vector<Tensor>& gamma,

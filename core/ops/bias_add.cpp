@@ -18,13 +18,13 @@ Tensor bias_add(const Tensor& x, const Tensor& b) {
   const float *X = x.data(), *Bp = b.data();
   float* Y = y.data();
   launch(d, "bias_add", keep({x, b, y}),
-         [=](const kernels::cpu::Ctx& c) { D2L_KERNEL(c, bias_add_forward, X, Bp, Y, outer, C, inner); });
+         [=](const LaunchCtx& c) { D2L_KERNEL(c, bias_add_forward, X, Bp, Y, outer, C, inner); });
   record(y, "bias_add", {x, b}, [outer, C, inner](const Tensor& gy) {
     Tensor gb = Tensor::empty({C}, gy.device());
     const float* G = gy.data();
     float* GB = gb.data();
     launch(gy.device(), "bias_add_backward", keep({gy, gb}),
-           [=](const kernels::cpu::Ctx& c) { D2L_KERNEL(c, bias_add_backward, G, GB, outer, C, inner); });
+           [=](const LaunchCtx& c) { D2L_KERNEL(c, bias_add_backward, G, GB, outer, C, inner); });
     return std::vector<Tensor>{gy, gb};
   });
   return y;

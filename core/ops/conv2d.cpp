@@ -23,7 +23,7 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, Pair stride, Pa
   Tensor y = Tensor::empty({s.N, s.OC, s.OH(), s.OW()}, d);
   const float *X = x.data(), *W = w.data();
   float* Y = y.data();
-  launch(d, "conv2d", keep({x, w, y}), [=](const k::Ctx& c) { D2L_KERNEL(c, conv2d_forward, s, X, W, Y); });
+  launch(d, "conv2d", keep({x, w, y}), [=](const LaunchCtx& c) { D2L_KERNEL(c, conv2d_forward, s, X, W, Y); });
   record(y, "conv2d", {x, w}, [x, w, s](const Tensor& gy) {
     Tensor gx;
     if (x.needs_grad()) {  // (the network's input needs none: its backward_data is skipped)
@@ -31,14 +31,14 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, Pair stride, Pa
       const float *W = w.data(), *G = gy.data();
       float* GX = gx.data();
       launch(x.device(), "conv2d_backward_data", keep({w, gy, gx}),
-             [=](const k::Ctx& c) { D2L_KERNEL(c, conv2d_backward_data, s, G, W, GX); });
+             [=](const LaunchCtx& c) { D2L_KERNEL(c, conv2d_backward_data, s, G, W, GX); });
     }
     auto weight_grad = [x, w, gy, s] {
       Tensor gw = Tensor::empty(w.shape(), w.device());
       const float *X = x.data(), *G = gy.data();
       float* GW = gw.data();
       launch(x.device(), "conv2d_backward_weight", keep({x, gy, gw}),
-             [=](const k::Ctx& c) { D2L_KERNEL(c, conv2d_backward_weight, s, X, G, GW); });
+             [=](const LaunchCtx& c) { D2L_KERNEL(c, conv2d_backward_weight, s, X, G, GW); });
       return gw;
     };
     if (defer_weight_grad(w, weight_grad)) return std::vector<Tensor>{gx, Tensor()};  // zb-h1's W, later

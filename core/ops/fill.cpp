@@ -7,7 +7,7 @@ using namespace detail;
 
 Tensor scale(const Tensor& x, float alpha) {
   Tensor y = elementwise_output("scale", {x});
-  run("scale", {x, y}, [=, X = x.data(), Y = y.data(), n = x.numel()](const Ctx& c) { D2L_KERNEL(c, scale, X, Y, n, alpha); });
+  run("scale", {x, y}, [=, X = x.data(), Y = y.data(), n = x.numel()](const LaunchCtx& c) { D2L_KERNEL(c, scale, X, Y, n, alpha); });
   record(y, "scale", {x}, [alpha](const Tensor& gy) { return std::vector<Tensor>{scale(gy, alpha)}; });
   return y;
 }
@@ -18,12 +18,12 @@ Tensor operator*(const Tensor& x, float alpha) { return scale(x, alpha); }
 void fill_(const Tensor& x, float value) {
   same_device("fill", {x});
   float* X = static_cast<float*>(x.storage()->ptr);  // int32 zeros share 0.0f's bits
-  run("fill", {x}, [=, n = x.numel()](const Ctx& c) { D2L_KERNEL(c, fill, X, n, value); });
+  run("fill", {x}, [=, n = x.numel()](const LaunchCtx& c) { D2L_KERNEL(c, fill, X, n, value); });
 }
 
 void scale_(const Tensor& x, float alpha) {
-  elementwise_output("scale_", {x});  // the checks
-  run("scale_", {x}, [=, X = x.data(), n = x.numel()](const Ctx& c) { D2L_KERNEL(c, scale, X, X, n, alpha); });
+  check_elementwise("scale_", {x});
+  run("scale_", {x}, [=, X = x.data(), n = x.numel()](const LaunchCtx& c) { D2L_KERNEL(c, scale, X, X, n, alpha); });
 }
 
 }  // namespace d2l

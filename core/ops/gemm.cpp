@@ -10,15 +10,15 @@ namespace d2l::detail {
 static std::atomic<int> g_gemm{0};  // 0 = cublas (CPU GEMM on emu), else a kernels::emu::GemmKernel
 
 // The library GEMMs conv2d's passes call when the choice is cublas: on emu(i) the CPU GEMM (the
-// emulated stream is the device's Ctx), on gpu(i) cuBLAS on the handle of the Ctx whose kernel runs
+// emulated stream is the device's CPU Ctx), on gpu(i) cuBLAS on the handle of the LaunchCtx whose kernel runs
 // (GpuCtxScope, set by D2L_KERNEL).
 static void emu_library_gemm(kernels::emu::Stream s, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
                              const float* A, const float* B, float beta, float* C) {
   kernels::cpu::gemm(s ? *s : kernels::cpu::serial_ctx(), ta, tb, M, N, K, alpha, A, B, beta, C);  // null: this thread
 }
 #ifdef D2L_WITH_CUDA
-static thread_local const kernels::cpu::Ctx* t_gpu_ctx = nullptr;
-GpuCtxScope::GpuCtxScope(const kernels::cpu::Ctx& c) : prev_(t_gpu_ctx) { t_gpu_ctx = &c; }
+static thread_local const LaunchCtx* t_gpu_ctx = nullptr;
+GpuCtxScope::GpuCtxScope(const LaunchCtx& c) : prev_(t_gpu_ctx) { t_gpu_ctx = &c; }
 GpuCtxScope::~GpuCtxScope() { t_gpu_ctx = prev_; }
 static void gpu_library_gemm(kernels::cuda::Stream stream, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
                              float alpha, const float* A, const float* B, float beta, float* C) {
@@ -52,20 +52,20 @@ void set_gemm(const std::string& name) {
   set_conv_gemm(g);
 }
 
-void run_gemm(const kernels::cpu::Ctx& c, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+void run_gemm(const LaunchCtx& c, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
           const float* B, float beta, float* C) {
   int g = g_gemm.load();
 #ifdef D2L_WITH_CUDA
-  if (c.cuda_stream) {
+  if (c.backend == Backend::gpu) {
     if (g == 0) return cuda_layer::sgemm(c.blas, ta, tb, M, N, K, alpha, A, B, beta, C);
     return kernels::cuda::gemm(static_cast<kernels::cuda::Stream>(c.cuda_stream),
                                static_cast<kernels::cuda::GemmKernel>(g), ta, tb, M, N, K, alpha, A, B, beta, C);
   }
 #endif
-  if (c.emulated && g != 0)
-    kernels::emu::gemm(&c, static_cast<kernels::emu::GemmKernel>(g), ta, tb, M, N, K, alpha, A, B, beta, C);
+  if (c.backend == Backend::emu && g != 0)
+    kernels::emu::gemm(&c.cpu, static_cast<kernels::emu::GemmKernel>(g), ta, tb, M, N, K, alpha, A, B, beta, C);
   else
-    kernels::cpu::gemm(c, ta, tb, M, N, K, alpha, A, B, beta, C);
+    kernels::cpu::gemm(c.cpu, ta, tb, M, N, K, alpha, A, B, beta, C);
 }
 
 }  // namespace d2l::detail

@@ -20,7 +20,7 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
   const float *A = a.data(), *B = b.data();
   float* C = y.data();
   launch(d, "matmul", keep({a, b, y}),
-         [=](const kernels::cpu::Ctx& c) { run_gemm(c, ta, tb, M, N, K, 1.0f, A, B, 0.0f, C); });
+         [=](const LaunchCtx& c) { run_gemm(c, ta, tb, M, N, K, 1.0f, A, B, 0.0f, C); });
   // y = op(a) @ op(b): d op(a) = gy @ op(b)^T, d op(b) = op(a)^T @ gy, transposed back to storage.
   // A leaf operand's gradient (a Dense weight) may be deferred to zb-h1's W (core/autograd.hpp).
   record(y, "matmul", {a, b}, [a, b, ta, tb](const Tensor& gy) {

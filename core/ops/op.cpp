@@ -29,14 +29,19 @@ void expect_ndim(const char* op, const Tensor& t, int64_t n, const char* what) {
     fail(op, std::string(what) + " must have " + std::to_string(n) + " dimensions, got shape " + str(t.shape()));
 }
 
-Tensor elementwise_output(const char* op, std::initializer_list<Tensor> inputs) {
+Device check_elementwise(const char* op, std::initializer_list<Tensor> inputs) {
   const Device d = same_device(op, inputs);
   const Tensor& first = *inputs.begin();
   for (const Tensor& t : inputs) {
     expect_f32(op, t, "every input");
     expect_same_shape(op, first, t);
   }
-  return Tensor::empty(first.shape(), d);
+  return d;
+}
+
+Tensor elementwise_output(const char* op, std::initializer_list<Tensor> inputs) {
+  const Device d = check_elementwise(op, inputs);
+  return Tensor::empty(inputs.begin()->shape(), d);
 }
 
 }  // namespace d2l::detail

@@ -12,36 +12,63 @@
 #include "kernels/cpu/kernels.hpp"
 #include "kernels/emu/kernels.hpp"
 
-// Runs kernel `name` on the backend of the device whose Ctx is `ctx`: kernels/cpu for cpu(i), the
-// hand-written CUDA kernels of kernels/cuda compiled against the emulation for emu(i), and the same
-// kernels compiled by nvcc for gpu(i) (a build with CUDA). All have the same arguments after the
-// first (the CPU Ctx, the emulated stream, or the cudaStream_t).
+// Runs kernel `name` on the backend of the device whose launch context (LaunchCtx, core/runtime.hpp)
+// is `ctx`: kernels/cpu for cpu(i), the hand-written CUDA kernels of kernels/cuda compiled against the
+// emulation for emu(i), and the same kernels compiled by nvcc for gpu(i) (a build with CUDA). All have
+// the same arguments after the first: the plain CPU Ctx ctx.cpu, the emulated stream &ctx.cpu, or the
+// cudaStream_t.
 #ifdef D2L_WITH_CUDA
 #include "kernels/cuda/gpu.hpp"
 namespace d2l::detail {
-// While alive, the gpu(i) Ctx whose kernel runs on this thread: conv2d's cuBLAS GEMMs use its handle.
+// While alive, the gpu(i) LaunchCtx whose kernel runs on this thread: conv2d's cuBLAS GEMMs use its handle.
 class GpuCtxScope {
  public:
-  explicit GpuCtxScope(const kernels::cpu::Ctx& c);
+  explicit GpuCtxScope(const LaunchCtx& c);
   ~GpuCtxScope();
   GpuCtxScope(const GpuCtxScope&) = delete;
   GpuCtxScope& operator=(const GpuCtxScope&) = delete;
 
  private:
-  const kernels::cpu::Ctx* prev_;
+  const LaunchCtx* prev_;
 };
 }  // namespace d2l::detail
-#define D2L_KERNEL(ctx, name, ...)                                                                        \
-  ((ctx).cuda_stream                                                                                      \
-       ? (::d2l::detail::GpuCtxScope((ctx)),                                                              \
+#define D2L_KERNEL(ctx, name, ...)                                                                          \
+  ((ctx).backend == ::d2l::Backend::gpu                                                                     \
+       ? (::d2l::detail::GpuCtxScope((ctx)),                                                                \
           ::d2l::kernels::cuda::name(static_cast<::d2l::kernels::cuda::Stream>((ctx).cuda_stream), __VA_ARGS__)) \
-   : (ctx).emulated ? ::d2l::kernels::emu::name(&(ctx), __VA_ARGS__)                                     \
-                    : ::d2l::kernels::cpu::name((ctx), __VA_ARGS__))
+   : (ctx).backend == ::d2l::Backend::emu ? ::d2l::kernels::emu::name(&(ctx).cpu, __VA_ARGS__)              \
+                                          : ::d2l::kernels::cpu::name((ctx).cpu, __VA_ARGS__))
 #else
-#define D2L_KERNEL(ctx, name, ...)                                 \
-  ((ctx).emulated ? ::d2l::kernels::emu::name(&(ctx), __VA_ARGS__) \
-                  : ::d2l::kernels::cpu::name((ctx), __VA_ARGS__))
+#define D2L_KERNEL(ctx, name, ...)                                                          \
+  ((ctx).backend == ::d2l::Backend::emu ? ::d2l::kernels::emu::name(&(ctx).cpu, __VA_ARGS__) \
+                                        : ::d2l::kernels::cpu::name((ctx).cpu, __VA_ARGS__))
 #endif
+
+// Declares an op's own kernel `name` on every backend, with the parameters that follow the first:
+// in kernels::cpu (first parameter the CPU Ctx: threads, helper pool, scratch), in kernels::emu (the
+// emulated stream) and, in a build with CUDA, in kernels::cuda (the cudaStream_t), as
+// kernels/cuda/kernels.hpp declares the shared ones. Written at the top of core/ops/<op>.cpp and of
+// tests/test_<op>.cpp, the two files that call the op's kernels, with a comment on what each computes:
+//   D2L_DECLARE_KERNEL(sigmoid_forward, const float* x, float* y, int64_t n);
+// Kernels that several ops or the runtime call (fill, copy, scale, axpy, the GEMMs, the random fills,
+// conv2d's family) stay in kernels/cpu/kernels.hpp and kernels/cuda/kernels.hpp.
+#ifdef D2L_WITH_CUDA
+#define D2L_DECLARE_CUDA_KERNEL_(name, ...) \
+  namespace d2l::kernels::cuda {            \
+  void name(Stream stream, __VA_ARGS__);    \
+  }
+#else
+#define D2L_DECLARE_CUDA_KERNEL_(name, ...)
+#endif
+#define D2L_DECLARE_KERNEL(name, ...)        \
+  namespace d2l::kernels::cpu {              \
+  void name(const Ctx& c, __VA_ARGS__);      \
+  }                                          \
+  namespace d2l::kernels::emu {              \
+  void name(Stream stream, __VA_ARGS__);     \
+  }                                          \
+  D2L_DECLARE_CUDA_KERNEL_(name, __VA_ARGS__) \
+  static_assert(true, "a declaration ends with ;")
 
 namespace d2l::detail {
 
@@ -57,7 +84,7 @@ Tensor reduce_loss(const Tensor& per_sample, Reduction r);
 // gpu(i), emulated on emu(i)). cpu(i) always uses its OpenBLAS GEMM. Convolutions on GPU devices
 // follow the same choice (their im2col GEMMs).
 void set_gemm(const std::string& name);
-void run_gemm(const kernels::cpu::Ctx& c, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+void run_gemm(const LaunchCtx& c, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
           const float* B, float beta, float* C);
 
 [[noreturn]] void fail(const char* op, const std::string& msg);  // throws ShapeError "op: msg"
@@ -68,14 +95,14 @@ inline std::vector<std::shared_ptr<Storage>> keep(std::initializer_list<Tensor> 
   return out;
 }
 
-using Ctx = kernels::cpu::Ctx;  // what a kernel gets: its device's threads, stream and handles
-
 // The steps every op shares, after its own checks:
-// - elementwise_output: every input defined, float32, on one device and of one shape; returns the
-//   output, uninitialised, of that shape on that device;
+// - check_elementwise: every input defined, float32, on one device and of one shape; returns that
+//   device (what an in-place op checks: add_, scale_, sgd_update_);
+// - elementwise_output: those checks, then the output, uninitialised, of that shape on that device;
 // - run: enqueues `kernel` (a lambda calling D2L_KERNEL) on the compute stream of the first tensor's
 //   device; every tensor listed, inputs and outputs, keeps its memory until the kernel has run;
 // - record (core/autograd.hpp): the backward, when a graph is being recorded.
+Device check_elementwise(const char* op, std::initializer_list<Tensor> inputs);
 Tensor elementwise_output(const char* op, std::initializer_list<Tensor> inputs);
 template <class Kernel>
 void run(const char* op, std::initializer_list<Tensor> touched, Kernel&& kernel) {
@@ -92,12 +119,12 @@ template <class Forward, class Backward>
 Tensor activation(const char* op, const char* backward_op, const Tensor& x, Forward forward, Backward backward) {
   Tensor y = elementwise_output(op, {x});
   const int64_t n = x.numel();
-  run(op, {x, y}, [=, X = x.data(), Y = y.data()](const Ctx& c) { forward(c, X, Y, n); });
+  run(op, {x, y}, [=, X = x.data(), Y = y.data()](const LaunchCtx& c) { forward(c, X, Y, n); });
   record(y, op, {x}, [=, ys = y.storage(), shape = x.shape()](const Tensor& gy) {
     Tensor gx = Tensor::empty(shape, gy.device());
     const float *Y = static_cast<const float*>(ys->ptr), *G = gy.data();
     float* GX = gx.data();
-    launch(gy.device(), backward_op, {ys, gy.storage(), gx.storage()}, [=](const Ctx& c) { backward(c, Y, G, GX, n); });
+    launch(gy.device(), backward_op, {ys, gy.storage(), gx.storage()}, [=](const LaunchCtx& c) { backward(c, Y, G, GX, n); });
     return std::vector<Tensor>{gx};
   });
   return y;

@@ -27,13 +27,13 @@ Tensor max_pool2d(const Tensor& x, Pair kernel, Pair stride, Pair padding) {
   const float* X = x.data();
   float* Y = y.data();
   int32_t* A = arg.labels();
-  launch(d, "max_pool2d", keep({x, y, arg}), [=](const k::Ctx& c) { D2L_KERNEL(c, max_pool2d_forward, s, X, Y, A); });
+  launch(d, "max_pool2d", keep({x, y, arg}), [=](const LaunchCtx& c) { D2L_KERNEL(c, max_pool2d_forward, s, X, Y, A); });
   record(y, "max_pool2d", {x}, [arg, s](const Tensor& gy) {
     Tensor gx = Tensor::empty({s.N, s.C, s.H, s.W}, gy.device());
     const float* G = gy.data();
     const int32_t* A = arg.labels();
     float* GX = gx.data();
-    launch(gy.device(), "max_pool2d_backward", keep({arg, gy, gx}), [=](const k::Ctx& c) { D2L_KERNEL(c, max_pool2d_backward, s, G, A, GX); });
+    launch(gy.device(), "max_pool2d_backward", keep({arg, gy, gx}), [=](const LaunchCtx& c) { D2L_KERNEL(c, max_pool2d_backward, s, G, A, GX); });
     return std::vector<Tensor>{gx};
   });
   return y;
@@ -45,12 +45,12 @@ Tensor avg_pool2d(const Tensor& x, Pair kernel, Pair stride, Pair padding) {
   Tensor y = Tensor::empty({s.N, s.C, s.OH(), s.OW()}, d);
   const float* X = x.data();
   float* Y = y.data();
-  launch(d, "avg_pool2d", keep({x, y}), [=](const k::Ctx& c) { D2L_KERNEL(c, avg_pool2d_forward, s, X, Y); });
+  launch(d, "avg_pool2d", keep({x, y}), [=](const LaunchCtx& c) { D2L_KERNEL(c, avg_pool2d_forward, s, X, Y); });
   record(y, "avg_pool2d", {x}, [s](const Tensor& gy) {
     Tensor gx = Tensor::empty({s.N, s.C, s.H, s.W}, gy.device());
     const float* G = gy.data();
     float* GX = gx.data();
-    launch(gy.device(), "avg_pool2d_backward", keep({gy, gx}), [=](const k::Ctx& c) { D2L_KERNEL(c, avg_pool2d_backward, s, G, GX); });
+    launch(gy.device(), "avg_pool2d_backward", keep({gy, gx}), [=](const LaunchCtx& c) { D2L_KERNEL(c, avg_pool2d_backward, s, G, GX); });
     return std::vector<Tensor>{gx};
   });
   return y;
@@ -64,14 +64,14 @@ Tensor global_avg_pool2d(const Tensor& x) {
   Tensor y = Tensor::empty({N, C, 1, 1}, d);
   const float* X = x.data();
   float* Y = y.data();
-  launch(d, "global_avg_pool2d", keep({x, y}), [=](const k::Ctx& c) { D2L_KERNEL(c, global_avg_pool_forward, N, C, HW, X, Y); });
+  launch(d, "global_avg_pool2d", keep({x, y}), [=](const LaunchCtx& c) { D2L_KERNEL(c, global_avg_pool_forward, N, C, HW, X, Y); });
   Shape shape = x.shape();
   record(y, "global_avg_pool2d", {x}, [shape, N, C, HW](const Tensor& gy) {
     Tensor gx = Tensor::empty(shape, gy.device());
     const float* G = gy.data();
     float* GX = gx.data();
     launch(gy.device(), "global_avg_pool2d_backward", keep({gy, gx}),
-           [=](const k::Ctx& c) { D2L_KERNEL(c, global_avg_pool_backward, N, C, HW, G, GX); });
+           [=](const LaunchCtx& c) { D2L_KERNEL(c, global_avg_pool_backward, N, C, HW, G, GX); });
     return std::vector<Tensor>{gx};
   });
   return y;

@@ -17,7 +17,7 @@ Draw next_draw(const Tensor& x) { return {current_seed(), take_offset(static_cas
 
 Tensor normal(const Shape& shape, float mean, float stddev, Device d) {
   Tensor x = Tensor::empty(shape, d);
-  run("normal", {x}, [=, X = x.data(), n = x.numel(), r = next_draw(x)](const Ctx& c) {
+  run("normal", {x}, [=, X = x.data(), n = x.numel(), r = next_draw(x)](const LaunchCtx& c) {
     D2L_KERNEL(c, normal, X, n, r.seed, r.offset, mean, stddev);
   });
   return x;
@@ -26,7 +26,7 @@ Tensor normal(const Shape& shape, float mean, float stddev, Device d) {
 Tensor uniform(const Shape& shape, float lo, float hi, Device d) {
   if (!(lo < hi)) fail("uniform", "needs lo < hi");
   Tensor x = Tensor::empty(shape, d);
-  run("uniform", {x}, [=, X = x.data(), n = x.numel(), r = next_draw(x)](const Ctx& c) {
+  run("uniform", {x}, [=, X = x.data(), n = x.numel(), r = next_draw(x)](const LaunchCtx& c) {
     D2L_KERNEL(c, uniform, X, n, r.seed, r.offset, lo, hi);
   });
   return x;

@@ -53,7 +53,7 @@ static void copy_rows(const Tensor& src, int64_t src_row, const Tensor& dst, int
   const float* f = reinterpret_cast<const float*>(from);
   float* t = reinterpret_cast<float*>(to);
   int64_t n = static_cast<int64_t>(bytes / 4);
-  launch(dst.device(), "copy_rows", keep({src, dst}), [=](const kernels::cpu::Ctx& c) { D2L_KERNEL(c, copy, f, t, n); });
+  launch(dst.device(), "copy_rows", keep({src, dst}), [=](const LaunchCtx& c) { D2L_KERNEL(c, copy, f, t, n); });
 }
 
 static Shape with_rows(const Shape& s, int64_t rows) {

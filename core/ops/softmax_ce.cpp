@@ -17,10 +17,10 @@ Tensor softmax_cross_entropy(const Tensor& logits, const Tensor& labels, Reducti
   const float* L = logits.data();
   const int32_t* Y = labels.labels();
   float* out = loss.data();
-  launch(d, "softmax_cross_entropy", keep({logits, labels, loss}), [=](const kernels::cpu::Ctx& c) {
+  launch(d, "softmax_cross_entropy", keep({logits, labels, loss}), [=](const LaunchCtx& c) {
     // Labels in host memory (cpu, emu) are checked here; a GPU's are checked where they were made
     // (the data pipeline builds them on the host).
-    for (int64_t i = 0; !c.cuda_stream && i < N; ++i)
+    for (int64_t i = 0; c.backend != Backend::gpu && i < N; ++i)
       if (Y[i] < 0 || Y[i] >= K) throw std::out_of_range("label " + std::to_string(Y[i]) + " outside [0, " + std::to_string(K) + ")");
     D2L_KERNEL(c, softmax_ce_forward, L, Y, out, N, K);
   });
@@ -30,7 +30,7 @@ Tensor softmax_cross_entropy(const Tensor& logits, const Tensor& labels, Reducti
     const int32_t* Y = labels.labels();
     float* GX = gx.data();
     launch(logits.device(), "softmax_cross_entropy_backward", keep({logits, labels, gy, gx}),
-           [=](const kernels::cpu::Ctx& c) { D2L_KERNEL(c, softmax_ce_backward, L, Y, G, GX, N, K); });
+           [=](const LaunchCtx& c) { D2L_KERNEL(c, softmax_ce_backward, L, Y, G, GX, N, K); });
     return std::vector<Tensor>{gx, Tensor()};
   });
   return reduce_loss(loss, r);

@@ -12,7 +12,7 @@ Tensor sum(const Tensor& x) {
   const float* X = x.data();
   float* Y = y.data();
   int64_t n = x.numel();
-  launch(d, "sum", keep({x, y}), [=](const kernels::cpu::Ctx& c) { D2L_KERNEL(c, sum, X, Y, n); });
+  launch(d, "sum", keep({x, y}), [=](const LaunchCtx& c) { D2L_KERNEL(c, sum, X, Y, n); });
   Shape shape = x.shape();
   record(y, "sum", {x}, [shape, n](const Tensor& gy) {
     // d sum / d x_i = 1: every element gets grad_out. grad_out stays in device memory (a GPU's is not
@@ -20,7 +20,7 @@ Tensor sum(const Tensor& x) {
     Tensor gx = Tensor::empty(shape, gy.device());
     const float* G = gy.data();
     float* GX = gx.data();
-    launch(gy.device(), "sum_backward", keep({gy, gx}), [=](const kernels::cpu::Ctx& c) {
+    launch(gy.device(), "sum_backward", keep({gy, gx}), [=](const LaunchCtx& c) {
       D2L_KERNEL(c, fill, GX, n, 0.0f);
       D2L_KERNEL(c, bias_add_forward, GX, G, GX, n, 1, 1);
     });

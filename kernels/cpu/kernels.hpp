@@ -1,7 +1,9 @@
 // CPU kernels (namespace d2l::kernels::cpu; d2l::cpu(i) is the device): plain C++ over raw float/int32 pointers, contiguous row-major NCHW.
 // One op = one file (kernels/cpu/<op>.cpp), forward and backward side by side; kernels/cuda mirrors
 // these signatures. Kernels never allocate tensors and never throw for shapes: core/ops checks shapes
-// first. Counts are int64_t.
+// first. Counts are int64_t. Declared here: the kernels several ops or the runtime call; an op's own
+// kernels are declared in the two files that call them, core/ops/<op>.cpp and tests/test_<op>.cpp
+// (D2L_DECLARE_KERNEL, core/ops/op.hpp), as relu's, sigmoid's, mse's and sgd's are.
 #pragma once
 #include <cstdint>
 #include "parallel.hpp"
@@ -33,14 +35,6 @@ void scale(const Ctx& c, const float* x, float* y, int64_t n, float alpha);  // 
 void normal(const Ctx& c, float* x, int64_t n, uint64_t seed, uint64_t offset, float mean, float stddev);
 void uniform(const Ctx& c, float* x, int64_t n, uint64_t seed, uint64_t offset, float lo, float hi);
 
-// ---- relu.cpp
-void relu_forward(const Ctx& c, const float* x, float* y, int64_t n);
-void relu_backward(const Ctx& c, const float* x, const float* dy, float* dx, int64_t n);  // dx = dy * (x > 0)
-
-// ---- sigmoid.cpp: y = 1 / (1 + exp(-x)), stable for large |x|; the backward reads the output y
-void sigmoid_forward(const Ctx& c, const float* x, float* y, int64_t n);
-void sigmoid_backward(const Ctx& c, const float* y, const float* dy, float* dx, int64_t n);  // dx = dy * y * (1 - y)
-
 // ---- add.cpp: y = a + b (elementwise); axpy: y += alpha * x (in-place add, grad accumulation)
 void add(const Ctx& c, const float* a, const float* b, float* y, int64_t n);
 void axpy(const Ctx& c, float alpha, const float* x, float* y, int64_t n);
@@ -63,16 +57,9 @@ void softmax_ce_forward(const Ctx& c, const float* logits, const int32_t* labels
 void softmax_ce_backward(const Ctx& c, const float* logits, const int32_t* labels, const float* dloss,
                          float* dlogits, int64_t N, int64_t K);
 
-// ---- mse.cpp: per-element squared error l[i] = (p[i] - t[i])^2 / 2 (d2l's squared_loss)
-void mse_forward(const Ctx& c, const float* p, const float* t, float* l, int64_t n);
-void mse_backward(const Ctx& c, const float* p, const float* t, const float* dl, float* dp, int64_t n);
-
 // ---- argmax.cpp: x (N, K) -> idx (N) int32 (first maximum); correct = #{i : idx[i] == labels[i]}
 void argmax(const Ctx& c, const float* x, int32_t* idx, int64_t N, int64_t K);
 void count_correct(const Ctx& c, const float* x, const int32_t* labels, float* correct, int64_t N, int64_t K);
-
-// ---- sgd.cpp: w -= lr * g  (the book's sgd: param[:] = param - lr * grad / batch_size, lr pre-divided)
-void sgd_update(const Ctx& c, float* w, const float* g, int64_t n, float lr);
 
 // ---- conv2d.cpp: x (N, C, H, W), w (OC, C, KH, KW), y (N, OC, OH, OW); no bias (bias_add does
 // that). Backward: dx and dw are overwritten (not accumulated). A family of kernels with the same

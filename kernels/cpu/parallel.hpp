@@ -21,9 +21,6 @@ struct Workspace {
 struct Ctx {
   int threads = 1;             // the device's budget; 1 means "run inline"
   ThreadPool* pool = nullptr;  // helper threads (threads - 1 of them), or null
-  bool emulated = false;       // an emu(i) device: core runs the kernels/cuda kernels, emulated
-  void* cuda_stream = nullptr; // a gpu(i) device: the cudaStream_t its kernels are queued on
-  void* blas = nullptr;        // and its cuBLAS handle (bound to that stream)
   const Workspace* workspace = nullptr;  // scratch memory (null: the heap)
 
   // Calls fn(begin, end) on disjoint ranges covering [0, n), at most `threads` at a time.

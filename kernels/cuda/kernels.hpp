@@ -5,7 +5,8 @@
 //   host code using the nvcc-built ones    #include "kernels/cuda/gpu.hpp"      (d2l::kernels::cuda)
 //   a .cu file                             after "kernels/cuda/d2l_cuda.cuh"
 // Pointers are device pointers (host memory for emu). Semantics mirror kernels/cpu/kernels.hpp;
-// a launch returns once queued on `stream` (emulated: once finished).
+// a launch returns once queued on `stream` (emulated: once finished). As there, an op's own
+// launchers are declared where they are called (D2L_DECLARE_KERNEL, core/ops/op.hpp).
 #include <cstdint>
 
 #include "kernels/cpu/kernels.hpp"  // Conv2dShape, Pool2dShape: one shape type for every backend
@@ -28,14 +29,6 @@ void scale(Stream stream, const float* x, float* y, int64_t n, float alpha);  //
 void normal(Stream stream, float* x, int64_t n, uint64_t seed, uint64_t offset, float mean, float stddev);
 void uniform(Stream stream, float* x, int64_t n, uint64_t seed, uint64_t offset, float lo, float hi);
 
-// ---- relu.cu
-void relu_forward(Stream stream, const float* x, float* y, int64_t n);
-void relu_backward(Stream stream, const float* x, const float* dy, float* dx, int64_t n);  // dx = dy * (x > 0)
-
-// ---- sigmoid.cu: y = 1 / (1 + exp(-x)), stable for large |x|; the backward reads the output y
-void sigmoid_forward(Stream stream, const float* x, float* y, int64_t n);
-void sigmoid_backward(Stream stream, const float* y, const float* dy, float* dx, int64_t n);  // dx = dy * y * (1 - y)
-
 // ---- add.cu: y = a + b (elementwise); axpy: y += alpha * x; mul: y = a * b
 void add(Stream stream, const float* a, const float* b, float* y, int64_t n);
 void axpy(Stream stream, float alpha, const float* x, float* y, int64_t n);
@@ -55,16 +48,9 @@ void softmax_ce_forward(Stream stream, const float* logits, const int32_t* label
 void softmax_ce_backward(Stream stream, const float* logits, const int32_t* labels, const float* dloss,
                          float* dlogits, int64_t N, int64_t K);
 
-// ---- mse.cu: l[i] = (p[i] - t[i])^2 / 2;  dp[i] = dl[i] * (p[i] - t[i])
-void mse_forward(Stream stream, const float* p, const float* t, float* l, int64_t n);
-void mse_backward(Stream stream, const float* p, const float* t, const float* dl, float* dp, int64_t n);
-
 // ---- argmax.cu: x (N, K) -> idx (N) int32 (first maximum); correct[0] = #{i : idx[i] == labels[i]}
 void argmax(Stream stream, const float* x, int32_t* idx, int64_t N, int64_t K);
 void count_correct(Stream stream, const float* x, const int32_t* labels, float* correct, int64_t N, int64_t K);
-
-// ---- sgd.cu: w -= lr * g
-void sgd_update(Stream stream, float* w, const float* g, int64_t n, float lr);
 
 // ---- conv2d.cu: x (N, C, H, W), w (OC, C, KH, KW) -> y (N, OC, OH, OW); no bias; dx and dw are
 // overwritten. The CPU's family: kernel1 direct (conv2d_*_direct: one thread per output value, no

@@ -1,0 +1,93 @@
+// Helpers for running an op's emulated CUDA kernels (kernels/cuda/<op>.cu compiled by g++ against
+// kernels/emu, namespace d2l::kernels::emu) against its kernels/cpu twin, itself tested against
+// independent double loops: bitwise comparison, a two-thread emulated device, and finite differences
+// of the emulated forward with a negative control. Used by tests/test_<op>.cpp and tests/test_emu_ops*.cpp.
+#pragma once
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <vector>
+
+#include "check.hpp"
+#include "fd_check.hpp"
+#include "kernels/cpu/parallel.hpp"
+#include "kernels/cpu/thread_pool.hpp"
+#include "kernels/emu/kernels.hpp"
+
+namespace d2l::test {
+
+namespace kemu = d2l::kernels::emu;
+
+// A 2-thread emu device (the "threads" cases): blocks spread over two OS threads.
+struct TwoThreads {
+  kernels::cpu::ThreadPool pool{1};
+  kernels::cpu::Ctx ctx{2, &pool};
+};
+
+// Bitwise equality (same algorithm, same operation order): prints the first few differences.
+template <class T>
+bool same_bits(const std::vector<T>& ref, const std::vector<T>& got, const char* what) {
+  if (ref.size() != got.size()) {
+    std::printf("  %s: size %zu vs %zu\n", what, ref.size(), got.size());
+    return false;
+  }
+  int bad = 0;
+  for (size_t i = 0; i < ref.size(); ++i)
+    if (std::memcmp(&ref[i], &got[i], sizeof(T)) != 0 && bad++ < 5)
+      std::printf("  %s: differs at %zu: ref %.9g got %.9g\n", what, i, double(ref[i]), double(got[i]));
+  if (bad) std::printf("  %s: %d of %zu differ\n", what, bad, ref.size());
+  return bad == 0;
+}
+
+// Finite differences of the emulated forward. Accepted when |numeric - analytic| <= atol + rtol *
+// |numeric| at every sampled point (at most 200). The same gradient scaled by 1.05 (a deliberately
+// broken backward) must then be rejected at some point, unless the gradient is all but zero.
+struct FdTol {
+  double h;            // step
+  double atol = 1e-3;  // float forward: rounding noise of the loss divided by 2h
+  double rtol = 1e-2;
+};
+inline constexpr int64_t kFdPoints = 200;
+
+inline int count_outside(const FdSample& fd, const std::vector<float>& grad, double atol,
+                         double rtol) {
+  int bad = 0;
+  for (size_t k = 0; k < fd.idx.size(); ++k) {
+    const double a = grad[static_cast<size_t>(fd.idx[k])], nu = fd.numeric[k];
+    bad += !(std::fabs(nu - a) <= atol + rtol * std::fabs(nu));
+  }
+  return bad;
+}
+
+inline bool grad_check(const std::vector<float>& x, const std::vector<float>& grad, const LossFn& loss,
+                       FdTol tol, const char* what, bool broken_must_fail = true,
+                       const std::function<bool(int64_t)>& skip = {}) {
+  const auto fd = fd_gradient(x, loss, tol.h, kFdPoints, skip);
+  bool ok = fd_agrees(fd, grad, tol.atol, tol.rtol, what);
+  if (broken_must_fail) {
+    std::vector<float> broken = grad;
+    for (float& g : broken) g *= 1.05f;
+    const int caught = count_outside(fd, broken, tol.atol, tol.rtol);
+    if (caught == 0) std::printf("  %s: the gradient scaled by 1.05 passed the check\n", what);
+    ok = ok && caught > 0;
+  }
+  return ok;
+}
+
+inline std::vector<float> to_float(const std::vector<double>& v) { return {v.begin(), v.end()}; }
+
+// Labels in [0, K) from a simple hash, independent of the library's RNG.
+inline std::vector<int32_t> labels_for(int64_t N, int64_t K, uint32_t seed) {
+  std::vector<int32_t> y(static_cast<size_t>(N));
+  uint32_t s = seed * 2654435761u + 7u;
+  for (auto& v : y) {
+    s = s * 1664525u + 1013904223u;
+    v = static_cast<int32_t>((s >> 8) % static_cast<uint32_t>(K));
+  }
+  return y;
+}
+
+}  // namespace d2l::test
