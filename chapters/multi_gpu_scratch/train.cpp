@@ -1,6 +1,5 @@
 // The book's train(num_gpus, batch_size, lr): parameters copied to every device, each minibatch
 // trained on all of them, test accuracy after every epoch, plotted like the book's Animator.
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <optional>
