@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <unistd.h>
 
+#include "chapters/harness/harness.hpp"
 #include "chapters/distributed/distributed.hpp"
 #include "core/cli.hpp"
 #include "core/dist/fingerprint.hpp"
@@ -148,9 +149,21 @@ int main(int argc, char** argv) {
   app.add_option("--out-dir", cfg.out_dir, "directory of bandwidth.png and ddp_step_time.png ('' for none)")->capture_default_str();
   app.add_option("--trace", cfg.trace_file, "ddp: one step's timeline for every rank (Chrome-trace JSON: Perfetto)");
   app.add_option("--seed", seed, "seed of the initial parameters and the data")->capture_default_str();
-  app.add_flag("--quick", quick, "tiny sizes (12x12 images, batch 8, sizes 4 KB-1 MB): seconds");
+  dd::Config tiny;  // --quick's sizes, as make_quick writes them (quick.cpp)
+  dd::make_quick(tiny);
+  auto bytes = [](double b) {
+    char s[32];
+    std::snprintf(s, sizeof s, b >= 1e6 ? "%g MB" : "%g KB", b >= 1e6 ? b / 1e6 : b / 1e3);
+    return std::string(s);
+  };
+  app.add_flag("--quick", quick, "tiny sizes (" + std::to_string(tiny.image) + "x" + std::to_string(tiny.image) + " images, batch " +
+                                     std::to_string(tiny.batch) + ", sizes " + bytes(tiny.sizes.front()) + "-" + bytes(tiny.sizes.back()) +
+                                     "): seconds");
+  d2l::harness::Conv conv;
+  conv.add_flags(app);
   d2l::install_interrupt_handlers();  // Ctrl-C / SIGTERM: stop between steps, exit 130 / 143
   return d2l::guarded_main(app, argc, argv, [&] {
+    conv.apply();
     dd::Config given = cfg;
     if (quick) dd::make_quick(cfg);
     if (*batch) cfg.batch = given.batch;

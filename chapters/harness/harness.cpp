@@ -1,13 +1,20 @@
 #include "chapters/harness/harness.hpp"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 
 #include "core/cli.hpp"
+#include "core/io/checkpoint.hpp"
 #include "core/runtime.hpp"
 #include "core/trace.hpp"
+#include "kernels/cpu/kernels.hpp"
 
 namespace d2l::harness {
+
+// ---- --trace
 
 void Trace::add_flags(CLI::App& app) {
   app.add_option("--trace", file, "write the devices' timeline to this file as Chrome-trace JSON (Perfetto, chrome://tracing)");
@@ -37,6 +44,114 @@ void Trace::finish() const {
   std::printf("trace: %zu stream tasks over %.2f s written to %s%s\n", events.size(), (t1 - t0) * 1e-6, file.c_str(),
               trace::full() ? " (the first ones: --trace-tasks)" : "");
   std::printf("idle fraction of the compute streams: %s\n", trace::idle_line(trace::summarize(events)).c_str());
+}
+
+// ---- --conv
+
+namespace {
+
+using kernels::cpu::Conv2dKernel;
+
+// The members of the CPU convolution family a program can ask for: one line per name.
+struct ConvName {
+  const char* name;
+  Conv2dKernel kernel;
+};
+const ConvName kConvNames[] = {
+    {"auto", Conv2dKernel::im2col},  // the family's default member (kernels/cpu/conv2d.cpp)
+    {"direct", Conv2dKernel::direct},
+    {"im2col", Conv2dKernel::im2col},
+};
+
+// "auto, direct or im2col"
+std::string conv_choices() {
+  std::vector<std::string> names = conv_kernel_names();
+  std::string s;
+  for (size_t i = 0; i < names.size(); ++i) s += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
+  return s;
+}
+
+}  // namespace
+
+std::vector<std::string> conv_kernel_names() {
+  std::vector<std::string> names;
+  for (const ConvName& c : kConvNames) names.push_back(c.name);
+  return names;
+}
+
+void Conv::add_flags(CLI::App& app) {
+  app.add_option("--conv", name, "the CPU convolution kernel: " + conv_choices() + " (auto: im2col)")->capture_default_str();
+}
+
+void Conv::apply() const {
+  for (const ConvName& c : kConvNames)
+    if (name == c.name) {
+      kernels::cpu::set_conv2d_kernel(c.kernel);
+      return;
+    }
+  throw ConfigError("bad --conv '" + name + "': expected " + conv_choices());
+}
+
+// ---- the progress line
+
+Progress::Progress(int epoch, int64_t total, bool show, Style style)
+    : epoch_(epoch), total_(total), show_(show), style_(style), t0_(std::chrono::steady_clock::now()) {}
+
+double Progress::seconds() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+}
+
+void Progress::step() {
+  ++done_;
+  if (!show_) return;
+  static const bool terminal = isatty(2);
+  const long long done = done_, total = total_;
+  if (style_ == Style::count) {
+    if (!terminal || !(done % 10 == 0 || done == total)) return;
+    std::fprintf(stderr, "\repoch %d: %lld/%lld minibatches", epoch_, done, total);
+    if (done == total) std::fprintf(stderr, "\r%*s\r", 48, "");
+  } else if (terminal && (done % 5 == 0 || done == total)) {
+    std::fprintf(stderr, "\repoch %d: %lld/%lld minibatches, %.1f sec", epoch_, done, total, seconds());
+    if (done == total) std::fprintf(stderr, "\r%*s\r", 60, "");
+  } else if (!terminal && total >= 20 && done < total && done % ((total + 9) / 10) == 0) {
+    std::fprintf(stderr, "epoch %d: %lld/%lld minibatches, %.1f sec\n", epoch_, done, total, seconds());
+  }
+  std::fflush(stderr);
+}
+
+// ---- files
+
+void check_outputs(const std::vector<std::pair<const char*, std::string>>& outputs) {
+  for (const auto& [flag, path] : outputs) check_output_path(flag, path);
+}
+
+void check_readable(const char* flag, const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) throw ConfigError(std::string("bad ") + flag + " '" + path + "': no such file");
+  if (!S_ISREG(st.st_mode)) throw ConfigError(std::string("bad ") + flag + " '" + path + "': not a regular file");
+  if (::access(path.c_str(), R_OK) != 0) throw ConfigError(std::string("bad ") + flag + " '" + path + "': not readable");
+}
+
+// ---- checkpoints
+
+int resume(const std::string& path, nn::Block& net, optim::Trainer& trainer, const std::vector<Device>& devices,
+           int num_epochs, bool verbose) {
+  if (path.empty()) return 0;
+  int start = 0;
+  try {
+    start = static_cast<int>(io::load_checkpoint(path, net, trainer, devices));
+  } catch (const std::exception& e) {
+    throw ConfigError(std::string("bad --resume checkpoint: ") + e.what());
+  }
+  check_interrupt();
+  if (verbose)
+    std::printf("resumed from %s after epoch %d%s\n", path.c_str(), start,
+                start >= num_epochs ? ": nothing left to train (--num-epochs)" : "");
+  return start;
+}
+
+void save_checkpoint(const std::string& path, const nn::Block& net, const optim::Trainer& trainer, int epoch) {
+  if (!path.empty()) io::save_checkpoint(path, net, trainer, epoch);
 }
 
 }  // namespace d2l::harness

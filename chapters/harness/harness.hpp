@@ -1,18 +1,43 @@
-// What the chapter programs repeat around the book's code, written once: the --trace flags. A
-// program adds them, checks them with its other flags, starts the recording before its work and
-// finishes after it:
+// What the chapter programs repeat around the book's code, written once, so that a chapter's train
+// shows the book's loop and nothing else:
 //
-//   harness::Trace trace;
-//   trace.add_flags(app);            // --trace FILE, --trace-tasks N
-//   ... trace.check();               // bad values: one line naming the flag, before any work
+//   Trace        --trace FILE, --trace-tasks N: the devices' timeline as Chrome-trace JSON
+//   Conv         --conv NAME: which member of the CPU convolution kernel family runs
+//   Progress     the progress line of an epoch on stderr, and the epoch's timer
+//   InFlight     how many steps the host enqueues ahead of the one it waits for
+//   check_outputs / check_readable   output paths and input files, checked before any work
+//   resume / save_checkpoint         --resume and --checkpoint around the epochs
+//
+// A program adds the flags, checks them with its other flags, then runs:
+//
+//   harness::Trace trace;  harness::Conv conv;
+//   trace.add_flags(app);  conv.add_flags(app);
+//   ... trace.check();  conv.apply();   // bad values: one line naming the flag, exit 2, before any work
 //   trace.start();  train(cfg);  trace.finish();
 #pragma once
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <cstdint>
+#include <deque>
+#include <functional>
 #include <string>
+#include <utility>
+#include <vector>
+
+#include "core/device.hpp"
+
+namespace d2l {
+namespace nn {
+class Block;
+}
+namespace optim {
+class Trainer;
+}
+}  // namespace d2l
 
 namespace d2l::harness {
 
+// ---- --trace
 struct Trace {
   std::string file;       // --trace: Chrome-trace JSON of every stream task ('' for none)
   int64_t tasks = 20000;  // --trace-tasks: at most this many tasks, the start of the run
@@ -25,5 +50,86 @@ struct Trace {
   //   idle fraction of the compute streams: cpu(0) 12%, ...
   void finish() const;
 };
+
+// ---- --conv: the CPU convolution kernel family (kernels/cpu/conv2d.cpp). The names, one line each
+// in harness.cpp's table (conv_kernel_names); "auto" is the family's default member.
+struct Conv {
+  std::string name = "auto";
+
+  void add_flags(CLI::App& app);
+  // Checks the name (ConfigError "bad --conv 'x': expected auto, direct or im2col") and selects the
+  // member with kernels::cpu::set_conv2d_kernel, for every CPU device of the process.
+  void apply() const;
+};
+std::vector<std::string> conv_kernel_names();  // "auto", "direct", "im2col" (the table's order)
+
+// ---- the progress line of an epoch, on stderr, and the epoch's timer (the book's timer.start()
+// and timer.stop()). Style::seconds (chapter 2): "epoch 1: 40/94 minibatches, 3.2 sec", rewritten in
+// place on a terminal every 5 minibatches; in a log, a line at every tenth of an epoch of 20+
+// minibatches. Style::count (chapter 1): "epoch 1: 40/94 minibatches", on a terminal only, every 10.
+// The line is erased on a terminal when the epoch's last minibatch is enqueued. Silent when !show.
+class Progress {
+ public:
+  enum class Style { seconds, count };
+  Progress(int epoch, int64_t total, bool show, Style style = Style::seconds);
+  void step();                  // one more minibatch enqueued
+  double seconds() const;       // since construction
+ private:
+  int epoch_;
+  int64_t total_, done_ = 0;
+  bool show_;
+  Style style_;
+  std::chrono::steady_clock::time_point t0_;
+};
+
+// ---- steps in flight: the host enqueues a step while the devices still run the ones before it, and
+// waits for the oldest one (`retire` it: read its loss, synchronise its events) before it gets more
+// than `n` ahead. Holding the host back bounds the memory the queued work keeps alive.
+//
+//   InFlight<std::vector<HostValue>> flight(2, [&](auto& reads) { ... check the loss ... });
+//   for (batch ...) { flight.wait_for_room(); flight.push(read_later(step(batch))); }
+//   flight.drain();
+template <class Step>
+class InFlight {
+ public:
+  InFlight(int n, std::function<void(Step&)> retire) : n_(static_cast<size_t>(n < 1 ? 1 : n)), retire_(std::move(retire)) {}
+  ~InFlight() = default;
+  // Retires the oldest steps until fewer than n are in flight.
+  void wait_for_room() {
+    while (steps_.size() >= n_) retire_oldest();
+  }
+  void push(Step s) { steps_.push_back(std::move(s)); }
+  // Retires every step, oldest first.
+  void drain() {
+    while (!steps_.empty()) retire_oldest();
+  }
+  size_t size() const { return steps_.size(); }
+
+ private:
+  void retire_oldest() {
+    Step s = std::move(steps_.front());
+    steps_.pop_front();
+    retire_(s);
+  }
+  size_t n_;
+  std::function<void(Step&)> retire_;
+  std::deque<Step> steps_;
+};
+
+// ---- files: every output path (flag, path; '' = none) proven writable, in order, before any work
+// (d2l::check_output_path: ConfigError naming the flag); an input file that exists, is a regular
+// file and is readable ("bad --resume 'f': no such file").
+void check_outputs(const std::vector<std::pair<const char*, std::string>>& outputs);
+void check_readable(const char* flag, const std::string& path);
+
+// ---- checkpoints (core/io/checkpoint.hpp): --resume before the first epoch, --checkpoint after each.
+// resume: "" = none, returns 0; otherwise the epoch the checkpoint was written after, the net and the
+// trainer loaded (on `devices`), "resumed from F after epoch E" printed when verbose (with ": nothing
+// left to train (--num-epochs)" when E >= num_epochs). A bad file: ConfigError "bad --resume
+// checkpoint: <why>".
+int resume(const std::string& path, nn::Block& net, optim::Trainer& trainer, const std::vector<Device>& devices,
+           int num_epochs, bool verbose);
+// After `epoch` (1-based) epochs: written atomically when path is not "".
+void save_checkpoint(const std::string& path, const nn::Block& net, const optim::Trainer& trainer, int epoch);
 
 }  // namespace d2l::harness

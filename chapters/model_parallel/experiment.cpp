@@ -28,6 +28,17 @@ void make_cpu_defaults(Config& cfg) {
   cfg.sweep = {1, 2, 4, 8, 16};
 }
 
+void make_quick(Config& cfg) {
+  cfg.batch_size = 8, cfg.image_size = 32, cfg.num_classes = 10, cfg.num_batches = 1, cfg.repeat = 2;
+  cfg.split_size = 4, cfg.sweep = {2, 4, 8};
+}
+
+std::string sweep_text(const std::vector<int64_t>& sweep) {
+  std::string s;
+  for (size_t i = 0; i < sweep.size(); ++i) s += (i ? "," : "") + std::to_string(sweep[i]);
+  return s;
+}
+
 bool fits_batch_norm(const Config& cfg, int64_t split_size) {
   if (cfg.image_size > 32) return true;  // layer4's output is at least 2x2
   return split_size >= 2 && cfg.batch_size % split_size != 1;

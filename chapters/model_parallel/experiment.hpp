@@ -37,6 +37,12 @@ struct Config {
 // ends at half the batch too), and split size 16, the sweep's fastest here (CPU convolutions lose
 // efficiency on small micro-batches); the whole program then takes about 4 minutes on 2 cores.
 void make_cpu_defaults(Config& cfg);
+// --quick: tiny sizes, seconds on a CPU: batch 8 of 3x32x32, 10 classes, 1 batch, repeat 2, split
+// size 4, sweep 2, 4, 8. (The section's own sizes are Config's defaults above; main's --help and its
+// CPU-sized note read all three from here.)
+void make_quick(Config& cfg);
+// "1,3,5" (a --sweep)
+std::string sweep_text(const std::vector<int64_t>& sweep);
 
 // Checks the configuration: a ConfigError naming the flag (--split-size < 1 or > --batch-size, a
 // sweep value < 1, --stages < 2 or above the device count, fewer than 2 devices, sizes < 1, an

@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
+#include "chapters/harness/harness.hpp"
 #include "chapters/model_parallel/experiment.hpp"
 #include "core/cli.hpp"
 
@@ -35,8 +36,18 @@ int main(int argc, char** argv) {
   app.add_option("--trace", cfg.trace_file, "write one pipelined step's timeline here (Chrome-trace JSON: Perfetto)");
   int64_t seed = 0;
   app.add_option("--seed", seed, "seed of the initial parameters and the data")->capture_default_str();
-  app.add_flag("--quick", quick, "tiny sizes (batch 8 of 3x32x32, 10 classes, 1 batch, repeat 2, sweep 2,4,8): seconds");
-  app.add_flag("--full", full, "the section's recipe also without a GPU (batch 120 of 3x128x128, sweep 1,3,5,8,10,12,20,40,60)");
+  const d2l::mp::Config book;  // the section's sizes (experiment.hpp)
+  d2l::mp::Config tiny;
+  d2l::mp::make_quick(tiny);
+  app.add_flag("--quick", quick, "tiny sizes (batch " + std::to_string(tiny.batch_size) + " of 3x" + std::to_string(tiny.image_size) + "x" +
+                                     std::to_string(tiny.image_size) + ", " + std::to_string(tiny.num_classes) + " classes, " +
+                                     std::to_string(tiny.num_batches) + " batch, repeat " + std::to_string(tiny.repeat) + ", sweep " +
+                                     d2l::mp::sweep_text(tiny.sweep) + "): seconds");
+  app.add_flag("--full", full, "the section's recipe also without a GPU (batch " + std::to_string(book.batch_size) + " of 3x" +
+                                   std::to_string(book.image_size) + "x" + std::to_string(book.image_size) + ", sweep " +
+                                   d2l::mp::sweep_text(book.sweep) + ")");
+  d2l::harness::Conv conv;
+  conv.add_flags(app);
   d2l::install_interrupt_handlers();  // Ctrl-C / SIGTERM: stop after the current batch, exit 130 / 143
   return d2l::guarded_main(app, argc, argv, [&] {
     try {
@@ -49,6 +60,7 @@ int main(int argc, char** argv) {
     } catch (const d2l::ConfigError& e) {
       throw d2l::ConfigError(std::string("--checkpoint: ") + e.what());
     }
+    conv.apply();
     if (quick && full) throw d2l::ConfigError("--quick and --full: choose one");
     if (seed < 0) throw d2l::ConfigError("bad --seed " + std::to_string(seed) + ": expected a number >= 0");
     cfg.seed = static_cast<uint64_t>(seed);
@@ -63,8 +75,7 @@ int main(int argc, char** argv) {
     bool any_gpu = false;
     for (auto& d : cfg.devices) any_gpu = any_gpu || d.kind == d2l::DeviceKind::gpu;
     if (quick) {
-      cfg.batch_size = 8, cfg.image_size = 32, cfg.num_classes = 10, cfg.num_batches = 1, cfg.repeat = 2;
-      cfg.split_size = 4, cfg.sweep = {2, 4, 8};
+      d2l::mp::make_quick(cfg);
     } else if (!any_gpu && !full) {
       d2l::mp::make_cpu_defaults(cfg);
     }
@@ -77,13 +88,10 @@ int main(int argc, char** argv) {
     if (*sweep) cfg.sweep = given.sweep;
     if (!quick && !any_gpu && !full)
       std::printf("no GPU among %s: CPU-sized defaults (the section's in brackets; flags override): --batch-size %lld "
-                  "(120), --image-size %lld (128), --repeat %d (10), --split-size %lld (20), --sweep %s (1,3,5,8,10,12,20,40,60)\n",
-                  d2l::str(cfg.devices).c_str(), (long long)cfg.batch_size, (long long)cfg.image_size, cfg.repeat,
-                  (long long)cfg.split_size, [&] {
-                    std::string s;
-                    for (size_t i = 0; i < cfg.sweep.size(); ++i) s += (i ? "," : "") + std::to_string(cfg.sweep[i]);
-                    return s;
-                  }().c_str());
+                  "(%lld), --image-size %lld (%lld), --repeat %d (%d), --split-size %lld (%lld), --sweep %s (%s)\n",
+                  d2l::str(cfg.devices).c_str(), (long long)cfg.batch_size, (long long)book.batch_size,
+                  (long long)cfg.image_size, (long long)book.image_size, cfg.repeat, book.repeat, (long long)cfg.split_size,
+                  (long long)book.split_size, d2l::mp::sweep_text(cfg.sweep).c_str(), d2l::mp::sweep_text(book.sweep).c_str());
     d2l::mp::validate(cfg);  // bad sizes and an unwritable --trace fail before any work
     d2l::mp::run(cfg);
     return 0;

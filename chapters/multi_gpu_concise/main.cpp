@@ -36,6 +36,7 @@ int main(int argc, char** argv) {
   bool quick = false, full = false;
   std::string plot = "multi_gpu_concise.png", load_params;
   d2l::harness::Trace trace;
+  d2l::harness::Conv conv;
   d2l::add_device_flags(app, dev);
   auto* batch = app.add_option("--batch-size", cfg.batch_size, "the whole minibatch, split over the devices [default: " + std::to_string(concise::kBookResNet18.batch_per_device) +
                                   " per device; lab-cnn " + std::to_string(concise::kLabCnn.batch_per_device) + "]");
@@ -65,6 +66,7 @@ int main(int argc, char** argv) {
   app.add_option("--resume", cfg.resume, "continue training from this checkpoint");
   app.add_option("--plot", plot, "PNG of test accuracy per epoch ('' for none)")->capture_default_str();
   trace.add_flags(app);
+  conv.add_flags(app);
   app.add_flag("--quick", quick, "a generated data set, small images, 3 epochs: seconds on a CPU (tests)");
   auto* demo = app.add_subcommand("demo", "book/000's cells: resnet18 on two devices, split_and_load, weight.data()");
   auto* lab = app.add_subcommand("lab", "book/004's cells: the lab's CNN, its weights and gradients on each device");
@@ -79,8 +81,9 @@ int main(int argc, char** argv) {
         for (int64_t t : d2l::parse_int_list("--threads", threads, false))
           cfg.threads.push_back(static_cast<int>(std::clamp<int64_t>(t, -1, 1 << 20)));  // the range is checked with the devices
       trace.check();
+      conv.apply();
       d2l::check_output_path("--plot", plot);
-      if (!load_params.empty()) concise::check_readable("--load-params", load_params);
+      if (!load_params.empty()) d2l::harness::check_readable("--load-params", load_params);
       if (*train_subset) d2l::require_positive("--train-subset", static_cast<double>(cfg.train_subset));
       if (*test_subset) d2l::require_positive("--test-subset", static_cast<double>(cfg.test_subset));
       concise::make_net(cfg.model, cfg.sync_bn);

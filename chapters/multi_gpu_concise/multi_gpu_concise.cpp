@@ -27,12 +27,16 @@ std::vector<Tensor> forward_backward(nn::Block& net, const std::vector<Tensor>& 
   return out;
 }
 
+nn::BatchShards split_and_load(const Batch& batch, const std::vector<Device>& devices, const std::vector<double>& weights) {
+  // Gluon's even_split=True would refuse a batch that does not divide evenly: here shards differ by
+  // at most one example
+  return weights.empty() ? nn::split_and_load(batch, devices, false) : nn::split_and_load(batch, devices, weights);
+}
+
 std::vector<Tensor> train_batch(const Batch& batch, nn::Block& net, optim::Trainer& trainer,
                                 const std::vector<Device>& devices, const std::vector<double>& weights) {
-  // split the data batch and load them on the devices (Gluon's even_split=True would refuse a batch
-  // that does not divide evenly: here shards differ by at most one example)
-  nn::BatchShards shards =
-      weights.empty() ? nn::split_and_load(batch, devices, false) : nn::split_and_load(batch, devices, weights);
+  // split the data batch and load them on the devices
+  nn::BatchShards shards = split_and_load(batch, devices, weights);
   // compute gradient (a process whose share of a short last minibatch is empty only takes part in the step)
   std::vector<Tensor> losses = batch.n > 0 ? forward_backward(net, shards.X, shards.y) : std::vector<Tensor>{};
   // update parameters: the kvstore sums every replica's gradient; the step divides by the batch size

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/nn/nn.hpp"
+#include "core/nn/split_and_load.hpp"
 #include "core/optim/trainer.hpp"
 #include "datasets/data_iter.hpp"
 
@@ -39,6 +40,9 @@ Tensor loss(const Tensor& y_hat, const Tensor& y);
 // The lab's forward_backward: the loss of each device's shard, then backward on each (they run in
 // parallel, each on its own device). Returns each shard's summed loss, detached.
 std::vector<Tensor> forward_backward(nn::Block& net, const std::vector<Tensor>& Xs, const std::vector<Tensor>& ys);
+// split_and_load of a host batch: even shards (Gluon's even_split=False: sizes differ by at most
+// one), or in proportion to `weights` when given (exercise 2).
+nn::BatchShards split_and_load(const Batch& batch, const std::vector<Device>& devices, const std::vector<double>& weights);
 // The lab's train_batch: split_and_load the batch (even shards, or in proportion to `weights` when
 // given), forward_backward, trainer.step(batch size). Returns forward_backward's losses.
 std::vector<Tensor> train_batch(const Batch& batch, nn::Block& net, optim::Trainer& trainer,
@@ -68,7 +72,7 @@ inline constexpr int64_t kCpuTrainImages = 2560, kCpuTestImages = 1000;
 inline constexpr Recipe kQuickResNet18{64, 0.1f, false, 3}, kQuickLabCnn{64, 0.3f, false, 3};
 const Recipe& recipe(const std::string& model);  // kBookResNet18 or kLabCnn
 
-// ---- train(num_gpus, batch_size, lr) (train.cpp)
+// ---- train(num_gpus, batch_size, lr) (train.cpp; what it needs around the loop: run.cpp)
 struct Config {
   std::vector<Device> devices{cpu(0)};
   std::string model = "resnet18";    // resnet18 | lab-cnn
@@ -131,8 +135,6 @@ std::string plot_runs(const std::vector<Result>& runs, const std::string& path);
 // The training (train = true) or test set: Fashion-MNIST, or cfg's generated set when it has one,
 // cut to its subset. ConfigError when the subset is larger than the set.
 ArrayDataset load_data(const Config& cfg, bool train);
-// An input file, checked before any work: ConfigError naming the flag and what is wrong (outputs: d2l::check_output_path).
-void check_readable(const char* flag, const std::string& path);
 // --quick: a generated 10-class image set a CPU trains through in seconds, sized for cfg.model
 // (lab-cnn: 4000 + 1000 images of 28x28; resnet18: 800 + 200 of 12x12), batch 64 per device, 3 epochs.
 void make_quick(Config& cfg);

@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   d2l::scratch::Config cfg;
   bool quick = false;
   d2l::harness::Trace trace;
+  d2l::harness::Conv conv;
   d2l::add_device_flags(app, dev);
   auto* batch = app.add_option("--batch-size", cfg.batch_size, "minibatch size (split over the devices)")->capture_default_str();
   auto* lr = app.add_option("--lr", cfg.lr, "learning rate")->capture_default_str();
@@ -40,13 +41,19 @@ int main(int argc, char** argv) {
   app.add_option("--dist-allreduce", cfg.dist_allreduce, "--dist: library (MPI_Allreduce), ring (ours over MPI point-to-point) or naive (everything to rank 0 and back)")->capture_default_str();
   app.add_option("--plot", cfg.plot, "PNG of test accuracy per epoch ('' for none)")->capture_default_str();
   trace.add_flags(app);
-  app.add_flag("--quick", quick, "a generated data set, batch 32, lr 0.3, 4 epochs: seconds on a CPU (tests)");
+  conv.add_flags(app);
+  const auto& q = d2l::scratch::kQuick;
+  char quick_help[128];
+  std::snprintf(quick_help, sizeof quick_help, "a generated data set, batch %lld, lr %g, %d epochs: seconds on a CPU (tests)",
+                (long long)q.batch_size, static_cast<double>(q.lr), q.num_epochs);
+  app.add_flag("--quick", quick, quick_help);
   auto* demo = app.add_subcommand("demo", "the section's demonstrations: get_params, allreduce, split_and_load");
   demo->fallthrough();
   d2l::install_interrupt_handlers();  // Ctrl-C / SIGTERM: stop after the current minibatch, exit 130 / 143
   return d2l::guarded_main(app, argc, argv, [&] {
     // Every flag is checked before any work starts (bad input: exit 2, one line naming the flag).
     trace.check();
+    conv.apply();
     if (quick) {  // flags given explicitly keep their values
       d2l::scratch::Config given = cfg;
       d2l::scratch::make_quick(cfg);

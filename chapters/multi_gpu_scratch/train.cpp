@@ -1,11 +1,10 @@
 // The book's train(num_gpus, batch_size, lr): parameters copied to every device, each minibatch
 // trained on all of them, test accuracy after every epoch, plotted like the book's Animator.
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <optional>
-#include <unistd.h>
 
+#include "chapters/harness/harness.hpp"
 #include "chapters/multi_gpu_scratch/multi_gpu_scratch.hpp"
 #include "core/cli.hpp"
 #include "core/dist/collectives.hpp"
@@ -20,19 +19,20 @@
 namespace d2l::scratch {
 
 namespace {
-void progress(int epoch, int64_t done, int64_t total) {
-  std::fprintf(stderr, "\repoch %d: %lld/%lld minibatches", epoch, (long long)done, (long long)total);
-  if (done == total) std::fprintf(stderr, "\r%*s\r", 48, "");
-  std::fflush(stderr);
+// An event on every device's compute stream, after the work enqueued so far.
+std::vector<Event> record_events(const std::vector<Device>& devices) {
+  std::vector<Event> events(devices.size());
+  for (size_t d = 0; d < devices.size(); ++d) runtime(devices[d]).compute.record(events[d]);
+  return events;
 }
 }  // namespace
 
 void make_quick(Config& cfg) {
-  cfg.train_data = make_image_classification(4000, 28, 10, cfg.seed + 1);
-  cfg.test_data = make_image_classification(1000, 28, 10, cfg.seed + 2);
-  cfg.batch_size = 32;
-  cfg.lr = 0.3f;
-  cfg.num_epochs = 4;
+  cfg.train_data = make_image_classification(kQuick.train_images, kQuick.side, 10, cfg.seed + 1);
+  cfg.test_data = make_image_classification(kQuick.test_images, kQuick.side, 10, cfg.seed + 2);
+  cfg.batch_size = kQuick.batch_size;
+  cfg.lr = kQuick.lr;
+  cfg.num_epochs = kQuick.num_epochs;
 }
 
 Result train(const Config& cfg) {
@@ -104,23 +104,26 @@ Result train(const Config& cfg) {
   double train_seconds = 0;
   int64_t steps = 0;
   for (int epoch = 0; epoch < cfg.num_epochs; ++epoch) {
-    auto start = std::chrono::steady_clock::now();
+    harness::Progress timer(epoch + 1, train_iter->num_batches(), cfg.verbose, harness::Progress::Style::count);
     std::vector<std::vector<Tensor>> losses;  // per step: the summed loss of every device with examples
-    std::vector<Event> in_flight(devices.size());
-    int64_t i = 0, total = train_iter->num_batches();
+    // At most two minibatches in flight: once minibatch i is enqueued, the host waits for i - 1 and
+    // then enqueues i + 1 while the devices compute i.
+    harness::InFlight<std::vector<Event>> flight(1, [](std::vector<Event>& events) {
+      for (auto& e : events) e.synchronize();
+    });
     for (const Batch& b : train_iter->epoch(epoch)) {
       check_interrupt();  // Ctrl-C: stop between minibatches (main() exits 130 after the devices finish)
       // Multi-device training on one minibatch.
       losses.push_back(train_batch(b, device_params, devices, r.lr, cfg.allreduce, cfg.dist ? cfg.dist_allreduce : "",
                                    buckets ? &*buckets : nullptr, activation));
-      // At most two minibatches in flight: the host enqueues the next while the devices compute.
-      for (auto& e : in_flight) e.synchronize();
-      for (size_t d = 0; d < devices.size(); ++d) runtime(devices[d]).compute.record(in_flight[d]);
+      flight.wait_for_room();
+      flight.push(record_events(devices));
       ++steps;
-      if (cfg.verbose && isatty(2) && (++i % 10 == 0 || i == total)) progress(epoch + 1, i, total);
+      timer.step();
     }
+    flight.drain();
     waitall();
-    train_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    train_seconds += timer.seconds();
     // A NaN or infinite loss stops training, naming its step. Checked once the epoch's work is done:
     // reading each step's loss at once would make the host wait for the devices every step.
     double loss_sum = 0;

@@ -1,0 +1,63 @@
+// The chapter harness: --conv's table, the steps in flight, the file checks.
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include "chapters/harness/harness.hpp"
+#include "core/device.hpp"
+#include "kernels/cpu/kernels.hpp"
+
+using namespace d2l;
+using kernels::cpu::Conv2dKernel;
+
+TEST_CASE("--conv: each name selects its member of the convolution family; a bad name is one line naming the choices") {
+  const Conv2dKernel before = kernels::cpu::conv2d_kernel();
+  CHECK(harness::conv_kernel_names() == std::vector<std::string>{"auto", "direct", "im2col"});
+  harness::Conv conv;
+  conv.name = "direct";
+  conv.apply();
+  CHECK(kernels::cpu::conv2d_kernel() == Conv2dKernel::direct);
+  conv.name = "auto";  // today: im2col
+  conv.apply();
+  CHECK(kernels::cpu::conv2d_kernel() == Conv2dKernel::im2col);
+  conv.name = "direct";
+  conv.apply();
+  conv.name = "im2col";
+  conv.apply();
+  CHECK(kernels::cpu::conv2d_kernel() == Conv2dKernel::im2col);
+  for (const char* bad : {"winograd", "", "DIRECT", "im2col "}) {
+    conv.name = bad;
+    std::string what;
+    try {
+      conv.apply();
+    } catch (const ConfigError& e) {
+      what = e.what();
+    }
+    CHECK(what == "bad --conv '" + std::string(bad) + "': expected auto, direct or im2col");
+  }
+  kernels::cpu::set_conv2d_kernel(before);
+}
+
+TEST_CASE("steps in flight: the oldest retires first, never more than n are queued") {
+  std::vector<int> retired;
+  harness::InFlight<int> flight(2, [&](int& s) { retired.push_back(s); });
+  for (int s = 0; s < 5; ++s) {
+    flight.wait_for_room();
+    CHECK(flight.size() < 2);
+    flight.push(s);
+  }
+  CHECK(retired == std::vector<int>{0, 1, 2});
+  flight.drain();
+  CHECK(retired == std::vector<int>{0, 1, 2, 3, 4});
+  CHECK(flight.size() == 0);
+}
+
+TEST_CASE("files: outputs that cannot be written and inputs that are not there name their flag") {
+  CHECK_NOTHROW(harness::check_outputs({{"--plot", ""}, {"--checkpoint", ""}}));
+  CHECK_THROWS_WITH_AS(harness::check_outputs({{"--plot", ""}, {"--checkpoint", "/nonexistent/dir/ck.safetensors"}}),
+                       doctest::Contains("--checkpoint"), ConfigError);
+  CHECK_THROWS_WITH_AS(harness::check_readable("--resume", "/nonexistent/ck.safetensors"),
+                       "bad --resume '/nonexistent/ck.safetensors': no such file", ConfigError);
+  CHECK_THROWS_WITH_AS(harness::check_readable("--load-params", "/"), "bad --load-params '/': not a regular file", ConfigError);
+}
