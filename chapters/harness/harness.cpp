@@ -58,12 +58,14 @@ struct ConvName {
   Conv2dKernel kernel;
 };
 const ConvName kConvNames[] = {
-    {"auto", Conv2dKernel::im2col},  // the family's default member (kernels/cpu/conv2d.cpp)
+    {"im2col", Conv2dKernel::im2col},  // the family's default member (kernels/cpu/conv2d.cpp)
+    {"auto", Conv2dKernel::automatic},  // a member per shape (conv2d_auto_kernel)
     {"direct", Conv2dKernel::direct},
-    {"im2col", Conv2dKernel::im2col},
+    {"winograd", Conv2dKernel::winograd},
+    {"winograd2", Conv2dKernel::winograd2},
 };
 
-// "auto, direct or im2col"
+// "im2col, auto, direct, winograd or winograd2"
 std::string conv_choices() {
   std::vector<std::string> names = conv_kernel_names();
   std::string s;
@@ -80,7 +82,7 @@ std::vector<std::string> conv_kernel_names() {
 }
 
 void Conv::add_flags(CLI::App& app) {
-  app.add_option("--conv", name, "the CPU convolution kernel: " + conv_choices() + " (auto: im2col)")->capture_default_str();
+  app.add_option("--conv", name, "the CPU convolution kernel: " + conv_choices() + " (auto: a member per shape)")->capture_default_str();
 }
 
 void Conv::apply() const {

@@ -52,16 +52,17 @@ struct Trace {
 };
 
 // ---- --conv: the CPU convolution kernel family (kernels/cpu/conv2d.cpp). The names, one line each
-// in harness.cpp's table (conv_kernel_names); "auto" is the family's default member.
+// in harness.cpp's table (conv_kernel_names); "im2col" is the family's default member, "auto" picks
+// one per shape.
 struct Conv {
-  std::string name = "auto";
+  std::string name = "im2col";
 
   void add_flags(CLI::App& app);
-  // Checks the name (ConfigError "bad --conv 'x': expected auto, direct or im2col") and selects the
+  // Checks the name (ConfigError "bad --conv 'x': expected im2col, auto, direct, winograd or winograd2") and selects the
   // member with kernels::cpu::set_conv2d_kernel, for every CPU device of the process.
   void apply() const;
 };
-std::vector<std::string> conv_kernel_names();  // "auto", "direct", "im2col" (the table's order)
+std::vector<std::string> conv_kernel_names();  // "im2col", "auto", "direct", "winograd", "winograd2"
 
 // ---- the progress line of an epoch, on stderr, and the epoch's timer (the book's timer.start()
 // and timer.stop()). Style::seconds (chapter 2): "epoch 1: 40/94 minibatches, 3.2 sec", rewritten in
