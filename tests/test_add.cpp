@@ -1,7 +1,15 @@
-// add, axpy and mul (kernels/cpu/add.cpp) against direct double loops, at odd sizes, with 1 and 2 device threads.
+// add, axpy and mul on every backend: the CPU kernels (kernels/cpu/add.cpp) against direct double
+// loops, at odd sizes, with 1 and 2 device threads; the emulated CUDA kernels (kernels/cuda/add.cu)
+// bitwise against the CPU's; add and mul through autograd.
 #include <doctest/doctest.h>
 
+#include "core/ops/op.hpp"
+#include "emu_check.hpp"
 #include "kernel_check.hpp"
+
+// y = a + b and y = a * b elementwise (y may be a). axpy (y += alpha * x) is shared (kernels/cpu/kernels.hpp).
+D2L_DECLARE_KERNEL(add, const float* a, const float* b, float* y, int64_t n);
+D2L_DECLARE_KERNEL(mul, const float* a, const float* b, float* y, int64_t n);
 
 using namespace d2l::test;
 
@@ -20,4 +28,47 @@ TEST_CASE("add, axpy and mul") {
     cpu::axpy(c, 0.7f, a.data(), y.data(), n);
     CHECK(close(ref, y, 2e-7, 2.4e-7, "axpy"));  // up to two float roundings
   });
+}
+
+// ---- the emulated CUDA kernels: bitwise the CPU's (the same float operations in the same order; g++
+// does not contract a*b+c into an fma), n = 1, 7, 1000, 4099 (grid-stride tails).
+namespace {
+void check_emulated(kemu::Stream s) {
+  for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{1000}, int64_t{4099}}) {
+    CAPTURE(n);
+    const auto a = lcg_data(n, 2), b = lcg_data(n, 3);
+    Vec got(n), ref(n);
+    kemu::add(s, a.data(), b.data(), got.data(), n);
+    cpu::add(cpu::serial_ctx(), a.data(), b.data(), ref.data(), n);
+    CHECK(same_bits(ref, got, "add"));
+    kemu::add(s, got.data(), b.data(), got.data(), n);  // in place: y is a
+    cpu::add(cpu::serial_ctx(), ref.data(), b.data(), ref.data(), n);
+    CHECK(same_bits(ref, got, "add in place"));
+    kemu::axpy(s, -1.5f, a.data(), got.data(), n);
+    cpu::axpy(cpu::serial_ctx(), -1.5f, a.data(), ref.data(), n);
+    CHECK(same_bits(ref, got, "axpy"));
+    kemu::mul(s, a.data(), b.data(), got.data(), n);
+    cpu::mul(cpu::serial_ctx(), a.data(), b.data(), ref.data(), n);
+    CHECK(same_bits(ref, got, "mul"));
+  }
+}
+}  // namespace
+
+TEST_CASE("emulated add, axpy, mul are bitwise the CPU's") { check_emulated(nullptr); }
+
+// The blocks spread over two OS threads (a separate meson test, also under TSan).
+TEST_CASE("emulated add, axpy, mul on 2 device threads" * doctest::test_suite("threads")) {
+  TwoThreads two;
+  check_emulated(&two.ctx);
+}
+
+// ---- the ops through autograd: gradcheck's tolerances (h 1e-2, atol 2e-3, rtol 2e-2), and a broken
+// backward must fail.
+TEST_CASE("add's and mul's backward match finite differences; broken ones fail") {
+  CHECK(op_case_ok({"add", {{{2, 3}, grad_input(6, 8)}, {{2, 3}, grad_input(6, 9)}},
+                    [](auto& x) { return project(d2l::add(x[0], x[1])); }},
+                   d2l::cpu(0)));
+  CHECK(op_case_ok({"mul", {{{5}, grad_input(5, 10)}, {{5}, grad_input(5, 11)}},
+                    [](auto& x) { return d2l::sum(d2l::mul(x[0], x[1])); }},
+                   d2l::cpu(0)));
 }

@@ -1,7 +1,14 @@
-// argmax and count_correct (kernels/cpu/argmax.cpp) against direct loops.
+// argmax and count_correct on every backend: the CPU kernels (kernels/cpu/argmax.cpp) against direct
+// loops; the emulated CUDA kernels (kernels/cuda/argmax.cu) equal to the CPU's (exact by nature).
 #include <doctest/doctest.h>
 
+#include "core/ops/op.hpp"
+#include "emu_check.hpp"
 #include "kernel_check.hpp"
+
+// x (N, K) -> idx (N) int32, the first index of each row's maximum; correct[0] = #{i : idx[i] == labels[i]}.
+D2L_DECLARE_KERNEL(argmax, const float* x, int32_t* idx, int64_t N, int64_t K);
+D2L_DECLARE_KERNEL(count_correct, const float* x, const int32_t* labels, float* correct, int64_t N, int64_t K);
 
 using namespace d2l::test;
 
@@ -33,4 +40,43 @@ TEST_CASE("argmax picks the first maximum; count_correct counts matches") {
       CHECK(correct == static_cast<float>(ref_count));
     }
   }
+}
+
+// ---- the emulated CUDA kernels equal the CPU's, on (N, K) with classes fewer than, equal to and more
+// than a warp's 32 lanes.
+namespace {
+struct RowsShape {
+  int64_t N, K;
+};
+const RowsShape kRowShapes[] = {{1, 1}, {7, 10}, {1000, 10}, {5, 32}, {3, 33}, {2, 4099}, {4099, 3}};
+
+void check_emulated(kemu::Stream s) {
+  for (const RowsShape& r : kRowShapes) {
+    CAPTURE(r.N);
+    CAPTURE(r.K);
+    auto x = lcg_data(r.N * r.K, 12);
+    for (float& v : x) v = std::round(v * 3.0f);  // few distinct values: many ties (the first one wins)
+    std::vector<int32_t> idx(r.N, -7), idx_ref(r.N, -7);
+    kemu::argmax(s, x.data(), idx.data(), r.N, r.K);
+    cpu::argmax(cpu::serial_ctx(), x.data(), idx_ref.data(), r.N, r.K);
+    CHECK(idx == idx_ref);
+    auto labels = labels_for(r.N, r.K, 13);
+    for (size_t i = 0; i < labels.size(); i += 2) labels[i] = idx_ref[i];  // about half right
+    float correct = NAN, correct_ref = NAN;
+    kemu::count_correct(s, x.data(), labels.data(), &correct, r.N, r.K);
+    cpu::count_correct(cpu::serial_ctx(), x.data(), labels.data(), &correct_ref, r.N, r.K);
+    CHECK(correct == correct_ref);
+  }
+  float none = NAN;
+  kemu::count_correct(s, nullptr, nullptr, &none, 0, 10);
+  CHECK(none == 0.0f);
+}
+}  // namespace
+
+TEST_CASE("emulated argmax and count_correct equal the CPU's") { check_emulated(nullptr); }
+
+// The blocks spread over two OS threads (a separate meson test, also under TSan).
+TEST_CASE("emulated argmax and count_correct on 2 device threads" * doctest::test_suite("threads")) {
+  TwoThreads two;
+  check_emulated(&two.ctx);
 }

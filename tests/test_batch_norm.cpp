@@ -1,14 +1,36 @@
-// Batch-norm kernels against direct per-channel loops in double, the training backward against
-// central finite differences of that reference, and the running statistics against a hand
-// computation; 1, 2 and 3 threads.
+// Batch norm on every backend: the CPU kernels (kernels/cpu/batch_norm.cpp) against direct per-channel
+// loops in double, the training backward against central finite differences of that reference, and
+// the running statistics against a hand computation; 1, 2 and 3 threads. The emulated CUDA kernels
+// (kernels/cuda/batch_norm.cu) against the CPU's, and their backward against finite differences of the
+// emulated forward (a gradient x1.05 must fail the same check).
+// Tolerances of the emulated kernels (d2l::test::close: |ref - x| <= atol + rtol |ref|; data in [-1, 1)):
+//   bitwise       eval forward (the same float operations per element)
+//   1e-6/1e-6     the statistics, dgamma, dbeta (double sums, another order)
+//   1e-5/1e-5     training y and dx (float arithmetic on those)
+//   FD            atol 1e-3, rtol 1e-2 (FdTol, tests/emu_check.hpp); h 5e-2 for gamma and beta (linear), 1e-2 for x
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <vector>
 
 #include "check.hpp"
+#include "core/ops/op.hpp"
+#include "emu_check.hpp"
 #include "fd_check.hpp"
 #include "kernels/cpu/kernels.hpp"
+
+// x (N, C, HW), per-channel gamma/beta (C). Training: batch mean/var (biased) normalise; saves mean and
+// invstd = 1/sqrt(var + eps) (C each); running_mean/var (C) updated as running = (1 - momentum) *
+// running + momentum * batch, with the unbiased batch variance for running_var (PyTorch's convention;
+// momentum 0.1 there). Evaluation normalises with the running statistics. The backward is training
+// mode's (batch statistics depend on x); dx, dgamma, dbeta overwritten.
+D2L_DECLARE_KERNEL(batch_norm_train_forward, int64_t N, int64_t C, int64_t HW, const float* x, const float* gamma,
+                   const float* beta, float eps, float momentum, float* y, float* mean, float* invstd,
+                   float* running_mean, float* running_var);
+D2L_DECLARE_KERNEL(batch_norm_eval_forward, int64_t N, int64_t C, int64_t HW, const float* x, const float* gamma,
+                   const float* beta, const float* running_mean, const float* running_var, float eps, float* y);
+D2L_DECLARE_KERNEL(batch_norm_backward, int64_t N, int64_t C, int64_t HW, const float* x, const float* dy,
+                   const float* gamma, const float* mean, const float* invstd, float* dx, float* dgamma, float* dbeta);
 
 using d2l::kernels::cpu::Ctx;
 using d2l::test::close;
@@ -211,4 +233,108 @@ TEST_CASE("batch_norm finite-difference check rejects broken gradients") {
         eval_mode[k] = gamma[ch] * o.invstd[ch] * r[k];
       }
   CHECK_FALSE(d2l::test::fd_check(x, eval_mode, loss, 1e-3, 1e-4, 1e-3, 400, {}, "eval-mode dx (expected)"));
+}
+
+// ---- the emulated CUDA kernels against the CPU's
+namespace {
+namespace cpu = d2l::kernels::cpu;
+namespace kemu = d2l::kernels::emu;
+using d2l::test::dot;
+using d2l::test::grad_check;
+using d2l::test::same_bits;
+using d2l::test::to_double;
+using d2l::test::to_float;
+using d2l::test::TwoThreads;
+
+// (N, C, HW): M = N*HW values per channel, from one (running variance: biased) to more than a block.
+struct Bn {
+  int64_t N, C, HW;
+};
+const Bn kBnShapes[] = {{4, 3, 5}, {1, 2, 1}, {2, 1, 1}, {2, 5, 49}, {7, 1, 13}, {64, 4, 1}, {3, 2, 300}};
+
+struct BnState {
+  std::vector<float> y, mean, invstd, rm, rv;
+};
+BnState bn_state(const Bn& b) {
+  BnState st{std::vector<float>(b.N * b.C * b.HW, NAN), std::vector<float>(b.C, NAN),
+             std::vector<float>(b.C, NAN), lcg_data(b.C, 60), lcg_data(b.C, 61)};
+  for (float& v : st.rv) v = v + 1.5f;  // a variance is positive
+  return st;
+}
+std::vector<float> gamma_for(int64_t C) {
+  auto g = lcg_data(C, 62);
+  for (float& v : g) v += 1.5f;  // in [0.5, 2.5)
+  return g;
+}
+
+void check_batch_norm(kemu::Stream st) {
+  const float eps = 1e-5f, momentum = 0.1f;
+  for (const Bn& b : kBnShapes) {
+    INFO("bn N" << b.N << " C" << b.C << " HW" << b.HW);
+    const int64_t n = b.N * b.C * b.HW;
+    const auto x = lcg_data(n, 63), dy = lcg_data(n, 64), gamma = gamma_for(b.C), beta = lcg_data(b.C, 65);
+    BnState e = bn_state(b), c = bn_state(b);
+    kemu::batch_norm_train_forward(st, b.N, b.C, b.HW, x.data(), gamma.data(), beta.data(), eps, momentum,
+                                   e.y.data(), e.mean.data(), e.invstd.data(), e.rm.data(), e.rv.data());
+    cpu::batch_norm_train_forward(cpu::serial_ctx(), b.N, b.C, b.HW, x.data(), gamma.data(), beta.data(), eps, momentum,
+                                  c.y.data(), c.mean.data(), c.invstd.data(), c.rm.data(), c.rv.data());
+    CHECK(close(c.y, e.y, 1e-5, 1e-5, "bn train y"));
+    CHECK(close(c.mean, e.mean, 1e-6, 1e-6, "bn mean"));
+    CHECK(close(c.invstd, e.invstd, 1e-6, 1e-6, "bn invstd"));
+    CHECK(close(c.rm, e.rm, 1e-6, 1e-6, "bn running_mean"));
+    CHECK(close(c.rv, e.rv, 1e-6, 1e-6, "bn running_var"));
+
+    std::vector<float> y(n, NAN), y_ref(n, NAN);
+    kemu::batch_norm_eval_forward(st, b.N, b.C, b.HW, x.data(), gamma.data(), beta.data(), c.rm.data(),
+                                  c.rv.data(), eps, y.data());
+    cpu::batch_norm_eval_forward(cpu::serial_ctx(), b.N, b.C, b.HW, x.data(), gamma.data(), beta.data(), c.rm.data(),
+                                 c.rv.data(), eps, y_ref.data());
+    CHECK(same_bits(y_ref, y, "bn eval y"));
+
+    // Backward from the CPU's saved statistics, so that only the backward kernels differ.
+    std::vector<float> dx(n, NAN), dx_ref(n, NAN), dg(b.C, NAN), dg_ref(b.C, NAN), db(b.C, NAN), db_ref(b.C, NAN);
+    kemu::batch_norm_backward(st, b.N, b.C, b.HW, x.data(), dy.data(), gamma.data(), c.mean.data(),
+                              c.invstd.data(), dx.data(), dg.data(), db.data());
+    cpu::batch_norm_backward(cpu::serial_ctx(), b.N, b.C, b.HW, x.data(), dy.data(), gamma.data(), c.mean.data(),
+                             c.invstd.data(), dx_ref.data(), dg_ref.data(), db_ref.data());
+    CHECK(close(dx_ref, dx, 1e-5, 1e-5, "bn dx"));
+    CHECK(close(dg_ref, dg, 1e-6, 1e-6, "bn dgamma"));
+    CHECK(close(db_ref, db, 1e-6, 1e-6, "bn dbeta"));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("emulated batch_norm matches the CPU") { check_batch_norm(nullptr); }
+
+// The blocks spread over two OS threads (a separate meson test, also under TSan).
+TEST_CASE("emulated batch_norm on 2 device threads" * doctest::test_suite("threads")) {
+  TwoThreads two;
+  check_batch_norm(&two.ctx);
+}
+
+TEST_CASE("emulated batch_norm_backward matches finite differences (dx, dgamma, dbeta)") {
+  for (const Bn& b : {Bn{4, 3, 5}, Bn{3, 1, 2}, Bn{2, 2, 7}, Bn{1, 2, 1}}) {
+    INFO("bn N" << b.N << " C" << b.C << " HW" << b.HW);
+    const bool degenerate = b.N * b.HW == 1;  // one value a channel: y = beta, dx = 0 = dgamma
+    const int64_t n = b.N * b.C * b.HW;
+    const auto x = lcg_data(n, 90), r = lcg_data(n, 91), gamma = gamma_for(b.C), beta = lcg_data(b.C, 92);
+    // y of the emulated training forward (fresh running statistics each time)
+    auto forward = [&](const std::vector<float>& xf, const std::vector<float>& g, const std::vector<float>& be) {
+      BnState s = bn_state(b);
+      kemu::batch_norm_train_forward(nullptr, b.N, b.C, b.HW, xf.data(), g.data(), be.data(), 1e-5f, 0.1f,
+                                     s.y.data(), s.mean.data(), s.invstd.data(), s.rm.data(), s.rv.data());
+      return s;
+    };
+    const BnState s = forward(x, gamma, beta);
+    std::vector<float> dx(n), dg(b.C), db(b.C);
+    kemu::batch_norm_backward(nullptr, b.N, b.C, b.HW, x.data(), r.data(), gamma.data(), s.mean.data(),
+                              s.invstd.data(), dx.data(), dg.data(), db.data());
+    auto loss_x = [&](const std::vector<double>& v) { return dot(to_double(forward(to_float(v), gamma, beta).y), r); };
+    auto loss_g = [&](const std::vector<double>& v) { return dot(to_double(forward(x, to_float(v), beta).y), r); };
+    auto loss_b = [&](const std::vector<double>& v) { return dot(to_double(forward(x, gamma, to_float(v)).y), r); };
+    CHECK(grad_check(x, dx, loss_x, {1e-2}, "batch_norm dx", !degenerate));
+    CHECK(grad_check(gamma, dg, loss_g, {5e-2}, "batch_norm dgamma", !degenerate));  // linear in gamma
+    CHECK(grad_check(beta, db, loss_b, {5e-2}, "batch_norm dbeta"));                  // and in beta
+  }
 }

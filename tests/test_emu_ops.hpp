@@ -1,5 +1,5 @@
 // Helpers shared by the tests of the emulated CUDA kernels in tests/test_emu_ops*.cpp: the launchers
-// of kernels/cuda/kernels.hpp (and of the ops whose own tests/test_<op>.cpp does not run them), run by
+// of kernels/cuda/kernels.hpp (the kernels several ops or the runtime share), run by
 // the emulation (d2l::kernels::emu), against their kernels/cpu twins (themselves tested against
 // independent double loops in tests/test_<op>.cpp), and every emulated backward against central
 // finite differences of the emulated forward. The helpers themselves are tests/emu_check.hpp's.

@@ -1,8 +1,18 @@
-// softmax_ce (kernels/cpu/softmax_ce.cpp) against a double-precision reference; its backward against
-// central finite differences.
+// softmax_ce on every backend: the CPU kernels (kernels/cpu/softmax_ce.cpp) against a double-precision
+// reference, the backward against central finite differences; the emulated CUDA kernels
+// (kernels/cuda/softmax_ce.cu) within 1e-6 of the CPU's (double sums in another order, rounded to float
+// once), their backward against finite differences of the emulated forward; the op through autograd.
 #include <doctest/doctest.h>
 
+#include "core/ops/op.hpp"
+#include "emu_check.hpp"
 #include "kernel_check.hpp"
+
+// logits (N, K), labels (N) int32 in [0, K). loss[i] = logsumexp(logits[i]) - logits[i][label[i]],
+// per sample; dlogits[i][k] = dloss[i] * (softmax(logits[i])[k] - (k == label[i])).
+D2L_DECLARE_KERNEL(softmax_ce_forward, const float* logits, const int32_t* labels, float* loss, int64_t N, int64_t K);
+D2L_DECLARE_KERNEL(softmax_ce_backward, const float* logits, const int32_t* labels, const float* dloss, float* dlogits,
+                   int64_t N, int64_t K);
 
 using namespace d2l::test;
 
@@ -64,4 +74,71 @@ TEST_CASE("the gradient check rejects a wrong softmax_ce gradient") {
   CHECK(grad_ok(numeric, dx));
   for (auto& v : dx) v *= 1.05f;
   CHECK_FALSE(grad_ok(numeric, dx));
+}
+
+// ---- the emulated CUDA kernels: within 1e-6 of the CPU's, on (N, K) with classes fewer than, equal to
+// and more than a warp's 32 lanes.
+namespace {
+struct RowsShape {
+  int64_t N, K;
+};
+const RowsShape kRowShapes[] = {{1, 1}, {7, 10}, {1000, 10}, {5, 32}, {3, 33}, {2, 4099}, {4099, 3}};
+
+void check_emulated(kemu::Stream s) {
+  for (const RowsShape& r : kRowShapes) {
+    CAPTURE(r.N);
+    CAPTURE(r.K);
+    auto logits = lcg_data(r.N * r.K, 9);
+    for (float& v : logits) v *= 4.0f;
+    const auto labels = labels_for(r.N, r.K, 10);
+    const auto dloss = lcg_data(r.N, 11);
+    Vec loss(r.N), loss_ref(r.N), dl(r.N * r.K), dl_ref(r.N * r.K);
+    kemu::softmax_ce_forward(s, logits.data(), labels.data(), loss.data(), r.N, r.K);
+    cpu::softmax_ce_forward(cpu::serial_ctx(), logits.data(), labels.data(), loss_ref.data(), r.N, r.K);
+    CHECK(close(loss_ref, loss, 1e-6, 1e-6, "softmax_ce_forward"));
+    kemu::softmax_ce_backward(s, logits.data(), labels.data(), dloss.data(), dl.data(), r.N, r.K);
+    cpu::softmax_ce_backward(cpu::serial_ctx(), logits.data(), labels.data(), dloss.data(), dl_ref.data(), r.N, r.K);
+    CHECK(close(dl_ref, dl, 1e-6, 1e-6, "softmax_ce_backward"));
+  }
+}
+}  // namespace
+
+TEST_CASE("emulated softmax_ce matches the CPU") { check_emulated(nullptr); }
+
+// The blocks spread over two OS threads (a separate meson test, also under TSan).
+TEST_CASE("emulated softmax_ce on 2 device threads" * doctest::test_suite("threads")) {
+  TwoThreads two;
+  check_emulated(&two.ctx);
+}
+
+TEST_CASE("emulated softmax_ce_backward matches finite differences") {
+  for (const RowsShape& sh : {RowsShape{7, 10}, RowsShape{3, 33}, RowsShape{1, 1}}) {
+    CAPTURE(sh.N);
+    CAPTURE(sh.K);
+    auto logits = lcg_data(sh.N * sh.K, 28);
+    for (float& v : logits) v *= 3.0f;
+    const auto labels = labels_for(sh.N, sh.K, 29);
+    const auto r = lcg_data(sh.N, 30);
+    Vec dl(sh.N * sh.K);
+    kemu::softmax_ce_backward(nullptr, logits.data(), labels.data(), r.data(), dl.data(), sh.N, sh.K);
+    auto loss = [&](const std::vector<double>& xd) {
+      const auto xf = to_float(xd);
+      Vec l(sh.N);
+      kemu::softmax_ce_forward(nullptr, xf.data(), labels.data(), l.data(), sh.N, sh.K);
+      return dot(to_double(l), r);
+    };
+    // K = 1: the loss is constantly 0, so is the gradient: nothing for a broken one to get wrong.
+    // FD tolerances: FdTol's (emu_check.hpp).
+    CHECK(grad_check(logits, dl, loss, {1e-2}, "softmax_ce dlogits", sh.K > 1));
+  }
+}
+
+// ---- the op through autograd: gradcheck's tolerances (h 1e-2, atol 2e-3, rtol 2e-2), and a broken
+// backward must fail.
+TEST_CASE("softmax_cross_entropy's backward matches finite differences; a broken one fails") {
+  const d2l::Device d = d2l::cpu(0);
+  auto labels = [d] { return d2l::Tensor::from_vector(std::vector<int32_t>{2, 0, 4}, {3}, d); };
+  CHECK(op_case_ok({"softmax_cross_entropy", {{{3, 5}, grad_input(15, 14)}},
+                    [labels](auto& x) { return d2l::softmax_cross_entropy(x[0], labels(), d2l::Reduction::sum); }},
+                   d));
 }

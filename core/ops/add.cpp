@@ -2,6 +2,11 @@
 #include "core/ops.hpp"
 #include "core/ops/op.hpp"
 
+// The kernels (kernels/cpu/add.cpp, kernels/cuda/add.cu), over flat arrays of n: y = a + b and y = a * b
+// elementwise (y may be a). add_'s axpy (y += alpha * x) is shared: core/comm.cpp's reductions call it.
+D2L_DECLARE_KERNEL(add, const float* a, const float* b, float* y, int64_t n);
+D2L_DECLARE_KERNEL(mul, const float* a, const float* b, float* y, int64_t n);
+
 namespace d2l {
 using namespace detail;
 

@@ -2,6 +2,11 @@
 #include "core/ops.hpp"
 #include "core/ops/op.hpp"
 
+// The kernels (kernels/cpu/argmax.cpp, kernels/cuda/argmax.cu): x (N, K) -> idx (N) int32, the first
+// index of each row's maximum; correct[0] = #{i : argmax(x[i]) == labels[i]}.
+D2L_DECLARE_KERNEL(argmax, const float* x, int32_t* idx, int64_t N, int64_t K);
+D2L_DECLARE_KERNEL(count_correct, const float* x, const int32_t* labels, float* correct, int64_t N, int64_t K);
+
 namespace d2l {
 using namespace detail;
 

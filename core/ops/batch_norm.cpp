@@ -2,6 +2,20 @@
 #include "core/ops.hpp"
 #include "core/ops/op.hpp"
 
+// The kernels (kernels/cpu/batch_norm.cpp, kernels/cuda/batch_norm.cu): x (N, C, HW), per-channel
+// gamma/beta (C). Training: batch mean/var (biased) normalise; saves mean and invstd = 1/sqrt(var + eps)
+// (C each); running_mean/var (C) updated as running = (1 - momentum) * running + momentum * batch, with
+// the unbiased batch variance for running_var (PyTorch's convention; momentum 0.1 there). Evaluation
+// normalises with the running statistics. The backward is training mode's (batch statistics depend on
+// x); dx, dgamma, dbeta overwritten.
+D2L_DECLARE_KERNEL(batch_norm_train_forward, int64_t N, int64_t C, int64_t HW, const float* x, const float* gamma,
+                   const float* beta, float eps, float momentum, float* y, float* mean, float* invstd,
+                   float* running_mean, float* running_var);
+D2L_DECLARE_KERNEL(batch_norm_eval_forward, int64_t N, int64_t C, int64_t HW, const float* x, const float* gamma,
+                   const float* beta, const float* running_mean, const float* running_var, float eps, float* y);
+D2L_DECLARE_KERNEL(batch_norm_backward, int64_t N, int64_t C, int64_t HW, const float* x, const float* dy,
+                   const float* gamma, const float* mean, const float* invstd, float* dx, float* dgamma, float* dbeta);
+
 namespace d2l {
 using namespace detail;
 namespace k = kernels::cpu;

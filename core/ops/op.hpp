@@ -51,7 +51,8 @@ class GpuCtxScope {
 // tests/test_<op>.cpp, the two files that call the op's kernels, with a comment on what each computes:
 //   D2L_DECLARE_KERNEL(sigmoid_forward, const float* x, float* y, int64_t n);
 // Kernels that several ops or the runtime call (fill, copy, scale, axpy, the GEMMs, the random fills,
-// conv2d's family) stay in kernels/cpu/kernels.hpp and kernels/cuda/kernels.hpp.
+// bias_add, conv2d's family, SyncBatchNorm's batch_norm_stats pieces) stay in kernels/cpu/kernels.hpp
+// and kernels/cuda/kernels.hpp.
 #ifdef D2L_WITH_CUDA
 #define D2L_DECLARE_CUDA_KERNEL_(name, ...) \
   namespace d2l::kernels::cuda {            \

@@ -2,6 +2,17 @@
 #include "core/ops.hpp"
 #include "core/ops/op.hpp"
 
+// The kernels (kernels/cpu/pool2d.cpp, kernels/cuda/pool2d.cu): x (N, C, H, W) -> y (N, C, OH, OW)
+// (Pool2dShape, kernels/cpu/kernels.hpp). Padding never wins a max; max keeps argmax (flat h*W + w in
+// its plane); average divides by KH*KW (padding counted, as PyTorch's and MXNet's defaults). Global
+// average pool: x (N, C, HW) -> y (N, C). dx overwritten.
+D2L_DECLARE_KERNEL(max_pool2d_forward, const Pool2dShape& s, const float* x, float* y, int32_t* argmax);
+D2L_DECLARE_KERNEL(max_pool2d_backward, const Pool2dShape& s, const float* dy, const int32_t* argmax, float* dx);
+D2L_DECLARE_KERNEL(avg_pool2d_forward, const Pool2dShape& s, const float* x, float* y);
+D2L_DECLARE_KERNEL(avg_pool2d_backward, const Pool2dShape& s, const float* dy, float* dx);
+D2L_DECLARE_KERNEL(global_avg_pool_forward, int64_t N, int64_t C, int64_t HW, const float* x, float* y);
+D2L_DECLARE_KERNEL(global_avg_pool_backward, int64_t N, int64_t C, int64_t HW, const float* dy, float* dx);
+
 namespace d2l {
 using namespace detail;
 namespace k = kernels::cpu;

@@ -2,6 +2,13 @@
 #include "core/ops.hpp"
 #include "core/ops/op.hpp"
 
+// The kernels (kernels/cpu/softmax_ce.cpp, kernels/cuda/softmax_ce.cu): logits (N, K), labels (N) int32
+// in [0, K). loss[i] = logsumexp(logits[i]) - logits[i][label[i]], per sample;
+// dlogits[i][k] = dloss[i] * (softmax(logits[i])[k] - (k == label[i])).
+D2L_DECLARE_KERNEL(softmax_ce_forward, const float* logits, const int32_t* labels, float* loss, int64_t N, int64_t K);
+D2L_DECLARE_KERNEL(softmax_ce_backward, const float* logits, const int32_t* labels, const float* dloss, float* dlogits,
+                   int64_t N, int64_t K);
+
 namespace d2l {
 using namespace detail;
 

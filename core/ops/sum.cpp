@@ -2,6 +2,10 @@
 #include "core/ops.hpp"
 #include "core/ops/op.hpp"
 
+// The kernel (kernels/cpu/sum.cpp, kernels/cuda/sum.cu): out[0] = sum of x (double accumulation, in a
+// fixed order: the same bits for any thread count).
+D2L_DECLARE_KERNEL(sum, const float* x, float* out, int64_t n);
+
 namespace d2l {
 using namespace detail;
 

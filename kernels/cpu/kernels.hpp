@@ -3,7 +3,8 @@
 // these signatures. Kernels never allocate tensors and never throw for shapes: core/ops checks shapes
 // first. Counts are int64_t. Declared here: the kernels several ops or the runtime call; an op's own
 // kernels are declared in the two files that call them, core/ops/<op>.cpp and tests/test_<op>.cpp
-// (D2L_DECLARE_KERNEL, core/ops/op.hpp), as relu's, sigmoid's, mse's and sgd's are.
+// (D2L_DECLARE_KERNEL, core/ops/op.hpp), with what they compute; the shapes they take (Pool2dShape)
+// are here, one type for every backend.
 #pragma once
 #include <cstdint>
 #include "parallel.hpp"
@@ -35,31 +36,15 @@ void scale(const Ctx& c, const float* x, float* y, int64_t n, float alpha);  // 
 void normal(const Ctx& c, float* x, int64_t n, uint64_t seed, uint64_t offset, float mean, float stddev);
 void uniform(const Ctx& c, float* x, int64_t n, uint64_t seed, uint64_t offset, float lo, float hi);
 
-// ---- add.cpp: y = a + b (elementwise); axpy: y += alpha * x (in-place add, grad accumulation)
-void add(const Ctx& c, const float* a, const float* b, float* y, int64_t n);
+// ---- add.cpp: axpy: y += alpha * x (in-place add, grad accumulation: add_ and core/comm.cpp's
+// reductions). add and mul are the add op's own (core/ops/add.cpp).
 void axpy(const Ctx& c, float alpha, const float* x, float* y, int64_t n);
-void mul(const Ctx& c, const float* a, const float* b, float* y, int64_t n);  // elementwise product
 
 // ---- bias_add.cpp: x viewed as (outer, C, inner); y = x + b[c]. Dense: inner = 1; conv: inner = H*W.
 void bias_add_forward(const Ctx& c, const float* x, const float* b, float* y, int64_t outer, int64_t C,
                       int64_t inner);
 // db[c] = sum over outer and inner of dy   (dx = dy is a copy done by the caller)
 void bias_add_backward(const Ctx& c, const float* dy, float* db, int64_t outer, int64_t C, int64_t inner);
-
-// ---- sum.cpp: out[0] = sum of x (double accumulation)
-void sum(const Ctx& c, const float* x, float* out, int64_t n);
-
-// ---- softmax_ce.cpp: logits (N, K), labels (N) int32 in [0, K).
-// loss[i] = logsumexp(logits[i]) - logits[i][label[i]]; per-sample losses.
-void softmax_ce_forward(const Ctx& c, const float* logits, const int32_t* labels, float* loss, int64_t N,
-                        int64_t K);
-// dlogits[i][k] = dloss[i] * (softmax(logits[i])[k] - (k == label[i]))
-void softmax_ce_backward(const Ctx& c, const float* logits, const int32_t* labels, const float* dloss,
-                         float* dlogits, int64_t N, int64_t K);
-
-// ---- argmax.cpp: x (N, K) -> idx (N) int32 (first maximum); correct = #{i : idx[i] == labels[i]}
-void argmax(const Ctx& c, const float* x, int32_t* idx, int64_t N, int64_t K);
-void count_correct(const Ctx& c, const float* x, const int32_t* labels, float* correct, int64_t N, int64_t K);
 
 // ---- conv2d.cpp: x (N, C, H, W), w (OC, C, KH, KW), y (N, OC, OH, OW); no bias (bias_add does
 // that). Backward: dx and dw are overwritten (not accumulated). A family of kernels with the same
@@ -98,36 +83,13 @@ void conv2d_backward_data_winograd(const Ctx& c, const Conv2dShape& s, const flo
 void conv2d_forward_winograd2(const Ctx& c, const Conv2dShape& s, const float* x, const float* w, float* y);
 void conv2d_backward_data_winograd2(const Ctx& c, const Conv2dShape& s, const float* dy, const float* w, float* dx);
 
-// ---- pool2d.cpp: x (N, C, H, W) -> y (N, C, OH, OW). Padding never wins a max; average divides by
-// KH*KW (padding counted, as PyTorch's and MXNet's defaults). dx overwritten.
+// ---- pool2d.cpp: the shape of a 2-D pooling window; the kernels are the pool2d op's own
+// (core/ops/pool2d.cpp). x (N, C, H, W) -> y (N, C, OH, OW).
 struct Pool2dShape {
   int64_t N, C, H, W, KH, KW, stride_h, stride_w, pad_h, pad_w;
   int64_t OH() const { return (H + 2 * pad_h - KH) / stride_h + 1; }
   int64_t OW() const { return (W + 2 * pad_w - KW) / stride_w + 1; }
 };
-void max_pool2d_forward(const Ctx& c, const Pool2dShape& s, const float* x, float* y, int32_t* argmax);
-void max_pool2d_backward(const Ctx& c, const Pool2dShape& s, const float* dy, const int32_t* argmax, float* dx);
-void avg_pool2d_forward(const Ctx& c, const Pool2dShape& s, const float* x, float* y);
-void avg_pool2d_backward(const Ctx& c, const Pool2dShape& s, const float* dy, float* dx);
-// global average pool: x (N, C, HW) -> y (N, C)
-void global_avg_pool_forward(const Ctx& c, int64_t N, int64_t C, int64_t HW, const float* x, float* y);
-void global_avg_pool_backward(const Ctx& c, int64_t N, int64_t C, int64_t HW, const float* dy, float* dx);
-
-// ---- batch_norm.cpp: x (N, C, HW), per-channel gamma/beta (C).
-// Training: batch mean/var (biased) normalise; saves mean and invstd = 1/sqrt(var + eps) (C each);
-// running_mean/var (C) updated as running = (1 - momentum) * running + momentum * batch, with the
-// unbiased batch variance for running_var (PyTorch's convention; momentum 0.1 there).
-void batch_norm_train_forward(const Ctx& c, int64_t N, int64_t C, int64_t HW, const float* x,
-                              const float* gamma, const float* beta, float eps, float momentum, float* y,
-                              float* mean, float* invstd, float* running_mean, float* running_var);
-void batch_norm_eval_forward(const Ctx& c, int64_t N, int64_t C, int64_t HW, const float* x, const float* gamma,
-                             const float* beta, const float* running_mean, const float* running_var, float eps,
-                             float* y);
-// Training-mode backward (batch statistics depend on x). dx, dgamma, dbeta overwritten.
-void batch_norm_backward(const Ctx& c, int64_t N, int64_t C, int64_t HW, const float* x, const float* dy,
-                         const float* gamma, const float* mean, const float* invstd, float* dx, float* dgamma,
-                         float* dbeta);
-
 // ---- batch_norm_stats.cpp: batch norm in pieces for SyncBatchNorm (one shard x (N, C, HW) each).
 // stats (2, C): row 0 the mean, row 1 the biased variance (double sums, two passes). combine: K
 // shards' stats (K, 2, C) with counts[j] = N_j*HW values per channel -> the whole batch's (2, C).

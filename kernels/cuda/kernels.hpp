@@ -29,28 +29,13 @@ void scale(Stream stream, const float* x, float* y, int64_t n, float alpha);  //
 void normal(Stream stream, float* x, int64_t n, uint64_t seed, uint64_t offset, float mean, float stddev);
 void uniform(Stream stream, float* x, int64_t n, uint64_t seed, uint64_t offset, float lo, float hi);
 
-// ---- add.cu: y = a + b (elementwise); axpy: y += alpha * x; mul: y = a * b
-void add(Stream stream, const float* a, const float* b, float* y, int64_t n);
+// ---- add.cu: axpy: y += alpha * x (add_ and core/comm.cpp's reductions; add and mul are the add op's own)
 void axpy(Stream stream, float alpha, const float* x, float* y, int64_t n);
-void mul(Stream stream, const float* a, const float* b, float* y, int64_t n);
 
 // ---- bias_add.cu: x viewed as (outer, C, inner); y = x + b[c]. db[c] = sum over outer and inner of dy.
 void bias_add_forward(Stream stream, const float* x, const float* b, float* y, int64_t outer, int64_t C,
                       int64_t inner);
 void bias_add_backward(Stream stream, const float* dy, float* db, int64_t outer, int64_t C, int64_t inner);
-
-// ---- sum.cu: out[0] = sum of x (double accumulation, fixed order)
-void sum(Stream stream, const float* x, float* out, int64_t n);
-
-// ---- softmax_ce.cu: logits (N, K), labels (N) int32 in [0, K); per-sample losses.
-void softmax_ce_forward(Stream stream, const float* logits, const int32_t* labels, float* loss, int64_t N,
-                        int64_t K);
-void softmax_ce_backward(Stream stream, const float* logits, const int32_t* labels, const float* dloss,
-                         float* dlogits, int64_t N, int64_t K);
-
-// ---- argmax.cu: x (N, K) -> idx (N) int32 (first maximum); correct[0] = #{i : idx[i] == labels[i]}
-void argmax(Stream stream, const float* x, int32_t* idx, int64_t N, int64_t K);
-void count_correct(Stream stream, const float* x, const int32_t* labels, float* correct, int64_t N, int64_t K);
 
 // ---- conv2d.cu: x (N, C, H, W), w (OC, C, KH, KW) -> y (N, OC, OH, OW); no bias; dx and dw are
 // overwritten. The CPU's family: kernel1 direct (conv2d_*_direct: one thread per output value, no
@@ -77,27 +62,8 @@ void conv2d_forward_direct(Stream stream, const Conv2dShape& s, const float* x, 
 void conv2d_backward_data_direct(Stream stream, const Conv2dShape& s, const float* dy, const float* w, float* dx);
 void conv2d_backward_weight_direct(Stream stream, const Conv2dShape& s, const float* x, const float* dy, float* dw);
 
-// ---- pool2d.cu: x (N, C, H, W) -> y (N, C, OH, OW); max keeps argmax (flat h*W + w in its plane);
-// average divides by KH*KW. Global average: x (N, C, HW) -> y (N, C). dx overwritten.
+// ---- pool2d.cu: the shape its launchers take (declared where they are called, core/ops/pool2d.cpp).
 using Pool2dShape = ::d2l::kernels::cpu::Pool2dShape;
-void max_pool2d_forward(Stream stream, const Pool2dShape& s, const float* x, float* y, int32_t* argmax);
-void max_pool2d_backward(Stream stream, const Pool2dShape& s, const float* dy, const int32_t* argmax, float* dx);
-void avg_pool2d_forward(Stream stream, const Pool2dShape& s, const float* x, float* y);
-void avg_pool2d_backward(Stream stream, const Pool2dShape& s, const float* dy, float* dx);
-void global_avg_pool_forward(Stream stream, int64_t N, int64_t C, int64_t HW, const float* x, float* y);
-void global_avg_pool_backward(Stream stream, int64_t N, int64_t C, int64_t HW, const float* dy, float* dx);
-
-// ---- batch_norm.cu: x (N, C, HW), gamma/beta/mean/invstd/running stats (C); as kernels/cpu.
-void batch_norm_train_forward(Stream stream, int64_t N, int64_t C, int64_t HW, const float* x,
-                              const float* gamma, const float* beta, float eps, float momentum, float* y,
-                              float* mean, float* invstd, float* running_mean, float* running_var);
-void batch_norm_eval_forward(Stream stream, int64_t N, int64_t C, int64_t HW, const float* x, const float* gamma,
-                             const float* beta, const float* running_mean, const float* running_var, float eps,
-                             float* y);
-void batch_norm_backward(Stream stream, int64_t N, int64_t C, int64_t HW, const float* x, const float* dy,
-                         const float* gamma, const float* mean, const float* invstd, float* dx, float* dgamma,
-                         float* dbeta);
-
 // ---- batch_norm_stats.cu: batch norm in pieces for SyncBatchNorm (one shard x (N, C, HW) each);
 // stats (2, C) mean and biased variance, combine (K, 2, C) + counts -> (2, C), apply, running; as kernels/cpu.
 void batch_norm_stats_forward(Stream stream, int64_t N, int64_t C, int64_t HW, const float* x, float* stats);
