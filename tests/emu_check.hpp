@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -26,6 +27,44 @@ struct TwoThreads {
   kernels::cpu::ThreadPool pool{1};
   kernels::cpu::Ctx ctx{2, &pool};
 };
+
+// The two cases of an op's emulated check, check(kemu::Stream): on the calling thread (null stream),
+// and with its blocks spread over two OS threads (suite threads: a separate meson test, also under
+// TSan; the results may not depend on which thread ran which block).
+#define D2L_EMULATED_CASES(name, threads_name, check)                                  \
+  TEST_CASE(name) { check(nullptr); }                                                  \
+  TEST_CASE(threads_name * doctest::test_suite("threads")) {                           \
+    ::d2l::test::TwoThreads two;                                                       \
+    check(&two.ctx);                                                                   \
+  }
+
+// Element counts for the elementwise kernels: one element, one partial block, several blocks, and
+// more than the grid (its grid-stride tails).
+inline constexpr int64_t kGridSizes[] = {1, 7, 1000, 4099};
+
+// Row shapes (N, K) for the kernels that reduce rows (argmax, softmax_ce): classes fewer than,
+// equal to and more than a warp's 32 lanes.
+struct RowsShape {
+  int64_t N, K;
+};
+inline const RowsShape kRowShapes[] = {{1, 1}, {7, 10}, {1000, 10}, {5, 32}, {3, 33}, {2, 4099}, {4099, 3}};
+
+// Calls check(n) for each of kGridSizes, check(r) for each of kRowShapes: a failure names the size.
+template <class Check>
+void for_grid_sizes(Check check) {
+  for (int64_t n : kGridSizes) {
+    CAPTURE(n);
+    check(n);
+  }
+}
+template <class Check>
+void for_row_shapes(Check check) {
+  for (const RowsShape& r : kRowShapes) {
+    CAPTURE(r.N);
+    CAPTURE(r.K);
+    check(r);
+  }
+}
 
 // Bitwise equality (same algorithm, same operation order): prints the first few differences.
 template <class T>

@@ -52,6 +52,14 @@ inline bool grad_ok(const std::vector<double>& numeric, const Vec& analytic) {
   return close(numeric, analytic, 1e-4, 1e-3, "grad");
 }
 
+// A backward's negative control: `analytic` passes grad_ok, and scaled by 1.05 it fails (so the
+// check could tell a wrong gradient). Registers both as the calling case's checks.
+inline void check_grad_and_control(const std::vector<double>& numeric, Vec analytic) {
+  CHECK(grad_ok(numeric, analytic));
+  for (auto& v : analytic) v *= 1.05f;
+  CHECK_FALSE(grad_ok(numeric, analytic));
+}
+
 // Test data in [-1, 1) kept at least 0.01 away from 0, so +-h never crosses relu's kink.
 inline Vec away_from_zero(int64_t n, uint32_t seed) {
   Vec x = lcg_data(n, seed);

@@ -34,8 +34,7 @@ TEST_CASE("add, axpy and mul") {
 // does not contract a*b+c into an fma), n = 1, 7, 1000, 4099 (grid-stride tails).
 namespace {
 void check_emulated(kemu::Stream s) {
-  for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{1000}, int64_t{4099}}) {
-    CAPTURE(n);
+  for_grid_sizes([&](int64_t n) {
     const auto a = lcg_data(n, 2), b = lcg_data(n, 3);
     Vec got(n), ref(n);
     kemu::add(s, a.data(), b.data(), got.data(), n);
@@ -50,17 +49,12 @@ void check_emulated(kemu::Stream s) {
     kemu::mul(s, a.data(), b.data(), got.data(), n);
     cpu::mul(cpu::serial_ctx(), a.data(), b.data(), ref.data(), n);
     CHECK(same_bits(ref, got, "mul"));
-  }
+  });
 }
 }  // namespace
 
-TEST_CASE("emulated add, axpy, mul are bitwise the CPU's") { check_emulated(nullptr); }
-
-// The blocks spread over two OS threads (a separate meson test, also under TSan).
-TEST_CASE("emulated add, axpy, mul on 2 device threads" * doctest::test_suite("threads")) {
-  TwoThreads two;
-  check_emulated(&two.ctx);
-}
+D2L_EMULATED_CASES("emulated add, axpy, mul are bitwise the CPU's",
+                   "emulated add, axpy, mul on 2 device threads", check_emulated)
 
 // ---- the ops through autograd: gradcheck's tolerances (h 1e-2, atol 2e-3, rtol 2e-2), and a broken
 // backward must fail.

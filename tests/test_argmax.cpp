@@ -45,15 +45,11 @@ TEST_CASE("argmax picks the first maximum; count_correct counts matches") {
 // ---- the emulated CUDA kernels equal the CPU's, on (N, K) with classes fewer than, equal to and more
 // than a warp's 32 lanes.
 namespace {
-struct RowsShape {
-  int64_t N, K;
-};
-const RowsShape kRowShapes[] = {{1, 1}, {7, 10}, {1000, 10}, {5, 32}, {3, 33}, {2, 4099}, {4099, 3}};
+using d2l::test::kRowShapes;
+using d2l::test::RowsShape;
 
 void check_emulated(kemu::Stream s) {
-  for (const RowsShape& r : kRowShapes) {
-    CAPTURE(r.N);
-    CAPTURE(r.K);
+  for_row_shapes([&](const RowsShape& r) {
     auto x = lcg_data(r.N * r.K, 12);
     for (float& v : x) v = std::round(v * 3.0f);  // few distinct values: many ties (the first one wins)
     std::vector<int32_t> idx(r.N, -7), idx_ref(r.N, -7);
@@ -66,17 +62,12 @@ void check_emulated(kemu::Stream s) {
     kemu::count_correct(s, x.data(), labels.data(), &correct, r.N, r.K);
     cpu::count_correct(cpu::serial_ctx(), x.data(), labels.data(), &correct_ref, r.N, r.K);
     CHECK(correct == correct_ref);
-  }
+  });
   float none = NAN;
   kemu::count_correct(s, nullptr, nullptr, &none, 0, 10);
   CHECK(none == 0.0f);
 }
 }  // namespace
 
-TEST_CASE("emulated argmax and count_correct equal the CPU's") { check_emulated(nullptr); }
-
-// The blocks spread over two OS threads (a separate meson test, also under TSan).
-TEST_CASE("emulated argmax and count_correct on 2 device threads" * doctest::test_suite("threads")) {
-  TwoThreads two;
-  check_emulated(&two.ctx);
-}
+D2L_EMULATED_CASES("emulated argmax and count_correct equal the CPU's",
+                   "emulated argmax and count_correct on 2 device threads", check_emulated)

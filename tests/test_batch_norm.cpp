@@ -239,12 +239,7 @@ TEST_CASE("batch_norm finite-difference check rejects broken gradients") {
 namespace {
 namespace cpu = d2l::kernels::cpu;
 namespace kemu = d2l::kernels::emu;
-using d2l::test::dot;
-using d2l::test::grad_check;
-using d2l::test::same_bits;
-using d2l::test::to_double;
-using d2l::test::to_float;
-using d2l::test::TwoThreads;
+using namespace d2l::test;  // check.hpp, emu_check.hpp, fd_check.hpp
 
 // (N, C, HW): M = N*HW values per channel, from one (running variance: biased) to more than a block.
 struct Bn {
@@ -305,13 +300,8 @@ void check_batch_norm(kemu::Stream st) {
 
 }  // namespace
 
-TEST_CASE("emulated batch_norm matches the CPU") { check_batch_norm(nullptr); }
-
-// The blocks spread over two OS threads (a separate meson test, also under TSan).
-TEST_CASE("emulated batch_norm on 2 device threads" * doctest::test_suite("threads")) {
-  TwoThreads two;
-  check_batch_norm(&two.ctx);
-}
+D2L_EMULATED_CASES("emulated batch_norm matches the CPU",
+                   "emulated batch_norm on 2 device threads", check_batch_norm)
 
 TEST_CASE("emulated batch_norm_backward matches finite differences (dx, dgamma, dbeta)") {
   for (const Bn& b : {Bn{4, 3, 5}, Bn{3, 1, 2}, Bn{2, 2, 7}, Bn{1, 2, 1}}) {

@@ -42,17 +42,14 @@ TEST_CASE("the gradient check rejects a wrong mse gradient") {
   Vec p = lcg_data(n, 71), t = lcg_data(n, 72), dl = lcg_data(n, 73), dp(n);
   cpu::mse_backward(c, p.data(), t.data(), dl.data(), dp.data(), n);
   auto numeric_mse = numeric_grad(p, mse_objective(t, dl));
-  CHECK(grad_ok(numeric_mse, dp));
-  for (auto& v : dp) v *= 1.05f;
-  CHECK_FALSE(grad_ok(numeric_mse, dp));
+  check_grad_and_control(numeric_mse, dp);
 }
 
 // ---- the emulated CUDA kernels: bitwise the CPU's (the same float operations in the same order),
 // n = 1, 7, 1000, 4099 (grid-stride tails).
 namespace {
 void check_emulated(kemu::Stream s) {
-  for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{1000}, int64_t{4099}}) {
-    CAPTURE(n);
+  for_grid_sizes([&](int64_t n) {
     const auto a = lcg_data(n, 2), b = lcg_data(n, 3), dy = lcg_data(n, 4);
     Vec got(n), ref(n);
     kemu::mse_forward(s, a.data(), b.data(), got.data(), n);
@@ -61,17 +58,11 @@ void check_emulated(kemu::Stream s) {
     kemu::mse_backward(s, a.data(), b.data(), dy.data(), got.data(), n);
     cpu::mse_backward(cpu::serial_ctx(), a.data(), b.data(), dy.data(), ref.data(), n);
     CHECK(same_bits(ref, got, "mse_backward"));
-  }
+  });
 }
 }  // namespace
 
-TEST_CASE("emulated mse is bitwise the CPU's") { check_emulated(nullptr); }
-
-// The blocks spread over two OS threads (a separate meson test, also under TSan).
-TEST_CASE("emulated mse on 2 device threads" * doctest::test_suite("threads")) {
-  TwoThreads two;
-  check_emulated(&two.ctx);
-}
+D2L_EMULATED_CASES("emulated mse is bitwise the CPU's", "emulated mse on 2 device threads", check_emulated)
 
 TEST_CASE("emulated mse_backward matches finite differences") {
   const auto p = lcg_data(257, 22), t = lcg_data(257, 23), r = lcg_data(257, 24);

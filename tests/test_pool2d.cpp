@@ -273,12 +273,7 @@ TEST_CASE("pool2d finite-difference check rejects broken gradients") {
 namespace {
 namespace cpu = d2l::kernels::cpu;
 namespace kemu = d2l::kernels::emu;
-using d2l::test::dot;
-using d2l::test::grad_check;
-using d2l::test::same_bits;
-using d2l::test::to_double;
-using d2l::test::to_float;
-using d2l::test::TwoThreads;
+using namespace d2l::test;  // check.hpp, emu_check.hpp, fd_check.hpp
 
 // {N, C, H, W, KH, KW, stride_h, stride_w, pad_h, pad_w}
 const Pool2dShape kPoolShapes[] = {
@@ -337,13 +332,8 @@ void check_pool(kemu::Stream st) {
 
 }  // namespace
 
-TEST_CASE("emulated max, avg and global avg pooling match the CPU") { check_pool(nullptr); }
-
-// The blocks spread over two OS threads (a separate meson test, also under TSan).
-TEST_CASE("emulated max, avg and global avg pooling on 2 device threads" * doctest::test_suite("threads")) {
-  TwoThreads two;
-  check_pool(&two.ctx);
-}
+D2L_EMULATED_CASES("emulated max, avg and global avg pooling match the CPU",
+                   "emulated max, avg and global avg pooling on 2 device threads", check_pool)
 
 // Values 0.01 apart in random order: a step of h = 1e-3 never changes which value wins a window.
 static std::vector<float> distinct_values(int64_t n, uint32_t seed) {

@@ -42,17 +42,14 @@ TEST_CASE("the gradient check rejects a wrong relu gradient") {
     return s;
   };
   auto numeric = numeric_grad(x, L);
-  CHECK(grad_ok(numeric, dx));
-  for (auto& v : dx) v *= 1.05f;
-  CHECK_FALSE(grad_ok(numeric, dx));
+  check_grad_and_control(numeric, dx);
 }
 
 // ---- the emulated CUDA kernels: bitwise the CPU's (the same float operations in the same order),
 // n = 1, 7, 1000, 4099 (grid-stride tails).
 namespace {
 void check_emulated(kemu::Stream s) {
-  for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{1000}, int64_t{4099}}) {
-    CAPTURE(n);
+  for_grid_sizes([&](int64_t n) {
     const auto a = lcg_data(n, 2), dy = lcg_data(n, 4);
     Vec got(n), ref(n);
     kemu::relu_forward(s, a.data(), got.data(), n);
@@ -61,22 +58,15 @@ void check_emulated(kemu::Stream s) {
     kemu::relu_backward(s, a.data(), dy.data(), got.data(), n);
     cpu::relu_backward(cpu::serial_ctx(), a.data(), dy.data(), ref.data(), n);
     CHECK(same_bits(ref, got, "relu_backward"));
-  }
+  });
+  float v = 1.0f;  // n = 0 launches nothing
+  kemu::relu_forward(s, &v, &v, 0);
+  CHECK(v == 1.0f);
 }
 }  // namespace
 
-TEST_CASE("emulated relu is bitwise the CPU's; n = 0 launches nothing") {
-  check_emulated(nullptr);
-  float v = 1.0f;
-  kemu::relu_forward(nullptr, &v, &v, 0);
-  CHECK(v == 1.0f);
-}
-
-// The blocks spread over two OS threads (a separate meson test, also under TSan).
-TEST_CASE("emulated relu on 2 device threads" * doctest::test_suite("threads")) {
-  TwoThreads two;
-  check_emulated(&two.ctx);
-}
+D2L_EMULATED_CASES("emulated relu is bitwise the CPU's; n = 0 launches nothing",
+                   "emulated relu on 2 device threads", check_emulated)
 
 TEST_CASE("emulated relu_backward matches finite differences") {
   auto x = lcg_data(300, 20);

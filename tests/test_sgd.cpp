@@ -25,21 +25,15 @@ TEST_CASE("sgd_update") {
 // n = 1, 7, 1000, 4099 (grid-stride tails).
 namespace {
 void check_emulated(kemu::Stream s) {
-  for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{1000}, int64_t{4099}}) {
-    CAPTURE(n);
+  for_grid_sizes([&](int64_t n) {
     const auto a = lcg_data(n, 2), b = lcg_data(n, 3);
     Vec got = a, ref = a;
     kemu::sgd_update(s, got.data(), b.data(), n, 0.03f);
     cpu::sgd_update(cpu::serial_ctx(), ref.data(), b.data(), n, 0.03f);
     CHECK(same_bits(ref, got, "sgd_update"));
-  }
+  });
 }
 }  // namespace
 
-TEST_CASE("emulated sgd_update is bitwise the CPU's") { check_emulated(nullptr); }
-
-// The blocks spread over two OS threads (a separate meson test, also under TSan).
-TEST_CASE("emulated sgd_update on 2 device threads" * doctest::test_suite("threads")) {
-  TwoThreads two;
-  check_emulated(&two.ctx);
-}
+D2L_EMULATED_CASES("emulated sgd_update is bitwise the CPU's",
+                   "emulated sgd_update on 2 device threads", check_emulated)

@@ -71,23 +71,17 @@ TEST_CASE("the gradient check rejects a wrong softmax_ce gradient") {
   Labels labels = make_labels(N, K, 63);
   cpu::softmax_ce_backward(c, x.data(), labels.data(), dloss.data(), dx.data(), N, K);
   auto numeric = numeric_grad(x, ce_objective(labels, dloss, N, K));
-  CHECK(grad_ok(numeric, dx));
-  for (auto& v : dx) v *= 1.05f;
-  CHECK_FALSE(grad_ok(numeric, dx));
+  check_grad_and_control(numeric, dx);
 }
 
 // ---- the emulated CUDA kernels: within 1e-6 of the CPU's, on (N, K) with classes fewer than, equal to
 // and more than a warp's 32 lanes.
 namespace {
-struct RowsShape {
-  int64_t N, K;
-};
-const RowsShape kRowShapes[] = {{1, 1}, {7, 10}, {1000, 10}, {5, 32}, {3, 33}, {2, 4099}, {4099, 3}};
+using d2l::test::kRowShapes;
+using d2l::test::RowsShape;
 
 void check_emulated(kemu::Stream s) {
-  for (const RowsShape& r : kRowShapes) {
-    CAPTURE(r.N);
-    CAPTURE(r.K);
+  for_row_shapes([&](const RowsShape& r) {
     auto logits = lcg_data(r.N * r.K, 9);
     for (float& v : logits) v *= 4.0f;
     const auto labels = labels_for(r.N, r.K, 10);
@@ -99,17 +93,12 @@ void check_emulated(kemu::Stream s) {
     kemu::softmax_ce_backward(s, logits.data(), labels.data(), dloss.data(), dl.data(), r.N, r.K);
     cpu::softmax_ce_backward(cpu::serial_ctx(), logits.data(), labels.data(), dloss.data(), dl_ref.data(), r.N, r.K);
     CHECK(close(dl_ref, dl, 1e-6, 1e-6, "softmax_ce_backward"));
-  }
+  });
 }
 }  // namespace
 
-TEST_CASE("emulated softmax_ce matches the CPU") { check_emulated(nullptr); }
-
-// The blocks spread over two OS threads (a separate meson test, also under TSan).
-TEST_CASE("emulated softmax_ce on 2 device threads" * doctest::test_suite("threads")) {
-  TwoThreads two;
-  check_emulated(&two.ctx);
-}
+D2L_EMULATED_CASES("emulated softmax_ce matches the CPU",
+                   "emulated softmax_ce on 2 device threads", check_emulated)
 
 TEST_CASE("emulated softmax_ce_backward matches finite differences") {
   for (const RowsShape& sh : {RowsShape{7, 10}, RowsShape{3, 33}, RowsShape{1, 1}}) {

@@ -393,26 +393,33 @@ static Conv2dKernel member(const Conv2dShape& s) {
   return k == Conv2dKernel::automatic ? conv2d_auto_kernel(s) : k;
 }
 
-void conv2d_forward(const Ctx& c, const Conv2dShape& s, const float* x, const float* w, float* y) {
-  switch (member(s)) {
-    case Conv2dKernel::direct: return conv2d_forward_direct(c, s, x, w, y);
-    case Conv2dKernel::winograd: return conv2d_forward_winograd(c, s, x, w, y);
-    case Conv2dKernel::winograd2: return conv2d_forward_winograd2(c, s, x, w, y);
-    default: return conv2d_forward_im2col(c, s, x, w, y);
+// Each member's three passes. Winograd does not pay for backward_weight (its "filter" would be dy,
+// OH x OW): im2col's there.
+using Pass = void (*)(const Ctx&, const Conv2dShape&, const float*, const float*, float*);
+struct Passes {
+  Pass forward, backward_data, backward_weight;
+};
+static Passes passes(Conv2dKernel k) {
+  switch (k) {
+    case Conv2dKernel::direct:
+      return {conv2d_forward_direct, conv2d_backward_data_direct, conv2d_backward_weight_direct};
+    case Conv2dKernel::winograd:
+      return {conv2d_forward_winograd, conv2d_backward_data_winograd, conv2d_backward_weight_im2col};
+    case Conv2dKernel::winograd2:
+      return {conv2d_forward_winograd2, conv2d_backward_data_winograd2, conv2d_backward_weight_im2col};
+    default:
+      return {conv2d_forward_im2col, conv2d_backward_data_im2col, conv2d_backward_weight_im2col};
   }
+}
+
+void conv2d_forward(const Ctx& c, const Conv2dShape& s, const float* x, const float* w, float* y) {
+  passes(member(s)).forward(c, s, x, w, y);
 }
 void conv2d_backward_data(const Ctx& c, const Conv2dShape& s, const float* dy, const float* w, float* dx) {
-  switch (member(s)) {
-    case Conv2dKernel::direct: return conv2d_backward_data_direct(c, s, dy, w, dx);
-    case Conv2dKernel::winograd: return conv2d_backward_data_winograd(c, s, dy, w, dx);
-    case Conv2dKernel::winograd2: return conv2d_backward_data_winograd2(c, s, dy, w, dx);
-    default: return conv2d_backward_data_im2col(c, s, dy, w, dx);
-  }
+  passes(member(s)).backward_data(c, s, dy, w, dx);
 }
-// Winograd does not pay for backward_weight (its "filter" would be dy, OH x OW): im2col there.
 void conv2d_backward_weight(const Ctx& c, const Conv2dShape& s, const float* x, const float* dy, float* dw) {
-  if (member(s) == Conv2dKernel::direct) return conv2d_backward_weight_direct(c, s, x, dy, dw);
-  conv2d_backward_weight_im2col(c, s, x, dy, dw);
+  passes(member(s)).backward_weight(c, s, x, dy, dw);
 }
 
 }  // namespace d2l::kernels::cpu
