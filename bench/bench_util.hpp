@@ -97,6 +97,34 @@ inline void banner(const char* what) {
               std::getenv("OPENBLAS_CORETYPE") ? std::getenv("OPENBLAS_CORETYPE") : "unset", load_average());
 }
 
+// The flags of the epoch and step benchmarks: --COUNT N (--steps or --batch), --repeats R and
+// --setup all|1x2|1x1|2x1 (bench/compare.sh runs one setup at a time, next to PyTorch's). Returns
+// false, having printed `usage`, on a flag it does not know; a count below min_count, repeats below
+// 1 or a setup outside the four print `error` and return false too.
+struct SetupFlags {
+  int64_t count;
+  int repeats;
+  std::string setup = "all";
+};
+inline bool parse_setup_flags(int argc, char** argv, const char* count_flag, int64_t min_count, const char* usage,
+                              const char* error, SetupFlags& f) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == count_flag && i + 1 < argc) f.count = std::atoll(argv[++i]);
+    else if (a == "--repeats" && i + 1 < argc) f.repeats = std::atoi(argv[++i]);
+    else if (a == "--setup" && i + 1 < argc) f.setup = argv[++i];
+    else {
+      std::fprintf(stderr, "%s\n", usage);
+      return false;
+    }
+  }
+  if (f.count < min_count || f.repeats < 1 || (f.setup != "all" && f.setup != "1x2" && f.setup != "1x1" && f.setup != "2x1")) {
+    std::fprintf(stderr, "%s\n", error);
+    return false;
+  }
+  return true;
+}
+
 // One figure for bench/compare.sh: "RESULT <key> <value>".
 inline void result(const std::string& key, double value) { std::printf("RESULT %s %.6g\n", key.c_str(), value); }
 

@@ -88,21 +88,12 @@ bool validate(const d2l::ArrayDataset& train) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int steps = 200, repeats = 2;
-  std::string only = "all";
-  for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--steps") && i + 1 < argc) steps = std::atoi(argv[++i]);
-    else if (!std::strcmp(argv[i], "--repeats") && i + 1 < argc) repeats = std::atoi(argv[++i]);
-    else if (!std::strcmp(argv[i], "--setup") && i + 1 < argc) only = argv[++i];
-    else {
-      std::fprintf(stderr, "usage: lab_cnn_epoch_bench [--steps N (0 = whole epochs)] [--repeats R] [--setup all|1x2|1x1|2x1]\n");
-      return 2;
-    }
-  }
-  if (steps < 0 || repeats < 1 || (only != "all" && only != "1x2" && only != "1x1" && only != "2x1")) {
-    std::fprintf(stderr, "error: --steps must be >= 0, --repeats >= 1, --setup one of all, 1x2, 1x1, 2x1\n");
+  b::SetupFlags flags{200, 2};
+  if (!b::parse_setup_flags(argc, argv, "--steps", 0, "usage: lab_cnn_epoch_bench [--steps N (0 = whole epochs)] [--repeats R] [--setup all|1x2|1x1|2x1]",
+                            "error: --steps must be >= 0, --repeats >= 1, --setup one of all, 1x2, 1x1, 2x1", flags))
     return 2;
-  }
+  const int steps = static_cast<int>(flags.count), repeats = flags.repeats;
+  const std::string only = flags.setup;
   b::banner("lab_cnn_epoch_bench: the Gluon lab's CNN (chapter 2), seconds per epoch on Fashion-MNIST");
   d2l::ArrayDataset train;
   try {

@@ -159,21 +159,12 @@ Epoch time_setup(const Setup& setup, const d2l::scratch::Config& base, int steps
 }  // namespace
 
 int main(int argc, char** argv) {
-  int steps = 60, repeats = 3;
-  std::string only = "all";  // bench/compare.sh runs one setup at a time, next to PyTorch's
-  for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--steps") && i + 1 < argc) steps = std::atoi(argv[++i]);
-    else if (!std::strcmp(argv[i], "--repeats") && i + 1 < argc) repeats = std::atoi(argv[++i]);
-    else if (!std::strcmp(argv[i], "--setup") && i + 1 < argc) only = argv[++i];
-    else {
-      std::fprintf(stderr, "usage: lenet_epoch_bench [--steps N (235 = whole epochs)] [--repeats R] [--setup all|1x2|1x1|2x1]\n");
-      return 2;
-    }
-  }
-  if (steps < 1 || repeats < 1 || (only != "all" && only != "1x2" && only != "1x1" && only != "2x1")) {
-    std::fprintf(stderr, "error: --steps and --repeats must be >= 1, --setup one of all, 1x2, 1x1, 2x1\n");
+  b::SetupFlags flags{60, 3};
+  if (!b::parse_setup_flags(argc, argv, "--steps", 1, "usage: lenet_epoch_bench [--steps N (235 = whole epochs)] [--repeats R] [--setup all|1x2|1x1|2x1]",
+                            "error: --steps and --repeats must be >= 1, --setup one of all, 1x2, 1x1, 2x1", flags))
     return 2;
-  }
+  const int steps = static_cast<int>(flags.count), repeats = flags.repeats;
+  const std::string only = flags.setup;
   b::banner("lenet_epoch_bench: the book's LeNet from scratch, Fashion-MNIST, batch 256, lr 0.2");
 
   d2l::ArrayDataset train, test;

@@ -60,22 +60,13 @@ bool validate() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int64_t batch = 256;
-  int repeats = 3;
-  std::string only = "all";
-  for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--batch") && i + 1 < argc) batch = std::atoll(argv[++i]);
-    else if (!std::strcmp(argv[i], "--repeats") && i + 1 < argc) repeats = std::atoi(argv[++i]);
-    else if (!std::strcmp(argv[i], "--setup") && i + 1 < argc) only = argv[++i];
-    else {
-      std::fprintf(stderr, "usage: resnet18_layer_bench [--batch N] [--repeats R] [--setup all|1x2|1x1|2x1]\n");
-      return 2;
-    }
-  }
-  if (batch < 2 || repeats < 1 || (only != "all" && only != "1x2" && only != "1x1" && only != "2x1")) {
-    std::fprintf(stderr, "error: --batch must be >= 2, --repeats >= 1, --setup one of all, 1x2, 1x1, 2x1\n");
+  b::SetupFlags flags{256, 3};
+  if (!b::parse_setup_flags(argc, argv, "--batch", 2, "usage: resnet18_layer_bench [--batch N] [--repeats R] [--setup all|1x2|1x1|2x1]",
+                            "error: --batch must be >= 2, --repeats >= 1, --setup one of all, 1x2, 1x1, 2x1", flags))
     return 2;
-  }
+  const int64_t batch = flags.count;
+  const int repeats = flags.repeats;
+  const std::string only = flags.setup;
   b::banner("resnet18_layer_bench: chapter 2's ResNet-18 (concise::resnet18, the layer) training step");
   d2l::use_devices({d2l::cpu(0)});
   if (!validate()) return 1;
