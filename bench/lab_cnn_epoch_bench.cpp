@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "bench/concise_step.hpp"
+#include "bench/reference_loops.hpp"
 #include "core/autograd.hpp"
 #include "datasets/fashion_mnist.hpp"
 
@@ -23,29 +24,6 @@ using d2l::Tensor;
 namespace {
 
 // ---- 1. validation: one image through the lab's CNN in direct loops, double
-std::vector<double> conv_relu_maxpool(const std::vector<double>& x, int C, int H, const std::vector<float>& w,
-                                      const std::vector<float>& bias, int OC, int K, int* out_h) {
-  const int OH = H - K + 1, PH = OH / 2;
-  std::vector<double> conv(static_cast<size_t>(OC * OH * OH)), pooled(static_cast<size_t>(OC * PH * PH), -1e300);
-  for (int oc = 0; oc < OC; ++oc)
-    for (int oh = 0; oh < OH; ++oh)
-      for (int ow = 0; ow < OH; ++ow) {
-        double acc = bias[oc];
-        for (int c = 0; c < C; ++c)
-          for (int kh = 0; kh < K; ++kh)
-            for (int kw = 0; kw < K; ++kw) acc += x[(c * H + oh + kh) * H + ow + kw] * w[((oc * C + c) * K + kh) * K + kw];
-        conv[(oc * OH + oh) * OH + ow] = acc > 0 ? acc : 0;
-      }
-  for (int oc = 0; oc < OC; ++oc)
-    for (int ph = 0; ph < PH; ++ph)
-      for (int pw = 0; pw < PH; ++pw)
-        for (int i = 0; i < 4; ++i) {
-          double& p = pooled[(oc * PH + ph) * PH + pw];
-          p = std::max(p, conv[(oc * OH + 2 * ph + i / 2) * OH + 2 * pw + i % 2]);
-        }
-  *out_h = PH;
-  return pooled;
-}
 
 std::vector<double> dense(const std::vector<double>& x, const std::vector<float>& w, const std::vector<float>& bias,
                           int in, int out, bool relu) {  // weight (out, in), Gluon's and PyTorch's layout
@@ -74,8 +52,8 @@ bool validate(const d2l::ArrayDataset& train) {
   for (int n = 0; n < 2; ++n) {
     int h = 0;
     std::vector<double> x(xs.begin() + n * 784, xs.begin() + (n + 1) * 784);
-    x = conv_relu_maxpool(x, 1, 28, p("0.weight"), p("0.bias"), 20, 3, &h);  // 13x13
-    x = conv_relu_maxpool(x, 20, h, p("2.weight"), p("2.bias"), 50, 5, &h);  // 4x4
+    x = b::bench_ref::conv_relu_pool(x, 1, 28, p("0.weight"), p("0.bias"), 20, 3, false, &h);  // 13x13
+    x = b::bench_ref::conv_relu_pool(x, 20, h, p("2.weight"), p("2.bias"), 50, 5, false, &h);  // 4x4
     x = dense(x, p("5.weight"), p("5.bias"), 800, 128, true);
     x = dense(x, p("6.weight"), p("6.bias"), 128, 10, false);
     for (int j = 0; j < 10; ++j) worst = std::max(worst, std::fabs(x[j] - got[n * 10 + j]) / (1e-3 + std::fabs(x[j])));

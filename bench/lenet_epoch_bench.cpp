@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "bench/bench_util.hpp"
+#include "bench/reference_loops.hpp"
 #include "chapters/multi_gpu_scratch/multi_gpu_scratch.hpp"
 #include "core/runtime.hpp"
 #include "datasets/data_iter.hpp"
@@ -31,26 +32,6 @@ namespace {
 
 // ---- 1. validation: LeNet's forward (conv 20@3x3, relu, avg pool 2, conv 50@5x5, relu, avg pool 2,
 // dense 800->128, relu, dense 128->10) in direct loops, double
-std::vector<double> conv_relu_pool(const std::vector<double>& x, int C, int H, const std::vector<float>& w,
-                                   const std::vector<float>& bias, int OC, int K, int* out_h) {
-  const int OH = H - K + 1, PH = OH / 2;
-  std::vector<double> conv(OC * OH * OH), pooled(OC * PH * PH, 0.0);
-  for (int oc = 0; oc < OC; ++oc)
-    for (int oh = 0; oh < OH; ++oh)
-      for (int ow = 0; ow < OH; ++ow) {
-        double acc = bias[oc];
-        for (int c = 0; c < C; ++c)
-          for (int kh = 0; kh < K; ++kh)
-            for (int kw = 0; kw < K; ++kw) acc += x[(c * H + oh + kh) * H + ow + kw] * w[((oc * C + c) * K + kh) * K + kw];
-        conv[(oc * OH + oh) * OH + ow] = acc > 0 ? acc : 0;
-      }
-  for (int oc = 0; oc < OC; ++oc)
-    for (int ph = 0; ph < PH; ++ph)
-      for (int pw = 0; pw < PH; ++pw)
-        for (int i = 0; i < 4; ++i) pooled[(oc * PH + ph) * PH + pw] += conv[(oc * OH + 2 * ph + i / 2) * OH + 2 * pw + i % 2] / 4;
-  *out_h = PH;
-  return pooled;
-}
 
 std::vector<double> dense(const std::vector<double>& x, const std::vector<float>& w, const std::vector<float>& bias,
                           int in, int out, bool relu) {  // x (in) @ w (in, out) + bias, as the book's torch.mm
@@ -84,8 +65,8 @@ bool validate(const d2l::ArrayDataset& data) {
   for (int i = 0; i < n; ++i) {
     int h = 0;
     std::vector<double> x(images.begin() + i * pixels, images.begin() + (i + 1) * pixels);
-    auto h1 = conv_relu_pool(x, 1, 28, p[0], p[1], 20, 3, &h);
-    auto h2 = conv_relu_pool(h1, 20, h, p[2], p[3], 50, 5, &h);
+    auto h1 = b::bench_ref::conv_relu_pool(x, 1, 28, p[0], p[1], 20, 3, true, &h);
+    auto h2 = b::bench_ref::conv_relu_pool(h1, 20, h, p[2], p[3], 50, 5, true, &h);
     auto h3 = dense(h2, p[4], p[5], 800, 128, true);
     auto y = dense(h3, p[6], p[7], 128, 10, false);
     for (int j = 0; j < 10; ++j) {

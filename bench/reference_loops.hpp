@@ -1,6 +1,8 @@
-// Direct loops in double for the benchmarks' validation of a ResNet block: convolution (square
-// input and kernel) and BatchNorm in training mode with gamma 1, beta 0, an optional relu.
+// Direct loops in double for the benchmarks' validation: a ResNet block's convolution (square input
+// and kernel) and BatchNorm in training mode with gamma 1, beta 0, an optional relu; LeNet's and the
+// lab CNN's convolution, relu and pooling.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -44,6 +46,34 @@ inline Vec ref_bn(const Vec& x, int N, int C, int HW, bool relu) {  // training 
       }
   }
   return y;
+}
+
+// One image (C, H, H) through a valid (no padding, stride 1) KxK convolution with bias and relu, then
+// a 2x2 stride-2 pool: max (the lab's CNN), or average (the book's LeNet). Returns (OC, PH, PH),
+// PH = (H - K + 1) / 2, in *out_h.
+inline Vec conv_relu_pool(const Vec& x, int C, int H, const std::vector<float>& w, const std::vector<float>& bias,
+                          int OC, int K, bool average, int* out_h) {
+  const int OH = H - K + 1, PH = OH / 2;
+  Vec conv(static_cast<size_t>(OC * OH * OH)), pooled(static_cast<size_t>(OC * PH * PH), average ? 0.0 : -1e300);
+  for (int oc = 0; oc < OC; ++oc)
+    for (int oh = 0; oh < OH; ++oh)
+      for (int ow = 0; ow < OH; ++ow) {
+        double acc = bias[oc];
+        for (int c = 0; c < C; ++c)
+          for (int kh = 0; kh < K; ++kh)
+            for (int kw = 0; kw < K; ++kw) acc += x[(c * H + oh + kh) * H + ow + kw] * w[((oc * C + c) * K + kh) * K + kw];
+        conv[(oc * OH + oh) * OH + ow] = acc > 0 ? acc : 0;
+      }
+  for (int oc = 0; oc < OC; ++oc)
+    for (int ph = 0; ph < PH; ++ph)
+      for (int pw = 0; pw < PH; ++pw)
+        for (int i = 0; i < 4; ++i) {
+          double& p = pooled[(oc * PH + ph) * PH + pw];
+          const double v = conv[(oc * OH + 2 * ph + i / 2) * OH + 2 * pw + i % 2];
+          p = average ? p + v / 4 : std::max(p, v);
+        }
+  *out_h = PH;
+  return pooled;
 }
 
 }  // namespace d2l::bench::bench_ref
