@@ -48,6 +48,27 @@ inline Vec ref_bn(const Vec& x, int N, int C, int HW, bool relu) {  // training 
   return y;
 }
 
+// The largest relative error, |want - got| / (1e-3 + |want|), of `got` against a downsampling
+// residual block on x (N, C, H, H) in double: conv1 (3x3, stride 2, pad 1), BatchNorm, relu, conv2
+// (3x3, pad 1), BatchNorm; shortcut conv3 (1x1, stride 2); their sum through relu. wb holds conv1's
+// weight and bias, then conv2's, then conv3's.
+inline double residual_block_error(const std::vector<float>& xs, int N, int C, int H, int OC,
+                                   const std::vector<std::vector<float>>& wb, const std::vector<float>& got) {
+  int OH = 0;
+  const Vec x(xs.begin(), xs.end());
+  Vec y = ref_conv(x, N, C, H, wb[0], wb[1], OC, 3, 2, 1, &OH);  // sets OH: its own statement
+  y = ref_bn(y, N, OC, OH * OH, true);
+  y = ref_conv(y, N, OC, OH, wb[2], wb[3], OC, 3, 1, 1, &OH);
+  y = ref_bn(y, N, OC, OH * OH, false);
+  const Vec shortcut = ref_conv(x, N, C, H, wb[4], wb[5], OC, 1, 2, 0, &OH);
+  double worst = 0;
+  for (size_t i = 0; i < y.size(); ++i) {
+    const double want = std::max(0.0, y[i] + shortcut[i]);
+    worst = std::max(worst, std::fabs(want - got[i]) / (1e-3 + std::fabs(want)));
+  }
+  return worst;
+}
+
 // One image (C, H, H) through a valid (no padding, stride 1) KxK convolution with bias and relu, then
 // a 2x2 stride-2 pool: max (the lab's CNN), or average (the book's LeNet). Returns (OC, PH, PH),
 // PH = (H - K + 1) / 2, in *out_h.

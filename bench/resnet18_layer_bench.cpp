@@ -26,9 +26,6 @@ using d2l::Tensor;
 namespace {
 
 // ---- 1. validation: nn::Residual(4, use_1x1conv=true, strides=2) in direct loops, double
-using d2l::bench::bench_ref::Vec;
-using d2l::bench::bench_ref::ref_bn;
-using d2l::bench::bench_ref::ref_conv;
 
 bool validate() {
   const int N = 2, C = 3, OC = 4, H = 7;
@@ -40,18 +37,8 @@ bool validate() {
   const std::vector<float> got = blk(X).to_vector();
   auto w = [&](const std::shared_ptr<d2l::nn::Conv2D>& c) { return c->weight->data(dev).to_vector(); };
   auto bias = [&](const std::shared_ptr<d2l::nn::Conv2D>& c) { return c->bias->data(dev).to_vector(); };
-  int OH = 0;
-  const Vec x(xs.begin(), xs.end());
-  Vec y = ref_conv(x, N, C, H, w(blk.conv1), bias(blk.conv1), OC, 3, 2, 1, &OH);  // sets OH: its own statement
-  y = ref_bn(y, N, OC, OH * OH, true);
-  y = ref_conv(y, N, OC, OH, w(blk.conv2), bias(blk.conv2), OC, 3, 1, 1, &OH);
-  y = ref_bn(y, N, OC, OH * OH, false);
-  const Vec shortcut = ref_conv(x, N, C, H, w(blk.conv3), bias(blk.conv3), OC, 1, 2, 0, &OH);
-  double worst = 0;
-  for (size_t i = 0; i < y.size(); ++i) {
-    const double want = std::max(0.0, y[i] + shortcut[i]);
-    worst = std::max(worst, std::fabs(want - got[i]) / (1e-3 + std::fabs(want)));
-  }
+  const double worst = d2l::bench::bench_ref::residual_block_error(
+      xs, N, C, H, OC, {w(blk.conv1), bias(blk.conv1), w(blk.conv2), bias(blk.conv2), w(blk.conv3), bias(blk.conv3)}, got);
   std::printf("validate: the layer's Residual(4, use_1x1conv, strides 2) on 2x3x7x7 vs direct loops in double: "
               "worst relative error %.1e %s\n", worst, worst < 1e-3 ? "(ok)" : "(FAILED: above 1e-3)");
   return worst < 1e-3;

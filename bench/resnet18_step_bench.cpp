@@ -111,9 +111,6 @@ void train_step(const ResNet18& net, const Tensor& X, const Tensor& y, float lr,
 }
 
 // ---- 1. validation: a downsampling residual block (3 -> 4 channels, stride 2) in direct loops
-using d2l::bench::bench_ref::Vec;
-using d2l::bench::bench_ref::ref_bn;
-using d2l::bench::bench_ref::ref_conv;
 
 bool validate() {
   const int N = 2, C = 3, OC = 4, H = 7;
@@ -123,18 +120,11 @@ bool validate() {
   const Tensor X = Tensor::from_vector(xs, {N, C, H, H}, kDev);
   const std::vector<float> got = blk.forward(X, false).to_vector();
 
-  int OH = 0;
-  const Vec x(xs.begin(), xs.end());
-  Vec y = ref_conv(x, N, C, H, blk.conv1.w.to_vector(), blk.conv1.b.to_vector(), OC, 3, 2, 1, &OH);
-  y = ref_bn(y, N, OC, OH * OH, true);
-  y = ref_conv(y, N, OC, OH, blk.conv2.w.to_vector(), blk.conv2.b.to_vector(), OC, 3, 1, 1, &OH);
-  y = ref_bn(y, N, OC, OH * OH, false);
-  const Vec shortcut = ref_conv(x, N, C, H, blk.conv3.w.to_vector(), blk.conv3.b.to_vector(), OC, 1, 2, 0, &OH);
-  double worst = 0;
-  for (size_t i = 0; i < y.size(); ++i) {
-    const double want = std::max(0.0, y[i] + shortcut[i]);
-    worst = std::max(worst, std::fabs(want - got[i]) / (1e-3 + std::fabs(want)));
-  }
+  const double worst = d2l::bench::bench_ref::residual_block_error(
+      xs, N, C, H, OC,
+      {blk.conv1.w.to_vector(), blk.conv1.b.to_vector(), blk.conv2.w.to_vector(), blk.conv2.b.to_vector(),
+       blk.conv3.w.to_vector(), blk.conv3.b.to_vector()},
+      got);
   std::printf("validate: residual block 3->4 channels, stride 2, 1x1 shortcut, on 2x3x7x7 vs direct loops in double: "
               "worst relative error %.1e %s\n", worst, worst < 1e-3 ? "(ok)" : "(FAILED: above 1e-3)");
   return worst < 1e-3;
