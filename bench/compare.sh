@@ -37,22 +37,18 @@ trap 'rm -f "$results"' EXIT
 if [ "${NATIVE_OPENBLAS:-0}" = 1 ]; then
   unset OPENBLAS_CORETYPE OPENBLAS_L2_SIZE
 fi
-for exe in lenet_epoch_bench resnet18_step_bench; do
-  if [ ! -x "$build/bench/$exe" ]; then
-    echo "error: $build/bench/$exe not found: build the benchmarks first (they are not built by default):" \
-      "ninja -C $build bench/lenet_epoch_bench bench/resnet18_step_bench" >&2
-    exit 2
-  fi
-done
-
-if [ "$concise" = 1 ]; then
-  for exe in resnet18_layer_bench lab_cnn_epoch_bench; do
-    if [ ! -x "$build/bench/$exe" ]; then
-      echo "error: $build/bench/$exe not found: build it first (ninja -C $build bench/resnet18_layer_bench" \
-        "bench/lab_cnn_epoch_bench) or set CONCISE=0" >&2
-      exit 2
-    fi
+need() {  # need HOW EXE...: each EXE built under $build/bench, or one error line saying HOW
+  local how=$1
+  shift
+  for exe in "$@"; do
+    [ -x "$build/bench/$exe" ] || { echo "error: $build/bench/$exe not found: $how" >&2; exit 2; }
   done
+}
+need "build the benchmarks first (they are not built by default): ninja -C $build bench/lenet_epoch_bench bench/resnet18_step_bench" \
+  lenet_epoch_bench resnet18_step_bench
+if [ "$concise" = 1 ]; then
+  need "build it first (ninja -C $build bench/resnet18_layer_bench bench/lab_cnn_epoch_bench) or set CONCISE=0" \
+    resnet18_layer_bench lab_cnn_epoch_bench
 fi
 
 torch=1
@@ -72,11 +68,15 @@ run() {
 ours_lenet() { run "$build/bench/lenet_epoch_bench" --steps "$steps" --repeats "$repeats" --setup "$1"; }
 torch_lenet() { [ $torch = 1 ] && run "$py" "$here/pytorch_reference.py" lenet --threads "$1" --steps "$steps" --repeats "$repeats"; }
 
-ours_lenet 1x2
-torch_lenet 2 || true
-ours_lenet 1x1
-torch_lenet 1 || true
-ours_lenet 2x1
+# setups OURS TORCH: our three setups, each single-device one followed by PyTorch's on as many threads.
+setups() {
+  "$1" 1x2
+  "$2" 2 || true
+  "$1" 1x1
+  "$2" 1 || true
+  "$1" 2x1
+}
+setups ours_lenet torch_lenet
 if [ "$resnet" = 1 ]; then
   run "$build/bench/resnet18_step_bench" --batch "$resnet_batch" --repeats "$repeats"
   [ $torch = 1 ] && run "$py" "$here/pytorch_reference.py" resnet --threads 2 --batch "$resnet_batch" --repeats "$repeats"
@@ -85,11 +85,7 @@ fi
 if [ "$concise" = 1 ]; then
   ours_lab() { run "$build/bench/lab_cnn_epoch_bench" --steps "$lab_steps" --repeats "$repeats" --setup "$1"; }
   torch_lab() { [ $torch = 1 ] && run "$py" "$here/pytorch_reference.py" labcnn --threads "$1" --steps "$lab_steps" --repeats "$repeats"; }
-  ours_lab 1x2
-  torch_lab 2 || true
-  ours_lab 1x1
-  torch_lab 1 || true
-  ours_lab 2x1
+  setups ours_lab torch_lab
   if [ "$resnet" = 1 ]; then
     run "$build/bench/resnet18_layer_bench" --batch "$resnet_batch" --repeats "$repeats" --setup 1x1
     run "$build/bench/resnet18_layer_bench" --batch "$resnet_batch" --repeats "$repeats" --setup 2x1
