@@ -414,7 +414,10 @@ TEST_CASE("exercise 2: --balance gives a slow device (an emulated GPU) a small s
   Result r = concise::train(c);
   REQUIRE(r.split_weights.size() == 2);
   MESSAGE("weights cpu(0) " << r.split_weights[0] << ", emu(0) " << r.split_weights[1]);
-  CHECK(r.split_weights[0] > 0.8);  // the emulation runs kernels 30-100x slower
+  // The emulation runs kernels 30-100x slower: measured 0.80-0.95 on an idle machine, 0.68 with both
+  // cores busy (the probe's steps are milliseconds, so the load shows). Without balancing the split
+  // is even (0.5): the check fails then.
+  CHECK(r.split_weights[0] > 0.55);
   CHECK(r.split_weights[0] + r.split_weights[1] == doctest::Approx(1.0));
 }
 
