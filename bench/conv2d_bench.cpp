@@ -1,5 +1,5 @@
 // conv2d_bench: speed of the CPU conv2d members (kernels/cpu/conv2d.cpp: kernel2 im2col, kernel3
-// winograd F(4x4, 3x3) and winograd2 F(2x2, 3x3), and automatic, the per-shape choice; forward,
+// winograd F(4x4, 3x3) and winograd2 F(2x2, 3x3), kernel4 blocked, and automatic, the per-shape choice; forward,
 // backward_data, backward_weight) on the book's LeNet shapes at batch 256, on the conv shapes of the
 // ResNet-18 small-image variant (1x28x28 input) at batch 32 (batch 256 would take minutes per shape
 // here), and on ResNet-50's 3x3 stride-1 convs (224x224 input) at batch 4, with 1 and 2 threads.
@@ -61,13 +61,14 @@ bool resnet50(const Case& cs) { return cs.name[1] == '5'; }
 
 using d2l::kernels::cpu::Conv2dKernel;
 const Conv2dKernel kMembers[] = {Conv2dKernel::im2col, Conv2dKernel::winograd, Conv2dKernel::winograd2,
-                                 Conv2dKernel::automatic};
+                                 Conv2dKernel::blocked, Conv2dKernel::automatic};
 const char* name(Conv2dKernel m) {
   switch (m) {
     case Conv2dKernel::direct: return "direct";
     case Conv2dKernel::im2col: return "im2col";
     case Conv2dKernel::winograd: return "winograd";
     case Conv2dKernel::winograd2: return "winograd2";
+    case Conv2dKernel::blocked: return "blocked";
     default: return "auto";
   }
 }
@@ -202,6 +203,7 @@ int main(int argc, char** argv) {
   std::printf("  ok\n");
 
   const double peak = sgemm_gflops();
+  std::printf("kernel4 blocked runs its %s build\n", k::blocked_isa_name(k::conv2d_blocked_isa()));
   std::printf("one-thread sgemm 1024^3: %.1f GFLOP/s (the per-thread ceiling for a conv's GEMMs)\n", peak);
   std::printf("nominal GFLOP/s = 2*N*OC*OH*OW*C*KH*KW / time; auto = the member automatic picks (conv2d_auto_kernel)\n\n");
   std::printf("%-34s %-9s %3s %8s %8s %8s | %9s %9s %8s %6s\n", "shape (LeNet b256, R18 b32, R50 b4)", "member", "thr",

@@ -88,17 +88,20 @@ double rms(const std::vector<double>& v) {
 // How far a member's outputs may be from the double reference, as a fraction of the reference's root
 // mean square: measured on the networks' shapes (the test case at the end of the file).
 constexpr double kKernel1Tol = 5e-5;
-double tolerance(Conv2dKernel m) { return m == Conv2dKernel::winograd ? 2e-4 : 1e-5; }
+double tolerance(Conv2dKernel m) {
+  return m == Conv2dKernel::winograd ? 2e-4 : m == Conv2dKernel::blocked ? kKernel1Tol : 1e-5;
+}
 
 namespace k = d2l::kernels::cpu;
 const std::vector<Conv2dKernel> kMembers = {Conv2dKernel::direct, Conv2dKernel::im2col, Conv2dKernel::winograd,
-                                            Conv2dKernel::winograd2};
+                                            Conv2dKernel::winograd2, Conv2dKernel::blocked};
 const char* name(Conv2dKernel m) {
   switch (m) {
     case Conv2dKernel::direct: return "kernel1 direct";
     case Conv2dKernel::im2col: return "kernel2 im2col";
     case Conv2dKernel::winograd: return "kernel3 winograd F(4x4,3x3)";
     case Conv2dKernel::winograd2: return "kernel3 winograd2 F(2x2,3x3)";
+    case Conv2dKernel::blocked: return "kernel4 blocked";
     default: return "automatic";
   }
 }
@@ -109,6 +112,7 @@ std::vector<float> forward(const Ctx& c, const Conv2dShape& s, const std::vector
   const auto f = m == Conv2dKernel::direct      ? k::conv2d_forward_direct
                  : m == Conv2dKernel::winograd  ? k::conv2d_forward_winograd
                  : m == Conv2dKernel::winograd2 ? k::conv2d_forward_winograd2
+                 : m == Conv2dKernel::blocked   ? k::conv2d_forward_blocked
                                                 : k::conv2d_forward_im2col;
   f(c, s, x.data(), w.data(), y.data());
   return y;
@@ -119,11 +123,12 @@ std::vector<float> grad_x(const Ctx& c, const Conv2dShape& s, const std::vector<
   const auto f = m == Conv2dKernel::direct      ? k::conv2d_backward_data_direct
                  : m == Conv2dKernel::winograd  ? k::conv2d_backward_data_winograd
                  : m == Conv2dKernel::winograd2 ? k::conv2d_backward_data_winograd2
+                 : m == Conv2dKernel::blocked   ? k::conv2d_backward_data_blocked
                                                 : k::conv2d_backward_data_im2col;
   f(c, s, dy.data(), w.data(), dx.data());
   return dx;
 }
-// kernel3's backward_weight is kernel2's.
+// kernel3's and kernel4's backward_weight is kernel2's.
 std::vector<float> grad_w(const Ctx& c, const Conv2dShape& s, const std::vector<float>& x,
                           const std::vector<float>& dy, Conv2dKernel m = Conv2dKernel::im2col) {
   std::vector<float> dw(static_cast<size_t>(w_size(s)), -7.0f);
@@ -151,7 +156,7 @@ TEST_CASE("conv2d forward of every member matches the double reference") {
 
 // The tuned members against the reference member, all in float: the same sums in another order (and,
 // for kernel3, through the Winograd transforms).
-TEST_CASE("conv2d kernel2 (im2col) and kernel3 (winograd) match kernel1 (direct), forward and backward") {
+TEST_CASE("conv2d kernel2 (im2col), kernel3 (winograd) and kernel4 (blocked) match kernel1 (direct), forward and backward") {
   const Ctx c = d2l::kernels::cpu::serial_ctx();
   for (Conv2dKernel m : kMembers)
     for (const auto& s : kShapes) {
@@ -193,6 +198,10 @@ TEST_CASE("set_conv2d_kernel chooses the member conv2d_forward runs") {
 // automatic runs kernel3 F(4x4, 3x3) only on 3x3 stride-1 convs with 16+ channels and at least one
 // 4x4 output tile per channel (conv2d.cpp says why), and then the very same code: bitwise equal.
 TEST_CASE("conv2d automatic picks winograd for many tiles per channel, im2col otherwise") {
+  // kernel4 at its narrowest (4 floats) is never wider than OpenBLAS's kernels: the rule between
+  // kernel2 and kernel3 alone
+  const k::BlockedIsa best = k::conv2d_blocked_isa();
+  k::set_conv2d_blocked_isa(k::BlockedIsa::portable);
   const Conv2dShape many{4, 16, 13, 11, 24, 3, 3, 1, 1, 1, 1};  // 4 * 4 * 3 = 48 tiles >= 24 channels
   CHECK(k::conv2d_auto_kernel(many) == Conv2dKernel::winograd);
   CHECK(k::conv2d_auto_kernel({32, 64, 28, 28, 64, 3, 3, 1, 1, 1, 1}) == Conv2dKernel::winograd);  // ResNet-18 stage 1
@@ -200,15 +209,40 @@ TEST_CASE("conv2d automatic picks winograd for many tiles per channel, im2col ot
   CHECK(k::conv2d_auto_kernel({32, 1, 28, 28, 64, 3, 3, 1, 1, 1, 1}) == Conv2dKernel::im2col);     // one input channel
   CHECK(k::conv2d_auto_kernel({32, 64, 28, 28, 128, 3, 3, 2, 2, 1, 1}) == Conv2dKernel::im2col);   // stride 2
   CHECK(k::conv2d_auto_kernel({32, 64, 28, 28, 64, 1, 1, 1, 1, 0, 0}) == Conv2dKernel::im2col);    // 1x1
+  k::set_conv2d_blocked_isa(best);
   const Ctx c = d2l::kernels::cpu::serial_ctx();
   auto x = lcg_data(x_size(many), 1), w = lcg_data(w_size(many), 2), r = lcg_data(y_size(many), 3);
+  k::set_conv2d_blocked_isa(k::BlockedIsa::portable);
   k::set_conv2d_kernel(Conv2dKernel::automatic);
   std::vector<float> y(static_cast<size_t>(y_size(many))), dx(static_cast<size_t>(x_size(many)));
   k::conv2d_forward(c, many, x.data(), w.data(), y.data());
   k::conv2d_backward_data(c, many, r.data(), w.data(), dx.data());
   k::set_conv2d_kernel(Conv2dKernel::im2col);
+  k::set_conv2d_blocked_isa(best);
   CHECK(y == forward(c, many, x, w, Conv2dKernel::winograd));
   CHECK(dx == grad_x(c, many, r, w, Conv2dKernel::winograd));
+}
+
+// With kernel4's vectors wider than OpenBLAS's kernels (AVX-512 beside Prescott's SSE sgemm, the set
+// OpenBLAS falls back to on a CPU it does not know), automatic runs kernel4: on every shape against an
+// SSE GEMM, on channels that fill its blocks against a wider one. Which case this machine is in is read
+// from OpenBLAS and the CPU; the test checks the one it is in (OPENBLAS_CORETYPE=Prescott forces it).
+TEST_CASE("conv2d automatic picks blocked where its vectors are wider than the GEMM's") {
+  const int blocked = k::blocked_vector_floats(k::conv2d_blocked_isa()), blas = k::blas_vector_floats();
+  CAPTURE(k::blas_core_name());
+  CAPTURE(k::blocked_isa_name(k::conv2d_blocked_isa()));
+  const Conv2dShape resnet{32, 64, 28, 28, 64, 3, 3, 1, 1, 1, 1}, lenet2{256, 20, 13, 13, 50, 5, 5, 1, 1, 0, 0};
+  const Conv2dShape lenet1{256, 1, 28, 28, 20, 3, 3, 1, 1, 0, 0};
+  if (blocked <= blas) {
+    CHECK(k::conv2d_auto_kernel(resnet) == Conv2dKernel::winograd);
+    CHECK(k::conv2d_auto_kernel(lenet2) == Conv2dKernel::im2col);
+  } else if (blas == 4) {
+    for (const Conv2dShape& s : {resnet, lenet1, lenet2}) CHECK(k::conv2d_auto_kernel(s) == Conv2dKernel::blocked);
+  } else {
+    CHECK(k::conv2d_auto_kernel(resnet) == Conv2dKernel::blocked);
+    CHECK(k::conv2d_auto_kernel(lenet1) == Conv2dKernel::im2col);
+    CHECK(k::conv2d_auto_kernel(lenet2) == Conv2dKernel::im2col);
+  }
 }
 
 // Conv is linear in x and in w, so central differences are exact up to double rounding (~1e-12
@@ -366,9 +400,11 @@ TEST_CASE("conv2d members on the networks' shapes: double reference, kernel1, th
       if (m == Conv2dKernel::direct) continue;
       INFO(name(m) << ": " << ns.name << ": " << describe(s));
       std::vector<std::vector<float>> ys, dxs;  // 1, 2 and 3 threads (kernel2's code: 1 thread)
-      const bool winograd = m != Conv2dKernel::im2col && k::conv2d_winograd_fits(s);
+      const bool winograd = (m == Conv2dKernel::winograd || m == Conv2dKernel::winograd2) && k::conv2d_winograd_fits(s);
+      const bool own_y = winograd || m == Conv2dKernel::blocked;  // the member's own code, not kernel2's
+      const bool own_dx = m == Conv2dKernel::blocked ? k::conv2d_blocked_fits_backward_data(s) : winograd;
       d2l::test::for_thread_counts([&](const Ctx& c) {
-        if (c.threads > 1 && !winograd) return;
+        if (c.threads > 1 && !own_y) return;
         ys.push_back(forward(c, s, x, w, m));
         dxs.push_back(grad_x(c, s, r, w, m));
       });
@@ -383,13 +419,36 @@ TEST_CASE("conv2d members on the networks' shapes: double reference, kernel1, th
       // against kernel1 in float: both errors may add up
       CHECK(close(d2l::test::to_double(y1), ys[0], (tol + kKernel1Tol) * rms(y_ref), 0, "y vs kernel1"));
       CHECK(close(d2l::test::to_double(dx1), dxs[0], (tol + kKernel1Tol) * rms(dx_ref), 0, "dx vs kernel1"));
-      // kernel3 splits its work by the shape alone: bitwise the same for 1, 2, 3 threads (kernel2, and
-      // kernel3 where it falls back to it, may differ in the last bit: gemm's row split)
+      // kernel3 and kernel4 split their work by the shape alone: bitwise the same for 1, 2, 3 threads
+      // (kernel2, and the others where they fall back to it, may differ in the last bit: gemm's row split)
       for (size_t t = 1; t < ys.size(); ++t) {
         CAPTURE(t + 1);
         CHECK(std::memcmp(ys[0].data(), ys[t].data(), ys[0].size() * sizeof(float)) == 0);
-        CHECK(std::memcmp(dxs[0].data(), dxs[t].data(), dxs[0].size() * sizeof(float)) == 0);
+        if (own_dx) CHECK(std::memcmp(dxs[0].data(), dxs[t].data(), dxs[0].size() * sizeof(float)) == 0);
       }
     }
   }
+}
+
+// kernel4 compiles its loops once per ISA (conv2d_blocked.cpp) and runs the CPU's widest; each one this
+// CPU can run, the portable build included, against kernel1 on every shape above and the networks'.
+TEST_CASE("conv2d kernel4 (blocked): every vector width this CPU runs matches kernel1") {
+  const Ctx c = d2l::kernels::cpu::serial_ctx();
+  const k::BlockedIsa best = k::conv2d_blocked_isa();
+  REQUIRE(k::conv2d_blocked_isas().back() == best);  // the widest the CPU has runs by default
+  std::vector<Conv2dShape> shapes = kShapes;
+  for (const NetShape& ns : kNetShapes) shapes.push_back(ns.s);
+  for (k::BlockedIsa isa : k::conv2d_blocked_isas()) {
+    k::set_conv2d_blocked_isa(isa);
+    std::printf("  kernel4 blocked: %s\n", k::blocked_isa_name(isa));
+    for (const auto& s : shapes) {
+      INFO(k::blocked_isa_name(isa) << ": " << describe(s));
+      auto x = lcg_data(x_size(s), 21), w = lcg_data(w_size(s), 22), r = lcg_data(y_size(s), 23);
+      const auto y1 = d2l::test::to_double(forward(c, s, x, w, Conv2dKernel::direct));
+      const auto dx1 = d2l::test::to_double(grad_x(c, s, r, w, Conv2dKernel::direct));
+      CHECK(close(y1, forward(c, s, x, w, Conv2dKernel::blocked), 2 * kKernel1Tol * rms(y1), 0, "y"));
+      CHECK(close(dx1, grad_x(c, s, r, w, Conv2dKernel::blocked), 2 * kKernel1Tol * rms(dx1), 0, "dx"));
+    }
+  }
+  k::set_conv2d_blocked_isa(best);
 }

@@ -63,9 +63,10 @@ const ConvName kConvNames[] = {
     {"direct", Conv2dKernel::direct},
     {"winograd", Conv2dKernel::winograd},
     {"winograd2", Conv2dKernel::winograd2},
+    {"blocked", Conv2dKernel::blocked},
 };
 
-// "im2col, auto, direct, winograd or winograd2"
+// "im2col, auto, direct, winograd, winograd2 or blocked"
 std::string conv_choices() {
   std::vector<std::string> names = conv_kernel_names();
   std::string s;

@@ -13,20 +13,21 @@ using kernels::cpu::Conv2dKernel;
 
 TEST_CASE("--conv: each name selects its member of the convolution family; a bad name is one line naming the choices") {
   const Conv2dKernel before = kernels::cpu::conv2d_kernel();
-  CHECK(harness::conv_kernel_names() == std::vector<std::string>{"im2col", "auto", "direct", "winograd", "winograd2"});
+  CHECK(harness::conv_kernel_names() == std::vector<std::string>{"im2col", "auto", "direct", "winograd", "winograd2", "blocked"});
   harness::Conv conv;
   CHECK(conv.name == "im2col");  // the default
   const std::pair<const char*, Conv2dKernel> members[] = {{"direct", Conv2dKernel::direct},
                                                           {"auto", Conv2dKernel::automatic},
                                                           {"winograd", Conv2dKernel::winograd},
                                                           {"winograd2", Conv2dKernel::winograd2},
+                                                          {"blocked", Conv2dKernel::blocked},
                                                           {"im2col", Conv2dKernel::im2col}};
   for (auto [name, kernel] : members) {
     conv.name = name;
     conv.apply();
     CHECK(kernels::cpu::conv2d_kernel() == kernel);
   }
-  for (const char* bad : {"blocked", "", "DIRECT", "im2col "}) {
+  for (const char* bad : {"fastest", "", "DIRECT", "im2col "}) {
     conv.name = bad;
     std::string what;
     try {
@@ -34,7 +35,7 @@ TEST_CASE("--conv: each name selects its member of the convolution family; a bad
     } catch (const ConfigError& e) {
       what = e.what();
     }
-    CHECK(what == "bad --conv '" + std::string(bad) + "': expected im2col, auto, direct, winograd or winograd2");
+    CHECK(what == "bad --conv '" + std::string(bad) + "': expected im2col, auto, direct, winograd, winograd2 or blocked");
   }
   kernels::cpu::set_conv2d_kernel(before);
 }

@@ -7,6 +7,8 @@
 
 #include <atomic>
 #include <cstdio>
+#include <cstring>
+#include <strings.h>
 #include <mutex>
 
 #include "kernels/cpu/kernels.hpp"
@@ -16,6 +18,23 @@ namespace d2l::kernels::cpu {
 static std::atomic<bool> serialised{false};
 
 int blas_parallel_mode() { return openblas_get_parallel(); }  // 0 serial, 1 pthreads, 2 OpenMP
+
+// OpenBLAS's kernel set (openblas_get_corename: what it detected, or OPENBLAS_CORETYPE) by its vector
+// registers: AVX-512 sets 16 floats, AVX and AVX2 sets 8, the SSE sets (Prescott, Core2, Nehalem,
+// Atom, Opteron, ..., and what an unknown CPU falls back to) 4.
+int blas_vector_floats() {
+  const char* core = openblas_get_corename();
+  if (!core) return 4;
+  for (const char* wide : {"skylakex", "cooperlake", "sapphirerapids"})
+    if (strcasecmp(core, wide) == 0) return 16;
+  for (const char* avx : {"sandybridge", "haswell", "zen", "bulldozer", "piledriver", "steamroller", "excavator"})
+    if (strcasecmp(core, avx) == 0) return 8;
+  return 4;
+}
+const char* blas_core_name() {
+  const char* core = openblas_get_corename();
+  return core ? core : "unknown";
+}
 
 bool blas_serialised() { return serialised.load(std::memory_order_relaxed); }
 

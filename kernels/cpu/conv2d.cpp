@@ -11,6 +11,9 @@
 //   kernel3  winograd Winograd's minimal filtering F(4x4, 3x3) (winograd2: F(2x2, 3x3)) for 3x3
 //                     stride-1 forward and backward_data: alpha^2 GEMMs on transformed tiles, 4x
 //                     (2.25x) fewer flops (conv2d_winograd.cpp; other shapes run kernel2)
+//   kernel4  blocked  direct loops on a filter blocked by output channels, vectorised over them (16
+//                     or 8 floats, the CPU's widest), no im2col buffer (conv2d_blocked.cpp;
+//                     backward_data for stride 1, other strides and backward_weight run kernel2)
 //   automatic         a member per shape (conv2d_auto_kernel, below)
 // conv2d_forward, conv2d_backward_data and conv2d_backward_weight, at the end of the file, run the
 // member set_conv2d_kernel chose: the one place the choice is made. tests/test_conv2d.cpp checks
@@ -373,15 +376,27 @@ static std::atomic<Conv2dKernel> g_conv2d_kernel{Conv2dKernel::im2col};
 void set_conv2d_kernel(Conv2dKernel k) { g_conv2d_kernel.store(k, std::memory_order_relaxed); }
 Conv2dKernel conv2d_kernel() { return g_conv2d_kernel.load(std::memory_order_relaxed); }
 
-// automatic's rule, from bench/conv2d_bench (one thread, Haswell sgemm; see bench/README.md):
-// F(4x4, 3x3) beat im2col by 1.2-1.6x on 3x3 stride-1 convs with many 4x4 output tiles per channel
-// (ResNet-18's 64 and 128 channels at batch 32, ResNet-50's 64 and 128 at batch 4), tied at one tile
-// per 2 channels, and lost up to 3x with fewer (512 channels on 4x4 or 7x7 images): its filter
-// transform and the alpha^2 GEMMs' packing of U (alpha^2 * OC * C floats) are paid per call
-// whatever the number of tiles, so it needs at least one tile per channel to pay them back. With
-// one input channel (a network's first conv) its GEMMs have K = 1 and im2col wins 5x. F(2x2, 3x3)
-// won nowhere against both.
+// automatic's rule, from bench/conv2d_bench (one thread; bench/README.md has the tables). Two facts
+// decide it: how wide OpenBLAS's kernels are (blas_vector_floats: 4 for the SSE sets, which OpenBLAS
+// also picks for a CPU it does not know, 8 for AVX2, 16 for AVX-512), since kernel2 and kernel3 run
+// on its GEMM; and how wide kernel4's are (the CPU's: 16 with AVX-512, 8 with AVX2).
+// - kernel4 blocked, when its vectors are wider than the GEMM's. Against an SSE GEMM (Prescott's,
+//   ~29 GFLOP/s a thread) AVX-512 kernel4 ran 63-100 GFLOP/s forward on every shape of LeNet,
+//   ResNet-18 and ResNet-50 (2.2-3.3x kernel2, 1.3-2.4x kernel3), and as fast backward_data at
+//   stride 1. Against an AVX2 GEMM it won 1.1-1.5x on ResNet's 3x3 convs (channels that fill its
+//   blocks of 16) but lost on LeNet's (one input channel; 20 and 50 channels) and tied kernel3 on
+//   64 channels: there it runs only where C and OC are multiples of its vector width.
+// - kernel3 F(4x4, 3x3), when the GEMM is as wide: it beat im2col by 1.2-1.6x on 3x3 stride-1 convs
+//   with many 4x4 output tiles per channel (ResNet-18's 64 and 128 channels at batch 32, ResNet-50's
+//   64 and 128 at batch 4), tied at one tile per 2 channels, and lost up to 3x with fewer (512
+//   channels on 4x4 or 7x7 images): its filter transform and the alpha^2 GEMMs' packing of U
+//   (alpha^2 * OC * C floats) are paid per call whatever the number of tiles, so it needs at least
+//   one tile per channel to pay them back. With one input channel its GEMMs have K = 1 and im2col
+//   wins 5x. F(2x2, 3x3) won nowhere against both.
+// - kernel2 im2col otherwise (an AVX-512 GEMM beat kernel4 on ResNet-18's 256 and 512 channels).
 Conv2dKernel conv2d_auto_kernel(const Conv2dShape& s) {
+  const int64_t blocked = blocked_vector_floats(conv2d_blocked_isa()), blas = blas_vector_floats();
+  if (blocked > blas && (blas == 4 || (s.C % blocked == 0 && s.OC % blocked == 0))) return Conv2dKernel::blocked;
   if (!conv2d_winograd_fits(s) || s.C < 16 || s.OC < 16) return Conv2dKernel::im2col;
   const int64_t tiles = s.N * ((s.OH() + 3) / 4) * ((s.OW() + 3) / 4);
   return tiles >= std::max(s.C, s.OC) ? Conv2dKernel::winograd : Conv2dKernel::im2col;
@@ -393,7 +408,7 @@ static Conv2dKernel member(const Conv2dShape& s) {
   return k == Conv2dKernel::automatic ? conv2d_auto_kernel(s) : k;
 }
 
-// Each member's three passes. Winograd does not pay for backward_weight (its "filter" would be dy,
+// Each member's three passes. Winograd and blocked do not pay for backward_weight (its "filter" would be dy,
 // OH x OW): im2col's there.
 using Pass = void (*)(const Ctx&, const Conv2dShape&, const float*, const float*, float*);
 struct Passes {
@@ -407,6 +422,8 @@ static Passes passes(Conv2dKernel k) {
       return {conv2d_forward_winograd, conv2d_backward_data_winograd, conv2d_backward_weight_im2col};
     case Conv2dKernel::winograd2:
       return {conv2d_forward_winograd2, conv2d_backward_data_winograd2, conv2d_backward_weight_im2col};
+    case Conv2dKernel::blocked:
+      return {conv2d_forward_blocked, conv2d_backward_data_blocked, conv2d_backward_weight_im2col};
     default:
       return {conv2d_forward_im2col, conv2d_backward_data_im2col, conv2d_backward_weight_im2col};
   }

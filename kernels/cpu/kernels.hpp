@@ -7,6 +7,7 @@
 // are here, one type for every backend.
 #pragma once
 #include <cstdint>
+#include <vector>
 #include "parallel.hpp"
 
 namespace d2l::kernels::cpu {
@@ -26,6 +27,8 @@ void gemm(const Ctx& c, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float
 int blas_parallel_mode();
 void check_blas();
 bool blas_serialised();
+int blas_vector_floats();      // floats per vector register of OpenBLAS's kernel set: 4 (SSE), 8 (AVX2), 16 (AVX-512)
+const char* blas_core_name();  // that kernel set's name (Prescott, Haswell, SkylakeX, ...)
 
 // ---- fill.cpp
 void fill(const Ctx& c, float* x, int64_t n, float value);
@@ -51,7 +54,8 @@ void bias_add_backward(const Ctx& c, const float* dy, float* db, int64_t outer, 
 // arguments: kernel1 direct (the definition's loops, the reference), kernel2 im2col (im2col + the
 // GEMM + col2im, the default), kernel3 winograd (conv2d_winograd.cpp: F(4x4, 3x3); winograd2 is
 // F(2x2, 3x3)) for 3x3 stride-1 forward and backward_data (other shapes, and backward_weight, run
-// im2col). automatic picks a member per shape (conv2d_auto_kernel; `auto` is a keyword).
+// im2col), kernel4 blocked (conv2d_blocked.cpp: direct loops vectorised over blocks of output
+// channels, no im2col buffer). automatic picks a member per shape (conv2d_auto_kernel; `auto` is a keyword).
 // conv2d_forward / _backward_data / _backward_weight run the member set_conv2d_kernel chose (for
 // every device thread of the process).
 struct Conv2dShape {
@@ -59,7 +63,7 @@ struct Conv2dShape {
   int64_t OH() const { return (H + 2 * pad_h - KH) / stride_h + 1; }
   int64_t OW() const { return (W + 2 * pad_w - KW) / stride_w + 1; }
 };
-enum class Conv2dKernel { direct, im2col, winograd, winograd2, automatic };
+enum class Conv2dKernel { direct, im2col, winograd, winograd2, blocked, automatic };
 void set_conv2d_kernel(Conv2dKernel k);
 Conv2dKernel conv2d_kernel();
 Conv2dKernel conv2d_auto_kernel(const Conv2dShape& s);  // the member automatic runs for s's forward and backward_data
@@ -82,6 +86,18 @@ void conv2d_forward_winograd(const Ctx& c, const Conv2dShape& s, const float* x,
 void conv2d_backward_data_winograd(const Ctx& c, const Conv2dShape& s, const float* dy, const float* w, float* dx);
 void conv2d_forward_winograd2(const Ctx& c, const Conv2dShape& s, const float* x, const float* w, float* y);
 void conv2d_backward_data_winograd2(const Ctx& c, const Conv2dShape& s, const float* dy, const float* w, float* dx);
+// kernel4 (conv2d_blocked.cpp): forward on any shape; backward_data where conv2d_blocked_fits_backward_data
+// (stride 1, pad <= K - 1), else kernel2's. Its vector width is the CPU's (BlockedIsa, read at start-up;
+// set_conv2d_blocked_isa forces one of conv2d_blocked_isas(), those this CPU runs, portable first).
+enum class BlockedIsa { portable, avx2, avx512 };
+std::vector<BlockedIsa> conv2d_blocked_isas();
+BlockedIsa conv2d_blocked_isa();
+void set_conv2d_blocked_isa(BlockedIsa isa);
+const char* blocked_isa_name(BlockedIsa isa);
+int blocked_vector_floats(BlockedIsa isa);  // 4 (portable: SSE's registers), 8 (AVX2) or 16 (AVX-512)
+bool conv2d_blocked_fits_backward_data(const Conv2dShape& s);
+void conv2d_forward_blocked(const Ctx& c, const Conv2dShape& s, const float* x, const float* w, float* y);
+void conv2d_backward_data_blocked(const Ctx& c, const Conv2dShape& s, const float* dy, const float* w, float* dx);
 
 // ---- pool2d.cpp: the shape of a 2-D pooling window; the kernels are the pool2d op's own
 // (core/ops/pool2d.cpp). x (N, C, H, W) -> y (N, C, OH, OW).

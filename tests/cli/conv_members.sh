@@ -1,6 +1,6 @@
 #!/bin/sh
 # conv_members.sh LOSS_TOL ACC_TOL PROGRAM ARGS...: runs PROGRAM ARGS once per member of the
-# convolution family (--conv im2col, direct, winograd2, winograd, auto) and compares the lines
+# convolution family (--conv im2col, direct, winograd2, winograd, blocked, auto) and compares the lines
 # "epoch N, ... loss L, ... acc A" (test acc or test_acc; the loss when printed): every member must
 # agree with im2col within LOSS_TOL and ACC_TOL (the members round differently, the printed digits
 # are the same or one apart). Each run in an empty directory, files removed after.
@@ -11,7 +11,7 @@ prog=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 shift
 work=$(mktemp -d) || exit 99
 trap 'rm -rf "$work"' EXIT
-members="im2col direct winograd2 winograd auto"
+members="im2col direct winograd2 winograd blocked auto"
 for k in $members; do
   mkdir "$work/$k"
   (cd "$work/$k" && "$prog" "$@" --conv $k >"$work/$k.out" 2>"$work/$k.err") || {
