@@ -1,6 +1,7 @@
 // The conv2d family (kernel1 direct loops, kernel2 im2col + GEMM) against a six-loop convolution in
 // double written here, and their backward passes against central finite differences of that
-// reference; kernel2 against kernel1; 1, 2 and 3 threads.
+// reference; kernel2 against kernel1; 1, 2 and 3 threads. At the end, the GPU's kernel3
+// (kernels/cuda/conv2d_winograd.cu, emulated) against kernel1 on the CPU, and the GPU's choice.
 #include <doctest/doctest.h>
 
 #include <algorithm>
