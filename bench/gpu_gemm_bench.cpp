@@ -1,5 +1,5 @@
 // gpu_gemm_bench: the GEMM family of kernels/cuda/matmul.cu (naive, tiled, regblock) next to cuBLAS
-// on a real GPU, then the conv2d kernels of kernels/cuda/conv2d.cu. Shapes: square 1024, 2048, 4096,
+// on a real GPU, then the conv2d kernels of kernels/cuda/conv2d.cu and conv2d_winograd.cu. Shapes: square 1024, 2048, 4096,
 // and the im2col GEMMs of the book's LeNet and of the ResNet-18 small-image variant at batch 256
 // (M = OC, N = batch*OH*OW, K = C*KH*KW: the convolution of a whole batch as one GEMM).
 // 1. Validates every kernel against cuBLAS (max |C - C_cublas| / max |C_cublas|), and the conv
@@ -191,9 +191,12 @@ std::vector<double> bench_gemm(const Gpu& g, const char* name, int64_t M, int64_
   return gflops;
 }
 
-// ---- 2. conv2d: forward (im2col + tiled GEMM), direct forward, backward_data, backward_weight
+// ---- 2. conv2d: forward (im2col + tiled GEMM), direct forward, backward_data, backward_weight, and
+// kernel3 F(4x4, 3x3) forward and backward_data where it fits (3x3 stride 1; backward_data pad <= 2)
 struct ConvTimes {
   Stats fwd, direct, data, weight;
+  bool wino_fwd = false, wino_data = false;  // kernel3 fits: then wfwd, wdata are its times
+  Stats wfwd, wdata;
 };
 bool bench_conv(const Gpu& g, const Conv& c, ConvTimes& t) {
   const Conv2dShape& s = c.s;
@@ -212,6 +215,27 @@ bool bench_conv(const Gpu& g, const Conv& c, ConvTimes& t) {
     std::printf("  validation FAILED: %s: direct vs im2col forward %.2e; <dy,y> %.6g, <dx,x> %.6g, <dw,w> %.6g\n", c.name,
                 direct_err, dy_y, dx_x, dw_w);
     return false;
+  }
+  // kernel3 F(4x4, 3x3): against the im2col passes (its float error is ~30x im2col's: still far inside)
+  t.wino_fwd = d2l::kernels::cpu::conv2d_winograd_fits(s);
+  t.wino_data = t.wino_fwd && s.pad_h <= 2 && s.pad_w <= 2;
+  DeviceArray wy(t.wino_fwd ? ny : 0), wdx(t.wino_data ? nx : 0);
+  if (t.wino_fwd) {
+    CHECK_CUDA(cudaMemset(wy.p, 0xff, wy.bytes()));
+    kc::conv2d_forward_winograd(g.stream, s, x.p, w.p, wy.p);
+    const double err = rel_error(hy, wy.host());
+    double derr = 0;
+    if (t.wino_data) {
+      CHECK_CUDA(cudaMemset(wdx.p, 0xff, wdx.bytes()));
+      kc::conv2d_backward_data_winograd(g.stream, s, dy.p, w.p, wdx.p);
+      derr = rel_error(dx.host(), wdx.host());
+    }
+    if (!(err <= kTolerance && derr <= kTolerance)) {
+      std::printf("  validation FAILED: %s: winograd vs im2col: forward %.2e, backward_data %.2e\n", c.name, err, derr);
+      return false;
+    }
+    t.wfwd = time_gpu(g, [&] { kc::conv2d_forward_winograd(g.stream, s, x.p, w.p, wy.p); });
+    if (t.wino_data) t.wdata = time_gpu(g, [&] { kc::conv2d_backward_data_winograd(g.stream, s, dy.p, w.p, wdx.p); });
   }
   t.fwd = time_gpu(g, [&] { kc::conv2d_forward(g.stream, s, x.p, w.p, y.p); });
   t.direct = time_gpu(g, [&] { kc::conv2d_forward_direct(g.stream, s, x.p, w.p, y_direct.p); });
@@ -252,24 +276,37 @@ int run() {
               tiled, tiled >= 0.3 ? "met" : "missed", regblock, regblock >= 0.6 ? "met" : "missed");
   for (int v = 0; v < 4; ++v) b::result(std::string("gpu_gemm4096_gflops_") + kVersions[v], at4096[v]);
 
-  std::printf("\n%-34s %8s %8s %8s %8s | %9s %9s\n", "conv2d, batch 256", "fwd", "direct", "bwd_data", "bwd_wt",
-              "fwd+bwd", "fwd+bwd");
-  std::printf("%-34s %8s %8s %8s %8s | %9s %9s\n", "", "GFLOP/s", "GFLOP/s", "GFLOP/s", "GFLOP/s", "min ms", "med ms");
-  double lenet_ms = 0, r18_ms = 0;
+  std::printf("\n%-34s %8s %8s %8s %8s %8s %8s | %9s %9s\n", "conv2d, batch 256", "fwd", "direct", "bwd_data",
+              "bwd_wt", "wino fwd", "wino bwd", "fwd+bwd", "fwd+bwd");
+  std::printf("%-34s %8s %8s %8s %8s %8s %8s | %9s %9s\n", "", "GFLOP/s", "GFLOP/s", "GFLOP/s", "GFLOP/s", "GFLOP/s",
+              "GFLOP/s", "min ms", "med ms");
+  double lenet_ms = 0, r18_ms = 0, lenet_wino_ms = 0, r18_wino_ms = 0;
   for (const Conv& c : kConvs) {
     ConvTimes t;
     if (!bench_conv(g, c, t)) return 1;
     const double f = 2.0 * double(c.s.N * c.s.OC * conv_k(c.s) * conv_p(c.s));
     const double min_ms = 1e3 * (t.fwd.min + t.data.min + t.weight.min);
-    std::printf("%-34s %8.0f %8.0f %8.0f %8.0f | %9.3f %9.3f\n", c.name, f / t.fwd.min / 1e9, f / t.direct.min / 1e9,
-                f / t.data.min / 1e9, f / t.weight.min / 1e9, min_ms,
+    char wf[16] = "-", wd[16] = "-";  // kernel3's columns: '-' where it does not fit
+    if (t.wino_fwd) std::snprintf(wf, sizeof wf, "%.0f", f / t.wfwd.min / 1e9);
+    if (t.wino_data) std::snprintf(wd, sizeof wd, "%.0f", f / t.wdata.min / 1e9);
+    std::printf("%-34s %8.0f %8.0f %8.0f %8.0f %8s %8s | %9.3f %9.3f\n", c.name, f / t.fwd.min / 1e9,
+                f / t.direct.min / 1e9, f / t.data.min / 1e9, f / t.weight.min / 1e9, wf, wd, min_ms,
                 1e3 * (t.fwd.median + t.data.median + t.weight.median));
     (c.lenet ? lenet_ms : r18_ms) += c.count * min_ms;
+    const double wino_ms = 1e3 * ((t.wino_fwd ? t.wfwd.min : t.fwd.min) + (t.wino_data ? t.wdata.min : t.data.min) +
+                                  t.weight.min);
+    (c.lenet ? lenet_wino_ms : r18_wino_ms) += c.count * wino_ms;
   }
   std::printf("  fwd = im2col + tiled GEMM per image; direct = one thread per output; fwd+bwd = fwd + bwd_data + bwd_wt\n");
+  std::printf("  wino = kernel3 winograd F(4x4, 3x3) with the tiled GEMMs (3x3 stride 1 only; GFLOP/s of the direct\n"
+              "  convolution's 2*N*OC*C*9*OH*OW flops, so above the GEMM's own rate when it saves work)\n");
   std::printf("  all convs of a batch-256 training step: LeNet %.2f ms, ResNet-18 %.2f ms\n", lenet_ms, r18_ms);
+  std::printf("  all convs of a batch-256 training step with winograd where it fits: LeNet %.2f ms, ResNet-18 %.2f ms\n",
+              lenet_wino_ms, r18_wino_ms);
   b::result("gpu_conv_lenet_step_ms", lenet_ms);
   b::result("gpu_conv_resnet18_step_ms", r18_ms);
+  b::result("gpu_conv_lenet_step_winograd_ms", lenet_wino_ms);
+  b::result("gpu_conv_resnet18_step_winograd_ms", r18_wino_ms);
 
   CHECK_CUBLAS(cublasDestroy(g.blas));
   CHECK_CUDA(cudaStreamDestroy(g.stream));

@@ -1,6 +1,7 @@
-// The conv2d family (kernel1 direct loops, kernel2 im2col + GEMM) against a six-loop convolution in
-// double written here, and their backward passes against central finite differences of that
-// reference; kernel2 against kernel1; 1, 2 and 3 threads.
+// The conv2d family (kernel1 direct loops, kernel2 im2col + GEMM, kernel3 Winograd, kernel4 blocked)
+// against a six-loop convolution in double written here, and their backward passes against central
+// finite differences of that reference; every member against kernel1; 1, 2 and 3 threads. At the end, the GPU's kernel3
+// (kernels/cuda/conv2d_winograd.cu, emulated) against kernel1 on the CPU, and the GPU's choice.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include "check.hpp"
 #include "fd_check.hpp"
 #include "kernels/cpu/kernels.hpp"
+#include "emu_check.hpp"
 
 using d2l::kernels::cpu::Conv2dKernel;
 using d2l::kernels::cpu::Conv2dShape;
@@ -451,4 +453,180 @@ TEST_CASE("conv2d kernel4 (blocked): every vector width this CPU runs matches ke
     }
   }
   k::set_conv2d_blocked_isa(best);
+// ---- kernel3 on the GPU (kernels/cuda/conv2d_winograd.cu), emulated: g++ runs the CUDA kernels on
+// the CPU (emu(i) devices), with the emulated tiled GEMM (set_conv2d_gemm's default). Each pass against
+// kernel1 on the CPU (conv2d_*_direct), bounded as on the CPU: F(2x2, 3x3) 1e-5 and F(4x4, 3x3) 2e-4 of
+// the outputs' root mean square; shapes it does not take run the GPU's kernel2 (im2col), bit for bit.
+namespace {
+
+namespace kemu = d2l::kernels::emu;
+
+// How often the emulated kernels whose name starts with `prefix` have been launched (a template
+// kernel is logged with its arguments: "winograd_input_kernel<winograd::F4>").
+int64_t launches(const std::string& prefix) {
+  int64_t count = 0;
+  for (const auto& [kernel, n] : d2l::cuda_emu::launch_log())
+    if (kernel.rfind(prefix, 0) == 0) count += n;
+  return count;
+}
+
+std::vector<float> gpu_forward(kemu::Stream st, const Conv2dShape& s, const std::vector<float>& x,
+                               const std::vector<float>& w, Conv2dKernel m) {
+  std::vector<float> y(static_cast<size_t>(y_size(s)), -7.0f);  // garbage: every output must be written
+  const auto f = m == Conv2dKernel::direct      ? kemu::conv2d_forward_direct
+                 : m == Conv2dKernel::winograd  ? kemu::conv2d_forward_winograd
+                 : m == Conv2dKernel::winograd2 ? kemu::conv2d_forward_winograd2
+                                                : kemu::conv2d_forward_im2col;
+  f(st, s, x.data(), w.data(), y.data());
+  return y;
+}
+std::vector<float> gpu_grad_x(kemu::Stream st, const Conv2dShape& s, const std::vector<float>& dy,
+                              const std::vector<float>& w, Conv2dKernel m) {
+  std::vector<float> dx(static_cast<size_t>(x_size(s)), -7.0f);
+  const auto f = m == Conv2dKernel::direct      ? kemu::conv2d_backward_data_direct
+                 : m == Conv2dKernel::winograd  ? kemu::conv2d_backward_data_winograd
+                 : m == Conv2dKernel::winograd2 ? kemu::conv2d_backward_data_winograd2
+                                                : kemu::conv2d_backward_data_im2col;
+  f(st, s, dy.data(), w.data(), dx.data());
+  return dx;
+}
+std::vector<float> gpu_grad_w(kemu::Stream st, const Conv2dShape& s, const std::vector<float>& x,
+                              const std::vector<float>& dy, Conv2dKernel m) {
+  std::vector<float> dw(static_cast<size_t>(w_size(s)), -7.0f);
+  (m == Conv2dKernel::direct ? kemu::conv2d_backward_weight_direct : kemu::conv2d_backward_weight_im2col)(
+      st, s, x.data(), dy.data(), dw.data());
+  return dw;
+}
+
+// The worst difference, as a fraction of the root mean square of `ref` (kernel1's float result).
+double worst_vs(const std::vector<float>& ref, const std::vector<float>& got) {
+  return worst_error(d2l::test::to_double(ref), got);
+}
+
+// LeNet- and ResNet-like 3x3 stride-1 convs, small enough for the emulation: every padding kernel3
+// takes for both passes, odd sizes (tiles cut at the edge), channels no multiple of 4, 1 and more images.
+const std::vector<NetShape> kGpuWinogradShapes = {
+    {"LeNet-like 1->6, 28x28, pad 0", {3, 1, 28, 28, 6, 3, 3, 1, 1, 0, 0}},
+    {"LeNet-like 6->16, 13x13, pad 1", {2, 6, 13, 13, 16, 3, 3, 1, 1, 1, 1}},
+    {"ResNet-like 64->64, 14x14, pad 1", {2, 64, 14, 14, 64, 3, 3, 1, 1, 1, 1}},
+    {"ResNet-like 128->128, 7x7, pad 1", {1, 128, 7, 7, 128, 3, 3, 1, 1, 1, 1}},
+    {"37->29 channels, 13x11, pad 2", {2, 37, 13, 11, 29, 3, 3, 1, 1, 2, 2}},
+    {"5->3 channels, 9x7, pad (0, 1)", {3, 5, 9, 7, 3, 3, 3, 1, 1, 0, 1}},
+    {"13->5 channels, 7x10, pad (2, 1)", {1, 13, 7, 10, 5, 3, 3, 1, 1, 2, 1}},
+    {"1x1 image, pad 1 (8 of 9 taps in the padding)", {2, 5, 1, 1, 3, 3, 3, 1, 1, 1, 1}},
+    {"3x3 image, pad 0 (one output)", {1, 1, 3, 3, 1, 3, 3, 1, 1, 0, 0}},
+};
+
+}  // namespace
+
+TEST_CASE("GPU kernel3 winograd (emulated) matches kernel1 on the CPU, forward and backward_data") {
+  const Ctx c1 = d2l::kernels::cpu::serial_ctx();
+  for (Conv2dKernel m : {Conv2dKernel::winograd2, Conv2dKernel::winograd}) {
+    double worst_y = 0, worst_dx = 0;
+    for (const NetShape& ns : kGpuWinogradShapes) {
+      const Conv2dShape& s = ns.s;
+      INFO(name(m) << ": " << ns.name << ": " << describe(s));
+      REQUIRE(k::conv2d_winograd_fits(s));
+      auto x = lcg_data(x_size(s), 21), w = lcg_data(w_size(s), 22), r = lcg_data(y_size(s), 23);
+      const int64_t input_launches = launches("winograd_input_kernel");
+      const double ey = worst_vs(forward(c1, s, x, w, Conv2dKernel::direct), gpu_forward(nullptr, s, x, w, m));
+      const double edx = worst_vs(grad_x(c1, s, r, w, Conv2dKernel::direct), gpu_grad_x(nullptr, s, r, w, m));
+      CHECK(launches("winograd_input_kernel") >= input_launches + 2);  // kernel3 ran, not a fallback
+      std::printf("  GPU %-28s %-46s y %.2e dx %.2e\n", name(m), ns.name, ey, edx);
+      CHECK(ey <= tolerance(m));
+      CHECK(edx <= tolerance(m));
+      worst_y = std::max(worst_y, ey), worst_dx = std::max(worst_dx, edx);
+    }
+    std::printf("  GPU %-28s worst: y %.2e dx %.2e (bound %.0e)\n", name(m), worst_y, worst_dx, tolerance(m));
+  }
+}
+
+// The tiles in chunks (a workspace of a few tiles' V and M): the same results as one chunk, up to
+// the GEMMs' rounding, and one input transform per chunk.
+TEST_CASE("GPU kernel3 winograd (emulated) splits its tiles into chunks that fit the workspace") {
+  const Conv2dShape s{3, 7, 10, 9, 5, 3, 3, 1, 1, 1, 1};  // F(4x4): 3 * 3 * 3 = 27 tiles; F(2x2): 3 * 5 * 5 = 75
+  const Ctx c1 = d2l::kernels::cpu::serial_ctx();
+  auto x = lcg_data(x_size(s), 24), w = lcg_data(w_size(s), 25), r = lcg_data(y_size(s), 26);
+  const auto y1 = forward(c1, s, x, w, Conv2dKernel::direct), dx1 = grad_x(c1, s, r, w, Conv2dKernel::direct);
+  const int64_t saved = kemu::conv2d_winograd_workspace();
+  for (Conv2dKernel m : {Conv2dKernel::winograd2, Conv2dKernel::winograd}) {
+    INFO(name(m));
+    const int64_t T = m == Conv2dKernel::winograd ? 36 : 16, tiles = m == Conv2dKernel::winograd ? 27 : 75;
+    const auto y_one = gpu_forward(nullptr, s, x, w, m);
+    kemu::set_conv2d_winograd_workspace(T * (s.C + s.OC) * 4);  // 4 tiles a chunk
+    const int64_t before = launches("winograd_input_kernel");
+    const auto y = gpu_forward(nullptr, s, x, w, m);
+    CHECK(launches("winograd_input_kernel") - before == (tiles + 3) / 4);
+    const auto dx = gpu_grad_x(nullptr, s, r, w, m);  // its tiles are dx's: 4 chunks of 4 tiles
+    kemu::set_conv2d_winograd_workspace(saved);
+    CHECK(worst_vs(y_one, y) <= tolerance(m));
+    CHECK(worst_vs(y1, y) <= tolerance(m));
+    CHECK(worst_vs(dx1, dx) <= tolerance(m));
+  }
+}
+
+// Shapes kernel3 does not take (stride 2, 5x5; backward_data with padding 3) run the GPU's kernel2:
+// the same bits as im2col, close to kernel1, and no Winograd transform launched.
+TEST_CASE("GPU kernel3 winograd (emulated) falls back to im2col where it does not fit") {
+  const Ctx c1 = d2l::kernels::cpu::serial_ctx();
+  const std::vector<Conv2dShape> shapes = {
+      {2, 3, 13, 11, 4, 3, 3, 2, 2, 1, 1},  // stride 2
+      {2, 2, 9, 8, 3, 5, 5, 1, 1, 2, 2},    // 5x5
+      {1, 2, 3, 4, 2, 3, 3, 1, 1, 3, 1},    // padding 3: forward is kernel3's, backward_data is not
+  };
+  for (Conv2dKernel m : {Conv2dKernel::winograd2, Conv2dKernel::winograd})
+    for (const auto& s : shapes) {
+      INFO(name(m) << ": " << describe(s));
+      auto x = lcg_data(x_size(s), 27), w = lcg_data(w_size(s), 28), r = lcg_data(y_size(s), 29);
+      const bool forward_fits = k::conv2d_winograd_fits(s);
+      int64_t before = launches("winograd_");
+      const auto y = gpu_forward(nullptr, s, x, w, m);
+      CHECK((launches("winograd_") > before) == forward_fits);
+      if (!forward_fits) CHECK(y == gpu_forward(nullptr, s, x, w, Conv2dKernel::im2col));
+      CHECK(worst_vs(forward(c1, s, x, w, Conv2dKernel::direct), y) <= tolerance(m));
+      before = launches("winograd_");
+      const auto dx = gpu_grad_x(nullptr, s, r, w, m);
+      CHECK(launches("winograd_") == before);
+      CHECK(dx == gpu_grad_x(nullptr, s, r, w, Conv2dKernel::im2col));
+      CHECK(worst_vs(grad_x(c1, s, r, w, Conv2dKernel::direct), dx) <= 1e-5);
+    }
+}
+
+// The GPU's conv2d_forward and backward passes run the member the CPU's set_conv2d_kernel chose
+// (automatic: im2col), bit for bit that member's launcher.
+TEST_CASE("GPU conv2d (emulated) runs the member set_conv2d_kernel chose") {
+  const Conv2dShape s{2, 5, 9, 7, 6, 3, 3, 1, 1, 1, 1};
+  auto x = lcg_data(x_size(s), 30), w = lcg_data(w_size(s), 31), r = lcg_data(y_size(s), 32);
+  REQUIRE(k::conv2d_kernel() == Conv2dKernel::im2col);
+  // The members give different bits here, so the checks below can tell them apart.
+  CHECK(gpu_forward(nullptr, s, x, w, Conv2dKernel::winograd) != gpu_forward(nullptr, s, x, w, Conv2dKernel::im2col));
+  CHECK(gpu_forward(nullptr, s, x, w, Conv2dKernel::winograd2) != gpu_forward(nullptr, s, x, w, Conv2dKernel::winograd));
+  for (Conv2dKernel chosen : {Conv2dKernel::direct, Conv2dKernel::im2col, Conv2dKernel::winograd,
+                              Conv2dKernel::winograd2, Conv2dKernel::automatic}) {
+    INFO(name(chosen));
+    k::set_conv2d_kernel(chosen);
+    const Conv2dKernel m = chosen == Conv2dKernel::automatic ? Conv2dKernel::im2col : chosen;
+    std::vector<float> y(static_cast<size_t>(y_size(s))), dx(static_cast<size_t>(x_size(s))),
+        dw(static_cast<size_t>(w_size(s)));
+    kemu::conv2d_forward(nullptr, s, x.data(), w.data(), y.data());
+    kemu::conv2d_backward_data(nullptr, s, r.data(), w.data(), dx.data());
+    kemu::conv2d_backward_weight(nullptr, s, x.data(), r.data(), dw.data());
+    k::set_conv2d_kernel(Conv2dKernel::im2col);
+    CHECK(y == gpu_forward(nullptr, s, x, w, m));
+    CHECK(dx == gpu_grad_x(nullptr, s, r, w, m));
+    CHECK(dw == gpu_grad_w(nullptr, s, x, r, m));
+  }
+}
+
+// On an emulated device of two threads the blocks spread over both: the same bits (each output is
+// written by one thread, in a fixed order).
+TEST_CASE("GPU kernel3 winograd (emulated) on 2 device threads" * doctest::test_suite("threads")) {
+  d2l::test::TwoThreads two;
+  const Conv2dShape s{2, 37, 13, 11, 29, 3, 3, 1, 1, 1, 1};
+  auto x = lcg_data(x_size(s), 33), w = lcg_data(w_size(s), 34), r = lcg_data(y_size(s), 35);
+  for (Conv2dKernel m : {Conv2dKernel::winograd2, Conv2dKernel::winograd}) {
+    INFO(name(m));
+    CHECK(gpu_forward(&two.ctx, s, x, w, m) == gpu_forward(nullptr, s, x, w, m));
+    CHECK(gpu_grad_x(&two.ctx, s, r, w, m) == gpu_grad_x(nullptr, s, r, w, m));
+  }
 }

@@ -8,8 +8,13 @@
 //   kernel1  direct   the loops of the definition, one thread per output value (y, dx or dw): the
 //                     reference, read it first (conv2d_*_direct)
 //   kernel2  im2col   im2col + the GEMM (+ col2im for backward_data), one image at a time (the CPU's
-//                     kernel2 takes chunks of images; a GPU's GEMM is wide enough per image): what
-//                     conv2d_forward / _backward_data / _backward_weight run
+//                     kernel2 takes chunks of images; a GPU's GEMM is wide enough per image): the
+//                     default (conv2d_*_im2col)
+//   kernel3  winograd Winograd's minimal filtering F(4x4, 3x3) (winograd2: F(2x2, 3x3)) for 3x3
+//                     stride-1 forward and backward_data: transformed filters and tiles, alpha^2 GEMMs,
+//                     the output transform (conv2d_winograd.cu; other shapes run kernel2)
+// conv2d_forward, conv2d_backward_data and conv2d_backward_weight, at the end of the file, run the
+// member the CPU's set_conv2d_kernel chose (automatic: im2col here).
 //
 // kernel2: im2col unrolls one image into col (C*KH*KW, OH*OW): row (ci, kh, kw), column (oh, ow) holds
 //   x[ci][oh*stride_h - pad_h + kh][ow*stride_w - pad_w + kw]   (0 where that falls in the padding),
@@ -127,14 +132,15 @@ bool is_pointwise(const Conv2dShape& s) {
 std::atomic<GemmKernel> g_kernel{GemmKernel::tiled};
 std::atomic<LibraryGemm> g_library{nullptr};
 
-// C = alpha op(A) @ op(B) + beta C with the GEMM set_conv2d_gemm chose.
-void conv_gemm(Stream stream, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-               const float* B, float beta, float* C) {
+}  // namespace
+
+// C = alpha op(A) @ op(B) + beta C with the GEMM set_conv2d_gemm chose (kernel3's GEMMs too).
+void conv2d_gemm(Stream stream, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                 const float* B, float beta, float* C) {
   if (LibraryGemm library = g_library.load(std::memory_order_relaxed))
     return library(stream, ta, tb, M, N, K, alpha, A, B, beta, C);
   gemm(stream, g_kernel.load(std::memory_order_relaxed), ta, tb, M, N, K, alpha, A, B, beta, C);
 }
-}  // namespace
 
 void set_conv2d_gemm(GemmKernel kernel, LibraryGemm library) {
   g_kernel = kernel;
@@ -204,44 +210,86 @@ static const float* columns(Stream stream, const Conv2dShape& s, const float* x_
 }
 
 // ---- forward: y_n = w @ col_n
-void conv2d_forward(Stream stream, const Conv2dShape& s, const float* x, const float* w, float* y) {
+void conv2d_forward_im2col(Stream stream, const Conv2dShape& s, const float* x, const float* w, float* y) {
   const int64_t K = col_rows(s), P = col_cols(s);
   const int64_t x_img = s.C * s.H * s.W, y_img = s.OC * P;
   ScratchBuffer<float> col(stream, is_pointwise(s) ? 0 : K * P);
   for (int64_t n = 0; n < s.N; ++n) {
     const float* cn = columns(stream, s, x + n * x_img, col.data());
-    conv_gemm(stream, false, false, s.OC, P, K, 1.0f, w, cn, 0.0f, y + n * y_img);
+    conv2d_gemm(stream, false, false, s.OC, P, K, 1.0f, w, cn, 0.0f, y + n * y_img);
   }
 }
 
 // ---- backward_data: col = w^T @ dy_n, dx_n = col2im(col)
-void conv2d_backward_data(Stream stream, const Conv2dShape& s, const float* dy, const float* w, float* dx) {
+void conv2d_backward_data_im2col(Stream stream, const Conv2dShape& s, const float* dy, const float* w, float* dx) {
   const int64_t K = col_rows(s), P = col_cols(s);
   const int64_t x_img = s.C * s.H * s.W, y_img = s.OC * P;
   if (is_pointwise(s)) {  // col2im is the identity: write straight into dx_n
     for (int64_t n = 0; n < s.N; ++n)
-      conv_gemm(stream, true, false, K, P, s.OC, 1.0f, w, dy + n * y_img, 0.0f, dx + n * x_img);
+      conv2d_gemm(stream, true, false, K, P, s.OC, 1.0f, w, dy + n * y_img, 0.0f, dx + n * x_img);
     return;
   }
   ScratchBuffer<float> col(stream, K * P);
   fill(stream, dx, s.N * x_img, 0.0f);  // col2im adds
   for (int64_t n = 0; n < s.N; ++n) {
-    conv_gemm(stream, true, false, K, P, s.OC, 1.0f, w, dy + n * y_img, 0.0f, col.data());
+    conv2d_gemm(stream, true, false, K, P, s.OC, 1.0f, w, dy + n * y_img, 0.0f, col.data());
     col2im(stream, s, col.data(), dx + n * x_img);
   }
 }
 
 // ---- backward_weight: dw = sum over n of dy_n @ col_n^T, accumulated image by image into dw
 // (beta = 1 after the first image): one fixed order, so the same bits on every run.
-void conv2d_backward_weight(Stream stream, const Conv2dShape& s, const float* x, const float* dy, float* dw) {
+void conv2d_backward_weight_im2col(Stream stream, const Conv2dShape& s, const float* x, const float* dy, float* dw) {
   const int64_t K = col_rows(s), P = col_cols(s);
   const int64_t x_img = s.C * s.H * s.W, y_img = s.OC * P;
   if (s.N == 0) return fill(stream, dw, s.OC * K, 0.0f);  // no images: the gradient is zero
   ScratchBuffer<float> col(stream, is_pointwise(s) ? 0 : K * P);
   for (int64_t n = 0; n < s.N; ++n) {
     const float* cn = columns(stream, s, x + n * x_img, col.data());
-    conv_gemm(stream, false, true, s.OC, K, P, 1.0f, dy + n * y_img, cn, n == 0 ? 0.0f : 1.0f, dw);
+    conv2d_gemm(stream, false, true, s.OC, K, P, 1.0f, dy + n * y_img, cn, n == 0 ? 0.0f : 1.0f, dw);
   }
+}
+
+// ======== the choice: the CPU's, one table ========
+
+// conv2d_forward, _backward_data and _backward_weight run the member that kernels::cpu::set_conv2d_kernel
+// chose (kernels::cpu::conv2d_kernel(): one choice for every device), like the CPU's passes() table:
+//   direct              kernel1's three passes
+//   winograd            kernel3 F(4x4, 3x3) forward and backward_data, im2col's backward_weight
+//   winograd2           kernel3 F(2x2, 3x3), likewise
+//   anything else       kernel2 im2col: im2col itself, and automatic. automatic's rule (conv2d_auto_kernel)
+//                       was measured on a CPU; no rule has been measured on a GPU yet, so here it runs im2col.
+// kernel3's launchers run im2col themselves for the shapes they do not take (not 3x3 stride 1, or, for
+// backward_data, padding above 2).
+namespace {
+using Pass = void (*)(Stream, const Conv2dShape&, const float*, const float*, float*);
+struct Passes {
+  Pass forward, backward_data, backward_weight;
+};
+Passes passes(::d2l::kernels::cpu::Conv2dKernel k) {
+  using ::d2l::kernels::cpu::Conv2dKernel;
+  switch (k) {
+    case Conv2dKernel::direct:
+      return {conv2d_forward_direct, conv2d_backward_data_direct, conv2d_backward_weight_direct};
+    case Conv2dKernel::winograd:
+      return {conv2d_forward_winograd, conv2d_backward_data_winograd, conv2d_backward_weight_im2col};
+    case Conv2dKernel::winograd2:
+      return {conv2d_forward_winograd2, conv2d_backward_data_winograd2, conv2d_backward_weight_im2col};
+    default:
+      return {conv2d_forward_im2col, conv2d_backward_data_im2col, conv2d_backward_weight_im2col};
+  }
+}
+Passes chosen() { return passes(::d2l::kernels::cpu::conv2d_kernel()); }
+}  // namespace
+
+void conv2d_forward(Stream stream, const Conv2dShape& s, const float* x, const float* w, float* y) {
+  chosen().forward(stream, s, x, w, y);
+}
+void conv2d_backward_data(Stream stream, const Conv2dShape& s, const float* dy, const float* w, float* dx) {
+  chosen().backward_data(stream, s, dy, w, dx);
+}
+void conv2d_backward_weight(Stream stream, const Conv2dShape& s, const float* x, const float* dy, float* dw) {
+  chosen().backward_weight(stream, s, x, dy, dw);
 }
 
 }  // namespace D2L_CUDA_NS

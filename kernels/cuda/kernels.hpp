@@ -39,7 +39,12 @@ void bias_add_backward(Stream stream, const float* dy, float* db, int64_t outer,
 
 // ---- conv2d.cu: x (N, C, H, W), w (OC, C, KH, KW) -> y (N, OC, OH, OW); no bias; dx and dw are
 // overwritten. The CPU's family: kernel1 direct (conv2d_*_direct: one thread per output value, no
-// col buffer, the reference) and kernel2 im2col (im2col + a GEMM per image; conv2d_forward etc.).
+// col buffer, the reference), kernel2 im2col (im2col + a GEMM per image; conv2d_*_im2col) and
+// kernel3 winograd (conv2d_winograd.cu: F(4x4, 3x3), winograd2 F(2x2, 3x3), for 3x3 stride-1
+// forward and backward_data: the filter and input tiles transformed by their own kernels, alpha^2
+// GEMMs, the output transform; other shapes, and backward_data with padding above 2, run kernel2).
+// conv2d_forward / _backward_data / _backward_weight run the member kernels::cpu::set_conv2d_kernel
+// chose, as on the CPU (automatic runs im2col here: no rule measured on a GPU yet).
 // Which GEMM the passes call is process-wide (core's set_gemm sets it, as for the dense layers):
 // `library` when set (cuBLAS on a GPU, the CPU GEMM standing in for it on emu), else the
 // hand-written `kernel` of matmul.cu. The default, before any call: the tiled kernel.
@@ -55,12 +60,27 @@ void set_scratch_counter(ScratchCounter f);
 ScratchCounter scratch_counter();
 void im2col(Stream stream, const Conv2dShape& s, const float* x_img, float* col);  // one image
 void col2im(Stream stream, const Conv2dShape& s, const float* col, float* dx_img);  // adds into dx_img
+// C = alpha op(A) @ op(B) + beta C with the GEMM chosen above (im2col's and kernel3's GEMMs).
+void conv2d_gemm(Stream stream, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                 const float* B, float beta, float* C);
 void conv2d_forward(Stream stream, const Conv2dShape& s, const float* x, const float* w, float* y);
 void conv2d_backward_data(Stream stream, const Conv2dShape& s, const float* dy, const float* w, float* dx);
 void conv2d_backward_weight(Stream stream, const Conv2dShape& s, const float* x, const float* dy, float* dw);
+void conv2d_forward_im2col(Stream stream, const Conv2dShape& s, const float* x, const float* w, float* y);
+void conv2d_backward_data_im2col(Stream stream, const Conv2dShape& s, const float* dy, const float* w, float* dx);
+void conv2d_backward_weight_im2col(Stream stream, const Conv2dShape& s, const float* x, const float* dy, float* dw);
 void conv2d_forward_direct(Stream stream, const Conv2dShape& s, const float* x, const float* w, float* y);
 void conv2d_backward_data_direct(Stream stream, const Conv2dShape& s, const float* dy, const float* w, float* dx);
 void conv2d_backward_weight_direct(Stream stream, const Conv2dShape& s, const float* x, const float* dy, float* dw);
+// kernel3 (conv2d_winograd.cu): where the shape does not fit, kernel2's pass runs instead.
+void conv2d_forward_winograd(Stream stream, const Conv2dShape& s, const float* x, const float* w, float* y);
+void conv2d_backward_data_winograd(Stream stream, const Conv2dShape& s, const float* dy, const float* w, float* dx);
+void conv2d_forward_winograd2(Stream stream, const Conv2dShape& s, const float* x, const float* w, float* y);
+void conv2d_backward_data_winograd2(Stream stream, const Conv2dShape& s, const float* dy, const float* w, float* dx);
+// The most floats kernel3's transformed tiles (V and M) take at once: the tiles run in chunks that fit
+// (default 2^24, 64 MiB). Process-wide; tests set it small to run several chunks.
+void set_conv2d_winograd_workspace(int64_t floats);
+int64_t conv2d_winograd_workspace();
 
 // ---- pool2d.cu: the shape its launchers take (declared where they are called, core/ops/pool2d.cpp).
 using Pool2dShape = ::d2l::kernels::cpu::Pool2dShape;
