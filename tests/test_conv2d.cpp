@@ -453,6 +453,8 @@ TEST_CASE("conv2d kernel4 (blocked): every vector width this CPU runs matches ke
     }
   }
   k::set_conv2d_blocked_isa(best);
+}
+
 // ---- kernel3 on the GPU (kernels/cuda/conv2d_winograd.cu), emulated: g++ runs the CUDA kernels on
 // the CPU (emu(i) devices), with the emulated tiled GEMM (set_conv2d_gemm's default). Each pass against
 // kernel1 on the CPU (conv2d_*_direct), bounded as on the CPU: F(2x2, 3x3) 1e-5 and F(4x4, 3x3) 2e-4 of
