@@ -595,7 +595,7 @@ TEST_CASE("GPU kernel3 winograd (emulated) falls back to im2col where it does no
 }
 
 // The GPU's conv2d_forward and backward passes run the member the CPU's set_conv2d_kernel chose
-// (automatic: im2col), bit for bit that member's launcher.
+// (automatic: winograd, here where it fits; blocked, a CPU member: im2col), bit for bit that member's launcher.
 TEST_CASE("GPU conv2d (emulated) runs the member set_conv2d_kernel chose") {
   const Conv2dShape s{2, 5, 9, 7, 6, 3, 3, 1, 1, 1, 1};
   auto x = lcg_data(x_size(s), 30), w = lcg_data(w_size(s), 31), r = lcg_data(y_size(s), 32);
@@ -604,10 +604,12 @@ TEST_CASE("GPU conv2d (emulated) runs the member set_conv2d_kernel chose") {
   CHECK(gpu_forward(nullptr, s, x, w, Conv2dKernel::winograd) != gpu_forward(nullptr, s, x, w, Conv2dKernel::im2col));
   CHECK(gpu_forward(nullptr, s, x, w, Conv2dKernel::winograd2) != gpu_forward(nullptr, s, x, w, Conv2dKernel::winograd));
   for (Conv2dKernel chosen : {Conv2dKernel::direct, Conv2dKernel::im2col, Conv2dKernel::winograd,
-                              Conv2dKernel::winograd2, Conv2dKernel::automatic}) {
+                              Conv2dKernel::winograd2, Conv2dKernel::blocked, Conv2dKernel::automatic}) {
     INFO(name(chosen));
     k::set_conv2d_kernel(chosen);
-    const Conv2dKernel m = chosen == Conv2dKernel::automatic ? Conv2dKernel::im2col : chosen;
+    const Conv2dKernel m = chosen == Conv2dKernel::automatic ? Conv2dKernel::winograd
+                           : chosen == Conv2dKernel::blocked ? Conv2dKernel::im2col
+                                                             : chosen;
     std::vector<float> y(static_cast<size_t>(y_size(s))), dx(static_cast<size_t>(x_size(s))),
         dw(static_cast<size_t>(w_size(s)));
     kemu::conv2d_forward(nullptr, s, x.data(), w.data(), y.data());

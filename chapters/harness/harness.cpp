@@ -84,7 +84,7 @@ std::vector<std::string> conv_kernel_names() {
 
 void Conv::add_flags(CLI::App& app) {
   app.add_option("--conv", name, "the convolution kernel: " + conv_choices() +
-                                     " (auto: a member per shape; GPUs run direct and winograd* as named, the others as im2col)")->capture_default_str();
+                                     " (auto: a member per shape; GPUs run blocked as im2col)")->capture_default_str();
 }
 
 void Conv::apply() const {

@@ -14,7 +14,7 @@
 //                     stride-1 forward and backward_data: transformed filters and tiles, alpha^2 GEMMs,
 //                     the output transform (conv2d_winograd.cu; other shapes run kernel2)
 // conv2d_forward, conv2d_backward_data and conv2d_backward_weight, at the end of the file, run the
-// member the CPU's set_conv2d_kernel chose (automatic: im2col here).
+// member the CPU's set_conv2d_kernel chose (automatic: winograd where it fits, measured below).
 //
 // kernel2: im2col unrolls one image into col (C*KH*KW, OH*OW): row (ci, kh, kw), column (oh, ow) holds
 //   x[ci][oh*stride_h - pad_h + kh][ow*stride_w - pad_w + kw]   (0 where that falls in the padding),
@@ -257,8 +257,10 @@ void conv2d_backward_weight_im2col(Stream stream, const Conv2dShape& s, const fl
 //   direct              kernel1's three passes
 //   winograd            kernel3 F(4x4, 3x3) forward and backward_data, im2col's backward_weight
 //   winograd2           kernel3 F(2x2, 3x3), likewise
-//   anything else       kernel2 im2col: im2col itself, and automatic. automatic's rule (conv2d_auto_kernel)
-//                       was measured on a CPU; no rule has been measured on a GPU yet, so here it runs im2col.
+//   automatic           kernel3 F(4x4, 3x3) where it fits, else im2col: on an H100 (bench/README.md) it ran
+//                       4-16x im2col's GFLOP/s on every 3x3 stride-1 conv of LeNet and ResNet-18 (its 36
+//                       GEMMs span the whole batch's tiles; im2col's GEMM one image)
+//   anything else       kernel2 im2col (im2col itself; blocked, a CPU member, runs it here)
 // kernel3's launchers run im2col themselves for the shapes they do not take (not 3x3 stride 1, or, for
 // backward_data, padding above 2).
 namespace {
@@ -272,6 +274,7 @@ Passes passes(::d2l::kernels::cpu::Conv2dKernel k) {
     case Conv2dKernel::direct:
       return {conv2d_forward_direct, conv2d_backward_data_direct, conv2d_backward_weight_direct};
     case Conv2dKernel::winograd:
+    case Conv2dKernel::automatic:
       return {conv2d_forward_winograd, conv2d_backward_data_winograd, conv2d_backward_weight_im2col};
     case Conv2dKernel::winograd2:
       return {conv2d_forward_winograd2, conv2d_backward_data_winograd2, conv2d_backward_weight_im2col};
