@@ -11,6 +11,9 @@
 #   REPEATS=3         timed repeats per figure (min and median are printed; ratios use the min)
 #   RESNET=1          0 skips the ResNet-18 step (batch 256: a minute or more per side here)
 #   RESNET_BATCH=256
+#   RESNET50=1        chapter 3's ResNet-50 step (model_parallel_bench, batch 16 of 3x128x128, 1 thread
+#                     and all cores) next to bench/pytorch_resnet50.py's; 0 skips it
+#   CONV=im2col       the convolution member of our runs (--conv: im2col, auto, blocked, winograd, ...)
 #   CONCISE=1         chapter 2 too: ResNet-18 written with the layer (resnet18_layer_bench) next to
 #                     PyTorch's step, its 2 devices x 1 thread vs 1 x 1, and the Gluon lab's CNN epoch
 #                     (lab_cnn_epoch_bench) next to PyTorch's; 0 skips them
@@ -28,6 +31,8 @@ repeats=${REPEATS:-3}
 resnet=${RESNET:-1}
 resnet_batch=${RESNET_BATCH:-256}
 concise=${CONCISE:-1}
+resnet50=${RESNET50:-1}
+conv=${CONV:-im2col}
 lab_steps=${LAB_STEPS:-300}
 py=/usr/bin/python3
 here=$(cd "$(dirname "$0")" && pwd)
@@ -57,7 +62,7 @@ if ! "$py" -c 'import torch' 2>/dev/null; then
   echo "note: PyTorch is skipped: $py cannot import torch (apt-get install python3-torch)"
 fi
 
-echo "compare.sh: OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "compare.sh: --conv $conv, OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 
 # Runs a command, shows its output, and keeps its "RESULT key value" lines.
 run() {
@@ -65,7 +70,7 @@ run() {
   echo "\$ $*"
   "$@" | tee -a "$results"
 }
-ours_lenet() { run "$build/bench/lenet_epoch_bench" --steps "$steps" --repeats "$repeats" --setup "$1"; }
+ours_lenet() { run "$build/bench/lenet_epoch_bench" --steps "$steps" --repeats "$repeats" --setup "$1" --conv "$conv"; }
 torch_lenet() { [ $torch = 1 ] && run "$py" "$here/pytorch_reference.py" lenet --threads "$1" --steps "$steps" --repeats "$repeats"; }
 
 # setups OURS TORCH: our three setups, each single-device one followed by PyTorch's on as many threads.
@@ -78,17 +83,26 @@ setups() {
 }
 setups ours_lenet torch_lenet
 if [ "$resnet" = 1 ]; then
-  run "$build/bench/resnet18_step_bench" --batch "$resnet_batch" --repeats "$repeats"
+  run "$build/bench/resnet18_step_bench" --batch "$resnet_batch" --repeats "$repeats" --conv "$conv"
   [ $torch = 1 ] && run "$py" "$here/pytorch_reference.py" resnet --threads 2 --batch "$resnet_batch" --repeats "$repeats"
-  [ "$concise" = 1 ] && run "$build/bench/resnet18_layer_bench" --batch "$resnet_batch" --repeats "$repeats" --setup 1x2
+  [ "$concise" = 1 ] && run "$build/bench/resnet18_layer_bench" --batch "$resnet_batch" --repeats "$repeats" --setup 1x2 --conv "$conv"
+fi
+if [ "$resnet50" = 1 ]; then
+  need "build it first (ninja -C $build bench/model_parallel_bench) or set RESNET50=0" model_parallel_bench
+  for setup in 1x1 1xT; do
+    run "$build/bench/model_parallel_bench" --batch 16 --image 128 --repeats "$repeats" --setup "$setup" --conv "$conv"
+    t=1
+    [ "$setup" = 1xT ] && t=$(nproc)
+    [ $torch = 1 ] && { run "$py" "$here/pytorch_resnet50.py" --threads "$t" --batch 16 --image 128 --repeats "$repeats" || true; }
+  done
 fi
 if [ "$concise" = 1 ]; then
-  ours_lab() { run "$build/bench/lab_cnn_epoch_bench" --steps "$lab_steps" --repeats "$repeats" --setup "$1"; }
+  ours_lab() { run "$build/bench/lab_cnn_epoch_bench" --steps "$lab_steps" --repeats "$repeats" --setup "$1" --conv "$conv"; }
   torch_lab() { [ $torch = 1 ] && run "$py" "$here/pytorch_reference.py" labcnn --threads "$1" --steps "$lab_steps" --repeats "$repeats"; }
   setups ours_lab torch_lab
   if [ "$resnet" = 1 ]; then
-    run "$build/bench/resnet18_layer_bench" --batch "$resnet_batch" --repeats "$repeats" --setup 1x1
-    run "$build/bench/resnet18_layer_bench" --batch "$resnet_batch" --repeats "$repeats" --setup 2x1
+    run "$build/bench/resnet18_layer_bench" --batch "$resnet_batch" --repeats "$repeats" --setup 1x1 --conv "$conv"
+    run "$build/bench/resnet18_layer_bench" --batch "$resnet_batch" --repeats "$repeats" --setup 2x1 --conv "$conv"
   fi
 fi
 
@@ -114,6 +128,11 @@ line "LeNet epoch, 2 devices x 1 thread" lenet_epoch_2x1 pytorch_lenet_epoch_t2 
 awk -v a="$(get lenet_epoch_1x1)" -v b="$(get lenet_epoch_2x1)" \
   'BEGIN { if (a != "" && b != "") printf "LeNet 2 devices x 1 thread vs 1 device x 1 thread: %.2fx the throughput\n", a / b }'
 line "ResNet-18 step, batch $resnet_batch, 2 threads" resnet18_step_t2 pytorch_resnet18_step_t2 "(2 threads)"
+awk -v a="$(get resnet18_step_peak_rss_mb)" -v b="$(get pytorch_resnet18_step_peak_rss_mb)" \
+  'BEGIN { if (a != "" && b != "") printf "ResNet-18 step, peak resident memory: %.0f MB vs PyTorch %.0f MB\n", a, b }'
+cores=$(nproc)
+line "ResNet-50 step, batch 16 of 3x128x128, 1 thread " resnet50_step_1x1 pytorch_resnet50_step_t1 "(1 thread) "
+line "ResNet-50 step, batch 16 of 3x128x128, $cores threads" "resnet50_step_1x$cores" "pytorch_resnet50_step_t$cores" "($cores threads)"
 if [ "$concise" = 1 ]; then
   echo "---- chapter 2 (targets: ResNet-18 step <= 0.80x, lab CNN epoch <= 0.60x PyTorch's; 2x1 vs 1x1 >= 1.8x)"
   line "ResNet-18 step with the layer, batch $resnet_batch, 2 threads" resnet18_layer_step_1x2 pytorch_resnet18_step_t2 "(2 threads)"

@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "bench/concise_step.hpp"
+#include "bench/conv_flag.hpp"
 #include "bench/reference_loops.hpp"
 #include "core/autograd.hpp"
 #include "datasets/fashion_mnist.hpp"
@@ -67,9 +68,10 @@ bool validate(const d2l::ArrayDataset& train) {
 
 int main(int argc, char** argv) {
   b::SetupFlags flags{200, 2};
-  if (!b::parse_setup_flags(argc, argv, "--steps", 0, "usage: lab_cnn_epoch_bench [--steps N (0 = whole epochs)] [--repeats R] [--setup all|1x2|1x1|2x1]",
+  if (!b::parse_setup_flags(argc, argv, "--steps", 0, "usage: lab_cnn_epoch_bench [--steps N (0 = whole epochs)] [--repeats R] [--setup all|1x2|1x1|2x1] [--conv NAME]",
                             "error: --steps must be >= 0, --repeats >= 1, --setup one of all, 1x2, 1x1, 2x1", flags))
     return 2;
+  if (!b::apply_conv(flags.conv)) return 2;
   const int steps = static_cast<int>(flags.count), repeats = flags.repeats;
   const std::string only = flags.setup;
   b::banner("lab_cnn_epoch_bench: the Gluon lab's CNN (chapter 2), seconds per epoch on Fashion-MNIST");

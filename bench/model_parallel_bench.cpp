@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "bench/bench_util.hpp"
+#include "bench/conv_flag.hpp"
 #include "chapters/model_parallel/experiment.hpp"
 #include "chapters/model_parallel/pipeline_resnet50.hpp"
 #include "core/autograd.hpp"
@@ -95,6 +96,7 @@ struct Args {
   int repeats = 2;
   std::vector<int64_t> sweep{1, 3, 5, 8, 10, 12, 20, 40, 60};
   std::string setup = "all";
+  std::string conv = "im2col";                   // the convolution member (--conv, as the chapter's)
   std::vector<std::string> schedules{"gpipe"};  // pp: each of these (gpipe, 1f1b, zb-h1)
   std::string checkpoint = "never";              // pp: recomputation
   bool balance = false;                          // pp: cut by each block's measured time
@@ -131,6 +133,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--split")) a.split = std::atoll(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--sweep")) a.sweep = parse_list(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--setup")) a.setup = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--conv")) a.conv = argv[i + 1];
     else if (!std::strcmp(argv[i], "--schedules")) {
       a.schedules.clear();
       std::stringstream ss(argv[i + 1]);
@@ -139,7 +142,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--balance")) a.balance = std::atoi(argv[i + 1]) != 0;
     else {
       std::fprintf(stderr, "usage: model_parallel_bench [--batch N] [--image S] [--repeats R] [--split S] [--sweep a,b,c] "
-                           "[--setup all|1xT|1x1|mp|pp|sweep] [--schedules gpipe,1f1b,zb-h1] [--checkpoint never] [--balance 0|1]\n");
+                           "[--setup all|1xT|1x1|mp|pp|sweep] [--schedules gpipe,1f1b,zb-h1] [--checkpoint never] [--balance 0|1] [--conv NAME]\n");
       return 2;
     }
   }
@@ -147,6 +150,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: need --batch >= 1, --image >= 33, --repeats >= 1, 1 <= --split <= --batch\n");
     return 2;
   }
+  if (!b::apply_conv(a.conv)) return 2;
   b::banner("model_parallel_bench: ResNet-50 training step (chapter 3's train(model), one batch)");
   if (!validate()) return 1;
   auto want = [&](const char* s) { return a.setup == "all" || a.setup == s; };

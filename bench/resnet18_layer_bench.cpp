@@ -18,6 +18,7 @@
 #include "bench/reference_loops.hpp"
 
 #include "bench/concise_step.hpp"
+#include "bench/conv_flag.hpp"
 #include "core/autograd.hpp"
 
 namespace b = d2l::bench;
@@ -48,9 +49,10 @@ bool validate() {
 
 int main(int argc, char** argv) {
   b::SetupFlags flags{256, 3};
-  if (!b::parse_setup_flags(argc, argv, "--batch", 2, "usage: resnet18_layer_bench [--batch N] [--repeats R] [--setup all|1x2|1x1|2x1]",
+  if (!b::parse_setup_flags(argc, argv, "--batch", 2, "usage: resnet18_layer_bench [--batch N] [--repeats R] [--setup all|1x2|1x1|2x1] [--conv NAME]",
                             "error: --batch must be >= 2, --repeats >= 1, --setup one of all, 1x2, 1x1, 2x1", flags))
     return 2;
+  if (!b::apply_conv(flags.conv)) return 2;
   const int64_t batch = flags.count;
   const int repeats = flags.repeats;
   const std::string only = flags.setup;

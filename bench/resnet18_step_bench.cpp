@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "bench/bench_util.hpp"
+#include "bench/conv_flag.hpp"
 #include "core/autograd.hpp"
 #include "core/ops.hpp"
 #include "core/rng.hpp"
@@ -135,11 +136,13 @@ bool validate() {
 int main(int argc, char** argv) {
   int64_t batch = 256;
   int repeats = 3;
+  std::string conv = "im2col";
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--batch") && i + 1 < argc) batch = std::atoll(argv[++i]);
     else if (!std::strcmp(argv[i], "--repeats") && i + 1 < argc) repeats = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--conv") && i + 1 < argc) conv = argv[++i];
     else {
-      std::fprintf(stderr, "usage: resnet18_step_bench [--batch N] [--repeats R]\n");
+      std::fprintf(stderr, "usage: resnet18_step_bench [--batch N] [--repeats R] [--conv NAME]\n");
       return 2;
     }
   }
@@ -147,6 +150,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: --batch and --repeats must be >= 1\n");
     return 2;
   }
+  if (!b::apply_conv(conv)) return 2;
   const int threads = d2l::use_devices({kDev});
   b::banner("resnet18_step_bench: d2l's ResNet-18 (small-image variant) training step, core ops on cpu(0)");
   d2l::manual_seed(0);

@@ -1,0 +1,26 @@
+// --conv for the benchmarks of whole networks: the chapter programs' flag (chapters/harness).
+#pragma once
+#include <cstdio>
+#include <exception>
+#include <string>
+
+#include "chapters/harness/harness.hpp"
+
+namespace d2l::bench {
+
+// --conv NAME: selects the convolution member as the chapter programs' --conv does (chapters/harness);
+// false, with the harness's error line, for a name it does not know.
+inline bool apply_conv(const std::string& name) {
+  harness::Conv conv;
+  conv.name = name;
+  try {
+    conv.apply();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return false;
+  }
+  std::printf("  conv2d member: %s\n", name.c_str());
+  return true;
+}
+
+}  // namespace d2l::bench
