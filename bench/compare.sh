@@ -90,7 +90,7 @@ fi
 if [ "$resnet50" = 1 ]; then
   need "build it first (ninja -C $build bench/model_parallel_bench) or set RESNET50=0" model_parallel_bench
   for setup in 1x1 1xT; do
-    run "$build/bench/model_parallel_bench" --batch 16 --image 128 --repeats "$repeats" --setup "$setup" --conv "$conv"
+    run "$build/bench/model_parallel_bench" --batch 16 --image 128 --split 16 --repeats "$repeats" --setup "$setup" --conv "$conv"
     t=1
     [ "$setup" = 1xT ] && t=$(nproc)
     [ $torch = 1 ] && { run "$py" "$here/pytorch_resnet50.py" --threads "$t" --batch 16 --image 128 --repeats "$repeats" || true; }
