@@ -130,12 +130,14 @@ std::vector<float> grad_x(const Ctx& c, const Conv2dShape& s, const std::vector<
   f(c, s, dy.data(), w.data(), dx.data());
   return dx;
 }
-// kernel3's and kernel4's backward_weight is kernel2's.
+// kernel3's backward_weight is kernel2's.
 std::vector<float> grad_w(const Ctx& c, const Conv2dShape& s, const std::vector<float>& x,
                           const std::vector<float>& dy, Conv2dKernel m = Conv2dKernel::im2col) {
   std::vector<float> dw(static_cast<size_t>(w_size(s)), -7.0f);
-  (m == Conv2dKernel::direct ? k::conv2d_backward_weight_direct : k::conv2d_backward_weight_im2col)(c, s, x.data(),
-                                                                                                   dy.data(), dw.data());
+  const auto f = m == Conv2dKernel::direct    ? k::conv2d_backward_weight_direct
+                 : m == Conv2dKernel::blocked ? k::conv2d_backward_weight_blocked
+                                              : k::conv2d_backward_weight_im2col;
+  f(c, s, x.data(), dy.data(), dw.data());
   return dw;
 }
 
@@ -450,6 +452,8 @@ TEST_CASE("conv2d kernel4 (blocked): every vector width this CPU runs matches ke
       const auto dx1 = d2l::test::to_double(grad_x(c, s, r, w, Conv2dKernel::direct));
       CHECK(close(y1, forward(c, s, x, w, Conv2dKernel::blocked), 2 * kKernel1Tol * rms(y1), 0, "y"));
       CHECK(close(dx1, grad_x(c, s, r, w, Conv2dKernel::blocked), 2 * kKernel1Tol * rms(dx1), 0, "dx"));
+      const auto dw1 = d2l::test::to_double(grad_w(c, s, x, r, Conv2dKernel::direct));
+      CHECK(close(dw1, grad_w(c, s, x, r, Conv2dKernel::blocked), 2 * kKernel1Tol * rms(dw1), 0, "dw"));
     }
   }
   k::set_conv2d_blocked_isa(best);

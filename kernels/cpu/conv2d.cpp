@@ -13,7 +13,7 @@
 //                     (2.25x) fewer flops (conv2d_winograd.cpp; other shapes run kernel2)
 //   kernel4  blocked  direct loops on a filter blocked by output channels, vectorised over them (16
 //                     or 8 floats, the CPU's widest), no im2col buffer (conv2d_blocked.cpp;
-//                     backward_data for stride 1, other strides and backward_weight run kernel2)
+//                     backward_data for stride 1, other strides run kernel2's; backward_weight)
 //   automatic         a member per shape (conv2d_auto_kernel, below)
 // conv2d_forward, conv2d_backward_data and conv2d_backward_weight, at the end of the file, run the
 // member set_conv2d_kernel chose: the one place the choice is made. tests/test_conv2d.cpp checks
@@ -408,7 +408,7 @@ static Conv2dKernel member(const Conv2dShape& s) {
   return k == Conv2dKernel::automatic ? conv2d_auto_kernel(s) : k;
 }
 
-// Each member's three passes. Winograd and blocked do not pay for backward_weight (its "filter" would be dy,
+// Each member's three passes. Winograd does not pay for backward_weight (its "filter" would be dy,
 // OH x OW): im2col's there.
 using Pass = void (*)(const Ctx&, const Conv2dShape&, const float*, const float*, float*);
 struct Passes {
@@ -423,7 +423,7 @@ static Passes passes(Conv2dKernel k) {
     case Conv2dKernel::winograd2:
       return {conv2d_forward_winograd2, conv2d_backward_data_winograd2, conv2d_backward_weight_im2col};
     case Conv2dKernel::blocked:
-      return {conv2d_forward_blocked, conv2d_backward_data_blocked, conv2d_backward_weight_im2col};
+      return {conv2d_forward_blocked, conv2d_backward_data_blocked, conv2d_backward_weight_blocked};
     default:
       return {conv2d_forward_im2col, conv2d_backward_data_im2col, conv2d_backward_weight_im2col};
   }

@@ -87,7 +87,7 @@ void conv2d_backward_data_winograd(const Ctx& c, const Conv2dShape& s, const flo
 void conv2d_forward_winograd2(const Ctx& c, const Conv2dShape& s, const float* x, const float* w, float* y);
 void conv2d_backward_data_winograd2(const Ctx& c, const Conv2dShape& s, const float* dy, const float* w, float* dx);
 // kernel4 (conv2d_blocked.cpp): forward on any shape; backward_data where conv2d_blocked_fits_backward_data
-// (stride 1, pad <= K - 1), else kernel2's. Its vector width is the CPU's (BlockedIsa, read at start-up;
+// (stride 1, pad <= K - 1, C >= 4), else kernel2's; backward_weight. Its vector width is the CPU's (BlockedIsa, read at start-up;
 // set_conv2d_blocked_isa forces one of conv2d_blocked_isas(), those this CPU runs, portable first).
 enum class BlockedIsa { portable, avx2, avx512 };
 std::vector<BlockedIsa> conv2d_blocked_isas();
@@ -98,6 +98,9 @@ int blocked_vector_floats(BlockedIsa isa);  // 4 (portable: SSE's registers), 8 
 bool conv2d_blocked_fits_backward_data(const Conv2dShape& s);
 void conv2d_forward_blocked(const Ctx& c, const Conv2dShape& s, const float* x, const float* w, float* y);
 void conv2d_backward_data_blocked(const Ctx& c, const Conv2dShape& s, const float* dy, const float* w, float* dx);
+// kernel4's dw (windows of 4+ taps and C >= 4; else kernel2's): vectorised over output channels, each
+// value summed over images and positions in order
+void conv2d_backward_weight_blocked(const Ctx& c, const Conv2dShape& s, const float* x, const float* dy, float* dw);
 
 // ---- pool2d.cpp: the shape of a 2-D pooling window; the kernels are the pool2d op's own
 // (core/ops/pool2d.cpp). x (N, C, H, W) -> y (N, C, OH, OW).
