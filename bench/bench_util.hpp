@@ -105,7 +105,7 @@ struct SetupFlags {
   int64_t count;
   int repeats;
   std::string setup = "all";
-  std::string conv = "im2col";  // --conv: the convolution member (bench/conv_flag.hpp applies it)
+  std::string conv = "auto";  // --conv: the convolution member (bench/conv_flag.hpp applies it)
 };
 inline bool parse_setup_flags(int argc, char** argv, const char* count_flag, int64_t min_count, const char* usage,
                               const char* error, SetupFlags& f) {

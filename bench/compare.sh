@@ -13,7 +13,7 @@
 #   RESNET_BATCH=256
 #   RESNET50=1        chapter 3's ResNet-50 step (model_parallel_bench, batch 16 of 3x128x128, 1 thread
 #                     and all cores) next to bench/pytorch_resnet50.py's; 0 skips it
-#   CONV=im2col       the convolution member of our runs (--conv: im2col, auto, blocked, winograd, ...)
+#   CONV=auto         the convolution member of our runs (--conv: im2col, auto, blocked, winograd, ...)
 #   CONCISE=1         chapter 2 too: ResNet-18 written with the layer (resnet18_layer_bench) next to
 #                     PyTorch's step, its 2 devices x 1 thread vs 1 x 1, and the Gluon lab's CNN epoch
 #                     (lab_cnn_epoch_bench) next to PyTorch's; 0 skips them
@@ -32,7 +32,7 @@ resnet=${RESNET:-1}
 resnet_batch=${RESNET_BATCH:-256}
 concise=${CONCISE:-1}
 resnet50=${RESNET50:-1}
-conv=${CONV:-im2col}
+conv=${CONV:-auto}
 lab_steps=${LAB_STEPS:-300}
 py=/usr/bin/python3
 here=$(cd "$(dirname "$0")" && pwd)

@@ -96,7 +96,7 @@ struct Args {
   int repeats = 2;
   std::vector<int64_t> sweep{1, 3, 5, 8, 10, 12, 20, 40, 60};
   std::string setup = "all";
-  std::string conv = "im2col";                   // the convolution member (--conv, as the chapter's)
+  std::string conv = "auto";                     // the convolution member (--conv, as the chapter's)
   std::vector<std::string> schedules{"gpipe"};  // pp: each of these (gpipe, 1f1b, zb-h1)
   std::string checkpoint = "never";              // pp: recomputation
   bool balance = false;                          // pp: cut by each block's measured time

@@ -136,7 +136,7 @@ bool validate() {
 int main(int argc, char** argv) {
   int64_t batch = 256;
   int repeats = 3;
-  std::string conv = "im2col";
+  std::string conv = "auto";
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--batch") && i + 1 < argc) batch = std::atoll(argv[++i]);
     else if (!std::strcmp(argv[i], "--repeats") && i + 1 < argc) repeats = std::atoi(argv[++i]);

@@ -181,7 +181,7 @@ TEST_CASE("set_conv2d_kernel chooses the member conv2d_forward runs") {
   const Conv2dShape s{2, 3, 13, 11, 4, 3, 5, 2, 2, 1, 2};
   const Ctx c = d2l::kernels::cpu::serial_ctx();
   auto x = lcg_data(x_size(s), 1), w = lcg_data(w_size(s), 2), r = lcg_data(y_size(s), 3);
-  REQUIRE(k::conv2d_kernel() == Conv2dKernel::im2col);  // the default
+  REQUIRE(k::conv2d_kernel() == Conv2dKernel::automatic);  // the default
   std::vector<Conv2dKernel> members = kMembers;
   members.push_back(Conv2dKernel::automatic);
   for (Conv2dKernel chosen : members) {
@@ -196,7 +196,7 @@ TEST_CASE("set_conv2d_kernel chooses the member conv2d_forward runs") {
     CHECK(dx == grad_x(c, s, r, w, m));
     CHECK(dw == grad_w(c, s, x, r, m));
   }
-  k::set_conv2d_kernel(Conv2dKernel::im2col);
+  k::set_conv2d_kernel(Conv2dKernel::automatic);
 }
 
 // automatic runs kernel3 F(4x4, 3x3) only on 3x3 stride-1 convs with 16+ channels and at least one
@@ -221,7 +221,7 @@ TEST_CASE("conv2d automatic picks winograd for many tiles per channel, im2col ot
   std::vector<float> y(static_cast<size_t>(y_size(many))), dx(static_cast<size_t>(x_size(many)));
   k::conv2d_forward(c, many, x.data(), w.data(), y.data());
   k::conv2d_backward_data(c, many, r.data(), w.data(), dx.data());
-  k::set_conv2d_kernel(Conv2dKernel::im2col);
+  k::set_conv2d_kernel(Conv2dKernel::automatic);
   k::set_conv2d_blocked_isa(best);
   CHECK(y == forward(c, many, x, w, Conv2dKernel::winograd));
   CHECK(dx == grad_x(c, many, r, w, Conv2dKernel::winograd));
@@ -603,7 +603,7 @@ TEST_CASE("GPU kernel3 winograd (emulated) falls back to im2col where it does no
 TEST_CASE("GPU conv2d (emulated) runs the member set_conv2d_kernel chose") {
   const Conv2dShape s{2, 5, 9, 7, 6, 3, 3, 1, 1, 1, 1};
   auto x = lcg_data(x_size(s), 30), w = lcg_data(w_size(s), 31), r = lcg_data(y_size(s), 32);
-  REQUIRE(k::conv2d_kernel() == Conv2dKernel::im2col);
+  REQUIRE(k::conv2d_kernel() == Conv2dKernel::automatic);
   // The members give different bits here, so the checks below can tell them apart.
   CHECK(gpu_forward(nullptr, s, x, w, Conv2dKernel::winograd) != gpu_forward(nullptr, s, x, w, Conv2dKernel::im2col));
   CHECK(gpu_forward(nullptr, s, x, w, Conv2dKernel::winograd2) != gpu_forward(nullptr, s, x, w, Conv2dKernel::winograd));
@@ -619,7 +619,7 @@ TEST_CASE("GPU conv2d (emulated) runs the member set_conv2d_kernel chose") {
     kemu::conv2d_forward(nullptr, s, x.data(), w.data(), y.data());
     kemu::conv2d_backward_data(nullptr, s, r.data(), w.data(), dx.data());
     kemu::conv2d_backward_weight(nullptr, s, x.data(), r.data(), dw.data());
-    k::set_conv2d_kernel(Conv2dKernel::im2col);
+    k::set_conv2d_kernel(Conv2dKernel::automatic);
     CHECK(y == gpu_forward(nullptr, s, x, w, m));
     CHECK(dx == gpu_grad_x(nullptr, s, r, w, m));
     CHECK(dw == gpu_grad_w(nullptr, s, x, r, m));

@@ -206,6 +206,7 @@ TEST_CASE("naive and ring allreduce over three emulated GPUs give the host's sum
 
 TEST_CASE("conv2d on emu(0) follows --gemm: the CPU GEMM for cublas, the emulated kernel for tiled") {
   emus(1);
+  kernels::cpu::set_conv2d_kernel(kernels::cpu::Conv2dKernel::im2col);  // the member with one im2col launch
   const auto xv = test::lcg_data(2 * 3 * 6 * 6, 11), wv = test::lcg_data(4 * 3 * 3 * 3, 12);
   const auto bv = test::lcg_data(4, 13);
   const Tensor x = Tensor::from_vector(xv, {2, 3, 6, 6}, emu(0)), w = Tensor::from_vector(wv, {4, 3, 3, 3}, emu(0));
@@ -228,4 +229,5 @@ TEST_CASE("conv2d on emu(0) follows --gemm: the CPU GEMM for cublas, the emulate
     CHECK(err <= 1e-4);
   }
   detail::set_gemm("cublas");
+  kernels::cpu::set_conv2d_kernel(kernels::cpu::Conv2dKernel::automatic);  // the default
 }

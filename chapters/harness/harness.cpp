@@ -58,8 +58,8 @@ struct ConvName {
   Conv2dKernel kernel;
 };
 const ConvName kConvNames[] = {
-    {"im2col", Conv2dKernel::im2col},  // the family's default member (kernels/cpu/conv2d.cpp)
-    {"auto", Conv2dKernel::automatic},  // a member per shape (conv2d_auto_kernel)
+    {"im2col", Conv2dKernel::im2col},  // the textbook member (kernels/cpu/conv2d.cpp)
+    {"auto", Conv2dKernel::automatic},  // a member per shape (conv2d_auto_kernel): the default
     {"direct", Conv2dKernel::direct},
     {"winograd", Conv2dKernel::winograd},
     {"winograd2", Conv2dKernel::winograd2},

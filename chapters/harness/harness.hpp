@@ -52,10 +52,9 @@ struct Trace {
 };
 
 // ---- --conv: the CPU convolution kernel family (kernels/cpu/conv2d.cpp). The names, one line each
-// in harness.cpp's table (conv_kernel_names); "im2col" is the family's default member, "auto" picks
-// one per shape.
+// in harness.cpp's table (conv_kernel_names); "auto", the default, picks one per shape.
 struct Conv {
-  std::string name = "im2col";
+  std::string name = "auto";
 
   void add_flags(CLI::App& app);
   // Checks the name (ConfigError "bad --conv 'x': expected im2col, auto, direct, winograd, winograd2 or blocked") and selects the

@@ -15,7 +15,7 @@ TEST_CASE("--conv: each name selects its member of the convolution family; a bad
   const Conv2dKernel before = kernels::cpu::conv2d_kernel();
   CHECK(harness::conv_kernel_names() == std::vector<std::string>{"im2col", "auto", "direct", "winograd", "winograd2", "blocked"});
   harness::Conv conv;
-  CHECK(conv.name == "im2col");  // the default
+  CHECK(conv.name == "auto");  // the default
   const std::pair<const char*, Conv2dKernel> members[] = {{"direct", Conv2dKernel::direct},
                                                           {"auto", Conv2dKernel::automatic},
                                                           {"winograd", Conv2dKernel::winograd},

@@ -206,7 +206,7 @@ TEST_CASE("--conv direct, winograd, blocked and auto train the nets of --conv im
     none.train_subset = c.batch_size;
     CHECK(max_rel_diff(values(concise::train(none), cpu(0)), values(im2col, cpu(0))) > 1e-3);
   }
-  conv.name = "im2col";
+  conv.name = "auto";  // the default
   conv.apply();
 }
 

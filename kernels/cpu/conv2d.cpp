@@ -6,15 +6,15 @@
 //
 //   kernel1  direct   the loops of the definition, forward and both backward passes: the reference,
 //                     read it first (conv2d_*_direct)
-//   kernel2  im2col   im2col + the GEMM (+ col2im for backward_data) over chunks of images: the tuned
-//                     default (conv2d_*_im2col)
+//   kernel2  im2col   im2col + the GEMM (+ col2im for backward_data) over chunks of images: the
+//                     textbook method (conv2d_*_im2col)
 //   kernel3  winograd Winograd's minimal filtering F(4x4, 3x3) (winograd2: F(2x2, 3x3)) for 3x3
 //                     stride-1 forward and backward_data: alpha^2 GEMMs on transformed tiles, 4x
 //                     (2.25x) fewer flops (conv2d_winograd.cpp; other shapes run kernel2)
 //   kernel4  blocked  direct loops on a filter blocked by output channels, vectorised over them (16
 //                     or 8 floats, the CPU's widest), no im2col buffer (conv2d_blocked.cpp;
 //                     backward_data for stride 1, other strides run kernel2's; backward_weight)
-//   automatic         a member per shape (conv2d_auto_kernel, below)
+//   automatic         a member per shape (conv2d_auto_kernel, below): the default
 // conv2d_forward, conv2d_backward_data and conv2d_backward_weight, at the end of the file, run the
 // member set_conv2d_kernel chose: the one place the choice is made. tests/test_conv2d.cpp checks
 // every member against kernel1 and against a double-precision reference. kernels/cuda/conv2d.cu has
@@ -372,7 +372,7 @@ void conv2d_backward_weight_im2col(const Ctx& c, const Conv2dShape& s, const flo
 
 // ======== the choice: one place ========
 
-static std::atomic<Conv2dKernel> g_conv2d_kernel{Conv2dKernel::im2col};
+static std::atomic<Conv2dKernel> g_conv2d_kernel{Conv2dKernel::automatic};  // the default: a member per shape
 void set_conv2d_kernel(Conv2dKernel k) { g_conv2d_kernel.store(k, std::memory_order_relaxed); }
 Conv2dKernel conv2d_kernel() { return g_conv2d_kernel.load(std::memory_order_relaxed); }
 

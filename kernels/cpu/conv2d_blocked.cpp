@@ -77,8 +77,8 @@ void pad_image(const Conv2dShape& s, const Plan& pl, const float* x_n, float* xp
   }
 }
 
-// backward_weight's items: (block ob of V output channels, input channel ci); dyb is dy in blocks,
-// dyb[ob][n][p][v] = dy[n][ob*V + v][p] (0 past OC), and tapoff[k] = kh*Wp + kw (the tap list is padded
+// backward_weight's items: the input channels ci, for one block ob of V output channels; dyb is that
+// block's dy, dyb[n][p][v] = dy[n][ob*V + v][p] (0 past OC), and tapoff[k] = kh*Wp + kw (the tap list is padded
 // past KH*KW with repeats of the last tap, computed and not stored).
 struct WeightJob {
   Plan pl;
@@ -87,6 +87,7 @@ struct WeightJob {
   float* dw;
   const Workspace* workspace;
   const int64_t* tapoff;
+  int64_t ob;  // the block of output channels this pass computes
 };
 
 // xp[n][ih + pad_h][iw + pad_w] = x[n][ci][ih][iw] for every image n, 0 around.
@@ -182,26 +183,26 @@ void backward_weight_blocked(const Ctx& c, const Conv2dShape& s, const float* x,
                              WeightItems run) {
   const int64_t OB = (s.OC + V - 1) / V, KK = s.KH * s.KW;
   const Plan pl{s, s.H + 2 * s.pad_h, s.W + 2 * s.pad_w, s.OH() * s.OW()};
-  Scratch<float> dyb_buf(c.workspace, OB * s.N * pl.P * V);
-  float* dyb = dyb_buf.data();
-  c.parallel_for(OB * s.N, [&](int64_t b, int64_t e) {  // dyb[ob][n][p][v] = dy[n][ob*V + v][p]
-    for (int64_t item = b; item < e; ++item) {
-      const int64_t ob = item / s.N, n = item % s.N;
-      float* out = dyb + item * pl.P * V;
-      for (int64_t v = 0; v < V; ++v) {
-        const int64_t oc = ob * V + v;
-        const float* src = dy + (n * s.OC + oc) * pl.P;
-        for (int64_t p = 0; p < pl.P; ++p) out[p * V + v] = oc < s.OC ? src[p] : 0.0f;
-      }
-    }
-  });
   std::vector<int64_t> tapoff(static_cast<size_t>(KK + kMaxR));
   for (int64_t k = 0; k < KK + kMaxR; ++k) {
     const int64_t kk = std::min(k, KK - 1);
     tapoff[k] = (kk / s.KW) * pl.Wp + kk % s.KW;
   }
-  const WeightJob job{pl, x, dyb, dw, c.workspace, tapoff.data()};
-  c.parallel_for(OB * s.C, [&](int64_t b, int64_t e) { run(job, b, e); });
+  Scratch<float> dyb_buf(c.workspace, s.N * pl.P * V);  // one block's dy at a time: 1/OB of dy
+  float* dyb = dyb_buf.data();
+  for (int64_t ob = 0; ob < OB; ++ob) {
+    c.parallel_for(s.N, [&](int64_t b, int64_t e) {  // dyb[n][p][v] = dy[n][ob*V + v][p]
+      for (int64_t n = b; n < e; ++n)
+        for (int64_t v = 0; v < V; ++v) {
+          const int64_t oc = ob * V + v;
+          const float* src = dy + (n * s.OC + oc) * pl.P;
+          float* out = dyb + n * pl.P * V + v;
+          for (int64_t p = 0; p < pl.P; ++p) out[p * V] = oc < s.OC ? src[p] : 0.0f;
+        }
+    });
+    const WeightJob job{pl, x, dyb, dw, c.workspace, tapoff.data(), ob};
+    c.parallel_for(s.C, [&](int64_t b, int64_t e) { run(job, b, e); });
+  }
 }
 
 BlockedIsa best_isa() {

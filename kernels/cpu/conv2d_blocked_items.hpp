@@ -69,15 +69,17 @@ void items(const Job& j, int64_t begin, int64_t end) {
 }
 
 // backward_weight: dw for the V output channels of block ob and RT taps k0.. of the window (tapoff: kh*Wp + kw
-// of each), summed over every image and output position: acc[r] += x(n, position, tap r) * dy(n, position).
+// of each), summed over every image and output position: acc[r] += x(n, position, tap r) * dy(n, position),
+// one image at a time (a sum of N per-image sums rounds less than one sum of N*P products).
 // xp holds input channel ci of every image, zero-padded (N planes of Hp*Wp); dyb the block's dy, (N, P, V).
 template <int RT>
 [[gnu::always_inline]] inline void weight_tile(const WeightJob& j, const float* xp, const float* dyb,
                                                const int64_t* tapoff, float* out) {
   const Conv2dShape& s = j.pl.s;
   const int64_t OH = s.OH(), OW = s.OW(), plane = j.pl.Hp * j.pl.Wp;
-  Vec acc[RT][NV] = {};
-  for (int64_t n = 0; n < s.N; ++n) {
+  Vec total[RT][NV] = {};
+  for (int64_t n = 0; n < s.N; ++n) {  // per image a sum over its positions, then added to the total
+    Vec acc[RT][NV] = {};
     const float* xn = xp + n * plane;
     const float* dyn = dyb + n * j.pl.P * V;
     for (int64_t oh = 0; oh < OH; ++oh) {
@@ -94,11 +96,15 @@ template <int RT>
         }
       }
     }
+#pragma GCC unroll 16
+    for (int r = 0; r < RT; ++r)
+#pragma GCC unroll 4
+      for (int jv = 0; jv < NV; ++jv) total[r][jv] += acc[r][jv];
   }
-  std::memcpy(out, acc, sizeof acc);
+  std::memcpy(out, total, sizeof total);
 }
 
-// Items [begin, end) of (block ob, input channel ci): pads channel ci of every image once, then sums
+// Items [begin, end): input channels ci of block j.ob; pads channel ci of every image once, then sums
 // each chunk of R taps of its KH*KW (the last chunk's taps past KH*KW repeat the last one).
 void weight_items(const WeightJob& j, int64_t begin, int64_t end) {
   const Conv2dShape& s = j.pl.s;
@@ -106,14 +112,10 @@ void weight_items(const WeightJob& j, int64_t begin, int64_t end) {
   Scratch<float> xp_buf(j.workspace, s.N * plane);
   float* xp = xp_buf.data();
   alignas(64) float out[R * V];
-  int64_t padded_ci = -1;
-  for (int64_t item = begin; item < end; ++item) {
-    const int64_t ob = item / s.C, ci = item % s.C;
-    if (ci != padded_ci) {
-      pad_channel(s, j.pl, j.x, ci, xp);
-      padded_ci = ci;
-    }
-    const float* dyb = j.dyb + ob * s.N * j.pl.P * V;
+  for (int64_t ci = begin; ci < end; ++ci) {
+    const int64_t ob = j.ob;
+    pad_channel(s, j.pl, j.x, ci, xp);
+    const float* dyb = j.dyb;
     for (int64_t k = 0; k < KK; k += R) {  // a 3x3 window: one tile of 12 taps, 9 of them stored
       weight_tile<R>(j, xp, dyb, j.tapoff + k, out);
       store_weight_tile(s, V, out, std::min<int64_t>(R, KK - k), j.dw, ob, ci, k);

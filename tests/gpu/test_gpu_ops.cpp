@@ -146,7 +146,7 @@ TEST_CASE("conv2d's members on GPU 0 (direct, im2col, winograd, winograd2) match
       CHECK(diff < (m == Conv2dKernel::winograd ? 1e-3 : 1e-4));
     }
   }
-  kernels::cpu::set_conv2d_kernel(Conv2dKernel::im2col);
+  kernels::cpu::set_conv2d_kernel(Conv2dKernel::automatic);  // the default
 }
 
 TEST_CASE("the smoke MLP on GPUs gives the CPU devices' losses within 1e-4") {
