@@ -4,7 +4,7 @@
 // kernel1 computes one output at a time: per output, C*KH*KW scalar products. kernel4 computes a tile
 // of R output positions for a block of V output channels at once, in R vector registers of V floats:
 //
-//     for ci, kh, kw:                                  (the window, as in kernel1)
+//     for each tap (ci, kh, kw) of the window:          (kernel1's loops, flattened)
 //       wv = wb[ob][ci][kh][kw][0..V)                  one vector load: V filters' tap
 //       for r in 0..R:  acc[r] += x(position r, ci, kh, kw) * wv     one broadcast, one FMA
 //
@@ -18,15 +18,17 @@
 // channels) is written to y's V planes.
 //
 // The vector width comes from the CPU, at run time: AVX-512 (V = 16), AVX2 with FMA (V = 8) or a
-// portable build (V = 8 as two SSE vectors, or whatever the compiler makes of GCC's vector types).
-// The loops (conv2d_blocked_items.hpp) are compiled three times, each in its ISA's target region; the first
-// call reads the CPU's features (__builtin_cpu_supports) and set_conv2d_blocked_isa can force one
-// (tests run every one the CPU has). Each output is one sum in the order ci, kh, kw, so results do not
-// depend on the thread count; they differ between ISAs only in FMA's rounding.
+// portable build (V = 8 as two 4-float vectors: SSE, or whatever the compiler makes of GCC's vector
+// types). The loops (conv2d_blocked_items.hpp) are compiled three times, each in its ISA's target
+// region; start-up reads the CPU's features (__builtin_cpu_supports) and set_conv2d_blocked_isa can
+// force one (tests run every one the CPU has). Each output is one sum in the order ci, kh, kw, so
+// results do not depend on the thread count; they differ between ISAs only in FMA's rounding.
 //
 // backward_data of a stride-1 convolution is itself one: dx = dy convolved with the filter turned by
-// 180 degrees, input and output channels swapped, padding K - 1 - pad. Other strides, and
-// backward_weight, are kernel2's.
+// 180 degrees, input and output channels swapped, padding K - 1 - pad (the repacking turns it).
+// backward_weight is the same tile with the roles swapped: R taps of the window x V output channels,
+// summed over positions (per image, then over the images). Other strides' backward_data, 1x1 windows'
+// backward_weight and first layers (C < 4) run kernel2's passes.
 #include <algorithm>
 #include <atomic>
 #include <cstring>

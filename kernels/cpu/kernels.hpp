@@ -52,10 +52,11 @@ void bias_add_backward(const Ctx& c, const float* dy, float* db, int64_t outer, 
 // ---- conv2d.cpp: x (N, C, H, W), w (OC, C, KH, KW), y (N, OC, OH, OW); no bias (bias_add does
 // that). Backward: dx and dw are overwritten (not accumulated). A family of kernels with the same
 // arguments: kernel1 direct (the definition's loops, the reference), kernel2 im2col (im2col + the
-// GEMM + col2im, the default), kernel3 winograd (conv2d_winograd.cpp: F(4x4, 3x3); winograd2 is
+// GEMM + col2im, the textbook method), kernel3 winograd (conv2d_winograd.cpp: F(4x4, 3x3); winograd2 is
 // F(2x2, 3x3)) for 3x3 stride-1 forward and backward_data (other shapes, and backward_weight, run
 // im2col), kernel4 blocked (conv2d_blocked.cpp: direct loops vectorised over blocks of output
-// channels, no im2col buffer). automatic picks a member per shape (conv2d_auto_kernel; `auto` is a keyword).
+// channels, no im2col buffer). automatic, the default, picks a member per shape (conv2d_auto_kernel;
+// `auto` is a keyword).
 // conv2d_forward / _backward_data / _backward_weight run the member set_conv2d_kernel chose (for
 // every device thread of the process).
 struct Conv2dShape {
@@ -87,8 +88,9 @@ void conv2d_backward_data_winograd(const Ctx& c, const Conv2dShape& s, const flo
 void conv2d_forward_winograd2(const Ctx& c, const Conv2dShape& s, const float* x, const float* w, float* y);
 void conv2d_backward_data_winograd2(const Ctx& c, const Conv2dShape& s, const float* dy, const float* w, float* dx);
 // kernel4 (conv2d_blocked.cpp): forward on any shape; backward_data where conv2d_blocked_fits_backward_data
-// (stride 1, pad <= K - 1, C >= 4), else kernel2's; backward_weight. Its vector width is the CPU's (BlockedIsa, read at start-up;
-// set_conv2d_blocked_isa forces one of conv2d_blocked_isas(), those this CPU runs, portable first).
+// (stride 1, pad <= K - 1, C >= 4), else kernel2's; backward_weight. Its vector width is the CPU's
+// (BlockedIsa, read at start-up; set_conv2d_blocked_isa forces one of conv2d_blocked_isas(), those
+// this CPU runs, portable first).
 enum class BlockedIsa { portable, avx2, avx512 };
 std::vector<BlockedIsa> conv2d_blocked_isas();
 BlockedIsa conv2d_blocked_isa();
