@@ -65,10 +65,16 @@ void DeferWeightGrads::run(std::vector<Work>& work) {
   work.clear();
 }
 
+// A deferred weight gradient is complete when W adds it: the gradient-ready hooks hear of the leaf
+// then (backward() does not call them for it), so DDP's buckets never pack a gradient still to come.
 bool defer_weight_grad(const Tensor& w, std::function<Tensor()> make) {
   if (!g_defer || w.impl().grad_fn || !w.impl().requires_grad) return false;
   if (std::find(g_defer->keep_.begin(), g_defer->keep_.end(), w.ptr().get()) != g_defer->keep_.end()) return false;
-  g_defer->work_.push_back([leaf = w.ptr(), make = std::move(make)] { add_into_leaf(*leaf, make()); });
+  g_defer->deferred_.insert(w.ptr().get());
+  g_defer->work_.push_back([leaf = w.ptr(), make = std::move(make)] {
+    add_into_leaf(*leaf, make());
+    for (auto& h : hooks_now()) h(*leaf);
+  });
   return true;
 }
 
@@ -146,6 +152,7 @@ void backward(const Tensor& root) {
       add_into_leaf(*leaf, it->second);
       leaf_grad.erase(it);
     }
+    if (g_defer && g_defer->deferred_.count(leaf.get())) return;  // its W calls the hooks
     for (auto& h : hooks) h(*leaf);
   };
   Tensor seed = Tensor::ones(root.shape(), root.device());

@@ -5,6 +5,7 @@
 #pragma once
 #include <functional>
 #include <memory>
+#include <unordered_set>
 #include <string>
 #include <vector>
 
@@ -77,7 +78,7 @@ class Recompute {
 // the weight gradients. While a DeferWeightGrads scope is alive on this thread, ops whose weight
 // gradient is a kernel of its own (conv2d's backward_weight, matmul's) leave the gradient of a leaf
 // out of backward and keep its work here; run() later enqueues that work and adds each gradient
-// into its leaf.
+// into its leaf, and then calls the gradient-ready hooks (below) for it.
 class DeferWeightGrads {
  public:
   DeferWeightGrads();
@@ -94,6 +95,8 @@ class DeferWeightGrads {
   DeferWeightGrads* prev_;
   std::vector<Work> work_;
   std::vector<const TensorImpl*> keep_;
+  std::unordered_set<const TensorImpl*> deferred_;  // leaves with a gradient in work_: W calls their hooks
+  friend void backward(const Tensor& root);
   friend bool defer_weight_grad(const Tensor&, std::function<Tensor()>);
 };
 // Called by an op's backward for its input `w`: when a DeferWeightGrads scope is alive and w is a
@@ -113,7 +116,8 @@ void backward(const Tensor& root);
 
 // Gradient-ready hooks (DDP's autograd hook, core/dist/buckets.hpp): during backward(), the moment
 // every kernel that adds into a leaf's gradient has been enqueued, each hook is called with that
-// leaf (its grad now holds this pass's sum, once the queued work has run). Leaves become ready in
+// leaf (its grad now holds this pass's sum, once the queued work has run); for a weight gradient
+// deferred to W (DeferWeightGrads), when W has enqueued it. Leaves become ready in
 // the order backward reaches them, roughly the reverse of the forward pass. A hook runs on the
 // thread that called backward() and must only enqueue work. add_ returns an id for remove_.
 using GradReadyHook = std::function<void(TensorImpl& leaf)>;

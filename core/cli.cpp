@@ -53,7 +53,7 @@ std::vector<Device> choose_devices(const DeviceFlags& f, bool print_note) {
   return devices;
 }
 
-static std::string bad(const char* flag, double value, const std::string& why) {
+std::string bad_value(const char* flag, double value, const std::string& why) {
   std::ostringstream os;
   os.precision(15);  // whole sizes in full: "bad --num-classes 1000000000"
   os << "bad " << flag << " " << value << ": " << why;
@@ -61,18 +61,18 @@ static std::string bad(const char* flag, double value, const std::string& why) {
 }
 
 void require_positive(const char* flag, double value) {
-  if (!(value > 0) || !std::isfinite(value)) throw ConfigError(bad(flag, value, "expected a finite number > 0"));
+  if (!(value > 0) || !std::isfinite(value)) throw ConfigError(bad_value(flag, value, "expected a finite number > 0"));
 }
 
 void require_finite(const char* flag, double value) {
-  if (!std::isfinite(value)) throw ConfigError(bad(flag, value, "expected a finite number"));
+  if (!std::isfinite(value)) throw ConfigError(bad_value(flag, value, "expected a finite number"));
 }
 
 void require_at_most(const char* flag, double value, double limit, const std::string& what) {
   if (!(value <= limit)) {
     std::ostringstream os;
     os << "this machine provides at most " << limit << " " << what;
-    throw ConfigError(bad(flag, value, os.str()));
+    throw ConfigError(bad_value(flag, value, os.str()));
   }
 }
 
@@ -92,7 +92,7 @@ static std::string memory_shortfall(double bytes) {
 
 void require_memory(const char* flag, double value, double bytes) {
   std::string why = memory_shortfall(bytes);
-  if (!why.empty()) throw ConfigError(bad(flag, value, why));
+  if (!why.empty()) throw ConfigError(bad_value(flag, value, why));
 }
 
 void require_memory_of(const std::string& flags, double bytes) {

@@ -28,6 +28,8 @@ std::vector<Device> choose_devices(const DeviceFlags& f, bool print_note = true)
 // Flag range checks after parsing: ConfigError "bad --lr -1: expected a finite number > 0".
 // NaN and the infinities are rejected by both.
 void require_positive(const char* flag, double value);
+// The message of such errors, the value in full: "bad --sizes-kb 0.001: " + why.
+std::string bad_value(const char* flag, double value, const std::string& why);
 void require_finite(const char* flag, double value);  // "bad --wd inf: expected a finite number"
 // A count checked against what the machine provides: ConfigError
 // "bad --num-gpus 5000: this machine can run at most 256 CPU devices (threads)".

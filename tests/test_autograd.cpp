@@ -137,6 +137,33 @@ TEST_CASE("ops refuse inputs on different devices and bad shapes with one clear 
   CHECK_THROWS_AS(split(a, {1, 2}), ShapeError);
 }
 
+// zb-h1 defers a weight's gradient to W (DeferWeightGrads): backward() must not report that weight
+// (its gradient is still to come), W must, with the whole gradient in it. x is a received input
+// (not_deferred): reported by backward as usual. y = sum(x W): dW[i][j] = sum over rows of x[r][i].
+TEST_CASE("gradient-ready hooks: a weight gradient deferred to W is reported by W, complete") {
+  Tensor x = Tensor::from_vector(std::vector<float>{1, 2, 3, 4, 5, 6}, {2, 3}, cpu(0));
+  Tensor w = Tensor::from_vector(std::vector<float>{1, 0, 0, 1, 1, 1}, {3, 2}, cpu(0));
+  x.attach_grad(), w.attach_grad();
+  std::vector<std::pair<TensorImpl*, std::vector<float>>> heard;
+  const int id = add_grad_ready_hook([&](TensorImpl& leaf) { heard.push_back({&leaf, Tensor(leaf.grad).to_vector()}); });
+  std::vector<DeferWeightGrads::Work> work;
+  {
+    DeferWeightGrads defer;
+    defer.not_deferred(x);
+    sum(matmul(x, w)).backward();
+    work = defer.take();
+  }
+  REQUIRE(heard.size() == 1);  // x only
+  CHECK(heard[0].first == &x.impl());
+  CHECK((!w.grad().defined() || w.grad().to_vector() == std::vector<float>(6, 0.0f)));  // nothing added yet
+  REQUIRE(work.size() == 1);
+  DeferWeightGrads::run(work);
+  remove_grad_ready_hook(id);
+  REQUIRE(heard.size() == 2);
+  CHECK(heard[1].first == &w.impl());
+  CHECK(heard[1].second == std::vector<float>{5, 5, 7, 7, 9, 9});
+}
+
 TEST_CASE("gradient-ready hooks: once per leaf per backward, when its whole gradient has been enqueued") {
   // y = sum(a * a + a * b) + sum(b): a reaches the loss through three edges, b through two, c not at
   // all. When a hook hears of a leaf, the leaf's gradient must already hold its full value (the

@@ -199,54 +199,68 @@ TEST_CASE("set_conv2d_kernel chooses the member conv2d_forward runs") {
   k::set_conv2d_kernel(Conv2dKernel::automatic);
 }
 
-// automatic runs kernel3 F(4x4, 3x3) only on 3x3 stride-1 convs with 16+ channels and at least one
-// 4x4 output tile per channel (conv2d.cpp says why), and then the very same code: bitwise equal.
-TEST_CASE("conv2d automatic picks winograd for many tiles per channel, im2col otherwise") {
-  // kernel4 at its narrowest (4 floats) is never wider than OpenBLAS's kernels: the rule between
-  // kernel2 and kernel3 alone
+// automatic's choice, from a table: each row a shape of the chapters (or an edge of the rule), the
+// vector widths of a machine (kernel4's: 4 portable, 8 AVX2, 16 AVX-512; OpenBLAS's kernel set: 4
+// SSE/Prescott, 8 Haswell, 16 SkylakeX) and the member bench/conv2d_bench measured fastest there
+// (bench/README.md). Every row runs on every machine: the widths are arguments.
+TEST_CASE("conv2d automatic: the member of each (shape, kernel4 width, GEMM width) of the table") {
+  const Conv2dShape resnet{32, 64, 28, 28, 64, 3, 3, 1, 1, 1, 1};      // ResNet-18 stage 1: 1568 tiles
+  const Conv2dShape deep{32, 512, 4, 4, 512, 3, 3, 1, 1, 1, 1};        // stage 4: 32 tiles, 512 channels
+  const Conv2dShape lenet1{256, 1, 28, 28, 20, 3, 3, 1, 1, 0, 0};      // one input channel
+  const Conv2dShape lenet2{256, 20, 13, 13, 50, 5, 5, 1, 1, 0, 0};     // 5x5
+  const Conv2dShape down{32, 64, 28, 28, 128, 3, 3, 2, 2, 1, 1};       // stride 2
+  const Conv2dShape pointwise{32, 64, 28, 28, 64, 1, 1, 1, 1, 0, 0};   // 1x1
+  const Conv2dShape edge{4, 16, 13, 11, 24, 3, 3, 1, 1, 1, 1};         // 48 tiles for 24 channels
+  const Conv2dShape few{1, 16, 8, 8, 64, 3, 3, 1, 1, 1, 1};            // 4 tiles for 64 channels
+  using K = Conv2dKernel;
+  struct Row {
+    const char* what;
+    Conv2dShape s;
+    int blocked, blas;
+    K want;
+  };
+  const Row table[] = {
+      // AVX-512 kernel4 beside an SSE GEMM: kernel4 on every shape.
+      {"resnet", resnet, 16, 4, K::blocked}, {"deep", deep, 16, 4, K::blocked}, {"lenet1", lenet1, 16, 4, K::blocked},
+      {"lenet2", lenet2, 16, 4, K::blocked}, {"down", down, 16, 4, K::blocked}, {"pointwise", pointwise, 16, 4, K::blocked},
+      // AVX2 kernel4 beside an SSE GEMM: the same.
+      {"resnet", resnet, 8, 4, K::blocked}, {"lenet1", lenet1, 8, 4, K::blocked},
+      // AVX-512 kernel4 beside an AVX2 GEMM: only where C and OC fill its blocks of 16.
+      {"resnet", resnet, 16, 8, K::blocked}, {"deep", deep, 16, 8, K::blocked}, {"down", down, 16, 8, K::blocked},
+      {"lenet1", lenet1, 16, 8, K::im2col}, {"lenet2", lenet2, 16, 8, K::im2col}, {"edge", edge, 16, 8, K::winograd},
+      // As wide as the GEMM (or narrower): Winograd with a tile per channel, im2col otherwise.
+      {"resnet", resnet, 16, 16, K::winograd}, {"resnet", resnet, 8, 8, K::winograd}, {"resnet", resnet, 4, 4, K::winograd},
+      {"resnet", resnet, 4, 16, K::winograd}, {"edge", edge, 16, 16, K::winograd}, {"edge", edge, 4, 4, K::winograd},
+      {"deep", deep, 16, 16, K::im2col}, {"few", few, 8, 8, K::im2col}, {"lenet1", lenet1, 16, 16, K::im2col},
+      {"lenet2", lenet2, 8, 8, K::im2col}, {"down", down, 16, 16, K::im2col}, {"pointwise", pointwise, 4, 4, K::im2col},
+  };
+  for (const Row& r : table) {
+    CAPTURE(r.what);
+    CAPTURE(r.blocked);
+    CAPTURE(r.blas);
+    CHECK(std::string(name(k::conv2d_auto_kernel(r.s, r.blocked, r.blas))) == name(r.want));
+  }
+  // This machine's automatic is the table's rule at its widths.
+  const int blocked = k::blocked_vector_floats(k::conv2d_blocked_isa()), blas = k::blas_vector_floats();
+  CAPTURE(k::blas_core_name());
+  for (const Row& r : table) CHECK(k::conv2d_auto_kernel(r.s) == k::conv2d_auto_kernel(r.s, blocked, blas));
+}
+
+// What automatic runs is then the very same code as the member it picked: bitwise equal.
+TEST_CASE("conv2d automatic runs its member's code: bitwise equal to winograd where it picks winograd") {
+  const Conv2dShape many{4, 16, 13, 11, 24, 3, 3, 1, 1, 1, 1};
   const k::BlockedIsa best = k::conv2d_blocked_isa();
-  k::set_conv2d_blocked_isa(k::BlockedIsa::portable);
-  const Conv2dShape many{4, 16, 13, 11, 24, 3, 3, 1, 1, 1, 1};  // 4 * 4 * 3 = 48 tiles >= 24 channels
-  CHECK(k::conv2d_auto_kernel(many) == Conv2dKernel::winograd);
-  CHECK(k::conv2d_auto_kernel({32, 64, 28, 28, 64, 3, 3, 1, 1, 1, 1}) == Conv2dKernel::winograd);  // ResNet-18 stage 1
-  CHECK(k::conv2d_auto_kernel({32, 512, 4, 4, 512, 3, 3, 1, 1, 1, 1}) == Conv2dKernel::im2col);    // 32 tiles, 512 channels
-  CHECK(k::conv2d_auto_kernel({32, 1, 28, 28, 64, 3, 3, 1, 1, 1, 1}) == Conv2dKernel::im2col);     // one input channel
-  CHECK(k::conv2d_auto_kernel({32, 64, 28, 28, 128, 3, 3, 2, 2, 1, 1}) == Conv2dKernel::im2col);   // stride 2
-  CHECK(k::conv2d_auto_kernel({32, 64, 28, 28, 64, 1, 1, 1, 1, 0, 0}) == Conv2dKernel::im2col);    // 1x1
-  k::set_conv2d_blocked_isa(best);
   const Ctx c = d2l::kernels::cpu::serial_ctx();
   auto x = lcg_data(x_size(many), 1), w = lcg_data(w_size(many), 2), r = lcg_data(y_size(many), 3);
-  k::set_conv2d_blocked_isa(k::BlockedIsa::portable);
+  k::set_conv2d_blocked_isa(k::BlockedIsa::portable);  // kernel4 at 4 floats: never wider than the GEMM
+  REQUIRE(k::conv2d_auto_kernel(many) == Conv2dKernel::winograd);
   k::set_conv2d_kernel(Conv2dKernel::automatic);
   std::vector<float> y(static_cast<size_t>(y_size(many))), dx(static_cast<size_t>(x_size(many)));
   k::conv2d_forward(c, many, x.data(), w.data(), y.data());
   k::conv2d_backward_data(c, many, r.data(), w.data(), dx.data());
-  k::set_conv2d_kernel(Conv2dKernel::automatic);
   k::set_conv2d_blocked_isa(best);
   CHECK(y == forward(c, many, x, w, Conv2dKernel::winograd));
   CHECK(dx == grad_x(c, many, r, w, Conv2dKernel::winograd));
-}
-
-// With kernel4's vectors wider than OpenBLAS's kernels (AVX-512 beside Prescott's SSE sgemm, the set
-// OpenBLAS falls back to on a CPU it does not know), automatic runs kernel4: on every shape against an
-// SSE GEMM, on channels that fill its blocks against a wider one. Which case this machine is in is read
-// from OpenBLAS and the CPU; the test checks the one it is in (OPENBLAS_CORETYPE=Prescott forces it).
-TEST_CASE("conv2d automatic picks blocked where its vectors are wider than the GEMM's") {
-  const int blocked = k::blocked_vector_floats(k::conv2d_blocked_isa()), blas = k::blas_vector_floats();
-  CAPTURE(k::blas_core_name());
-  CAPTURE(k::blocked_isa_name(k::conv2d_blocked_isa()));
-  const Conv2dShape resnet{32, 64, 28, 28, 64, 3, 3, 1, 1, 1, 1}, lenet2{256, 20, 13, 13, 50, 5, 5, 1, 1, 0, 0};
-  const Conv2dShape lenet1{256, 1, 28, 28, 20, 3, 3, 1, 1, 0, 0};
-  if (blocked <= blas) {
-    CHECK(k::conv2d_auto_kernel(resnet) == Conv2dKernel::winograd);
-    CHECK(k::conv2d_auto_kernel(lenet2) == Conv2dKernel::im2col);
-  } else if (blas == 4) {
-    for (const Conv2dShape& s : {resnet, lenet1, lenet2}) CHECK(k::conv2d_auto_kernel(s) == Conv2dKernel::blocked);
-  } else {
-    CHECK(k::conv2d_auto_kernel(resnet) == Conv2dKernel::blocked);
-    CHECK(k::conv2d_auto_kernel(lenet1) == Conv2dKernel::im2col);
-    CHECK(k::conv2d_auto_kernel(lenet2) == Conv2dKernel::im2col);
-  }
 }
 
 // Conv is linear in x and in w, so central differences are exact up to double rounding (~1e-12

@@ -126,6 +126,39 @@ TEST_CASE("bucket sizes 0, small and all-in-one, overlapped or not: every replic
   }
 }
 
+// Gradient accumulation as a Gluon (grad_req 'add') or PyTorch user writes it: several backward()
+// calls, then one reduction, without no_sync. The buckets the first backward launched are stale
+// once the second adds to their gradients; finish() must leave the sum over every micro-batch,
+// device and rank, on every replica, twice in a row (the step's state resets).
+TEST_CASE("gradient accumulation without no_sync: 2 and 3 backward() calls in a step reduce their sum") {
+  const int64_t n = 8, in = 24, h = 32;
+  for (int local : {1, 2})
+    for (int micro : {2, 3})
+      for (bool overlap : {true, false}) {
+        CAPTURE(local);
+        CAPTURE(micro);
+        CAPTURE(overlap);
+        auto devs = devices(local);
+        auto want = reference(local, micro, n, in, h);
+        std::vector<std::vector<Tensor>> dp;
+        for (auto d : devs) dp.push_back(make_params(d, in, h));
+        std::vector<std::vector<Tensor>> replicas(dp[0].size());
+        for (size_t k = 0; k < replicas.size(); ++k)
+          for (auto& p : dp) replicas[k].push_back(p[k]);
+        dist::Buckets buckets(replicas, {0.004, "library", overlap});
+        for (int step = 0; step < 2; ++step) {
+          for (auto& p : dp)
+            for (auto& t : p) t.zero_grad();
+          for (int m = 0; m < micro; ++m)
+            for (size_t i = 0; i < devs.size(); ++i)
+              loss(data(dist::rank(), static_cast<int>(i), m, n, in, devs[i]), dp[i]).backward();
+          buckets.finish();
+          for (auto& p : dp) CHECK(test::relative_difference(grads(p), want) < 1e-5);
+          CHECK_NOTHROW(test::check_same_bits_on_every_rank(grads(dp[0])));
+        }
+      }
+}
+
 TEST_CASE("buckets launch in the same order on every rank when gradients become ready in another order") {
   const int64_t n = 8, in = 24, h = 32;
   auto devs = devices(1);

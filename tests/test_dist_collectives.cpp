@@ -5,8 +5,12 @@
 // and before them gpu(local rank) when this host has a GPU for every process.
 #include <doctest/doctest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
+#include <future>
+#include <thread>
 
 #include "core/dist/collectives.hpp"
 #include "core/dist/fingerprint.hpp"
@@ -155,13 +159,29 @@ TEST_CASE("allgather and reduce_scatter: chunks of sizes differing by one, any s
 }
 
 TEST_CASE("collectives are stream work: the host only enqueues, the result follows the producer") {
-  // A tensor still being written by its device (a long queue of adds) is reduced only after them.
+  // The device's compute stream is held by a task that waits for a gate this thread opens. With the
+  // gate closed, the adds, the allreduce and the add after it must all return to the host (they are
+  // queued, not run); opened, the result is the sum of what each rank's queue produced.
   const int W = dist::world_size();
   Tensor t = Tensor::zeros({4096}, cpu(0));
   Tensor one = Tensor::ones({4096}, cpu(0));
-  for (int i = 0; i < 200; ++i) add_(t, one);
-  dist::allreduce(t, "ring");
-  add_(t, one);  // after the allreduce, on the device's stream
+  waitall();
+  std::promise<void> gate;
+  std::shared_future<void> opened = gate.get_future().share();
+  runtime(cpu(0)).compute.enqueue("test gate", [opened] { opened.wait(); });
+  std::atomic<int> returned{0};
+  std::thread host([&] {
+    for (int i = 0; i < 200; ++i) add_(t, one);
+    dist::allreduce(t, "ring");
+    add_(t, one);  // after the allreduce, on the device's stream
+    returned = 1;
+  });
+  // The host thread returns with nothing run (waited for at most 20 s, then the gate opens anyway).
+  for (int i = 0; i < 2000 && returned.load() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const bool enqueued_only = returned.load() == 1;
+  gate.set_value();
+  host.join();
+  CHECK(enqueued_only);
   CHECK(t.to_vector() == std::vector<float>(4096, static_cast<float>(200 * W + 1)));
 }
 

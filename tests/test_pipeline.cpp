@@ -146,10 +146,15 @@ TEST_CASE("schedule names, GPipe's bubble, stage orders") {
   CHECK(parse_checkpoint("except_last") == Checkpoint::except_last);
   CHECK(name(Checkpoint::always) == "always");
   CHECK(error_of([] { parse_checkpoint("sometimes"); }) == "bad checkpoint mode 'sometimes': expected always, except_last or never");
-  // The formulas: 1f1b's idle share is GPipe's bubble; zb-h1's with equal times is (K-1)/(3M+K-1).
-  CHECK(bubble_fraction(Schedule::one_f_one_b, 2, 4, 1, 1, 1) == doctest::Approx(gpipe_bubble(2, 4)));
+  // The formulas at hand-worked points (1F1B's measured from a trace: "zb-h1 runs W in 1f1b's bubble",
+  // suite timing): K = 2, M = 4, F = B = W = 1: 1 idle slot of 3 time units per stage against 12 of
+  // work, 3/15; K = 3, M = 5, F = 1, B = W = 2: 2 x 5 idle against 25, 10/35; zb-h1's W's fill
+  // F + B - W of each bubble slot's F + B + W: 1/13 and 2/27.
+  CHECK(bubble_fraction(Schedule::one_f_one_b, 2, 4, 1, 1, 1) == doctest::Approx(0.2));
+  CHECK(bubble_fraction(Schedule::one_f_one_b, 3, 5, 1, 2, 2) == doctest::Approx(10.0 / 35));
+  CHECK(bubble_fraction(Schedule::gpipe, 3, 5, 1, 2, 2) == doctest::Approx(10.0 / 35));
   CHECK(bubble_fraction(Schedule::zb_h1, 2, 4, 1, 1, 1) == doctest::Approx(1.0 / 13));
-  CHECK(bubble_fraction(Schedule::zb_h1, 3, 5, 1, 2, 2) == doctest::Approx(2.0 * 1 / (5 * 5 + 2 * 1)));
+  CHECK(bubble_fraction(Schedule::zb_h1, 3, 5, 1, 2, 2) == doctest::Approx(2.0 / 27));
   CHECK(gpipe_bubble(2, 4) == doctest::Approx(0.2));
   CHECK(gpipe_bubble(1, 5) == 0.0);
   CHECK_THROWS_AS(gpipe_bubble(2, 0), ConfigError);

@@ -13,6 +13,7 @@
 
 #include "chapters/distributed/distributed.hpp"
 #include "chapters/multi_gpu_concise/multi_gpu_concise.hpp"
+#include "core/autograd.hpp"
 #include "core/cli.hpp"
 #include "core/dist/process_group.hpp"
 #include "core/nn/split_and_load.hpp"
@@ -97,7 +98,13 @@ std::vector<Variant> ddp(const Config& cfg, bool model, std::vector<trace::Recor
     auto net = concise::resnet18(10);
     net->initialize(concise::default_init("resnet18"), cfg.devices, true);
     optim::Trainer trainer(net->collect_params(), "sgd", {0.05f}, "dist_sync");
-    trainer.kvstore().set_buckets({v.bucket_mb, "library", v.overlap});
+    {  // The shapes first (one image, evaluation mode: nothing changes), so that the buckets exist
+       // before step 1 and its backward launches them as every later one does.
+      NoGrad no_grad;
+      TrainMode eval(false);
+      for (Device d : cfg.devices) (*net)(Tensor::zeros({1, 1, cfg.image, cfg.image}, d));
+    }
+    trainer.set_buckets({v.bucket_mb, "library", v.overlap});
     for (int s = 0; s < steps; ++s) {
       check_interrupt();
       const bool traced = s == steps - 1;

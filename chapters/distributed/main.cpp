@@ -143,9 +143,9 @@ int main(int argc, char** argv) {
   auto* image = app.add_option("--image-size", cfg.image, "ddp: image height and width")->capture_default_str();
   auto* repeats = app.add_option("--repeats", cfg.repeats, "ddp: timed steps per variant")->capture_default_str();
   auto* buckets_opt = app.add_option("--buckets", buckets, "ddp: the bucket sizes (MB) launched during backward, e.g. 1,5,25,100");
-  app.add_option("--bucket-mb", cfg.bucket_mb, "the bucket size of the traced step and of equivalence")->capture_default_str();
-  app.add_option("--link-gbps", cfg.link.gbps, "ddp: the modelled link's bandwidth in Gbit/s (0 and --link-latency-us 0: no model)")->capture_default_str();
-  app.add_option("--link-latency-us", cfg.link.latency_us, "ddp: the modelled link's latency per message in microseconds")->capture_default_str();
+  auto* bucket_mb = app.add_option("--bucket-mb", cfg.bucket_mb, "the bucket size of the traced step and of equivalence")->capture_default_str();
+  auto* link_gbps = app.add_option("--link-gbps", cfg.link.gbps, "ddp: the modelled link's bandwidth in Gbit/s, 0.001 to 1e5 (0 and --link-latency-us 0: no model)")->capture_default_str();
+  auto* link_latency = app.add_option("--link-latency-us", cfg.link.latency_us, "ddp: the modelled link's latency per message in microseconds, 0 to 1e6")->capture_default_str();
   app.add_option("--out-dir", cfg.out_dir, "directory of bandwidth.png and ddp_step_time.png ('' for none)")->capture_default_str();
   app.add_option("--trace", cfg.trace_file, "ddp: one step's timeline for every rank (Chrome-trace JSON: Perfetto)");
   app.add_option("--seed", seed, "seed of the initial parameters and the data")->capture_default_str();
@@ -165,15 +165,26 @@ int main(int argc, char** argv) {
   return d2l::guarded_main(app, argc, argv, [&] {
     conv.apply();
     dd::Config given = cfg;
-    if (quick) dd::make_quick(cfg);
+    if (quick) dd::make_quick(cfg);  // flags given explicitly keep their values
     if (*batch) cfg.batch = given.batch;
     if (*image) cfg.image = given.image;
     if (*repeats) cfg.repeats = given.repeats;
+    if (*bucket_mb) cfg.bucket_mb = given.bucket_mb;
+    if (*link_gbps) cfg.link.gbps = given.link.gbps;
+    if (*link_latency) cfg.link.latency_us = given.link.latency_us;
     if (*sizes_opt) {
+      // Each size a whole number of floats (what an allreduce of float32 moves), at least one, and no
+      // two sizes the same number of floats.
       cfg.sizes.clear();
       for (double kb : d2l::parse_list("--sizes-kb", sizes_kb, /*distinct=*/true)) {
-        if (!(kb > 0 && kb <= 1e6)) throw d2l::ConfigError("bad --sizes-kb " + std::to_string(kb) + ": expected sizes in (0, 1e6] KB");
-        cfg.sizes.push_back(kb * 1e3);
+        if (!(kb >= 0.004 && kb <= 1e6))
+          throw d2l::ConfigError(d2l::bad_value("--sizes-kb", kb, "expected sizes from 0.004 KB (one float) to 1e6 KB"));
+        const double floats = std::floor(kb * 1e3 / 4);
+        for (double b : cfg.sizes)
+          if (b == 4 * floats)
+            throw d2l::ConfigError(d2l::bad_value("--sizes-kb", kb, "the same number of floats (" + std::to_string(int64_t(floats)) +
+                                                                    ") as another size"));
+        cfg.sizes.push_back(4 * floats);
       }
       std::sort(cfg.sizes.begin(), cfg.sizes.end());
     }
@@ -187,9 +198,12 @@ int main(int argc, char** argv) {
     if (!(cfg.repeats >= 2 && cfg.repeats <= 1000)) throw d2l::ConfigError("bad --repeats " + std::to_string(cfg.repeats) + ": expected 2 to 1000 (a standard deviation needs two)");
     if (!std::isfinite(cfg.bucket_mb) || !(cfg.bucket_mb >= 0 && cfg.bucket_mb <= 1e6))
       throw d2l::ConfigError("bad --bucket-mb: expected 0 to 1e6 MB");
-    if (!std::isfinite(cfg.link.gbps) || cfg.link.gbps < 0) throw d2l::ConfigError("bad --link-gbps: expected a finite number >= 0");
-    if (!std::isfinite(cfg.link.latency_us) || cfg.link.latency_us < 0)
-      throw d2l::ConfigError("bad --link-latency-us: expected a finite number >= 0");
+    // A modelled link every collective can finish on: at most a second per message, at least 1 Mbit/s
+    // (a 45 MB gradient then takes minutes, not days).
+    if (!(cfg.link.gbps == 0 || (cfg.link.gbps >= 1e-3 && cfg.link.gbps <= 1e5)))
+      throw d2l::ConfigError(d2l::bad_value("--link-gbps", cfg.link.gbps, "expected 0 (no bandwidth limit) or 0.001 to 1e5 Gbit/s"));
+    if (!(cfg.link.latency_us >= 0 && cfg.link.latency_us <= 1e6))
+      throw d2l::ConfigError(d2l::bad_value("--link-latency-us", cfg.link.latency_us, "expected 0 to 1e6 microseconds"));
     if (seed < 0) throw d2l::ConfigError("bad --seed " + std::to_string(seed) + ": expected a number >= 0");
     cfg.seed = static_cast<uint64_t>(seed);
     d2l::check_output_dir("--out-dir", cfg.out_dir, {"bandwidth.png", "ddp_step_time.png"});
@@ -207,7 +221,9 @@ int main(int argc, char** argv) {
       for (double x : v) t += std::to_string(x) + ",";
       return t;
     };
-    d2l::dist::check_same_config({{"program", "distributed"},
+    // The flags as given (all but the paths of this rank's own files), then what follows from them.
+    d2l::dist::Fingerprint mine = d2l::harness::flag_fingerprint(app, {"--out-dir", "--trace"});
+    mine.insert(mine.end(), {{"program", "distributed"},
                                   {"part", all ? "all" : app.get_subcommands()[0]->get_name()},
                                   {"devices per process", std::to_string(cfg.devices.size())},
                                   {"sizes", list(cfg.sizes)}, {"batch", std::to_string(cfg.batch)},
@@ -215,6 +231,7 @@ int main(int argc, char** argv) {
                                   {"buckets", list(cfg.bucket_mbs)}, {"bucket_mb", std::to_string(cfg.bucket_mb)},
                                   {"link", std::to_string(cfg.link.gbps) + " Gbit/s " + std::to_string(cfg.link.latency_us) + " us"},
                                   {"seed", std::to_string(cfg.seed)}, {"quick", quick ? "yes" : "no"}});
+    d2l::dist::check_same_config(mine);
     if (d2l::dist::rank() == 0)
       std::printf("%d processes (ranks) x %s; rank 0 speaks\n", d2l::dist::world_size(), d2l::str(cfg.devices).c_str());
     if (all || *bandwidth) run_bandwidth(cfg);

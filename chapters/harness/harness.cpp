@@ -7,12 +7,35 @@
 #include <cstdio>
 
 #include "core/cli.hpp"
+#include "core/dist/fingerprint.hpp"
+#include "core/nn/block.hpp"
 #include "core/io/checkpoint.hpp"
 #include "core/runtime.hpp"
 #include "core/trace.hpp"
 #include "kernels/cpu/kernels.hpp"
 
 namespace d2l::harness {
+
+// ---- the ranks' fingerprint
+
+std::vector<std::pair<std::string, std::string>> flag_fingerprint(const CLI::App& app, const std::vector<std::string>& per_rank) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const CLI::Option* opt : app.get_options()) {
+    const std::string name = opt->get_name();
+    if (opt == app.get_help_ptr() || std::find(per_rank.begin(), per_rank.end(), name) != per_rank.end()) continue;
+    std::string value;
+    if (opt->get_expected_max() == 0) {  // a flag without a value: given or not
+      value = opt->count() > 0 ? "on" : "off";
+    } else if (opt->count() == 0) {
+      value = opt->get_default_str();
+    } else {
+      for (const std::string& r : opt->results()) value += (value.empty() ? "" : ",") + r;
+    }
+    out.push_back({name, value});
+  }
+  for (const CLI::App* sub : app.get_subcommands()) out.push_back({"subcommand", sub->get_name()});
+  return out;
+}
 
 // ---- --trace
 
@@ -152,6 +175,18 @@ int resume(const std::string& path, nn::Block& net, optim::Trainer& trainer, con
     std::printf("resumed from %s after epoch %d%s\n", path.c_str(), start,
                 start >= num_epochs ? ": nothing left to train (--num-epochs)" : "");
   return start;
+}
+
+void check_same_checkpoint(int epoch, const nn::Block& net) {
+  uint64_t digest = 1469598103934665603ull;  // FNV-1a over every parameter's bytes, in registration order
+  for (const auto& [name, p] : net.collect_params()) {
+    const std::vector<float> v = p->list_data().at(0).to_vector();
+    const auto* bytes = reinterpret_cast<const unsigned char*>(v.data());
+    for (size_t i = 0; i < v.size() * sizeof(float); ++i) digest = (digest ^ bytes[i]) * 1099511628211ull;
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(digest));
+  dist::check_same_config({{"checkpoint epoch", std::to_string(epoch)}, {"checkpoint parameters (digest)", hex}});
 }
 
 void save_checkpoint(const std::string& path, const nn::Block& net, const optim::Trainer& trainer, int epoch) {

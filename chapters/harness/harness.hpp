@@ -116,6 +116,14 @@ class InFlight {
   std::deque<Step> steps_;
 };
 
+// ---- what every rank of mpirun must agree on (core/dist/fingerprint.hpp's check_same_config): every
+// flag of `app` as this rank parsed it ({"--lr", "0.05"}; a flag not given: its default), in the
+// order the flags were added, then the subcommand chosen. Read from the parser itself, so a flag
+// added later is in it with no more code. Left out: help, and the flags in `per_rank`, whose values
+// may differ between ranks (paths of a rank's own files and directories, --resume whose file each
+// rank checks against rank 0's: check_same_checkpoint).
+std::vector<std::pair<std::string, std::string>> flag_fingerprint(const CLI::App& app, const std::vector<std::string>& per_rank);
+
 // ---- files: every output path (flag, path; '' = none) proven writable, in order, before any work
 // (d2l::check_output_path: ConfigError naming the flag); an input file that exists, is a regular
 // file and is readable ("bad --resume 'f': no such file").
@@ -129,6 +137,12 @@ void check_readable(const char* flag, const std::string& path);
 // checkpoint: <why>".
 int resume(const std::string& path, nn::Block& net, optim::Trainer& trainer, const std::vector<Device>& devices,
            int num_epochs, bool verbose);
+// Ranks that each resumed from their own file (--resume is a path of the rank's own): every rank's
+// epoch and a digest of the parameters it loaded, checked against rank 0's before any collective of
+// training, so that a rank holding another epoch's checkpoint is one line ("the ranks' configurations
+// differ: rank 1 has checkpoint epoch 1, rank 0 has 2") instead of a rank that waits forever. A
+// collective: every rank calls it, after resume().
+void check_same_checkpoint(int epoch, const nn::Block& net);
 // After `epoch` (1-based) epochs: written atomically when path is not "".
 void save_checkpoint(const std::string& path, const nn::Block& net, const optim::Trainer& trainer, int epoch);
 

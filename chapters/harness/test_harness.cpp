@@ -62,3 +62,39 @@ TEST_CASE("files: outputs that cannot be written and inputs that are not there n
                        "bad --resume '/nonexistent/ck.safetensors': no such file", ConfigError);
   CHECK_THROWS_WITH_AS(harness::check_readable("--load-params", "/"), "bad --load-params '/': not a regular file", ConfigError);
 }
+
+// The ranks' fingerprint is read from the parser: each flag a program adds is in it, given or not,
+// except help and the per-rank ones. Walks the flags: changing any one of the others must change
+// exactly the entry that names it; the per-rank ones change nothing.
+TEST_CASE("flag_fingerprint: every flag as parsed, but help and the per-rank ones; each change is seen") {
+  auto fingerprint = [](const std::string& args) {
+    CLI::App app;
+    double lr = 0.1;
+    int64_t batch = 256;
+    bool quick = false;
+    std::string data, plot = "out.png", list;
+    app.add_option("--lr", lr)->capture_default_str();
+    app.add_option("--batch-size", batch)->capture_default_str();
+    app.add_flag("--quick", quick);
+    app.add_option("--sizes", list);
+    app.add_option("--data-dir", data);
+    app.add_option("--plot", plot)->capture_default_str();
+    app.add_subcommand("kv")->fallthrough();
+    app.parse(args, false);
+    return harness::flag_fingerprint(app, {"--data-dir", "--plot"});
+  };
+  using F = std::vector<std::pair<std::string, std::string>>;
+  const F base = fingerprint("");
+  CHECK(base == F{{"--lr", "0.1"}, {"--batch-size", "256"}, {"--quick", "off"}, {"--sizes", ""}});
+  CHECK(fingerprint("--lr 0.1") == base);  // a default given explicitly is the same setting
+  CHECK(fingerprint("--data-dir /elsewhere --plot other.png") == base);
+  for (auto [args, flag] : std::vector<std::pair<std::string, std::string>>{
+           {"--lr 0.5", "--lr"}, {"--batch-size 8", "--batch-size"}, {"--quick", "--quick"}, {"--sizes 4,64", "--sizes"}}) {
+    CAPTURE(args);
+    const F f = fingerprint(args);
+    REQUIRE(f.size() == base.size());
+    for (size_t i = 0; i < f.size(); ++i) CHECK((f[i] != base[i]) == (f[i].first == flag));
+  }
+  const F with_sub = fingerprint("kv --lr 0.1");
+  CHECK(with_sub.back() == std::pair<std::string, std::string>{"subcommand", "kv"});
+}

@@ -139,6 +139,10 @@ int main(int argc, char** argv) {
                     cfg.threads[0], d2l::num_cores());
       }
 
+      // What may differ between the ranks: where each reads its data and writes its files; each
+      // rank's --resume file is checked against rank 0's (harness::check_same_checkpoint).
+      cfg.flags = d2l::harness::flag_fingerprint(
+          app, {"--data-dir", "--plot", "--trace", "--trace-tasks", "--threads", "--save-params", "--checkpoint", "--resume"});
       const concise::Config given = cfg;  // flags given explicitly keep their values
       std::vector<concise::Result> results;
       for (auto& devices : runs) {

@@ -99,6 +99,9 @@ struct Config {
   std::string save_params;           // safetensors of the trained net ("" = none)
   std::string checkpoint;            // written after every epoch ("" = none)
   std::string resume;                // checkpoint to continue from ("" = none)
+  // dist_sync: what every rank must agree on besides what Run computes (main.cpp: every flag but the
+  // paths of this rank's own files, harness::flag_fingerprint).
+  std::vector<std::pair<std::string, std::string>> flags;
   bool verbose = true;
 };
 

@@ -151,13 +151,17 @@ Run::Run(const Config& c)
   speak = cfg.verbose && rank == 0;
   if (dist) {
     const auto local = static_cast<int64_t>(devices.size());
-    dist::check_same_config({{"program", "multi_gpu_concise"}, {"model", cfg.model}, {"sync_bn", std::to_string(cfg.sync_bn)},
+    // The flags as given (cfg.flags), then what follows from them and from each rank's machine and data.
+    dist::Fingerprint mine{{"program", "multi_gpu_concise"}};
+    mine.insert(mine.end(), cfg.flags.begin(), cfg.flags.end());
+    mine.insert(mine.end(), {{"model", cfg.model}, {"sync_bn", std::to_string(cfg.sync_bn)},
                              {"devices per process", std::to_string(local)}, {"batch_size", std::to_string(cfg.batch_size)},
                              {"lr", std::to_string(cfg.lr)}, {"num_epochs", std::to_string(cfg.num_epochs)},
-                             {"seed", std::to_string(cfg.seed)}, {"kvstore", cfg.kvstore},
+                             {"seed", std::to_string(cfg.seed)}, {"kvstore", cfg.kvstore}, {"bucket_mb", std::to_string(cfg.bucket_mb)},
                              {"split weights", list(cfg.split_weights) + (cfg.balance ? " balance" : "")},
                              {"training examples", std::to_string(train_iter.size())},
-                             {"test examples", std::to_string(test_iter.size())}, {"resume", cfg.resume}});
+                             {"test examples", std::to_string(test_iter.size())}, {"resuming", cfg.resume.empty() ? "no" : "yes"}});
+    dist::check_same_config(mine);
     train_iter.shard(W * local, rank * local, (rank + 1) * local);
     test_iter.shard(W, rank, rank + 1);
   }
@@ -183,9 +187,8 @@ Result Run::result() const {
 }
 
 int Run::before_training(nn::Block& net, optim::Trainer& trainer) {
-  // dist_sync: DDP's gradient buckets, their allreduces launched during backward (chapter 4).
-  if (dist && cfg.bucket_mb >= 0) trainer.kvstore().set_buckets({cfg.bucket_mb, "library", true});
   const int start = harness::resume(cfg.resume, net, trainer, cfg.devices, cfg.num_epochs, cfg.verbose);
+  if (dist && !cfg.resume.empty()) harness::check_same_checkpoint(start, net);
   if (dist) {
     // Shapes first (a forward pass of one image, evaluation mode: no statistics change), then every
     // rank takes rank 0's parameters and checks that it now holds the same bits.
@@ -198,6 +201,9 @@ int Run::before_training(nn::Block& net, optim::Trainer& trainer) {
     for (Device d : cfg.devices)
       net(Tensor::from_vector(std::vector<float>(one.X.begin(), one.X.begin() + row), shape, d));
     optim::broadcast_parameters(net.collect_params(), 0);
+    // DDP's gradient buckets, built now that the shapes are known: the first step's backward already
+    // launches their allreduces (chapter 4).
+    if (cfg.bucket_mb >= 0) trainer.set_buckets({cfg.bucket_mb, "library", true});
   }
   return start;
 }

@@ -4,6 +4,7 @@
 // by rank 0 and read by every rank resumes exactly as an uninterrupted run.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -68,6 +69,30 @@ TEST_CASE("kvstore dist_sync: P processes x k devices == 1 process x P*k devices
     REQUIRE(r.test_acc.size() == 1);
     CHECK(dist::sum_over_ranks({r.test_acc[0]})[0] == doctest::Approx(W * r.test_acc[0]));  // one accuracy for all
   }
+}
+
+// A short last minibatch smaller than the devices: some rank's share is empty; it takes part
+// in the sums with zero gradients, as an empty device does in one process. (The trainable
+// parameters.)
+TEST_CASE("kvstore dist_sync: a rank whose share of the last minibatch is empty trains as an empty device does") {
+  const int W = dist::world_size(), k = local_devices();
+  CAPTURE(W);
+  // 20 minibatches of 24, then one of max(1, W*k/2) images: at least one shard of W*k is empty.
+  const int64_t last = std::max<int64_t>(1, W * k / 2);
+  auto short_last = [last](Config c) {
+    c.train_data = make_image_classification(480 + last, 28, 10, 11);
+    return c;
+  };
+  auto trainable = [](const concise::Result& r) {
+    std::vector<std::vector<float>> out;
+    for (auto& p : r.net->collect_params().trainable()) out.push_back(p->data(r.devices[0]).to_vector());
+    return out;
+  };
+  auto many = trainable(concise::train(short_last(lab_small(W * k, "device"))));
+  concise::Result r = concise::train(short_last(lab_small(k, "dist_sync")));
+  auto mine = trainable(r);
+  CHECK(test::relative_difference(mine, many) < (W <= 2 ? 1e-5 : 1e-4));
+  CHECK_NOTHROW(test::check_same_bits_on_every_rank(mine));
 }
 
 TEST_CASE("kvstore dist_sync with DDP's buckets (0, 0.1 MB, all in one) == without buckets, bitwise equal ranks") {

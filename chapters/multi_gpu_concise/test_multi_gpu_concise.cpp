@@ -124,11 +124,12 @@ TEST_CASE("quick run of the lab's CNN on 2 CPU devices: held-out accuracy >= 0.9
   CHECK(r.train_loss.back() < r.train_loss.front());
 }
 
-TEST_CASE("two minibatches in flight: the same training, bit for bit, in little more memory than one") {
+namespace {
+// The quick lab CNN trained with 1 and then 2 minibatches in flight; peaks: cpu(0)'s peak bytes above
+// what was in use before each.
+std::vector<Result> in_flight_runs(std::vector<int64_t>& peaks) {
   std::vector<Result> runs;
-  std::vector<int64_t> peaks;
   for (int in_flight : {1, 2}) {
-    CAPTURE(in_flight);
     Config c;
     c.model = "lab-cnn";
     c.devices = cpus(2);
@@ -142,9 +143,22 @@ TEST_CASE("two minibatches in flight: the same training, bit for bit, in little 
     runs.push_back(concise::train(c));
     peaks.push_back(runtime(c.devices[0]).allocator->stats().peak - before);
   }
+  return runs;
+}
+}  // namespace
+
+TEST_CASE("two minibatches in flight: the same training, bit for bit") {
+  std::vector<int64_t> peaks;
+  auto runs = in_flight_runs(peaks);
   CHECK(runs[0].train_loss == runs[1].train_loss);
   CHECK(runs[0].test_acc == runs[1].test_acc);
   CHECK(max_rel_diff(values(runs[0], cpu(0)), values(runs[1], cpu(0))) == 0.0);
+}
+
+// A peak depends on when the device threads free what the host queued: suite timing (the plain run).
+TEST_CASE("two minibatches in flight: little more memory than one") {
+  std::vector<int64_t> peaks;
+  in_flight_runs(peaks);
   MESSAGE("peak bytes on cpu(0) above what was in use: 1 in flight " << peaks[0] << ", 2 in flight " << peaks[1]);
   CHECK(peaks[1] < 1.25 * static_cast<double>(peaks[0]));  // not the double a second step's own memory would be
 }

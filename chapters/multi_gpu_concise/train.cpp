@@ -44,10 +44,14 @@ Result train(const Config& cfg) {
       flight.wait_for_room();
       check_interrupt();  // Ctrl-C / SIGTERM: stop between minibatches (the last checkpoint stays)
       // gpu_Xs = gutils.split_and_load(X, ctx); gpu_ys = gutils.split_and_load(y, ctx)
-      nn::BatchShards shards = split_and_load(b, devices, run.split_weights);
       // with autograd.record(): ls = [loss(net(gpu_X), gpu_y) for gpu_X, gpu_y in zip(gpu_Xs, gpu_ys)]
-      // for l in ls: l.backward()   (dist_sync: a process whose share is empty only takes the step)
-      std::vector<Tensor> ls = b.n > 0 ? forward_backward(net, shards.X, shards.y) : std::vector<Tensor>{};
+      // for l in ls: l.backward()   (dist_sync: a process whose share of a short last minibatch is
+      // empty only takes the step: its zero gradients take part in the sums, as an empty device's do)
+      std::vector<Tensor> ls;
+      if (b.n > 0) {
+        nn::BatchShards shards = split_and_load(b, devices, run.split_weights);
+        ls = forward_backward(net, shards.X, shards.y);
+      }
       // trainer.step(batch_size): the kvstore sums every replica's gradient
       trainer.step(b.size());
       flight.push(read_later(ls));

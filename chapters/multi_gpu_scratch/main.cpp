@@ -79,6 +79,8 @@ int main(int argc, char** argv) {
     if (d2l::dist::world_size() > 1 && !cfg.dist && !*demo)
       throw d2l::ConfigError("started as " + std::to_string(d2l::dist::world_size()) +
                              " processes by mpirun: add --dist to train them together (or run one process)");
+    // What may differ between the ranks: where each reads its data and writes its files.
+    cfg.flags = d2l::harness::flag_fingerprint(app, {"--data-dir", "--plot", "--trace"});
     if (d2l::dist::rank() > 0) cfg.verbose = false, cfg.plot = "";  // one voice: rank 0 prints and plots
     cfg.devices = d2l::choose_devices(dev, d2l::dist::rank() == 0);
     if (cfg.scale_batch)

@@ -77,6 +77,9 @@ struct Config {
   // processes with `dist_allreduce` (library: MPI_Allreduce, or ring); rank 0 prints and plots.
   bool dist = false;
   std::string dist_allreduce = "library";
+  // --dist: what every rank must agree on besides what train() computes (main.cpp: every flag but
+  // the paths of this rank's own files, harness::flag_fingerprint).
+  std::vector<std::pair<std::string, std::string>> flags;
   // --bucket-mb: with --dist, gradients go in DDP's buckets of this many MB (chapter 4), launched
   // during backward; 0 = one bucket per parameter; < 0 = no buckets (one allreduce per parameter
   // after backward, the section's loop).

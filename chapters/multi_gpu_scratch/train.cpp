@@ -70,13 +70,17 @@ Result train(const Config& cfg) {
   const int rank = cfg.dist ? dist::rank() : 0;
   if (cfg.dist) {
     // Every rank must agree on what it trains, or a collective would wait forever: one line instead.
-    dist::check_same_config({{"program", "multi_gpu_scratch"}, {"devices per process", std::to_string(local)},
+    // The flags as given (cfg.flags), then what follows from them and from each rank's machine and data.
+    dist::Fingerprint mine{{"program", "multi_gpu_scratch"}};
+    mine.insert(mine.end(), cfg.flags.begin(), cfg.flags.end());
+    mine.insert(mine.end(), {{"devices per process", std::to_string(local)},
                              {"batch_size", std::to_string(r.batch_size)}, {"lr", std::to_string(r.lr)},
                              {"num_epochs", std::to_string(cfg.num_epochs)}, {"seed", std::to_string(cfg.seed)},
                              {"allreduce", cfg.allreduce}, {"dist_allreduce", cfg.dist_allreduce},
                              {"bucket_mb", std::to_string(cfg.bucket_mb)}, {"activation", cfg.activation},
                              {"training examples", std::to_string(train_iter->size())},
                              {"test examples", std::to_string(test_iter->size())}});
+    dist::check_same_config(mine);
     // Each rank reads only its devices' shards of every minibatch, and evaluates its share of the test set.
     train_iter->shard(k, rank * local, (rank + 1) * local);
     test_iter->shard(W, rank, rank + 1);

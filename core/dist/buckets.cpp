@@ -1,5 +1,6 @@
 #include "core/dist/buckets.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <stdexcept>
 
@@ -71,64 +72,81 @@ bool Buckets::same_replicas(const std::vector<std::vector<Tensor>>& replicas) co
 void Buckets::start_step_if_new() {
   if (in_step_) return;
   in_step_ = true;
-  replicas_ready_.assign(replicas_.size(), 0);
+  accumulating_ = false;
+  hits_.assign(replicas_.size(), 0);
   params_missing_.assign(buckets_.size(), 0);
   for (size_t b = 0; b < buckets_.size(); ++b) params_missing_[b] = buckets_[b].params.size();
   launched_.assign(buckets_.size(), false);
+  stale_.assign(buckets_.size(), false);
   next_ = 0;
   ready_log_.clear();
   launch_log_.clear();
 }
 
+// One ready per replica per parameter is a step's expectation: the parameter is ready when all its
+// replicas have reported. A report beyond that is more gradient for a parameter already counted: a
+// second backward() in the step without no_sync (gradient accumulation), a loss whose graph also
+// reaches another device's replicas (SyncBatchNorm's shared statistics), or a weight gradient that
+// zb-h1 deferred to its W. What was packed before it is stale: from then on nothing launches during
+// backward, and finish() launches the stale buckets again with the accumulated sums, so the reduced
+// gradient is always the sum over every backward, device and rank. Every rank runs the same program,
+// so every rank relaunches the same buckets, in bucket order.
 void Buckets::on_grad_ready(TensorImpl& leaf) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = param_of_.find(&leaf);
   if (it == param_of_.end() || !sync_) return;  // not ours, or no_sync: accumulate only
   start_step_if_new();
-  const size_t k = it->second;
-  if (++replicas_ready_[k] != static_cast<int>(replicas_[k].size())) return;  // another device still to come
+  const size_t k = it->second, b = bucket_of_[k];
+  const int hits = ++hits_[k], expected = static_cast<int>(replicas_[k].size());
+  if (hits < expected) return;  // another device still to come
+  if (hits > expected) {
+    accumulating_ = true;
+    if (launched_[b]) stale_[b] = true;
+    return;
+  }
   ready_log_.push_back(k);
-  if (--params_missing_[bucket_of_[k]] == 0 && options_.overlap) launch_ready();
+  if (--params_missing_[b] == 0 && options_.overlap && !accumulating_) launch_ready();
 }
 
 void Buckets::launch_ready() {
   while (next_ < buckets_.size() && params_missing_[next_] == 0) launch(next_, true);
 }
 
-// Packs bucket b's gradients (each summed over this process's devices on the first one) into its
-// flat buffer and starts its allreduce; nothing here waits.
+// Packs bucket b's gradients (each summed over this process's devices on the first one; the
+// replicas' own gradients are left as they are until finish()) into its flat buffer and starts its
+// allreduce; nothing here waits.
 void Buckets::launch(size_t b, bool during_backward) {
   NoGrad no_grad;
   Bucket& bucket = buckets_[b];
   const Device first = bucket.flat.device();
+  if (launched_[b]) work_[b].wait();  // a relaunch: the packing waits for the first collective on flat
   trace::Label label("bucket " + std::to_string(b) + " (" + mb(4.0 * static_cast<double>(bucket.numel)) + ")",
                      static_cast<int64_t>(b));
   size_t offset = 0;
   for (size_t k : bucket.params) {
-    Tensor g = replicas_[k][0].grad();
-    const size_t bytes = 4 * static_cast<size_t>(replicas_[k][0].numel());
-    if (!g.defined()) {  // never used by the forward pass: contributes zeros
-      copy_bytes(Tensor::zeros(replicas_[k][0].shape(), first), 0, bucket.flat, offset, bytes);
-    } else {
-      for (size_t i = 1; i < replicas_[k].size(); ++i) {
-        Tensor gi = replicas_[k][i].grad();
-        if (gi.defined()) add_(g, gi.to(first));
-      }
-      copy_bytes(g, 0, bucket.flat, offset, bytes);
+    Tensor g;
+    for (const Tensor& replica : replicas_[k]) {
+      Tensor gi = replica.grad();
+      if (gi.defined()) g = g.defined() ? add(g, gi.to(first)) : gi.to(first);
     }
+    if (!g.defined()) g = Tensor::zeros(replicas_[k][0].shape(), first);  // never used by the forward pass
+    const size_t bytes = 4 * static_cast<size_t>(replicas_[k][0].numel());
+    copy_bytes(g, 0, bucket.flat, offset, bytes);
     offset += bytes;
   }
   work_[b] = allreduce_async(bucket.flat, options_.algorithm);
   launched_[b] = true;
+  stale_[b] = false;
   launch_log_.push_back({b, during_backward});
-  next_ = b + 1;
+  next_ = std::max(next_, b + 1);
 }
 
 void Buckets::finish() {
   std::lock_guard<std::mutex> lock(mu_);
   if (!sync_) throw std::logic_error("dist::Buckets::finish() inside no_sync: the gradients are not to be reduced yet");
   start_step_if_new();
-  while (next_ < buckets_.size()) launch(next_, false);
+  for (size_t b = 0; b < buckets_.size(); ++b)
+    if (!launched_[b] || stale_[b]) launch(b, false);
   NoGrad no_grad;
   for (size_t b = 0; b < buckets_.size(); ++b) {
     Bucket& bucket = buckets_[b];

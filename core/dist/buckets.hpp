@@ -14,6 +14,11 @@
 //   loss.backward();                                          // buckets launch as they fill
 //   buckets.finish();                                         // then the optimizer step
 //
+// Gradient accumulation (several backward() calls before finish(), without no_sync) gives the sum
+// over every backward: a bucket packed before more gradient arrived is launched again by finish()
+// (buckets.cpp, on_grad_ready), as is one packed before a weight gradient that zb-h1 deferred. Every
+// rank must run as many backward passes per step (as in PyTorch's DDP); no_sync avoids the wasted
+// first launches.
 // bucket_mb 0: one bucket per parameter. A bucket larger than the model: one flat allreduce, which
 // can only start when backward is done. overlap false: every bucket waits for finish() (the
 // "allreduce after backward" of chapter 1). With several devices in a process, a parameter is ready
@@ -92,10 +97,12 @@ class Buckets {
 
   mutable std::mutex mu_;
   bool in_step_ = false, sync_ = true;
-  std::vector<int> replicas_ready_;             // per parameter, this step
+  bool accumulating_ = false;                   // a parameter reported twice this step: launch in finish()
+  std::vector<int> hits_;                       // per parameter, this step: its replicas' ready reports
   std::vector<size_t> params_missing_;          // per bucket, this step
   std::vector<Work> work_;                      // per bucket
   std::vector<bool> launched_;
+  std::vector<bool> stale_;                     // per bucket: packed before more gradient arrived
   size_t next_ = 0;                             // the next bucket to launch
   std::vector<size_t> ready_log_;
   std::vector<std::pair<size_t, bool>> launch_log_;

@@ -154,12 +154,15 @@ class DistSyncKVStore : public DeviceKVStore {
     buckets_.reset();
   }
 
-  // The buckets are built at the first step (the parameters' shapes are known by then), so that
-  // step reduces everything after backward; from the second step on they launch during backward.
+  // The buckets are built by prepare (Trainer::set_buckets, the shapes known) or else at the first
+  // step, which then reduces everything after backward; afterwards they launch during backward.
+  void prepare(const std::vector<std::vector<Tensor>>& weights) override {
+    if (bucket_options_ && (!buckets_ || !buckets_->same_replicas(weights)))
+      buckets_ = std::make_unique<dist::Buckets>(weights, *bucket_options_);
+  }
   bool reduce_all(const std::vector<std::vector<Tensor>>& weights) override {
     if (!bucket_options_) return false;
-    if (!buckets_ || !buckets_->same_replicas(weights))
-      buckets_ = std::make_unique<dist::Buckets>(weights, *bucket_options_);
+    prepare(weights);
     buckets_->finish();
     return true;
   }

@@ -82,6 +82,9 @@ class KVStore {
   }
   // Turns the buckets on with these options (dist_sync, dist_sync_ring); a ConfigError elsewhere.
   virtual void set_buckets(const dist::BucketOptions& options);
+  // Builds what reduce_all needs for these replicas ahead of the first step (the buckets and their
+  // gradient hooks); reduce_all builds it otherwise. Nothing for the other kvstores.
+  virtual void prepare(const std::vector<std::vector<Tensor>>& weights) { (void)weights; }
 
   // 'device': the device each key seen so far is reduced on (the others: empty).
   virtual std::map<int64_t, Device> placement() const { return {}; }

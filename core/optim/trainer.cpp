@@ -90,6 +90,16 @@ void Trainer::place_state(size_t k, const std::vector<Tensor>& weights) {
   host.clear();
 }
 
+void Trainer::set_buckets(const dist::BucketOptions& options) {
+  kv_->set_buckets(options);
+  std::vector<std::vector<Tensor>> weights;
+  for (auto& [name, p] : params_) {
+    if (!p->initialized()) return;  // a shape still deferred: built at the first step
+    weights.push_back(p->list_data());
+  }
+  kv_->prepare(weights);
+}
+
 void Trainer::step(int64_t batch_size) {
   if (batch_size <= 0) throw ConfigError("Trainer.step: batch_size must be positive, got " + std::to_string(batch_size));
   NoGrad no_grad;

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "core/dist/buckets.hpp"
 #include "core/nn/block.hpp"
 
 namespace d2l::optim {
@@ -50,7 +51,11 @@ class Trainer {
   float learning_rate() const { return options_.learning_rate; }
   const SGDOptions& options() const { return options_; }
   const std::string& kvstore_type() const;
-  // The kvstore itself (set_buckets for dist_sync's gradient buckets, core/dist/buckets.hpp).
+  // dist_sync's gradient buckets (core/dist/buckets.hpp), built here when every parameter's shape is
+  // known (run a forward pass first), so that the first step's backward already launches them;
+  // otherwise at the first step, which then reduces everything after backward. ConfigError for a
+  // kvstore without buckets.
+  void set_buckets(const dist::BucketOptions& options);
   KVStore& kvstore() { return *kv_; }
   int64_t num_update() const { return num_update_; }
 

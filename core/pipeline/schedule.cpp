@@ -41,6 +41,21 @@ static void check_sizes(size_t K, size_t M) {
                       " micro-batches: expected at least 1 of each");
 }
 
+// Both simulated timelines below (zb-h1's placement of W's, and the host's enqueue order) place each
+// stage's steps as early as their inputs allow, with one rule for when an input exists:
+using EndTimes = std::map<std::tuple<int, size_t, size_t>, long>;  // (kind, stage, micro-batch) -> end time
+// When stage s's step st can start: the end of the step that makes its input (a forward: the previous
+// stage's forward; a backward: the next stage's backward, or on the last stage its own forward); 0 for
+// the first stage's forwards and for W's (their input is their own B, run before them on the stage);
+// -1 while that producer is not placed yet.
+static long input_ready(const EndTimes& end, size_t K, size_t s, const Step& st) {
+  if (st.kind == Step::weight || (st.kind == Step::forward && s == 0)) return 0;
+  auto it = st.kind == Step::forward ? end.find({Step::forward, s - 1, st.micro_batch})
+            : s + 1 < K              ? end.find({Step::backward, s + 1, st.micro_batch})
+                                     : end.find({Step::forward, s, st.micro_batch});
+  return it == end.end() ? -1 : it->second;
+}
+
 // zb-h1's stage orders: 1f1b's F and B, each stage's W's placed on a simulated timeline (F, B, W 1
 // unit each): a stage whose next F or B must wait for another stage runs a pending W instead, and
 // runs one at once when more than K-s-1 are pending (which bounds what W's inputs hold in memory).
@@ -48,20 +63,9 @@ static void check_sizes(size_t K, size_t M) {
 static std::vector<std::vector<Step>> zb_h1_lists(size_t K, size_t M, const std::function<std::vector<Step>(size_t)>& fb) {
   std::vector<std::vector<Step>> fbs(K), out(K);
   for (size_t s = 0; s < K; ++s) fbs[s] = fb(s);
-  std::map<std::tuple<int, size_t, size_t>, long> end;  // (kind, stage, micro-batch) -> end time
+  EndTimes end;
   std::vector<size_t> next(K, 0), next_w(K, 0), done_b(K, 0);
   std::vector<long> free_at(K, 0);
-  // When stage s's next F or B can start: -1 while its producer is not placed yet.
-  auto ready = [&](size_t s) -> long {
-    const Step& st = fbs[s][next[s]];
-    if (st.kind == Step::forward) {
-      if (s == 0) return 0;
-      auto it = end.find({Step::forward, s - 1, st.micro_batch});
-      return it == end.end() ? -1 : it->second;
-    }
-    auto it = s + 1 < K ? end.find({Step::backward, s + 1, st.micro_batch}) : end.find({Step::forward, s, st.micro_batch});
-    return it == end.end() ? -1 : it->second;
-  };
   for (;;) {
     // The stage that can act earliest (a stage waiting on an unplaced producer with no W to run waits).
     long best_t = -1;
@@ -76,7 +80,7 @@ static std::vector<std::vector<Step>> zb_h1_lists(size_t K, size_t M, const std:
       if (!fb_left || pending_w > K - s - 1) {
         t = free_at[s], w = true;
       } else {
-        const long r = ready(s);
+        const long r = input_ready(end, K, s, fbs[s][next[s]]);
         if (r >= 0 && r <= free_at[s]) t = free_at[s], w = false;
         else if (pending_w > 0) t = free_at[s], w = true;  // fill the wait with a W
         else if (r >= 0) t = r, w = false;
@@ -123,8 +127,7 @@ std::vector<Step> stage_order(Schedule schedule, size_t K, size_t M, size_t s) {
 // The simulated timeline of schedule.hpp: each stage's list (forward 1 unit, backward 2) run as early
 // as its order and its inputs allow, then flattened into one host order.
 static std::vector<Step> simulate(const std::vector<std::vector<Step>>& lists, size_t K, long backward_cost = 2) {
-  using Key = std::tuple<int, size_t, size_t>;  // kind, stage, micro-batch
-  std::map<Key, long> end;
+  EndTimes end;
   // (time, 0 for a send / 1 for a task, stage, micro-batch) -> step; sends at t go before tasks at t.
   std::vector<std::pair<std::tuple<long, int, size_t, size_t>, Step>> items;
   std::vector<size_t> next(K, 0);
@@ -136,15 +139,8 @@ static std::vector<Step> simulate(const std::vector<std::vector<Step>>& lists, s
     for (size_t s = 0; s < K; ++s) {
       if (next[s] >= lists[s].size()) continue;
       const Step& st = lists[s][next[s]];
-      size_t i = st.micro_batch;
-      long ready = 0;  // when its input exists; -1 while the producer is not placed yet
-      if (st.kind == Step::forward && s > 0) {
-        auto it = end.find({Step::forward, s - 1, i});
-        ready = it == end.end() ? -1 : it->second;
-      } else if (st.kind == Step::backward) {
-        auto it = s + 1 < K ? end.find({Step::backward, s + 1, i}) : end.find({Step::forward, s, i});
-        ready = it == end.end() ? -1 : it->second;
-      }
+      const size_t i = st.micro_batch;
+      const long ready = input_ready(end, K, s, st);
       if (ready < 0) continue;
       long start = std::max(free_at[s], ready), stop = start + (st.kind == Step::backward ? backward_cost : 1);
       end[{st.kind, s, i}] = stop;

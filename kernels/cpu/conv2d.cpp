@@ -376,30 +376,26 @@ static std::atomic<Conv2dKernel> g_conv2d_kernel{Conv2dKernel::automatic};  // t
 void set_conv2d_kernel(Conv2dKernel k) { g_conv2d_kernel.store(k, std::memory_order_relaxed); }
 Conv2dKernel conv2d_kernel() { return g_conv2d_kernel.load(std::memory_order_relaxed); }
 
-// automatic's rule, from bench/conv2d_bench (one thread; bench/README.md has the tables). Two facts
-// decide it: how wide OpenBLAS's kernels are (blas_vector_floats: 4 for the SSE sets, which OpenBLAS
-// also picks for a CPU it does not know, 8 for AVX2, 16 for AVX-512), since kernel2 and kernel3 run
-// on its GEMM; and how wide kernel4's are (the CPU's: 16 with AVX-512, 8 with AVX2).
-// - kernel4 blocked, when its vectors are wider than the GEMM's. Against an SSE GEMM (Prescott's,
-//   ~29 GFLOP/s a thread) AVX-512 kernel4 ran 63-100 GFLOP/s forward on every shape of LeNet,
-//   ResNet-18 and ResNet-50 (2.2-3.3x kernel2, 1.3-2.4x kernel3), and as fast backward_data at
-//   stride 1. Against an AVX2 GEMM it won 1.1-1.5x on ResNet's 3x3 convs (channels that fill its
-//   blocks of 16) but lost on LeNet's (one input channel; 20 and 50 channels) and tied kernel3 on
-//   64 channels: there it runs only where C and OC are multiples of its vector width.
-// - kernel3 F(4x4, 3x3), when the GEMM is as wide: it beat im2col by 1.2-1.6x on 3x3 stride-1 convs
-//   with many 4x4 output tiles per channel (ResNet-18's 64 and 128 channels at batch 32, ResNet-50's
-//   64 and 128 at batch 4), tied at one tile per 2 channels, and lost up to 3x with fewer (512
-//   channels on 4x4 or 7x7 images): its filter transform and the alpha^2 GEMMs' packing of U
-//   (alpha^2 * OC * C floats) are paid per call whatever the number of tiles, so it needs at least
-//   one tile per channel to pay them back. With one input channel its GEMMs have K = 1 and im2col
-//   wins 5x. F(2x2, 3x3) won nowhere against both.
-// - kernel2 im2col otherwise (an AVX-512 GEMM beat kernel4 on ResNet-18's 256 and 512 channels).
-Conv2dKernel conv2d_auto_kernel(const Conv2dShape& s) {
-  const int64_t blocked = blocked_vector_floats(conv2d_blocked_isa()), blas = blas_vector_floats();
+// automatic's rule, from bench/conv2d_bench's tables (bench/README.md, "conv2d members": the figures
+// live there, not here). Two facts decide it: how wide OpenBLAS's kernels are (blas_vector_floats: 4
+// for the SSE sets, which OpenBLAS also picks for a CPU it does not know, 8 for AVX2, 16 for
+// AVX-512), since kernel2 and kernel3 run on its GEMM; and how wide kernel4's are (the CPU's).
+// - kernel4 blocked, when its vectors are wider than the GEMM's: against an SSE GEMM on every shape;
+//   against a wider one only where C and OC fill its blocks (it lost on LeNet's few channels).
+// - kernel3 F(4x4, 3x3), when the GEMM is as wide, on 3x3 stride-1 convs of 16+ channels with at
+//   least one 4x4 output tile per channel: its filter transform and the alpha^2 GEMMs' packing of U
+//   (alpha^2 * OC * C floats) are paid per call whatever the number of tiles, so it needs the tiles
+//   to pay them back; with one input channel its GEMMs have K = 1. F(2x2, 3x3) won nowhere.
+// - kernel2 im2col otherwise.
+Conv2dKernel conv2d_auto_kernel(const Conv2dShape& s, int blocked_floats, int blas_floats) {
+  const int64_t blocked = blocked_floats, blas = blas_floats;
   if (blocked > blas && (blas == 4 || (s.C % blocked == 0 && s.OC % blocked == 0))) return Conv2dKernel::blocked;
   if (!conv2d_winograd_fits(s) || s.C < 16 || s.OC < 16) return Conv2dKernel::im2col;
   const int64_t tiles = s.N * ((s.OH() + 3) / 4) * ((s.OW() + 3) / 4);
   return tiles >= std::max(s.C, s.OC) ? Conv2dKernel::winograd : Conv2dKernel::im2col;
+}
+Conv2dKernel conv2d_auto_kernel(const Conv2dShape& s) {
+  return conv2d_auto_kernel(s, blocked_vector_floats(conv2d_blocked_isa()), blas_vector_floats());
 }
 
 // The member that runs for s: the one chosen, or automatic's choice for s.

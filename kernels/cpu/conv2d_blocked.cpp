@@ -245,7 +245,7 @@ void conv2d_forward_blocked(const Ctx& c, const Conv2dShape& s, const float* x, 
 
 void conv2d_backward_weight_blocked(const Ctx& c, const Conv2dShape& s, const float* x, const float* dy, float* dw) {
   // A tile of R taps that would be nearly all repeats (1x1), or a first layer's few input channels (each
-  // item then streams all of dy for one channel): kernel2's, which ran 1.5-2.5x faster there.
+  // item then streams all of dy for one channel): kernel2's, which ran faster there (bench/README.md).
   if (s.KH * s.KW < 4 || s.C < 4) return conv2d_backward_weight_im2col(c, s, x, dy, dw);
   switch (conv2d_blocked_isa()) {
 #if defined(__x86_64__) && defined(__GNUC__)

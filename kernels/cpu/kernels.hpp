@@ -68,6 +68,9 @@ enum class Conv2dKernel { direct, im2col, winograd, winograd2, blocked, automati
 void set_conv2d_kernel(Conv2dKernel k);
 Conv2dKernel conv2d_kernel();
 Conv2dKernel conv2d_auto_kernel(const Conv2dShape& s);  // the member automatic runs for s's forward and backward_data
+// automatic's rule on a machine whose kernel4 vectors hold `blocked_floats` floats and whose GEMM's
+// (OpenBLAS's kernel set) `blas_floats`: the one above is this one with this machine's widths.
+Conv2dKernel conv2d_auto_kernel(const Conv2dShape& s, int blocked_floats, int blas_floats);
 void conv2d_forward(const Ctx& c, const Conv2dShape& s, const float* x, const float* w, float* y);
 void conv2d_backward_data(const Ctx& c, const Conv2dShape& s, const float* dy, const float* w, float* dx);
 void conv2d_backward_weight(const Ctx& c, const Conv2dShape& s, const float* x, const float* dy, float* dw);

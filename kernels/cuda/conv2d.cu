@@ -8,13 +8,13 @@
 //   kernel1  direct   the loops of the definition, one thread per output value (y, dx or dw): the
 //                     reference, read it first (conv2d_*_direct)
 //   kernel2  im2col   im2col + the GEMM (+ col2im for backward_data), one image at a time (the CPU's
-//                     kernel2 takes chunks of images; a GPU's GEMM is wide enough per image): the
-//                     default (conv2d_*_im2col)
+//                     kernel2 takes chunks of images): the textbook method (conv2d_*_im2col)
 //   kernel3  winograd Winograd's minimal filtering F(4x4, 3x3) (winograd2: F(2x2, 3x3)) for 3x3
 //                     stride-1 forward and backward_data: transformed filters and tiles, alpha^2 GEMMs,
 //                     the output transform (conv2d_winograd.cu; other shapes run kernel2)
 // conv2d_forward, conv2d_backward_data and conv2d_backward_weight, at the end of the file, run the
-// member the CPU's set_conv2d_kernel chose (automatic: winograd where it fits, measured below).
+// member the CPU's set_conv2d_kernel chose (automatic: winograd where it fits; bench/README.md has
+// the measurements).
 //
 // kernel2: im2col unrolls one image into col (C*KH*KW, OH*OW): row (ci, kh, kw), column (oh, ow) holds
 //   x[ci][oh*stride_h - pad_h + kh][ow*stride_w - pad_w + kw]   (0 where that falls in the padding),
@@ -257,9 +257,8 @@ void conv2d_backward_weight_im2col(Stream stream, const Conv2dShape& s, const fl
 //   direct              kernel1's three passes
 //   winograd            kernel3 F(4x4, 3x3) forward and backward_data, im2col's backward_weight
 //   winograd2           kernel3 F(2x2, 3x3), likewise
-//   automatic           kernel3 F(4x4, 3x3) where it fits, else im2col: on an H100 (bench/README.md) it ran
-//                       4-16x im2col's GFLOP/s on every 3x3 stride-1 conv of LeNet and ResNet-18 (its 36
-//                       GEMMs span the whole batch's tiles; im2col's GEMM one image)
+//   automatic           kernel3 F(4x4, 3x3) where it fits, else im2col: its 36 GEMMs span the whole
+//                       batch's tiles, im2col's GEMM one image (bench/README.md, "GPU GEMMs against cuBLAS")
 //   anything else       kernel2 im2col (im2col itself; blocked, a CPU member, runs it here)
 // kernel3's launchers run im2col themselves for the shapes they do not take (not 3x3 stride 1, or, for
 // backward_data, padding above 2).
