@@ -76,6 +76,14 @@ std::vector<std::vector<float>> reference(int local, int micro, int64_t n, int64
   return grads(p);
 }
 
+// Buckets' layout from each device's parameters: replicas[k][i] is parameter k on device i.
+std::vector<std::vector<Tensor>> by_parameter(const std::vector<std::vector<Tensor>>& dp) {
+  std::vector<std::vector<Tensor>> replicas(dp[0].size());
+  for (size_t k = 0; k < replicas.size(); ++k)
+    for (auto& p : dp) replicas[k].push_back(p[k]);
+  return replicas;
+}
+
 std::vector<Device> devices(int k) {
   std::vector<Device> d;
   for (int i = 0; i < k; ++i) d.push_back(cpu(i));
@@ -99,9 +107,7 @@ TEST_CASE("bucket sizes 0, small and all-in-one, overlapped or not: every replic
           CAPTURE(algo);
           std::vector<std::vector<Tensor>> dp;
           for (auto d : devs) dp.push_back(make_params(d, in, h));
-          std::vector<std::vector<Tensor>> replicas(dp[0].size());
-          for (size_t k = 0; k < replicas.size(); ++k)
-            for (auto& p : dp) replicas[k].push_back(p[k]);
+          std::vector<std::vector<Tensor>> replicas = by_parameter(dp);
           dist::Buckets buckets(replicas, {mb, algo, overlap});
           if (mb == 0.0) CHECK(buckets.buckets().size() == 6);
           if (mb == 100.0) CHECK(buckets.buckets().size() == 1);
@@ -142,9 +148,7 @@ TEST_CASE("gradient accumulation without no_sync: 2 and 3 backward() calls in a 
         auto want = reference(local, micro, n, in, h);
         std::vector<std::vector<Tensor>> dp;
         for (auto d : devs) dp.push_back(make_params(d, in, h));
-        std::vector<std::vector<Tensor>> replicas(dp[0].size());
-        for (size_t k = 0; k < replicas.size(); ++k)
-          for (auto& p : dp) replicas[k].push_back(p[k]);
+        std::vector<std::vector<Tensor>> replicas = by_parameter(dp);
         dist::Buckets buckets(replicas, {0.004, "library", overlap});
         for (int step = 0; step < 2; ++step) {
           for (auto& p : dp)
@@ -222,9 +226,7 @@ TEST_CASE("no_sync: 4 micro-steps, the first 3 without communication, == one ste
     auto want = reference(local, 4, n, in, h);
     std::vector<std::vector<Tensor>> dp;
     for (auto d : devs) dp.push_back(make_params(d, in, h));
-    std::vector<std::vector<Tensor>> replicas(dp[0].size());
-    for (size_t k = 0; k < replicas.size(); ++k)
-      for (auto& p : dp) replicas[k].push_back(p[k]);
+    std::vector<std::vector<Tensor>> replicas = by_parameter(dp);
     dist::Buckets buckets(replicas, {0.004, "library", true});
     auto micro_step = [&](int m) {
       for (size_t i = 0; i < devs.size(); ++i) loss(data(dist::rank(), static_cast<int>(i), m, n, in, devs[i]), dp[i]).backward();

@@ -8,6 +8,8 @@
 
 #include "core/cli.hpp"
 #include "core/dist/fingerprint.hpp"
+#include "core/dist/process_group.hpp"
+#include "datasets/data_iter.hpp"
 #include "core/nn/block.hpp"
 #include "core/io/checkpoint.hpp"
 #include "core/runtime.hpp"
@@ -35,6 +37,16 @@ std::vector<std::pair<std::string, std::string>> flag_fingerprint(const CLI::App
   }
   for (const CLI::App* sub : app.get_subcommands()) out.push_back({"subcommand", sub->get_name()});
   return out;
+}
+
+// ---- processes
+
+void join_processes(const std::vector<std::pair<std::string, std::string>>& config, DataIter& train_iter,
+                    DataIter& test_iter, int64_t local) {
+  dist::check_same_config(config);
+  const int64_t W = dist::world_size(), rank = dist::rank();
+  train_iter.shard(W * local, rank * local, (rank + 1) * local);
+  test_iter.shard(W, rank, rank + 1);
 }
 
 // ---- --trace

@@ -33,6 +33,7 @@ class Block;
 namespace optim {
 class Trainer;
 }
+class DataIter;
 }  // namespace d2l
 
 namespace d2l::harness {
@@ -123,6 +124,14 @@ class InFlight {
 // may differ between ranks (paths of a rank's own files and directories, --resume whose file each
 // rank checks against rank 0's: check_same_checkpoint).
 std::vector<std::pair<std::string, std::string>> flag_fingerprint(const CLI::App& app, const std::vector<std::string>& per_rank);
+
+// ---- processes (chapter 1's --dist, chapter 2's dist_sync): this rank's part of a data-parallel
+// run over the W processes of mpirun, each with `local` devices. Every rank first checks that all
+// agree on `config` (the flags and what follows from them: dist::check_same_config, one line naming
+// the first difference), then reads only its devices' shards of every training minibatch
+// (shards [rank * local, (rank + 1) * local) of W * local) and its share of the test set.
+void join_processes(const std::vector<std::pair<std::string, std::string>>& config, DataIter& train_iter,
+                    DataIter& test_iter, int64_t local);
 
 // ---- files: every output path (flag, path; '' = none) proven writable, in order, before any work
 // (d2l::check_output_path: ConfigError naming the flag); an input file that exists, is a regular

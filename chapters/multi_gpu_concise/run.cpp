@@ -161,9 +161,7 @@ Run::Run(const Config& c)
                              {"split weights", list(cfg.split_weights) + (cfg.balance ? " balance" : "")},
                              {"training examples", std::to_string(train_iter.size())},
                              {"test examples", std::to_string(test_iter.size())}, {"resuming", cfg.resume.empty() ? "no" : "yes"}});
-    dist::check_same_config(mine);
-    train_iter.shard(W * local, rank * local, (rank + 1) * local);
-    test_iter.shard(W, rank, rank + 1);
+    harness::join_processes(mine, train_iter, test_iter, local);  // then only this rank's shards
   }
   if (speak) {
     std::printf("running on: %s%s\n", str(devices).c_str(), W > 1 ? (" in each of " + std::to_string(W) + " processes").c_str() : "");

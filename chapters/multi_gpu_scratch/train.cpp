@@ -80,10 +80,7 @@ Result train(const Config& cfg) {
                              {"bucket_mb", std::to_string(cfg.bucket_mb)}, {"activation", cfg.activation},
                              {"training examples", std::to_string(train_iter->size())},
                              {"test examples", std::to_string(test_iter->size())}});
-    dist::check_same_config(mine);
-    // Each rank reads only its devices' shards of every minibatch, and evaluates its share of the test set.
-    train_iter->shard(k, rank * local, (rank + 1) * local);
-    test_iter->shard(W, rank, rank + 1);
+    harness::join_processes(mine, *train_iter, *test_iter, local);  // then only this rank's shards
   }
 
   // Copy model parameters to every device (with --dist: rank 0's, broadcast to every process).
