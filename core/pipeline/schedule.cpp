@@ -1,7 +1,6 @@
 #include "core/pipeline/schedule.hpp"
 
 #include <algorithm>
-#include <functional>
 #include <map>
 #include <stdexcept>
 #include <tuple>
@@ -41,9 +40,8 @@ static void check_sizes(size_t K, size_t M) {
                       " micro-batches: expected at least 1 of each");
 }
 
-// Both simulated timelines below (zb-h1's placement of W's, and the host's enqueue order) place each
-// stage's steps as early as their inputs allow, with one rule for when an input exists:
 using EndTimes = std::map<std::tuple<int, size_t, size_t>, long>;  // (kind, stage, micro-batch) -> end time
+
 // When stage s's step st can start: the end of the step that makes its input (a forward: the previous
 // stage's forward; a backward: the next stage's backward, or on the last stage its own forward); 0 for
 // the first stage's forwards and for W's (their input is their own B, run before them on the stage);
@@ -56,52 +54,64 @@ static long input_ready(const EndTimes& end, size_t K, size_t s, const Step& st)
   return it == end.end() ? -1 : it->second;
 }
 
-// zb-h1's stage orders: 1f1b's F and B, each stage's W's placed on a simulated timeline (F, B, W 1
-// unit each): a stage whose next F or B must wait for another stage runs a pending W instead, and
-// runs one at once when more than K-s-1 are pending (which bounds what W's inputs hold in memory).
-// `fb(s)` gives stage s's 1f1b order.
-static std::vector<std::vector<Step>> zb_h1_lists(size_t K, size_t M, const std::function<std::vector<Step>(size_t)>& fb) {
-  std::vector<std::vector<Step>> fbs(K), out(K);
-  for (size_t s = 0; s < K; ++s) fbs[s] = fb(s);
+// The simulated timeline (schedule.hpp): each stage runs the steps of its list in order, each as
+// early as its input (input_ready) and its device allow, the stage that can act earliest first; F and
+// W take 1 unit, B `backward_cost`. With `place_w` the lists hold F and B only and the W's are placed
+// as zb-h1 places them: a stage whose next F or B must wait for another stage runs a pending W
+// instead, and runs one at once when more than K-s-1 are pending (which bounds what W's inputs hold
+// in memory). Gives each stage's order as it ran (W's included) and the host's enqueue order: every
+// step at its start, each send of an activation or a gradient at the end of the step that made it
+// (sends before the steps that start at the same time).
+struct Timeline {
+  std::vector<std::vector<Step>> stages;
+  std::vector<Step> host;
+};
+static Timeline simulate(const std::vector<std::vector<Step>>& lists, size_t K, long backward_cost, bool place_w) {
   EndTimes end;
   std::vector<size_t> next(K, 0), next_w(K, 0), done_b(K, 0);
   std::vector<long> free_at(K, 0);
+  Timeline out;
+  out.stages.resize(K);
+  // (time, 0 for a send / 1 for a step, stage, micro-batch) -> step
+  std::vector<std::pair<std::tuple<long, int, size_t, size_t>, Step>> items;
   for (;;) {
-    // The stage that can act earliest (a stage waiting on an unplaced producer with no W to run waits).
     long best_t = -1;
     size_t best = K;
     bool best_w = false;
     for (size_t s = 0; s < K; ++s) {
-      const size_t pending_w = done_b[s] - next_w[s];
-      const bool fb_left = next[s] < fbs[s].size();
-      if (!fb_left && pending_w == 0) continue;
+      const size_t pending_w = place_w ? done_b[s] - next_w[s] : 0;
+      const bool left = next[s] < lists[s].size();
+      if (!left && pending_w == 0) continue;
       long t;
       bool w;
-      if (!fb_left || pending_w > K - s - 1) {
+      if (!left || pending_w > K - s - 1) {
         t = free_at[s], w = true;
       } else {
-        const long r = input_ready(end, K, s, fbs[s][next[s]]);
+        const long r = input_ready(end, K, s, lists[s][next[s]]);
         if (r >= 0 && r <= free_at[s]) t = free_at[s], w = false;
         else if (pending_w > 0) t = free_at[s], w = true;  // fill the wait with a W
         else if (r >= 0) t = r, w = false;
-        else continue;
+        else continue;  // waiting on a producer not placed yet
       }
       if (best == K || t < best_t) best_t = t, best = s, best_w = w;
     }
     if (best == K) break;
     const size_t s = best;
-    if (best_w) {
-      out[s].push_back({Step::weight, s, next_w[s]++});
-    } else {
-      const Step st = fbs[s][next[s]++];
-      out[s].push_back(st);
-      end[{st.kind, s, st.micro_batch}] = best_t + 1;
-      if (st.kind == Step::backward) ++done_b[s];
-    }
-    free_at[s] = best_t + 1;
+    const Step st = best_w ? Step{Step::weight, s, next_w[s]++} : lists[s][next[s]++];
+    const long stop = best_t + (st.kind == Step::backward ? backward_cost : 1);
+    end[{st.kind, s, st.micro_batch}] = stop;
+    free_at[s] = stop;
+    if (st.kind == Step::backward) ++done_b[s];
+    out.stages[s].push_back(st);
+    items.push_back({{best_t, 1, s, st.micro_batch}, st});
+    if (st.kind == Step::forward && s + 1 < K) items.push_back({{stop, 0, s, st.micro_batch}, {Step::send_activation, s, st.micro_batch}});
+    if (st.kind == Step::backward && s > 0) items.push_back({{stop, 0, s, st.micro_batch}, {Step::send_gradient, s, st.micro_batch}});
   }
   for (size_t s = 0; s < K; ++s)
-    if (out[s].size() != 3 * M) throw std::logic_error("pipeline: zb-h1 left work unscheduled");
+    if (next[s] != lists[s].size() || (place_w && next_w[s] != done_b[s]))
+      throw std::logic_error("pipeline: stage orders that wait on each other");
+  std::stable_sort(items.begin(), items.end(), [](auto& x, auto& y) { return x.first < y.first; });
+  for (auto& it : items) out.host.push_back(it.second);
   return out;
 }
 
@@ -121,48 +131,17 @@ std::vector<Step> stage_order(Schedule schedule, size_t K, size_t M, size_t s) {
   for (size_t j = 0; j < M - warmup; ++j) F(warmup + j), B(j);
   for (size_t i = M - warmup; i < M; ++i) B(i);
   if (schedule == Schedule::one_f_one_b) return out;
-  return zb_h1_lists(K, M, [&](size_t t) { return stage_order(Schedule::one_f_one_b, K, M, t); })[s];
-}
-
-// The simulated timeline of schedule.hpp: each stage's list (forward 1 unit, backward 2) run as early
-// as its order and its inputs allow, then flattened into one host order.
-static std::vector<Step> simulate(const std::vector<std::vector<Step>>& lists, size_t K, long backward_cost = 2) {
-  EndTimes end;
-  // (time, 0 for a send / 1 for a task, stage, micro-batch) -> step; sends at t go before tasks at t.
-  std::vector<std::pair<std::tuple<long, int, size_t, size_t>, Step>> items;
-  std::vector<size_t> next(K, 0);
-  std::vector<long> free_at(K, 0);
-  size_t left = 0;
-  for (auto& l : lists) left += l.size();
-  while (left > 0) {
-    bool progress = false;
-    for (size_t s = 0; s < K; ++s) {
-      if (next[s] >= lists[s].size()) continue;
-      const Step& st = lists[s][next[s]];
-      const size_t i = st.micro_batch;
-      const long ready = input_ready(end, K, s, st);
-      if (ready < 0) continue;
-      long start = std::max(free_at[s], ready), stop = start + (st.kind == Step::backward ? backward_cost : 1);
-      end[{st.kind, s, i}] = stop;
-      free_at[s] = stop;
-      items.push_back({{start, 1, s, i}, st});
-      if (st.kind == Step::forward && s + 1 < K) items.push_back({{stop, 0, s, i}, {Step::send_activation, s, i}});
-      if (st.kind == Step::backward && s > 0) items.push_back({{stop, 0, s, i}, {Step::send_gradient, s, i}});
-      ++next[s], --left, progress = true;
-    }
-    if (!progress) throw std::logic_error("pipeline: stage orders that wait on each other");
-  }
-  std::stable_sort(items.begin(), items.end(), [](auto& a, auto& b) { return a.first < b.first; });
-  std::vector<Step> out;
-  for (auto& it : items) out.push_back(it.second);
-  return out;
+  // zb-h1: 1f1b's F and B on every stage, W's placed on the timeline (F, B and W 1 unit each).
+  std::vector<std::vector<Step>> fb;
+  for (size_t t = 0; t < K; ++t) fb.push_back(stage_order(Schedule::one_f_one_b, K, M, t));
+  return simulate(fb, K, 1, true).stages[s];
 }
 
 std::vector<Step> enqueue_order(Schedule schedule, size_t K, size_t M) {
   check_sizes(K, M);
   std::vector<std::vector<Step>> lists;
   for (size_t s = 0; s < K; ++s) lists.push_back(stage_order(schedule, K, M, s));
-  return simulate(lists, K, schedule == Schedule::zb_h1 ? 1 : 2);
+  return simulate(lists, K, schedule == Schedule::zb_h1 ? 1 : 2, false).host;
 }
 
 std::vector<Step> forward_order(size_t K, size_t M) {
@@ -170,7 +149,7 @@ std::vector<Step> forward_order(size_t K, size_t M) {
   std::vector<std::vector<Step>> lists(K);
   for (size_t s = 0; s < K; ++s)
     for (size_t i = 0; i < M; ++i) lists[s].push_back({Step::forward, s, i});
-  return simulate(lists, K);
+  return simulate(lists, K, 2, false).host;
 }
 
 std::string str(const Step& step) {
