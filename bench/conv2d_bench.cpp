@@ -69,6 +69,7 @@ const char* name(Conv2dKernel m) {
     case Conv2dKernel::winograd: return "winograd";
     case Conv2dKernel::winograd2: return "winograd2";
     case Conv2dKernel::blocked: return "blocked";
+    case Conv2dKernel::implicit: return "implicit";
     default: return "auto";
   }
 }

@@ -104,6 +104,7 @@ const char* name(Conv2dKernel m) {
     case Conv2dKernel::winograd: return "kernel3 winograd F(4x4,3x3)";
     case Conv2dKernel::winograd2: return "kernel3 winograd2 F(2x2,3x3)";
     case Conv2dKernel::blocked: return "kernel4 blocked";
+    case Conv2dKernel::implicit: return "kernel5 implicit GEMM";
     default: return "automatic";
   }
 }
@@ -496,6 +497,7 @@ std::vector<float> gpu_forward(kemu::Stream st, const Conv2dShape& s, const std:
   const auto f = m == Conv2dKernel::direct      ? kemu::conv2d_forward_direct
                  : m == Conv2dKernel::winograd  ? kemu::conv2d_forward_winograd
                  : m == Conv2dKernel::winograd2 ? kemu::conv2d_forward_winograd2
+                 : m == Conv2dKernel::implicit  ? kemu::conv2d_forward_implicit
                                                 : kemu::conv2d_forward_im2col;
   f(st, s, x.data(), w.data(), y.data());
   return y;
@@ -506,6 +508,7 @@ std::vector<float> gpu_grad_x(kemu::Stream st, const Conv2dShape& s, const std::
   const auto f = m == Conv2dKernel::direct      ? kemu::conv2d_backward_data_direct
                  : m == Conv2dKernel::winograd  ? kemu::conv2d_backward_data_winograd
                  : m == Conv2dKernel::winograd2 ? kemu::conv2d_backward_data_winograd2
+                 : m == Conv2dKernel::implicit  ? kemu::conv2d_backward_data_implicit
                                                 : kemu::conv2d_backward_data_im2col;
   f(st, s, dy.data(), w.data(), dx.data());
   return dx;
@@ -513,8 +516,10 @@ std::vector<float> gpu_grad_x(kemu::Stream st, const Conv2dShape& s, const std::
 std::vector<float> gpu_grad_w(kemu::Stream st, const Conv2dShape& s, const std::vector<float>& x,
                               const std::vector<float>& dy, Conv2dKernel m) {
   std::vector<float> dw(static_cast<size_t>(w_size(s)), -7.0f);
-  (m == Conv2dKernel::direct ? kemu::conv2d_backward_weight_direct : kemu::conv2d_backward_weight_im2col)(
-      st, s, x.data(), dy.data(), dw.data());
+  const auto f = m == Conv2dKernel::direct     ? kemu::conv2d_backward_weight_direct
+                 : m == Conv2dKernel::implicit ? kemu::conv2d_backward_weight_implicit
+                                               : kemu::conv2d_backward_weight_im2col;
+  f(st, s, x.data(), dy.data(), dw.data());
   return dw;
 }
 
@@ -621,8 +626,15 @@ TEST_CASE("GPU conv2d (emulated) runs the member set_conv2d_kernel chose") {
   // The members give different bits here, so the checks below can tell them apart.
   CHECK(gpu_forward(nullptr, s, x, w, Conv2dKernel::winograd) != gpu_forward(nullptr, s, x, w, Conv2dKernel::im2col));
   CHECK(gpu_forward(nullptr, s, x, w, Conv2dKernel::winograd2) != gpu_forward(nullptr, s, x, w, Conv2dKernel::winograd));
+  auto passes_of = [&](Conv2dKernel m) {
+    return std::vector<std::vector<float>>{gpu_forward(nullptr, s, x, w, m), gpu_grad_x(nullptr, s, r, w, m),
+                                           gpu_grad_w(nullptr, s, x, r, m)};
+  };
+  CHECK(passes_of(Conv2dKernel::implicit) != passes_of(Conv2dKernel::im2col));  // (kernel1's sums in kernel1's order:
+                                                                               // told apart by its launches below)
   for (Conv2dKernel chosen : {Conv2dKernel::direct, Conv2dKernel::im2col, Conv2dKernel::winograd,
-                              Conv2dKernel::winograd2, Conv2dKernel::blocked, Conv2dKernel::automatic}) {
+                              Conv2dKernel::winograd2, Conv2dKernel::blocked, Conv2dKernel::implicit,
+                              Conv2dKernel::automatic}) {
     INFO(name(chosen));
     k::set_conv2d_kernel(chosen);
     const Conv2dKernel m = chosen == Conv2dKernel::automatic ? Conv2dKernel::winograd
@@ -630,14 +642,73 @@ TEST_CASE("GPU conv2d (emulated) runs the member set_conv2d_kernel chose") {
                                                              : chosen;
     std::vector<float> y(static_cast<size_t>(y_size(s))), dx(static_cast<size_t>(x_size(s))),
         dw(static_cast<size_t>(w_size(s)));
+    const int64_t implicit_before = launches("conv2d_implicit_gemm_kernel");
     kemu::conv2d_forward(nullptr, s, x.data(), w.data(), y.data());
     kemu::conv2d_backward_data(nullptr, s, r.data(), w.data(), dx.data());
     kemu::conv2d_backward_weight(nullptr, s, x.data(), r.data(), dw.data());
+    CHECK(launches("conv2d_implicit_gemm_kernel") - implicit_before == (chosen == Conv2dKernel::implicit ? 3 : 0));
     k::set_conv2d_kernel(Conv2dKernel::automatic);
     CHECK(y == gpu_forward(nullptr, s, x, w, m));
     CHECK(dx == gpu_grad_x(nullptr, s, r, w, m));
     CHECK(dw == gpu_grad_w(nullptr, s, x, r, m));
   }
+}
+
+// ---- kernel5 on the GPU (kernels/cuda/conv2d.cu: implicit GEMM, each pass one GEMM over the whole
+// batch), emulated: the three passes against kernel1 on the CPU on every shape kernel3 takes and on
+// those it does not (strides, 5x5, 1x1, wide padding, a batch larger than a 64-row tile), within 1e-5
+// of the outputs' root mean square (kernel2's bound: another order of the same sums); each pass one
+// launch, whatever the batch.
+namespace {
+const std::vector<NetShape> kGpuImplicitShapes = {
+    {"stride 2, 3x3, pad 1", {2, 3, 13, 11, 4, 3, 3, 2, 2, 1, 1}},
+    {"5x5, pad 2", {2, 2, 9, 8, 3, 5, 5, 1, 1, 2, 2}},
+    {"pad 3 (the backward's taps past the output)", {1, 2, 3, 4, 2, 3, 3, 1, 1, 3, 1}},
+    {"1x1, stride 2", {3, 16, 7, 7, 8, 1, 1, 2, 2, 0, 0}},
+    {"stride (2, 1), 3x2 filter", {2, 4, 9, 8, 5, 3, 2, 2, 1, 1, 0}},
+    {"ResNet-like 64->70 on 8x8, 5 images (320 rows: 5 row tiles)", {5, 64, 8, 8, 70, 3, 3, 1, 1, 1, 1}},
+};
+}  // namespace
+
+TEST_CASE("GPU kernel5 implicit GEMM (emulated) matches kernel1 on the CPU, all three passes") {
+  const Ctx c1 = d2l::kernels::cpu::serial_ctx();
+  std::vector<NetShape> shapes = kGpuWinogradShapes;
+  shapes.insert(shapes.end(), kGpuImplicitShapes.begin(), kGpuImplicitShapes.end());
+  double worst_y = 0, worst_dx = 0, worst_dw = 0;
+  for (const NetShape& ns : shapes) {
+    const Conv2dShape& s = ns.s;
+    INFO(ns.name << ": " << describe(s));
+    auto x = lcg_data(x_size(s), 41), w = lcg_data(w_size(s), 42), r = lcg_data(y_size(s), 43);
+    std::vector<float> y(static_cast<size_t>(y_size(s)), -7.0f), dx(static_cast<size_t>(x_size(s)), -7.0f),
+        dw(static_cast<size_t>(w_size(s)), -7.0f);  // garbage: every output must be written
+    const int64_t before = launches("conv2d_implicit_gemm_kernel");
+    kemu::conv2d_forward_implicit(nullptr, s, x.data(), w.data(), y.data());
+    kemu::conv2d_backward_data_implicit(nullptr, s, r.data(), w.data(), dx.data());
+    kemu::conv2d_backward_weight_implicit(nullptr, s, x.data(), r.data(), dw.data());
+    CHECK(launches("conv2d_implicit_gemm_kernel") == before + 3);  // one GEMM a pass, no loop over images
+    const double ey = worst_vs(forward(c1, s, x, w, Conv2dKernel::direct), y);
+    const double edx = worst_vs(grad_x(c1, s, r, w, Conv2dKernel::direct), dx);
+    const double edw = worst_vs(grad_w(c1, s, x, r, Conv2dKernel::direct), dw);
+    CHECK(ey <= 1e-5);
+    CHECK(edx <= 1e-5);
+    CHECK(edw <= 1e-5);
+    worst_y = std::max(worst_y, ey), worst_dx = std::max(worst_dx, edx), worst_dw = std::max(worst_dw, edw);
+  }
+  std::printf("  GPU kernel5 implicit GEMM worst: y %.2e dx %.2e dw %.2e (bound 1e-05)\n", worst_y, worst_dx, worst_dw);
+}
+
+TEST_CASE("GPU kernel5 implicit GEMM (emulated) on 2 device threads: the same bits" * doctest::test_suite("threads")) {
+  d2l::test::TwoThreads two;
+  const Conv2dShape s{5, 13, 9, 8, 70, 3, 3, 1, 1, 1, 1};  // 360 rows, 70 columns: several blocks each way
+  auto x = lcg_data(x_size(s), 44), w = lcg_data(w_size(s), 45), r = lcg_data(y_size(s), 46);
+  auto run = [&](kemu::Stream st) {
+    std::vector<float> y(static_cast<size_t>(y_size(s))), dx(static_cast<size_t>(x_size(s))), dw(static_cast<size_t>(w_size(s)));
+    kemu::conv2d_forward_implicit(st, s, x.data(), w.data(), y.data());
+    kemu::conv2d_backward_data_implicit(st, s, r.data(), w.data(), dx.data());
+    kemu::conv2d_backward_weight_implicit(st, s, x.data(), r.data(), dw.data());
+    return std::vector<std::vector<float>>{y, dx, dw};
+  };
+  CHECK(run(&two.ctx) == run(nullptr));
 }
 
 // On an emulated device of two threads the blocks spread over both: the same bits (each output is

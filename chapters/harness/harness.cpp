@@ -99,9 +99,10 @@ const ConvName kConvNames[] = {
     {"winograd", Conv2dKernel::winograd},
     {"winograd2", Conv2dKernel::winograd2},
     {"blocked", Conv2dKernel::blocked},
+    {"implicit", Conv2dKernel::implicit},  // the GPU's kernel5, implicit GEMM (CPU devices run im2col)
 };
 
-// "im2col, auto, direct, winograd, winograd2 or blocked"
+// "im2col, auto, direct, winograd, winograd2, blocked or implicit"
 std::string conv_choices() {
   std::vector<std::string> names = conv_kernel_names();
   std::string s;

@@ -58,11 +58,11 @@ struct Conv {
   std::string name = "auto";
 
   void add_flags(CLI::App& app);
-  // Checks the name (ConfigError "bad --conv 'x': expected im2col, auto, direct, winograd, winograd2 or blocked") and selects the
+  // Checks the name (ConfigError "bad --conv 'x': expected im2col, auto, direct, winograd, winograd2, blocked or implicit") and selects the
   // member with kernels::cpu::set_conv2d_kernel, for every CPU device of the process.
   void apply() const;
 };
-std::vector<std::string> conv_kernel_names();  // "im2col", "auto", "direct", "winograd", "winograd2", "blocked"
+std::vector<std::string> conv_kernel_names();  // "im2col", "auto", "direct", "winograd", "winograd2", "blocked", "implicit"
 
 // ---- the progress line of an epoch, on stderr, and the epoch's timer (the book's timer.start()
 // and timer.stop()). Style::seconds (chapter 2): "epoch 1: 40/94 minibatches, 3.2 sec", rewritten in

@@ -13,7 +13,7 @@ using kernels::cpu::Conv2dKernel;
 
 TEST_CASE("--conv: each name selects its member of the convolution family; a bad name is one line naming the choices") {
   const Conv2dKernel before = kernels::cpu::conv2d_kernel();
-  CHECK(harness::conv_kernel_names() == std::vector<std::string>{"im2col", "auto", "direct", "winograd", "winograd2", "blocked"});
+  CHECK(harness::conv_kernel_names() == std::vector<std::string>{"im2col", "auto", "direct", "winograd", "winograd2", "blocked", "implicit"});
   harness::Conv conv;
   CHECK(conv.name == "auto");  // the default
   const std::pair<const char*, Conv2dKernel> members[] = {{"direct", Conv2dKernel::direct},
@@ -21,6 +21,7 @@ TEST_CASE("--conv: each name selects its member of the convolution family; a bad
                                                           {"winograd", Conv2dKernel::winograd},
                                                           {"winograd2", Conv2dKernel::winograd2},
                                                           {"blocked", Conv2dKernel::blocked},
+                                                          {"implicit", Conv2dKernel::implicit},
                                                           {"im2col", Conv2dKernel::im2col}};
   for (auto [name, kernel] : members) {
     conv.name = name;
@@ -35,7 +36,7 @@ TEST_CASE("--conv: each name selects its member of the convolution family; a bad
     } catch (const ConfigError& e) {
       what = e.what();
     }
-    CHECK(what == "bad --conv '" + std::string(bad) + "': expected im2col, auto, direct, winograd, winograd2 or blocked");
+    CHECK(what == "bad --conv '" + std::string(bad) + "': expected im2col, auto, direct, winograd, winograd2, blocked or implicit");
   }
   kernels::cpu::set_conv2d_kernel(before);
 }

@@ -64,7 +64,8 @@ struct Conv2dShape {
   int64_t OH() const { return (H + 2 * pad_h - KH) / stride_h + 1; }
   int64_t OW() const { return (W + 2 * pad_w - KW) / stride_w + 1; }
 };
-enum class Conv2dKernel { direct, im2col, winograd, winograd2, blocked, automatic };
+// implicit: the GPU's kernel5 (kernels/cuda/conv2d.cu, implicit GEMM); CPU devices run kernel2 for it.
+enum class Conv2dKernel { direct, im2col, winograd, winograd2, blocked, implicit, automatic };
 void set_conv2d_kernel(Conv2dKernel k);
 Conv2dKernel conv2d_kernel();
 Conv2dKernel conv2d_auto_kernel(const Conv2dShape& s);  // the member automatic runs for s's forward and backward_data

@@ -12,6 +12,8 @@
 //   kernel3  winograd Winograd's minimal filtering F(4x4, 3x3) (winograd2: F(2x2, 3x3)) for 3x3
 //                     stride-1 forward and backward_data: transformed filters and tiles, alpha^2 GEMMs,
 //                     the output transform (conv2d_winograd.cu; other shapes run kernel2)
+//   kernel5  implicit the whole batch as one GEMM per pass, im2col's index arithmetic done while loading
+//                     shared-memory tiles: no col buffer, no loop over images (conv2d_*_implicit)
 // conv2d_forward, conv2d_backward_data and conv2d_backward_weight, at the end of the file, run the
 // member the CPU's set_conv2d_kernel chose (automatic: winograd where it fits; bench/README.md has
 // the measurements).
@@ -250,6 +252,177 @@ void conv2d_backward_weight_im2col(Stream stream, const Conv2dShape& s, const fl
   }
 }
 
+// ======== kernel5: implicit GEMM, the whole batch as one GEMM ========
+//
+// kernel2 writes im2col's matrix out and multiplies it one image at a time. kernel5 multiplies the
+// same matrix for the whole batch without ever storing it (cuDNN's IMPLICIT_GEMM): every element of
+// a shared-memory tile is computed from its GEMM coordinates while the tile is loaded. Each pass is
+// one GEMM C = A @ B, M x Ncol, summed over Kdim; sh, sw are the strides, ph, pw the paddings:
+//
+//   forward          y:  row p = (n, oh, ow), col oc, sum over k = (ci, kh, kw)   M = N*OH*OW, Kdim = C*KH*KW
+//                    A(p, k)  = x[n][ci][oh*sh - ph + kh][ow*sw - pw + kw]   (0 in the padding)
+//                    B(k, oc) = w[oc][ci][kh][kw]                            (w viewed as (OC, Kdim))
+//   backward_data    dx: row q = (n, ih, iw), col ci, sum over k = (oc, kh, kw)   M = N*H*W, Kdim = OC*KH*KW
+//                    A(q, k)  = dy[n][oc][oh][ow] where oh*sh = ih + ph - kh and ow*sw = iw + pw - kw
+//                               (0 where that is no whole output position: kernel1's gathered form)
+//                    B(k, ci) = w[oc][ci][kh][kw]
+//   backward_weight  dw: row oc, col j = (ci, kh, kw), sum over p = (n, oh, ow)   M = OC, Kdim = N*OH*OW
+//                    A(oc, p) = dy[n][oc][oh][ow]
+//                    B(p, j)  = x[n][ci][oh*sh - ph + kh][ow*sw - pw + kw]   (0 in the padding)
+//
+// The GEMM is matmul.cu's kernel3 (regblock): a 256-thread block computes a 64x64 tile of C, each
+// thread a 4x4 micro-tile in registers, from a 16-deep tile of A (64 rows) and of B (64 columns) in
+// shared memory; only the loads (the index arithmetic above) and the store differ per pass. Each
+// output is one thread's sum in a fixed order: the results do not depend on the grid.
+namespace implicit {
+
+constexpr int kBM = 64, kBN = 64, kBK = 16, kTM = 4, kTN = 4;
+constexpr int kTX = kBN / kTN, kTY = kBM / kTM, kBlock = kTX * kTY;  // 16 x 16 threads
+
+// x at image n, channel ci, for output (oh, ow) and tap (kh, kw); 0 in the padding.
+__device__ __forceinline__ float x_at(const Conv2dShape& s, const float* x, int64_t n, int64_t ci, int64_t oh,
+                                      int64_t ow, int64_t kh, int64_t kw) {
+  const int64_t ih = oh * s.stride_h - s.pad_h + kh, iw = ow * s.stride_w - s.pad_w + kw;
+  return ih >= 0 && ih < s.H && iw >= 0 && iw < s.W ? x[((n * s.C + ci) * s.H + ih) * s.W + iw] : 0.0f;
+}
+
+struct Forward {
+  Conv2dShape s;
+  int64_t OH, OW;
+  const float* x;
+  const float* w;
+  float* y;
+  __device__ int64_t rows() const { return s.N * OH * OW; }
+  __device__ int64_t cols() const { return s.OC; }
+  __device__ int64_t depth() const { return s.C * s.KH * s.KW; }
+  __device__ float a(int64_t p, int64_t k) const {
+    const int64_t ow = p % OW, oh = p / OW % OH, n = p / (OW * OH);
+    const int64_t kw = k % s.KW, kh = k / s.KW % s.KH, ci = k / (s.KW * s.KH);
+    return x_at(s, x, n, ci, oh, ow, kh, kw);
+  }
+  __device__ float b(int64_t k, int64_t oc) const { return w[oc * depth() + k]; }
+  __device__ void store(int64_t p, int64_t oc, float v) const {
+    const int64_t ow = p % OW, oh = p / OW % OH, n = p / (OW * OH);
+    y[((n * s.OC + oc) * OH + oh) * OW + ow] = v;
+  }
+};
+
+struct BackwardData {
+  Conv2dShape s;
+  int64_t OH, OW;
+  const float* dy;
+  const float* w;
+  float* dx;
+  __device__ int64_t rows() const { return s.N * s.H * s.W; }
+  __device__ int64_t cols() const { return s.C; }
+  __device__ int64_t depth() const { return s.OC * s.KH * s.KW; }
+  __device__ float a(int64_t q, int64_t k) const {
+    const int64_t iw = q % s.W, ih = q / s.W % s.H, n = q / (s.W * s.H);
+    const int64_t kw = k % s.KW, kh = k / s.KW % s.KH, oc = k / (s.KW * s.KH);
+    const int64_t th = ih + s.pad_h - kh, tw = iw + s.pad_w - kw;  // = oh * sh, ow * sw
+    if (th < 0 || tw < 0 || th % s.stride_h != 0 || tw % s.stride_w != 0) return 0.0f;
+    const int64_t oh = th / s.stride_h, ow = tw / s.stride_w;
+    return oh < OH && ow < OW ? dy[((n * s.OC + oc) * OH + oh) * OW + ow] : 0.0f;
+  }
+  __device__ float b(int64_t k, int64_t ci) const {
+    const int64_t kw = k % s.KW, kh = k / s.KW % s.KH, oc = k / (s.KW * s.KH);
+    return w[((oc * s.C + ci) * s.KH + kh) * s.KW + kw];
+  }
+  __device__ void store(int64_t q, int64_t ci, float v) const {
+    const int64_t iw = q % s.W, ih = q / s.W % s.H, n = q / (s.W * s.H);
+    dx[((n * s.C + ci) * s.H + ih) * s.W + iw] = v;
+  }
+};
+
+struct BackwardWeight {
+  Conv2dShape s;
+  int64_t OH, OW;
+  const float* x;
+  const float* dy;
+  float* dw;
+  __device__ int64_t rows() const { return s.OC; }
+  __device__ int64_t cols() const { return s.C * s.KH * s.KW; }
+  __device__ int64_t depth() const { return s.N * OH * OW; }
+  __device__ float a(int64_t oc, int64_t p) const {
+    const int64_t ow = p % OW, oh = p / OW % OH, n = p / (OW * OH);
+    return dy[((n * s.OC + oc) * OH + oh) * OW + ow];
+  }
+  __device__ float b(int64_t p, int64_t j) const {
+    const int64_t ow = p % OW, oh = p / OW % OH, n = p / (OW * OH);
+    const int64_t kw = j % s.KW, kh = j / s.KW % s.KH, ci = j / (s.KW * s.KH);
+    return x_at(s, x, n, ci, oh, ow, kh, kw);
+  }
+  __device__ void store(int64_t oc, int64_t j, float v) const { dw[oc * cols() + j] = v; }
+};
+
+}  // namespace implicit
+
+// Grid (ceil(cols / 64), ceil(rows / 64)), block 256. A tile's loads: 64x16 elements of A, 16x64 of B,
+// 4 per thread each; consecutive threads take consecutive rows of A (neighbouring output positions:
+// neighbouring x or dy addresses) and consecutive depths of B.
+template <class P>
+__global__ void conv2d_implicit_gemm_kernel(P pass) {
+  using namespace implicit;
+  D2L_SHARED(float, As, [kBK][kBM]);  // As[k][r] = A(row0 + r, k0 + k)
+  D2L_SHARED(float, Bs, [kBK][kBN]);  // Bs[k][c] = B(k0 + k, col0 + c)
+  const int64_t M = pass.rows(), N = pass.cols(), K = pass.depth();
+  const int t = threadIdx.x, tx = t % kTX, ty = t / kTX;
+  const int64_t row0 = int64_t(blockIdx.y) * kBM, col0 = int64_t(blockIdx.x) * kBN;
+  float acc[kTM][kTN] = {};
+  for (int64_t k0 = 0; k0 < K; k0 += kBK) {
+    for (int e = t; e < kBM * kBK; e += kBlock) {
+      const int r = e % kBM, k = e / kBM;
+      As[k][r] = row0 + r < M && k0 + k < K ? pass.a(row0 + r, k0 + k) : 0.0f;
+    }
+    for (int e = t; e < kBK * kBN; e += kBlock) {
+      const int k = e % kBK, c = e / kBK;
+      Bs[k][c] = k0 + k < K && col0 + c < N ? pass.b(k0 + k, col0 + c) : 0.0f;
+    }
+    __syncthreads();  // tiles complete
+    for (int k = 0; k < kBK; ++k) {
+      float a[kTM], b[kTN];
+      for (int m = 0; m < kTM; ++m) a[m] = As[k][ty + kTY * m];
+      for (int n = 0; n < kTN; ++n) b[n] = Bs[k][tx + kTX * n];
+      for (int m = 0; m < kTM; ++m)
+        for (int n = 0; n < kTN; ++n) acc[m][n] += a[m] * b[n];
+    }
+    __syncthreads();  // tiles consumed
+  }
+  for (int m = 0; m < kTM; ++m)
+    for (int n = 0; n < kTN; ++n) {
+      const int64_t i = row0 + ty + kTY * m, j = col0 + tx + kTX * n;
+      if (i < M && j < N) pass.store(i, j, acc[m][n]);
+    }
+}
+
+namespace {
+template <class P>
+void launch_implicit(Stream stream, const P& pass, int64_t rows, int64_t cols) {
+  if (rows <= 0 || cols <= 0) return;
+  const int64_t gx = (cols + implicit::kBN - 1) / implicit::kBN, gy = (rows + implicit::kBM - 1) / implicit::kBM;
+  if (gx > 2147483647 || gy > 65535) throw std::invalid_argument("conv2d implicit GEMM: the shape is too large for one grid");
+  const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(gy)), block(implicit::kBlock);
+  D2L_LAUNCH(conv2d_implicit_gemm_kernel<P>, grid, block, 0, stream)(pass);
+  D2L_CHECK_LAUNCH(conv2d_implicit_gemm_kernel);
+}
+}  // namespace
+
+void conv2d_forward_implicit(Stream stream, const Conv2dShape& s, const float* x, const float* w, float* y) {
+  const int64_t OH = s.OH(), OW = s.OW();
+  if (s.C * s.KH * s.KW == 0) return fill(stream, y, s.N * s.OC * OH * OW, 0.0f);
+  launch_implicit(stream, implicit::Forward{s, OH, OW, x, w, y}, s.N * OH * OW, s.OC);
+}
+
+void conv2d_backward_data_implicit(Stream stream, const Conv2dShape& s, const float* dy, const float* w, float* dx) {
+  if (s.OC == 0) return fill(stream, dx, s.N * s.C * s.H * s.W, 0.0f);
+  launch_implicit(stream, implicit::BackwardData{s, s.OH(), s.OW(), dy, w, dx}, s.N * s.H * s.W, s.C);
+}
+
+void conv2d_backward_weight_implicit(Stream stream, const Conv2dShape& s, const float* x, const float* dy, float* dw) {
+  if (s.N == 0) return fill(stream, dw, s.OC * s.C * s.KH * s.KW, 0.0f);  // no images: the gradient is zero
+  launch_implicit(stream, implicit::BackwardWeight{s, s.OH(), s.OW(), x, dy, dw}, s.OC, s.C * s.KH * s.KW);
+}
+
 // ======== the choice: the CPU's, one table ========
 
 // conv2d_forward, _backward_data and _backward_weight run the member that kernels::cpu::set_conv2d_kernel
@@ -257,6 +430,7 @@ void conv2d_backward_weight_im2col(Stream stream, const Conv2dShape& s, const fl
 //   direct              kernel1's three passes
 //   winograd            kernel3 F(4x4, 3x3) forward and backward_data, im2col's backward_weight
 //   winograd2           kernel3 F(2x2, 3x3), likewise
+//   implicit            kernel5's three passes (not automatic's choice until measured on a GPU)
 //   automatic           kernel3 F(4x4, 3x3) where it fits, else im2col: its 36 GEMMs span the whole
 //                       batch's tiles, im2col's GEMM one image (bench/README.md, "GPU GEMMs against cuBLAS")
 //   anything else       kernel2 im2col (im2col itself; blocked, a CPU member, runs it here)
@@ -277,6 +451,8 @@ Passes passes(::d2l::kernels::cpu::Conv2dKernel k) {
       return {conv2d_forward_winograd, conv2d_backward_data_winograd, conv2d_backward_weight_im2col};
     case Conv2dKernel::winograd2:
       return {conv2d_forward_winograd2, conv2d_backward_data_winograd2, conv2d_backward_weight_im2col};
+    case Conv2dKernel::implicit:
+      return {conv2d_forward_implicit, conv2d_backward_data_implicit, conv2d_backward_weight_implicit};
     default:
       return {conv2d_forward_im2col, conv2d_backward_data_im2col, conv2d_backward_weight_im2col};
   }

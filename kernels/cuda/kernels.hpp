@@ -72,6 +72,11 @@ void conv2d_backward_weight_im2col(Stream stream, const Conv2dShape& s, const fl
 void conv2d_forward_direct(Stream stream, const Conv2dShape& s, const float* x, const float* w, float* y);
 void conv2d_backward_data_direct(Stream stream, const Conv2dShape& s, const float* dy, const float* w, float* dx);
 void conv2d_backward_weight_direct(Stream stream, const Conv2dShape& s, const float* x, const float* dy, float* dw);
+// kernel5, implicit GEMM: each pass one GEMM over the whole batch, the im2col index arithmetic done
+// while loading its shared-memory tiles (no col buffer, no per-image loop).
+void conv2d_forward_implicit(Stream stream, const Conv2dShape& s, const float* x, const float* w, float* y);
+void conv2d_backward_data_implicit(Stream stream, const Conv2dShape& s, const float* dy, const float* w, float* dx);
+void conv2d_backward_weight_implicit(Stream stream, const Conv2dShape& s, const float* x, const float* dy, float* dw);
 // kernel3 (conv2d_winograd.cu): where the shape does not fit, kernel2's pass runs instead.
 void conv2d_forward_winograd(Stream stream, const Conv2dShape& s, const float* x, const float* w, float* y);
 void conv2d_backward_data_winograd(Stream stream, const Conv2dShape& s, const float* dy, const float* w, float* dx);
