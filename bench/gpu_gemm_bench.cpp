@@ -197,6 +197,7 @@ struct ConvTimes {
   Stats fwd, direct, data, weight;
   bool wino_fwd = false, wino_data = false;  // kernel3 fits: then wfwd, wdata are its times
   Stats wfwd, wdata;
+  Stats ifwd, idata, iweight;  // kernel5, implicit GEMM: every shape
 };
 bool bench_conv(const Gpu& g, const Conv& c, ConvTimes& t) {
   const Conv2dShape& s = c.s;
@@ -237,6 +238,20 @@ bool bench_conv(const Gpu& g, const Conv& c, ConvTimes& t) {
     t.wfwd = time_gpu(g, [&] { kc::conv2d_forward_winograd(g.stream, s, x.p, w.p, wy.p); });
     if (t.wino_data) t.wdata = time_gpu(g, [&] { kc::conv2d_backward_data_winograd(g.stream, s, dy.p, w.p, wdx.p); });
   }
+  // kernel5, implicit GEMM: its three passes against the ones above.
+  DeviceArray iy(ny), idx(nx), idw(nw);
+  for (const DeviceArray* out : {&iy, &idx, &idw}) CHECK_CUDA(cudaMemset(out->p, 0xff, out->bytes()));
+  kc::conv2d_forward_implicit(g.stream, s, x.p, w.p, iy.p);
+  kc::conv2d_backward_data_implicit(g.stream, s, dy.p, w.p, idx.p);
+  kc::conv2d_backward_weight_implicit(g.stream, s, x.p, dy.p, idw.p);
+  const double ierr = std::max({rel_error(hy, iy.host()), rel_error(dx.host(), idx.host()), rel_error(dw.host(), idw.host())});
+  if (!(ierr <= kTolerance)) {
+    std::printf("  validation FAILED: %s: implicit GEMM vs the passes above: %.2e\n", c.name, ierr);
+    return false;
+  }
+  t.ifwd = time_gpu(g, [&] { kc::conv2d_forward_implicit(g.stream, s, x.p, w.p, iy.p); });
+  t.idata = time_gpu(g, [&] { kc::conv2d_backward_data_implicit(g.stream, s, dy.p, w.p, idx.p); });
+  t.iweight = time_gpu(g, [&] { kc::conv2d_backward_weight_implicit(g.stream, s, x.p, dy.p, idw.p); });
   t.fwd = time_gpu(g, [&] { kc::conv2d_forward(g.stream, s, x.p, w.p, y.p); });
   t.direct = time_gpu(g, [&] { kc::conv2d_forward_direct(g.stream, s, x.p, w.p, y_direct.p); });
   t.data = time_gpu(g, [&] { kc::conv2d_backward_data(g.stream, s, dy.p, w.p, dx.p); });
@@ -276,11 +291,11 @@ int run() {
               tiled, tiled >= 0.3 ? "met" : "missed", regblock, regblock >= 0.6 ? "met" : "missed");
   for (int v = 0; v < 4; ++v) b::result(std::string("gpu_gemm4096_gflops_") + kVersions[v], at4096[v]);
 
-  std::printf("\n%-34s %8s %8s %8s %8s %8s %8s | %9s %9s\n", "conv2d, batch 256", "fwd", "direct", "bwd_data",
-              "bwd_wt", "wino fwd", "wino bwd", "fwd+bwd", "fwd+bwd");
-  std::printf("%-34s %8s %8s %8s %8s %8s %8s | %9s %9s\n", "", "GFLOP/s", "GFLOP/s", "GFLOP/s", "GFLOP/s", "GFLOP/s",
-              "GFLOP/s", "min ms", "med ms");
-  double lenet_ms = 0, r18_ms = 0, lenet_wino_ms = 0, r18_wino_ms = 0;
+  std::printf("\n%-34s %8s %8s %8s %8s %8s %8s %8s %8s %8s | %9s %9s\n", "conv2d, batch 256", "fwd", "direct", "bwd_data",
+              "bwd_wt", "wino fwd", "wino bwd", "impl fwd", "impl bwd", "impl wt", "fwd+bwd", "fwd+bwd");
+  std::printf("%-34s %8s %8s %8s %8s %8s %8s %8s %8s %8s | %9s %9s\n", "", "GFLOP/s", "GFLOP/s", "GFLOP/s", "GFLOP/s", "GFLOP/s",
+              "GFLOP/s", "GFLOP/s", "GFLOP/s", "GFLOP/s", "min ms", "med ms");
+  double lenet_ms = 0, r18_ms = 0, lenet_wino_ms = 0, r18_wino_ms = 0, lenet_impl_ms = 0, r18_impl_ms = 0;
   for (const Conv& c : kConvs) {
     ConvTimes t;
     if (!bench_conv(g, c, t)) return 1;
@@ -289,9 +304,10 @@ int run() {
     char wf[16] = "-", wd[16] = "-";  // kernel3's columns: '-' where it does not fit
     if (t.wino_fwd) std::snprintf(wf, sizeof wf, "%.0f", f / t.wfwd.min / 1e9);
     if (t.wino_data) std::snprintf(wd, sizeof wd, "%.0f", f / t.wdata.min / 1e9);
-    std::printf("%-34s %8.0f %8.0f %8.0f %8.0f %8s %8s | %9.3f %9.3f\n", c.name, f / t.fwd.min / 1e9,
-                f / t.direct.min / 1e9, f / t.data.min / 1e9, f / t.weight.min / 1e9, wf, wd, min_ms,
-                1e3 * (t.fwd.median + t.data.median + t.weight.median));
+    std::printf("%-34s %8.0f %8.0f %8.0f %8.0f %8s %8s %8.0f %8.0f %8.0f | %9.3f %9.3f\n", c.name, f / t.fwd.min / 1e9,
+                f / t.direct.min / 1e9, f / t.data.min / 1e9, f / t.weight.min / 1e9, wf, wd, f / t.ifwd.min / 1e9,
+                f / t.idata.min / 1e9, f / t.iweight.min / 1e9, min_ms, 1e3 * (t.fwd.median + t.data.median + t.weight.median));
+    (c.lenet ? lenet_impl_ms : r18_impl_ms) += c.count * 1e3 * (t.ifwd.min + t.idata.min + t.iweight.min);
     (c.lenet ? lenet_ms : r18_ms) += c.count * min_ms;
     const double wino_ms = 1e3 * ((t.wino_fwd ? t.wfwd.min : t.fwd.min) + (t.wino_data ? t.wdata.min : t.data.min) +
                                   t.weight.min);
@@ -307,6 +323,11 @@ int run() {
   b::result("gpu_conv_resnet18_step_ms", r18_ms);
   b::result("gpu_conv_lenet_step_winograd_ms", lenet_wino_ms);
   b::result("gpu_conv_resnet18_step_winograd_ms", r18_wino_ms);
+  std::printf("  impl = kernel5, implicit GEMM: each pass one GEMM over the whole batch (kernels/cuda/conv2d.cu)\n");
+  std::printf("  all convs of a batch-256 training step with kernel5: LeNet %.2f ms, ResNet-18 %.2f ms\n", lenet_impl_ms,
+              r18_impl_ms);
+  b::result("gpu_conv_lenet_step_implicit_ms", lenet_impl_ms);
+  b::result("gpu_conv_resnet18_step_implicit_ms", r18_impl_ms);
 
   CHECK_CUBLAS(cublasDestroy(g.blas));
   CHECK_CUDA(cudaStreamDestroy(g.stream));
