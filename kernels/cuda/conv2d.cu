@@ -279,6 +279,17 @@ namespace implicit {
 constexpr int kBM = 64, kBN = 64, kBK = 16, kTM = 4, kTN = 4;
 constexpr int kTX = kBN / kTN, kTY = kBM / kTM, kBlock = kTX * kTY;  // 16 x 16 threads
 
+// The coordinates a GEMM index stands for: an output position p = (n, oh, ow), a filter tap
+// k = (c, kh, kw) (c an input channel in forward and backward_weight, an output one in backward_data).
+struct Pos {
+  int64_t n, oh, ow;
+};
+__device__ __forceinline__ Pos position(int64_t p, int64_t OH, int64_t OW) { return {p / (OW * OH), p / OW % OH, p % OW}; }
+struct Tap {
+  int64_t c, kh, kw;
+};
+__device__ __forceinline__ Tap tap(const Conv2dShape& s, int64_t k) { return {k / (s.KW * s.KH), k / s.KW % s.KH, k % s.KW}; }
+
 // x at image n, channel ci, for output (oh, ow) and tap (kh, kw); 0 in the padding.
 __device__ __forceinline__ float x_at(const Conv2dShape& s, const float* x, int64_t n, int64_t ci, int64_t oh,
                                       int64_t ow, int64_t kh, int64_t kw) {
@@ -296,14 +307,14 @@ struct Forward {
   __device__ int64_t cols() const { return s.OC; }
   __device__ int64_t depth() const { return s.C * s.KH * s.KW; }
   __device__ float a(int64_t p, int64_t k) const {
-    const int64_t ow = p % OW, oh = p / OW % OH, n = p / (OW * OH);
-    const int64_t kw = k % s.KW, kh = k / s.KW % s.KH, ci = k / (s.KW * s.KH);
-    return x_at(s, x, n, ci, oh, ow, kh, kw);
+    const Pos o = position(p, OH, OW);
+    const Tap t = tap(s, k);
+    return x_at(s, x, o.n, t.c, o.oh, o.ow, t.kh, t.kw);
   }
   __device__ float b(int64_t k, int64_t oc) const { return w[oc * depth() + k]; }
   __device__ void store(int64_t p, int64_t oc, float v) const {
-    const int64_t ow = p % OW, oh = p / OW % OH, n = p / (OW * OH);
-    y[((n * s.OC + oc) * OH + oh) * OW + ow] = v;
+    const Pos o = position(p, OH, OW);
+    y[((o.n * s.OC + oc) * OH + o.oh) * OW + o.ow] = v;
   }
 };
 
@@ -317,20 +328,20 @@ struct BackwardData {
   __device__ int64_t cols() const { return s.C; }
   __device__ int64_t depth() const { return s.OC * s.KH * s.KW; }
   __device__ float a(int64_t q, int64_t k) const {
-    const int64_t iw = q % s.W, ih = q / s.W % s.H, n = q / (s.W * s.H);
-    const int64_t kw = k % s.KW, kh = k / s.KW % s.KH, oc = k / (s.KW * s.KH);
-    const int64_t th = ih + s.pad_h - kh, tw = iw + s.pad_w - kw;  // = oh * sh, ow * sw
+    const Pos i = position(q, s.H, s.W);  // an input position (n, ih, iw)
+    const Tap t = tap(s, k);              // (oc, kh, kw)
+    const int64_t th = i.oh + s.pad_h - t.kh, tw = i.ow + s.pad_w - t.kw;  // = oh * sh, ow * sw
     if (th < 0 || tw < 0 || th % s.stride_h != 0 || tw % s.stride_w != 0) return 0.0f;
     const int64_t oh = th / s.stride_h, ow = tw / s.stride_w;
-    return oh < OH && ow < OW ? dy[((n * s.OC + oc) * OH + oh) * OW + ow] : 0.0f;
+    return oh < OH && ow < OW ? dy[((i.n * s.OC + t.c) * OH + oh) * OW + ow] : 0.0f;
   }
   __device__ float b(int64_t k, int64_t ci) const {
-    const int64_t kw = k % s.KW, kh = k / s.KW % s.KH, oc = k / (s.KW * s.KH);
-    return w[((oc * s.C + ci) * s.KH + kh) * s.KW + kw];
+    const Tap t = tap(s, k);
+    return w[((t.c * s.C + ci) * s.KH + t.kh) * s.KW + t.kw];
   }
   __device__ void store(int64_t q, int64_t ci, float v) const {
-    const int64_t iw = q % s.W, ih = q / s.W % s.H, n = q / (s.W * s.H);
-    dx[((n * s.C + ci) * s.H + ih) * s.W + iw] = v;
+    const Pos i = position(q, s.H, s.W);
+    dx[((i.n * s.C + ci) * s.H + i.oh) * s.W + i.ow] = v;
   }
 };
 
@@ -344,13 +355,13 @@ struct BackwardWeight {
   __device__ int64_t cols() const { return s.C * s.KH * s.KW; }
   __device__ int64_t depth() const { return s.N * OH * OW; }
   __device__ float a(int64_t oc, int64_t p) const {
-    const int64_t ow = p % OW, oh = p / OW % OH, n = p / (OW * OH);
-    return dy[((n * s.OC + oc) * OH + oh) * OW + ow];
+    const Pos o = position(p, OH, OW);
+    return dy[((o.n * s.OC + oc) * OH + o.oh) * OW + o.ow];
   }
   __device__ float b(int64_t p, int64_t j) const {
-    const int64_t ow = p % OW, oh = p / OW % OH, n = p / (OW * OH);
-    const int64_t kw = j % s.KW, kh = j / s.KW % s.KH, ci = j / (s.KW * s.KH);
-    return x_at(s, x, n, ci, oh, ow, kh, kw);
+    const Pos o = position(p, OH, OW);
+    const Tap t = tap(s, j);
+    return x_at(s, x, o.n, t.c, o.oh, o.ow, t.kh, t.kw);
   }
   __device__ void store(int64_t oc, int64_t j, float v) const { dw[oc * cols() + j] = v; }
 };
