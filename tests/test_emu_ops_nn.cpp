@@ -1,4 +1,4 @@
-// Emulated conv2d (im2col + tiled GEMM, and the direct kernel) against its kernels/cpu twin on odd
+// Emulated conv2d (im2col + tiled GEMM, the direct kernel and kernel5's implicit GEMM) against its kernels/cpu twin on odd
 // shapes, and every emulated backward against central finite differences of the emulated forward (a
 // gradient x1.05 must fail the same check). pool2d's and batch_norm's emulated kernels are checked by
 // their own tests (tests/test_pool2d.cpp, tests/test_batch_norm.cpp).
@@ -53,7 +53,11 @@ void check_conv(kemu::Stream st) {
     CHECK(close(y_ref, y, 1e-5 * double(K + 1), 1e-5, "conv2d_forward"));
     kemu::conv2d_forward_direct(st, s, x.data(), w.data(), y_direct.data());
     CHECK(close(y_ref, y_direct, 1e-5 * double(K + 1), 1e-5, "conv2d_forward_direct"));
-    // Both backward passes of one member (kernel2, then kernel1), emulated against the CPU's member.
+    std::vector<float> y_implicit(y_size(s), NAN);
+    kemu::conv2d_forward_implicit(st, s, x.data(), w.data(), y_implicit.data());
+    CHECK(close(y_ref, y_implicit, 1e-5 * double(K + 1), 1e-5, "conv2d_forward_implicit"));
+    // Both backward passes of one member (kernel2, kernel1, then kernel5, whose CPU twin is kernel1's
+    // loops), emulated against the CPU's member.
     auto check_backward = [&](auto emu_data, auto cpu_data, auto emu_weight, auto cpu_weight, const std::string& name) {
       std::vector<float> dx(x_size(s), NAN), dx_ref(x_size(s), NAN);  // garbage in: overwritten
       emu_data(st, s, dy.data(), w.data(), dx.data());
@@ -68,6 +72,8 @@ void check_conv(kemu::Stream st) {
                    cpu::conv2d_backward_weight, "");
     check_backward(kemu::conv2d_backward_data_direct, cpu::conv2d_backward_data_direct,
                    kemu::conv2d_backward_weight_direct, cpu::conv2d_backward_weight_direct, "_direct");
+    check_backward(kemu::conv2d_backward_data_implicit, cpu::conv2d_backward_data_direct,
+                   kemu::conv2d_backward_weight_implicit, cpu::conv2d_backward_weight_direct, "_implicit");
 
     // im2col / col2im of the last image against the CPU helpers.
     const float* x_last = x.data() + (s.N - 1) * s.C * s.H * s.W;
@@ -88,7 +94,7 @@ void check_conv(kemu::Stream st) {
 
 }  // namespace
 
-TEST_CASE("emulated conv2d (im2col + tiled GEMM, direct) matches the CPU") { check_conv(nullptr); }
+TEST_CASE("emulated conv2d (im2col + tiled GEMM, direct, implicit GEMM) matches the CPU") { check_conv(nullptr); }
 
 // ---- backward passes against central differences of the emulated forward
 TEST_CASE("emulated conv2d backward_data and backward_weight match finite differences") {
@@ -114,6 +120,23 @@ TEST_CASE("emulated conv2d backward_data and backward_weight match finite differ
     };
     CHECK(grad_check(x, dx, loss_x, {5e-2}, "conv2d dx"));  // linear in x and in w: a wide step
     CHECK(grad_check(w, dw, loss_w, {5e-2}, "conv2d dw"));
+    // kernel5 (implicit GEMM): its backward passes against differences of its own forward.
+    kemu::conv2d_backward_data_implicit(nullptr, s, r.data(), w.data(), dx.data());
+    kemu::conv2d_backward_weight_implicit(nullptr, s, x.data(), r.data(), dw.data());
+    auto loss_x5 = [&](const std::vector<double>& xd) {
+      const auto xf = to_float(xd);
+      std::vector<float> y(y_size(s));
+      kemu::conv2d_forward_implicit(nullptr, s, xf.data(), w.data(), y.data());
+      return dot(to_double(y), r);
+    };
+    auto loss_w5 = [&](const std::vector<double>& wd) {
+      const auto wf = to_float(wd);
+      std::vector<float> y(y_size(s));
+      kemu::conv2d_forward_implicit(nullptr, s, x.data(), wf.data(), y.data());
+      return dot(to_double(y), r);
+    };
+    CHECK(grad_check(x, dx, loss_x5, {5e-2}, "conv2d implicit dx"));
+    CHECK(grad_check(w, dw, loss_w5, {5e-2}, "conv2d implicit dw"));
   }
 }
 
