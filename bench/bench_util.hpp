@@ -98,7 +98,8 @@ inline void banner(const char* what) {
 }
 
 // The flags of the epoch and step benchmarks: --COUNT N (--steps or --batch), --repeats R and
-// --setup all|1x2|1x1|2x1 (bench/compare.sh runs one setup at a time, next to PyTorch's), --conv NAME. Returns
+// --setup all|1x2|1x1|2x1 (bench/compare.sh runs one setup at a time, next to PyTorch's), --conv NAME,
+// --gemm NAME. Returns
 // false, having printed `usage`, on a flag it does not know; a count below min_count, repeats below
 // 1 or a setup outside the four print `error` and return false too.
 struct SetupFlags {
@@ -106,6 +107,7 @@ struct SetupFlags {
   int repeats;
   std::string setup = "all";
   std::string conv = "auto";  // --conv: the convolution member (bench/conv_flag.hpp applies it)
+  std::string gemm = "auto";  // --gemm: the GEMM member (bench/conv_flag.hpp applies it)
 };
 inline bool parse_setup_flags(int argc, char** argv, const char* count_flag, int64_t min_count, const char* usage,
                               const char* error, SetupFlags& f) {
@@ -115,6 +117,7 @@ inline bool parse_setup_flags(int argc, char** argv, const char* count_flag, int
     else if (a == "--repeats" && i + 1 < argc) f.repeats = std::atoi(argv[++i]);
     else if (a == "--setup" && i + 1 < argc) f.setup = argv[++i];
     else if (a == "--conv" && i + 1 < argc) f.conv = argv[++i];
+    else if (a == "--gemm" && i + 1 < argc) f.gemm = argv[++i];
     else {
       std::fprintf(stderr, "%s\n", usage);
       return false;

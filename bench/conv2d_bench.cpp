@@ -204,7 +204,7 @@ int main(int argc, char** argv) {
   std::printf("  ok\n");
 
   const double peak = sgemm_gflops();
-  std::printf("kernel4 blocked runs its %s build\n", k::blocked_isa_name(k::conv2d_blocked_isa()));
+  std::printf("kernel4 blocked runs its %s build\n", k::vector_isa_name(k::conv2d_blocked_isa()));
   std::printf("one-thread sgemm 1024^3: %.1f GFLOP/s (the per-thread ceiling for a conv's GEMMs)\n", peak);
   std::printf("nominal GFLOP/s = 2*N*OC*OH*OW*C*KH*KW / time; auto = the member automatic picks (conv2d_auto_kernel)\n\n");
   std::printf("%-34s %-9s %3s %8s %8s %8s | %9s %9s %8s %6s\n", "shape (LeNet b256, R18 b32, R50 b4)", "member", "thr",

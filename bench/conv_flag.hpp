@@ -1,10 +1,13 @@
-// --conv for the benchmarks of whole networks: the chapter programs' flag (chapters/harness).
+// --conv and --gemm for the benchmarks of whole networks: the chapter programs' flags (chapters/harness,
+// core/cli).
 #pragma once
 #include <cstdio>
 #include <exception>
 #include <string>
 
 #include "chapters/harness/harness.hpp"
+#include "core/ops/op.hpp"
+#include "kernels/cpu/kernels.hpp"
 
 namespace d2l::bench {
 
@@ -20,6 +23,19 @@ inline bool apply_conv(const std::string& name) {
     return false;
   }
   std::printf("  conv2d member: %s\n", name.c_str());
+  return true;
+}
+
+// --gemm NAME: selects the GEMM as the chapter programs' --gemm does (core/ops/gemm.cpp) and prints
+// the CPU's; false, with the error line, for a name it does not know.
+inline bool apply_gemm(const std::string& name) {
+  try {
+    detail::set_gemm(name);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return false;
+  }
+  std::printf("  %s\n", kernels::cpu::gemm_description().c_str());
   return true;
 }
 

@@ -142,10 +142,10 @@ Epoch time_setup(const Setup& setup, const d2l::scratch::Config& base, int steps
 
 int main(int argc, char** argv) {
   b::SetupFlags flags{60, 3};
-  if (!b::parse_setup_flags(argc, argv, "--steps", 1, "usage: lenet_epoch_bench [--steps N (235 = whole epochs)] [--repeats R] [--setup all|1x2|1x1|2x1] [--conv NAME]",
+  if (!b::parse_setup_flags(argc, argv, "--steps", 1, "usage: lenet_epoch_bench [--steps N (235 = whole epochs)] [--repeats R] [--setup all|1x2|1x1|2x1] [--conv NAME] [--gemm NAME]",
                             "error: --steps and --repeats must be >= 1, --setup one of all, 1x2, 1x1, 2x1", flags))
     return 2;
-  if (!b::apply_conv(flags.conv)) return 2;
+  if (!b::apply_conv(flags.conv) || !b::apply_gemm(flags.gemm)) return 2;
   const int steps = static_cast<int>(flags.count), repeats = flags.repeats;
   const std::string only = flags.setup;
   b::banner("lenet_epoch_bench: the book's LeNet from scratch, Fashion-MNIST, batch 256, lr 0.2");

@@ -7,7 +7,7 @@
 //    on a small input against direct loops in double.
 // 2. Times: 1 warm-up step, then repeats; min and median wall time, CPU time beside it.
 // Napkin math: the convolutions' flops (forward + data and weight gradients) per step, as GFLOP/s.
-//   resnet18_step_bench [--batch N] [--repeats R]
+//   resnet18_step_bench [--batch N] [--repeats R] [--conv NAME] [--gemm NAME]
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -136,13 +136,14 @@ bool validate() {
 int main(int argc, char** argv) {
   int64_t batch = 256;
   int repeats = 3;
-  std::string conv = "auto";
+  std::string conv = "auto", gemm = "auto";
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--batch") && i + 1 < argc) batch = std::atoll(argv[++i]);
     else if (!std::strcmp(argv[i], "--repeats") && i + 1 < argc) repeats = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--conv") && i + 1 < argc) conv = argv[++i];
+    else if (!std::strcmp(argv[i], "--gemm") && i + 1 < argc) gemm = argv[++i];
     else {
-      std::fprintf(stderr, "usage: resnet18_step_bench [--batch N] [--repeats R] [--conv NAME]\n");
+      std::fprintf(stderr, "usage: resnet18_step_bench [--batch N] [--repeats R] [--conv NAME] [--gemm NAME]\n");
       return 2;
     }
   }
@@ -150,7 +151,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: --batch and --repeats must be >= 1\n");
     return 2;
   }
-  if (!b::apply_conv(conv)) return 2;
+  if (!b::apply_conv(conv) || !b::apply_gemm(gemm)) return 2;
   const int threads = d2l::use_devices({kDev});
   b::banner("resnet18_step_bench: d2l's ResNet-18 (small-image variant) training step, core ops on cpu(0)");
   d2l::manual_seed(0);

@@ -18,6 +18,7 @@
 #include "core/dist/process_group.hpp"
 #include "core/io/atomic_file.hpp"
 #include "core/ops/op.hpp"
+#include "kernels/cpu/kernels.hpp"
 #include "core/parameter.hpp"
 #include "core/runtime.hpp"
 #include "core/tensor.hpp"
@@ -29,12 +30,16 @@ void add_device_flags(CLI::App& app, DeviceFlags& f) {
                  "number of GPUs to train on; CPU devices stand in when the machine has no GPU")
       ->capture_default_str();
   app.add_option("--devices", f.devices, "explicit device list, e.g. cpu:0,cpu:1, gpu:0,gpu:1 or emu:0,emu:1 (overrides --num-gpus)");
-  app.add_option("--gemm", f.gemm, "GEMM on GPUs: cublas, tiled, regblock or naive (hand-written CUDA kernels)")
+  app.add_option("--gemm", f.gemm,
+                 "the GEMM: auto (cuBLAS on GPUs, a member per shape on CPUs); on GPUs cublas, tiled or regblock "
+                 "(hand-written CUDA kernels); on CPUs openblas, packed or blocked (kernels/cpu); naive on both")
       ->capture_default_str();
 }
 
 std::vector<Device> choose_devices(const DeviceFlags& f, bool print_note) {
   detail::set_gemm(f.gemm);
+  static std::atomic<bool> told{false};  // once a process: the CPU GEMM that runs, and its vector width
+  if (print_note && !told.exchange(true)) std::cout << kernels::cpu::gemm_description() << "\n";
   std::vector<Device> devices;
   if (!f.devices.empty()) {
     try {

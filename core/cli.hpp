@@ -18,7 +18,7 @@ namespace d2l {
 struct DeviceFlags {
   int num_gpus = 1;     // the book's --num-gpus
   std::string devices;  // --devices gpu:0,cpu:1 (overrides --num-gpus)
-  std::string gemm = "cublas";  // --gemm: which GEMM GPUs use (emulated GPUs: cublas = the CPU GEMM)
+  std::string gemm = "auto";  // --gemm: a member of the GPU's or the CPU's GEMM family (core/ops/gemm.cpp)
 };
 void add_device_flags(CLI::App& app, DeviceFlags& f);
 // Resolves the flags to devices, prints the --num-gpus note when CPU devices stand in for GPUs,

@@ -217,7 +217,7 @@ TEST_CASE("conv2d automatic: the member of each (shape, kernel4 width, GEMM widt
   struct Row {
     const char* what;
     Conv2dShape s;
-    int blocked, blas;
+    int blocked, gemm;
     K want;
   };
   const Row table[] = {
@@ -238,22 +238,22 @@ TEST_CASE("conv2d automatic: the member of each (shape, kernel4 width, GEMM widt
   for (const Row& r : table) {
     CAPTURE(r.what);
     CAPTURE(r.blocked);
-    CAPTURE(r.blas);
-    CHECK(std::string(name(k::conv2d_auto_kernel(r.s, r.blocked, r.blas))) == name(r.want));
+    CAPTURE(r.gemm);
+    CHECK(std::string(name(k::conv2d_auto_kernel(r.s, r.blocked, r.gemm))) == name(r.want));
   }
   // This machine's automatic is the table's rule at its widths.
-  const int blocked = k::blocked_vector_floats(k::conv2d_blocked_isa()), blas = k::blas_vector_floats();
-  CAPTURE(k::blas_core_name());
-  for (const Row& r : table) CHECK(k::conv2d_auto_kernel(r.s) == k::conv2d_auto_kernel(r.s, blocked, blas));
+  const int blocked = k::vector_isa_floats(k::conv2d_blocked_isa()), gemm = k::gemm_vector_floats();
+  CAPTURE(k::gemm_description());
+  for (const Row& r : table) CHECK(k::conv2d_auto_kernel(r.s) == k::conv2d_auto_kernel(r.s, blocked, gemm));
 }
 
 // What automatic runs is then the very same code as the member it picked: bitwise equal.
 TEST_CASE("conv2d automatic runs its member's code: bitwise equal to winograd where it picks winograd") {
   const Conv2dShape many{4, 16, 13, 11, 24, 3, 3, 1, 1, 1, 1};
-  const k::BlockedIsa best = k::conv2d_blocked_isa();
+  const k::VectorIsa best = k::conv2d_blocked_isa();
   const Ctx c = d2l::kernels::cpu::serial_ctx();
   auto x = lcg_data(x_size(many), 1), w = lcg_data(w_size(many), 2), r = lcg_data(y_size(many), 3);
-  k::set_conv2d_blocked_isa(k::BlockedIsa::portable);  // kernel4 at 4 floats: never wider than the GEMM
+  k::set_conv2d_blocked_isa(k::VectorIsa::portable);  // kernel4 at 4 floats: never wider than the GEMM
   REQUIRE(k::conv2d_auto_kernel(many) == Conv2dKernel::winograd);
   k::set_conv2d_kernel(Conv2dKernel::automatic);
   std::vector<float> y(static_cast<size_t>(y_size(many))), dx(static_cast<size_t>(x_size(many)));
@@ -453,15 +453,15 @@ TEST_CASE("conv2d members on the networks' shapes: double reference, kernel1, th
 // CPU can run, the portable build included, against kernel1 on every shape above and the networks'.
 TEST_CASE("conv2d kernel4 (blocked): every vector width this CPU runs matches kernel1") {
   const Ctx c = d2l::kernels::cpu::serial_ctx();
-  const k::BlockedIsa best = k::conv2d_blocked_isa();
-  REQUIRE(k::conv2d_blocked_isas().back() == best);  // the widest the CPU has runs by default
+  const k::VectorIsa best = k::conv2d_blocked_isa();
+  REQUIRE(k::vector_isas().back() == best);  // the widest the CPU has runs by default
   std::vector<Conv2dShape> shapes = kShapes;
   for (const NetShape& ns : kNetShapes) shapes.push_back(ns.s);
-  for (k::BlockedIsa isa : k::conv2d_blocked_isas()) {
+  for (k::VectorIsa isa : k::vector_isas()) {
     k::set_conv2d_blocked_isa(isa);
-    std::printf("  kernel4 blocked: %s\n", k::blocked_isa_name(isa));
+    std::printf("  kernel4 blocked: %s\n", k::vector_isa_name(isa));
     for (const auto& s : shapes) {
-      INFO(k::blocked_isa_name(isa) << ": " << describe(s));
+      INFO(k::vector_isa_name(isa) << ": " << describe(s));
       auto x = lcg_data(x_size(s), 21), w = lcg_data(w_size(s), 22), r = lcg_data(y_size(s), 23);
       const auto y1 = d2l::test::to_double(forward(c, s, x, w, Conv2dKernel::direct));
       const auto dx1 = d2l::test::to_double(grad_x(c, s, r, w, Conv2dKernel::direct));

@@ -377,9 +377,9 @@ void set_conv2d_kernel(Conv2dKernel k) { g_conv2d_kernel.store(k, std::memory_or
 Conv2dKernel conv2d_kernel() { return g_conv2d_kernel.load(std::memory_order_relaxed); }
 
 // automatic's rule, from bench/conv2d_bench's tables (bench/README.md, "conv2d members": the figures
-// live there, not here). Two facts decide it: how wide OpenBLAS's kernels are (blas_vector_floats: 4
-// for the SSE sets, which OpenBLAS also picks for a CPU it does not know, 8 for AVX2, 16 for
-// AVX-512), since kernel2 and kernel3 run on its GEMM; and how wide kernel4's are (the CPU's).
+// live there, not here). Two facts decide it: how wide the GEMM's vectors are (gemm_vector_floats:
+// kernel3's, the CPU's widest, unless --gemm picks OpenBLAS, whose kernel set may be SSE's 4 floats,
+// as on a CPU it does not know), since kernel2 and kernel3 run on the GEMM; and how wide kernel4's are.
 // - kernel4 blocked, when its vectors are wider than the GEMM's: against an SSE GEMM on every shape;
 //   against a wider one only where C and OC fill its blocks (it lost on LeNet's few channels).
 // - kernel3 F(4x4, 3x3), when the GEMM is as wide, on 3x3 stride-1 convs of 16+ channels with at
@@ -387,15 +387,15 @@ Conv2dKernel conv2d_kernel() { return g_conv2d_kernel.load(std::memory_order_rel
 //   (alpha^2 * OC * C floats) are paid per call whatever the number of tiles, so it needs the tiles
 //   to pay them back; with one input channel its GEMMs have K = 1. F(2x2, 3x3) won nowhere.
 // - kernel2 im2col otherwise.
-Conv2dKernel conv2d_auto_kernel(const Conv2dShape& s, int blocked_floats, int blas_floats) {
-  const int64_t blocked = blocked_floats, blas = blas_floats;
-  if (blocked > blas && (blas == 4 || (s.C % blocked == 0 && s.OC % blocked == 0))) return Conv2dKernel::blocked;
+Conv2dKernel conv2d_auto_kernel(const Conv2dShape& s, int blocked_floats, int gemm_floats) {
+  const int64_t blocked = blocked_floats, gemm = gemm_floats;
+  if (blocked > gemm && (gemm == 4 || (s.C % blocked == 0 && s.OC % blocked == 0))) return Conv2dKernel::blocked;
   if (!conv2d_winograd_fits(s) || s.C < 16 || s.OC < 16) return Conv2dKernel::im2col;
   const int64_t tiles = s.N * ((s.OH() + 3) / 4) * ((s.OW() + 3) / 4);
   return tiles >= std::max(s.C, s.OC) ? Conv2dKernel::winograd : Conv2dKernel::im2col;
 }
 Conv2dKernel conv2d_auto_kernel(const Conv2dShape& s) {
-  return conv2d_auto_kernel(s, blocked_vector_floats(conv2d_blocked_isa()), blas_vector_floats());
+  return conv2d_auto_kernel(s, vector_isa_floats(conv2d_blocked_isa()), gemm_vector_floats());
 }
 
 // The member that runs for s: the one chosen, or automatic's choice for s.

@@ -172,8 +172,8 @@ void forward_blocked(const Ctx& c, const Conv2dShape& s, const float* x, const f
 void forward_blocked(const Ctx& c, const Conv2dShape& s, const float* x, const float* w, Filter filter, float* y) {
   switch (conv2d_blocked_isa()) {
 #if defined(__x86_64__) && defined(__GNUC__)
-    case BlockedIsa::avx512: return forward_blocked(c, s, x, w, filter, y, avx512::V, avx512::items);
-    case BlockedIsa::avx2: return forward_blocked(c, s, x, w, filter, y, avx2::V, avx2::items);
+    case VectorIsa::avx512: return forward_blocked(c, s, x, w, filter, y, avx512::V, avx512::items);
+    case VectorIsa::avx2: return forward_blocked(c, s, x, w, filter, y, avx2::V, avx2::items);
 #endif
     default: return forward_blocked(c, s, x, w, filter, y, portable::V, portable::items);
   }
@@ -207,37 +207,12 @@ void backward_weight_blocked(const Ctx& c, const Conv2dShape& s, const float* x,
   }
 }
 
-BlockedIsa best_isa() {
-#if defined(__x86_64__) && defined(__GNUC__)
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl")) return BlockedIsa::avx512;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return BlockedIsa::avx2;
-#endif
-  return BlockedIsa::portable;
-}
-
-std::atomic<BlockedIsa> g_isa{best_isa()};
+std::atomic<VectorIsa> g_isa{best_vector_isa()};
 
 }  // namespace
 
-std::vector<BlockedIsa> conv2d_blocked_isas() {
-  std::vector<BlockedIsa> isas{BlockedIsa::portable};
-  const BlockedIsa best = best_isa();
-  if (best == BlockedIsa::avx2 || best == BlockedIsa::avx512) isas.push_back(BlockedIsa::avx2);
-  if (best == BlockedIsa::avx512) isas.push_back(BlockedIsa::avx512);
-  return isas;
-}
-BlockedIsa conv2d_blocked_isa() { return g_isa.load(std::memory_order_relaxed); }
-void set_conv2d_blocked_isa(BlockedIsa isa) { g_isa.store(isa, std::memory_order_relaxed); }
-const char* blocked_isa_name(BlockedIsa isa) {
-  switch (isa) {
-    case BlockedIsa::avx512: return "avx512 (16 floats)";
-    case BlockedIsa::avx2: return "avx2+fma (8 floats)";
-    default: return "portable (8 floats as 2x4)";
-  }
-}
-
-int blocked_vector_floats(BlockedIsa isa) { return isa == BlockedIsa::avx512 ? 16 : isa == BlockedIsa::avx2 ? 8 : 4; }
+VectorIsa conv2d_blocked_isa() { return g_isa.load(std::memory_order_relaxed); }
+void set_conv2d_blocked_isa(VectorIsa isa) { g_isa.store(isa, std::memory_order_relaxed); }
 
 void conv2d_forward_blocked(const Ctx& c, const Conv2dShape& s, const float* x, const float* w, float* y) {
   forward_blocked(c, s, x, w, Filter::as_is, y);
@@ -249,8 +224,8 @@ void conv2d_backward_weight_blocked(const Ctx& c, const Conv2dShape& s, const fl
   if (s.KH * s.KW < 4 || s.C < 4) return conv2d_backward_weight_im2col(c, s, x, dy, dw);
   switch (conv2d_blocked_isa()) {
 #if defined(__x86_64__) && defined(__GNUC__)
-    case BlockedIsa::avx512: return backward_weight_blocked(c, s, x, dy, dw, avx512::V, avx512::weight_items);
-    case BlockedIsa::avx2: return backward_weight_blocked(c, s, x, dy, dw, avx2::V, avx2::weight_items);
+    case VectorIsa::avx512: return backward_weight_blocked(c, s, x, dy, dw, avx512::V, avx512::weight_items);
+    case VectorIsa::avx2: return backward_weight_blocked(c, s, x, dy, dw, avx2::V, avx2::weight_items);
 #endif
     default: return backward_weight_blocked(c, s, x, dy, dw, portable::V, portable::weight_items);
   }

@@ -7,19 +7,52 @@
 // are here, one type for every backend.
 #pragma once
 #include <cstdint>
+#include <string>
 #include <vector>
 #include "parallel.hpp"
 
 namespace d2l::kernels::cpu {
 
+// ---- vector_isa.cpp: the vector instruction sets the hand-vectorised kernels (GEMM kernel3, conv2d
+// kernel4) are compiled for; each runs the CPU's widest unless forced (vector_isas(): those this CPU
+// runs, portable first).
+enum class VectorIsa { portable, avx2, avx512 };
+VectorIsa best_vector_isa();
+std::vector<VectorIsa> vector_isas();
+const char* vector_isa_name(VectorIsa isa);
+int vector_isa_floats(VectorIsa isa);  // 4 (portable: SSE's registers), 8 (AVX2) or 16 (AVX-512)
+
 // ---- gemm.cpp: C (M, N) = alpha * op(A) (M, K) @ op(B) (K, N) + beta * C, row-major.
-// op(A) = A^T when ta (A stored (K, M)); op(B) = B^T when tb (B stored (N, K)).
-// kernel1 gemm_naive: the definition's three loops (the reference, read it first); gemm: OpenBLAS
-// (1 thread per call) per row block, one block per device thread (what every op calls).
-void gemm_naive(const Ctx& c, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                const float* B, float beta, float* C);
+// op(A) = A^T when ta (A stored (K, M)); op(B) = B^T when tb (B stored (N, K)). beta == 0 overwrites
+// C, whatever it held. A family with the same arguments, read from the top:
+//   kernel1 gemm_naive    the definition's three loops: the reference
+//   kernel2 gemm_blocked  loop order and cache blocking (i-k-j over blocks of B that stay in cache)
+//   kernel3 gemm_packed   Goto/BLIS (gemm_packed.cpp): packed panels, five loops around a register
+//                         micro-kernel compiled per ISA (gemm_isa: the CPU's widest; set_gemm_isa forces one)
+//   gemm_openblas         OpenBLAS's sgemm, the library reference (1 thread per call, a block of C per device thread)
+// gemm, what every op calls, runs the member set_gemm_kernel chose; automatic, the default, picks one
+// per shape (gemm_auto_kernel). Every member but OpenBLAS gives the same bits for any thread count.
+enum class GemmKernel { naive, blocked, packed, openblas, automatic };
+void set_gemm_kernel(GemmKernel k);
+GemmKernel gemm_kernel();
+GemmKernel gemm_auto_kernel(int64_t M, int64_t N, int64_t K);
+const char* gemm_kernel_name(GemmKernel k);  // naive, blocked, packed, openblas, auto
+GemmKernel gemm_kernel_from_name(const char* name);  // automatic for "auto"; throws std::invalid_argument otherwise
+int gemm_vector_floats();  // floats per vector of the GEMM that runs large products: 4, 8 or 16
+std::string gemm_description();  // one line: the member and its vector width (printed by the chapters)
+VectorIsa gemm_isa();
+void set_gemm_isa(VectorIsa isa);
 void gemm(const Ctx& c, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
           const float* B, float beta, float* C);
+void gemm_naive(const Ctx& c, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                const float* B, float beta, float* C);
+void gemm_blocked(const Ctx& c, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                  const float* B, float beta, float* C);
+void gemm_packed(const Ctx& c, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                 const float* B, float beta, float* C);
+void gemm_openblas(const Ctx& c, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                   const float* B, float beta, float* C);
+void gemm_scale(const Ctx& c, int64_t n, float beta, float* C);  // C = beta * C (0: zeros): an empty product
 
 // ---- blas_check.cpp: the OpenBLAS build loaded (0 serial, 1 pthreads, 2 OpenMP); check_blas() runs
 // once when the first device starts: it pins a threaded build to 1 thread per call, or, for the
@@ -70,8 +103,8 @@ void set_conv2d_kernel(Conv2dKernel k);
 Conv2dKernel conv2d_kernel();
 Conv2dKernel conv2d_auto_kernel(const Conv2dShape& s);  // the member automatic runs for s's forward and backward_data
 // automatic's rule on a machine whose kernel4 vectors hold `blocked_floats` floats and whose GEMM's
-// (OpenBLAS's kernel set) `blas_floats`: the one above is this one with this machine's widths.
-Conv2dKernel conv2d_auto_kernel(const Conv2dShape& s, int blocked_floats, int blas_floats);
+// (gemm_vector_floats) `gemm_floats`: the one above is this one with this machine's widths.
+Conv2dKernel conv2d_auto_kernel(const Conv2dShape& s, int blocked_floats, int gemm_floats);
 void conv2d_forward(const Ctx& c, const Conv2dShape& s, const float* x, const float* w, float* y);
 void conv2d_backward_data(const Ctx& c, const Conv2dShape& s, const float* dy, const float* w, float* dx);
 void conv2d_backward_weight(const Ctx& c, const Conv2dShape& s, const float* x, const float* dy, float* dw);
@@ -93,14 +126,9 @@ void conv2d_forward_winograd2(const Ctx& c, const Conv2dShape& s, const float* x
 void conv2d_backward_data_winograd2(const Ctx& c, const Conv2dShape& s, const float* dy, const float* w, float* dx);
 // kernel4 (conv2d_blocked.cpp): forward on any shape; backward_data where conv2d_blocked_fits_backward_data
 // (stride 1, pad <= K - 1, C >= 4), else kernel2's; backward_weight. Its vector width is the CPU's
-// (BlockedIsa, read at start-up; set_conv2d_blocked_isa forces one of conv2d_blocked_isas(), those
-// this CPU runs, portable first).
-enum class BlockedIsa { portable, avx2, avx512 };
-std::vector<BlockedIsa> conv2d_blocked_isas();
-BlockedIsa conv2d_blocked_isa();
-void set_conv2d_blocked_isa(BlockedIsa isa);
-const char* blocked_isa_name(BlockedIsa isa);
-int blocked_vector_floats(BlockedIsa isa);  // 4 (portable: SSE's registers), 8 (AVX2) or 16 (AVX-512)
+// (read at start-up; set_conv2d_blocked_isa forces one of vector_isas()).
+VectorIsa conv2d_blocked_isa();
+void set_conv2d_blocked_isa(VectorIsa isa);
 bool conv2d_blocked_fits_backward_data(const Conv2dShape& s);
 void conv2d_forward_blocked(const Ctx& c, const Conv2dShape& s, const float* x, const float* w, float* y);
 void conv2d_backward_data_blocked(const Ctx& c, const Conv2dShape& s, const float* dy, const float* w, float* dx);
