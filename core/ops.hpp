@@ -56,6 +56,22 @@ void scale_(const Tensor& x, float alpha);
 // ---- op sgd: w -= lr * g, in place, never recorded (the book's sgd, lr pre-divided by the batch size)
 void sgd_update_(const Tensor& w, const Tensor& g, float lr);
 
+// ---- op adam: one step of PyTorch's Adam on w, m, v in place, never recorded (the Trainer's "adam")
+// torch.optim.Adam, weight decay added to the gradient (not AdamW), step t = 1, 2, ...:
+//   gi = grad_scale * g + wd * w
+//   m  = beta1 * m + (1 - beta1) * gi                 v = beta2 * v + (1 - beta2) * gi * gi
+//   w -= lr * m_hat / (sqrt(v_hat) + epsilon),         m_hat = m / (1 - beta1^t), v_hat = v / (1 - beta2^t)
+// computed as PyTorch does: w -= step_size * (m / (sqrt(v) / bias_correction2_sqrt + epsilon)).
+// optim::adam_constants (core/optim/kvstore.hpp) fills in step_size and bias_correction2_sqrt for lr and t.
+struct AdamStep {
+  float beta1 = 0.9f, beta2 = 0.999f, epsilon = 1e-8f;
+  float wd = 0.0f;
+  float grad_scale = 1.0f;             // the Trainer's 1 / batch_size
+  float step_size = 0.0f;              // lr / (1 - beta1^t)
+  float bias_correction2_sqrt = 1.0f;  // sqrt(1 - beta2^t)
+};
+void adam_update_(const Tensor& w, const Tensor& m, const Tensor& v, const Tensor& g, const AdamStep& s);
+
 // ---- op sum: the sum (and mean) of all elements, a one-element tensor (1)
 Tensor sum(const Tensor& x);
 Tensor mean(const Tensor& x);

@@ -1,10 +1,20 @@
 // Trainer and kvstores: the SGD step against a hand computation in double, a small CNN (conv, relu,
 // pool, dense) trained on 1, 2 and 3 devices with uneven shards through every kvstore (equal to the
 // one-device run, replicas bitwise equal after every step), emulated GPUs, state_dict round trips,
-// the device kvstore spreading its reductions, and the configuration errors.
+// the device kvstore spreading its reductions, and the configuration errors. Adam: adam_step against
+// PyTorch's torch.optim.Adam (tests/adam_torch.py, when Debian's python3 has PyTorch), a Trainer with
+// "adam" against a hand-written Adam in double over the same gradients on every kvstore, the CNN
+// on 2 devices, and its state_dict.
 #include <doctest/doctest.h>
 
+#include <sys/wait.h>
+
+#include <array>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <map>
 
 #include "check.hpp"
@@ -38,6 +48,7 @@ struct Config {
   int64_t batch = 11, size = 6, channels = 4;
   int steps = 20;
   SGDOptions opt{0.1f, 0.9f, 1e-4f};
+  std::string optimizer = "sgd";
 };
 
 // Device-0 values of every trainable parameter, by name.
@@ -85,7 +96,7 @@ Values train(const Config& c, const std::vector<Device>& devices, const std::str
   manual_seed(42);
   auto net = small_cnn(c.channels);
   net->initialize(Init::Xavier(), devices);
-  Trainer trainer(net->collect_params(), "sgd", c.opt, kvstore);  // before the shapes are known (deferred)
+  Trainer trainer(net->collect_params(), c.optimizer, c.opt, kvstore);  // before the shapes are known (deferred)
   bool equal = true;
   for (int s = 0; s < c.steps; ++s) {
     train_step(*net, trainer, c, s, devices);
@@ -337,7 +348,24 @@ TEST_CASE("bad optimizer, kvstore and option values are configuration errors") {
   p->initialize({cpu(0)});
   ParameterDict dict;
   dict.add("w", p);
-  CHECK_THROWS_WITH_AS(Trainer(dict, "adam", {}), "Trainer: unknown optimizer 'adam': expected sgd", ConfigError);
+  CHECK_THROWS_WITH_AS(Trainer(dict, "adagrad", {}), "Trainer: unknown optimizer 'adagrad': expected sgd or adam",
+                       ConfigError);
+  CHECK_THROWS_WITH_AS(Trainer(dict, "Adam", {}), "Trainer: unknown optimizer 'Adam': expected sgd or adam", ConfigError);
+  CHECK_THROWS_WITH_AS(Trainer(dict, "", {}), "Trainer: unknown optimizer '': expected sgd or adam", ConfigError);
+  CHECK(Trainer(dict, "adam", {}).optimizer() == "adam");
+  CHECK(Trainer(dict, "adam", {}, "dist_sync").kvstore_type() == "dist_sync");
+  // Each optimizer's own hyperparameters, in range; the other's left at their defaults.
+  CHECK_THROWS_WITH_AS(Trainer(dict, "adam", {.learning_rate = 1e-3f, .momentum = 0.9f}),
+                       doctest::Contains("momentum is SGD's; optimizer 'adam' takes learning_rate, wd, beta1, beta2 and epsilon"),
+                       ConfigError);
+  CHECK_THROWS_WITH_AS(Trainer(dict, "sgd", {.learning_rate = 0.1f, .beta1 = 0.5f}),
+                       "Trainer: beta1, beta2 and epsilon are Adam's; optimizer 'sgd' takes learning_rate, momentum and wd",
+                       ConfigError);
+  CHECK_THROWS_WITH_AS(Trainer(dict, "adam", {.beta1 = 1.0f}), "Trainer: beta1 must be in [0, 1), got 1", ConfigError);
+  CHECK_THROWS_AS(Trainer(dict, "adam", {.beta2 = -0.1f}), ConfigError);
+  CHECK_THROWS_AS(Trainer(dict, "adam", {.epsilon = -1e-8f}), ConfigError);
+  CHECK_THROWS_AS(Trainer(dict, "adam", {.wd = NAN}), ConfigError);
+  CHECK_THROWS_AS(Trainer(dict, "adam", {-1e-3f}), ConfigError);
   CHECK_THROWS_WITH_AS(Trainer(dict, "sgd", {}, "nccl"), doctest::Contains("kvstore 'nccl' needs GPUs and a build with NCCL"),
                        ConfigError);
   CHECK_THROWS_WITH_AS(Trainer(dict, "sgd", {}, "dist_async"),
@@ -358,4 +386,287 @@ TEST_CASE("bad optimizer, kvstore and option values are configuration errors") {
   Trainer t2(dict, "sgd", {});
   CHECK_THROWS_AS(t2.step(1), ParameterError);
   CHECK(t2.num_update() == 0);
+}
+
+// ---- Adam
+
+namespace {
+
+// tests/adam_torch.py, found from this file's name as the compiler saw it (relative to the build
+// directory, whose tests/ folder holds this executable).
+std::string adam_script() {
+  namespace fs = std::filesystem;
+  fs::path here = fs::path(__FILE__).parent_path() / "adam_torch.py";
+  if (here.is_absolute() || fs::exists(here)) return here.string();
+  std::error_code ec;
+  fs::path build_root = fs::read_symlink("/proc/self/exe", ec).parent_path().parent_path();
+  return (build_root / here).lexically_normal().string();
+}
+
+struct AdamCase {
+  float lr, beta1, beta2, eps, wd, grad_scale;
+  std::vector<float> w0;
+  std::vector<std::vector<float>> grads;  // one per step
+};
+
+// Fixed numbers: 12 weights, 5 steps of gradients in [-1, 1) with one exact zero and two tiny ones
+// (1e-6: sqrt(v_hat) near epsilon); grad_scale 0.25, as a Trainer's 1 / batch_size.
+AdamCase adam_case(float lr, float beta1, float beta2, float eps, float wd) {
+  AdamCase c{lr, beta1, beta2, eps, wd, 0.25f, test::lcg_data(12, 61), {}};
+  for (int t = 0; t < 5; ++t) {
+    auto g = test::lcg_data(12, 70 + t);
+    g[3] = 0.0f, g[5] *= 1e-6f, g[8] *= 1e-6f;
+    c.grads.push_back(g);
+  }
+  return c;
+}
+
+// After each step of each case: w, m, v as torch.optim.Adam computed them.
+using TorchSteps = std::vector<std::vector<std::array<std::vector<float>, 3>>>;
+
+TorchSteps run_torch_adam(const std::vector<AdamCase>& cases) {
+  namespace fs = std::filesystem;
+  const std::string script = adam_script();
+  REQUIRE_MESSAGE(fs::exists(script), "no " << script);
+  std::string dir = (fs::temp_directory_path() / "d2l_adam_XXXXXX").string();
+  REQUIRE(mkdtemp(dir.data()) != nullptr);
+  {
+    std::ofstream in(dir + "/adam_in.txt");
+    in.precision(9);
+    in << cases.size() << "\n";
+    for (auto& c : cases) {
+      in << c.lr << " " << c.beta1 << " " << c.beta2 << " " << c.eps << " " << c.wd << " " << c.grad_scale << " "
+         << c.grads.size() << " " << c.w0.size() << "\n";
+      for (float x : c.w0) in << x << " ";
+      in << "\n";
+      for (auto& g : c.grads) {
+        for (float x : g) in << x << " ";
+        in << "\n";
+      }
+    }
+  }
+  std::fflush(nullptr);
+  int rc = std::system(("'" + test::python() + "' '" + script + "' '" + dir + "'").c_str());
+  REQUIRE(WIFEXITED(rc));
+  REQUIRE(WEXITSTATUS(rc) == 0);
+  std::ifstream out(dir + "/adam_out.txt");
+  TorchSteps steps(cases.size());
+  for (size_t k = 0; k < cases.size(); ++k)
+    for (size_t t = 0; t < cases[k].grads.size(); ++t) {
+      std::array<std::vector<float>, 3> wmv;
+      for (auto& v : wmv) {
+        v.resize(cases[k].w0.size());
+        for (auto& x : v) out >> x;
+      }
+      steps[k].push_back(wmv);
+    }
+  REQUIRE(out.good());
+  fs::remove_all(dir);
+  return steps;
+}
+
+}  // namespace
+
+// adam_step on host arrays and, through the op adam_update_, on cpu(0) and emu(0), five steps after
+// each of which w, m and v are those of torch.optim.Adam on the same numbers: PyTorch's defaults
+// without weight decay, and other betas, epsilon and weight decay (added to the gradient, not AdamW).
+// The host loop and the cpu(0) kernel give the same bits ('local' and 'device' agree).
+TEST_CASE("adam_step follows torch.optim.Adam step by step, with and without weight decay" *
+          doctest::skip(!test::python_can_import("torch"))) {
+  const std::vector<AdamCase> cases{adam_case(0.01f, 0.9f, 0.999f, 1e-8f, 0.0f),
+                                    adam_case(0.05f, 0.8f, 0.99f, 1e-6f, 0.1f)};
+  const TorchSteps torch = run_torch_adam(cases);
+  for (size_t k = 0; k < cases.size(); ++k) {
+    const AdamCase& c = cases[k];
+    CAPTURE(c.wd);
+    const int64_t n = static_cast<int64_t>(c.w0.size());
+    const AdamStep base{c.beta1, c.beta2, c.eps, c.wd, c.grad_scale};
+    std::vector<float> w = c.w0, m(n, 0.0f), v(n, 0.0f);
+    std::vector<std::array<Tensor, 3>> on;  // w, m, v on cpu(0) and emu(0)
+    for (Device d : {cpu(0), emu(0)})
+      on.push_back({Tensor::from_vector(c.w0, {n}, d), Tensor::zeros({n}, d), Tensor::zeros({n}, d)});
+    for (size_t t = 0; t < c.grads.size(); ++t) {
+      CAPTURE(t + 1);
+      const AdamStep s = adam_constants(base, c.lr, static_cast<int64_t>(t) + 1);
+      adam_step(w.data(), m.data(), v.data(), c.grads[t].data(), n, s);
+      const auto& [tw, tm, tv] = torch[k][t];
+      CHECK(test::close(tw, w, 1e-7, 1e-6, "w"));
+      CHECK(test::close(tm, m, 1e-8, 1e-5, "m"));
+      CHECK(test::close(tv, v, 1e-15, 1e-5, "v"));
+      for (auto& [dw, dm, dv] : on) {
+        CAPTURE(dw.device().str());
+        adam_step(dw, dm, dv, Tensor::from_vector(c.grads[t], {n}, dw.device()), s);
+        CHECK(test::close(tw, dw.to_vector(), 1e-7, 1e-6, "w"));
+        CHECK(test::close(tm, dm.to_vector(), 1e-8, 1e-5, "m"));
+        CHECK(test::close(tv, dv.to_vector(), 1e-15, 1e-5, "v"));
+      }
+      CHECK(on[0][0].to_vector() == w);  // cpu(0)'s kernel: the host loop's bits
+      CHECK(on[0][1].to_vector() == m);
+      CHECK(on[0][2].to_vector() == v);
+    }
+  }
+}
+
+TEST_CASE("adam_constants: step t's bias corrections") {
+  const AdamStep s = adam_constants(AdamStep{}, 0.01f, 1);
+  CHECK(s.step_size == doctest::Approx(0.01 / (1 - 0.9)).epsilon(1e-6));
+  CHECK(s.bias_correction2_sqrt == doctest::Approx(std::sqrt(1 - 0.999)).epsilon(1e-6));
+  const AdamStep s3 = adam_constants(AdamStep{}, 0.01f, 3);
+  CHECK(s3.step_size == doctest::Approx(0.01 / (1 - std::pow(0.9, 3))).epsilon(1e-6));
+  CHECK(s3.bias_correction2_sqrt == doctest::Approx(std::sqrt(1 - std::pow(0.999, 3))).epsilon(1e-6));
+  CHECK(s3.beta1 == 0.9f);
+  CHECK(s3.epsilon == 1e-8f);
+}
+
+namespace {
+
+// Dense(4, relu) -> Dense(3): (N, 5) -> (N, 3), shapes deferred.
+std::shared_ptr<Sequential> tiny_mlp() {
+  auto net = std::make_shared<Sequential>();
+  net->add(std::make_shared<Dense>(4, "relu"), std::make_shared<Dense>(3));
+  return net;
+}
+
+}  // namespace
+
+// A Trainer with "adam" trains a tiny MLP for 4 steps (the learning rate halved before the last two);
+// before each step the test reads every replica's gradient, and a separate Adam in double, written
+// here from the formula (g = sum / batch + wd * w; m, v; m_hat, v_hat; w -= lr * m_hat / (sqrt(v_hat) +
+// eps)), takes the same step. The Trainer's weights and its state_dict's exp_avg / exp_avg_sq follow it
+// after every step, on one device, two CPUs and a CPU with an emulated GPU, through every kvstore; the
+// replicas stay bitwise equal, and state() holds m and v beside each replica.
+TEST_CASE("a Trainer with adam follows a hand-written double-precision Adam over the same gradients") {
+  const float lr = 0.02f, wd = 0.01f, b1 = 0.9f, b2 = 0.999f, eps = 1e-8f;
+  const int64_t batch = 7, features = 5;
+  const std::vector<std::vector<Device>> device_sets{{cpu(0)}, {cpu(0), cpu(1)}, {cpu(0), emu(0)}};
+  for (auto& devices : device_sets)
+    for (const std::string kv : {"device", "local", "ring", "dist_sync"}) {
+      CAPTURE(kv);
+      CAPTURE(str(devices));
+      manual_seed(5);
+      auto net = tiny_mlp();
+      net->initialize(Init::Xavier(), devices);
+      Trainer trainer(net->collect_params(), "adam", {.learning_rate = lr, .wd = wd}, kv);
+      CHECK(trainer.state_names() == std::vector<std::string>{"exp_avg", "exp_avg_sq"});
+      std::map<std::string, std::vector<double>> w, m, v;  // the reference, by parameter name
+      double rate = lr;
+      bool followed = true, equal = true;
+      for (int t = 1; t <= 4; ++t) {
+        if (t == 3) trainer.set_learning_rate(lr / 2), rate = lr / 2;
+        auto X = test::lcg_data(batch * features, 300 + t);
+        std::vector<int32_t> y;
+        for (int64_t i = 0; i < batch; ++i) y.push_back(X[i * features] > 0 ? 2 : (X[i * features + 1] > 0));
+        auto Xs = split_and_load(X, {batch, features}, devices, false);
+        auto ys = split_and_load(y, {batch}, devices, false);
+        for (size_t i = 0; i < Xs.size(); ++i) softmax_cross_entropy((*net)(Xs[i]), ys[i], Reduction::sum).backward();
+        for (auto& [name, p] : net->collect_params()) {
+          if (t == 1) {
+            auto w0 = p->data(devices[0]).to_vector();
+            w[name].assign(w0.begin(), w0.end());
+            m[name].assign(w0.size(), 0.0), v[name].assign(w0.size(), 0.0);
+          }
+          std::vector<double> g(w[name].size(), 0.0);
+          for (auto& d : devices) {
+            auto gd = p->grad(d).to_vector();
+            for (size_t j = 0; j < g.size(); ++j) g[j] += gd[j];
+          }
+          for (size_t j = 0; j < g.size(); ++j) {
+            const double gj = g[j] / batch + double(wd) * w[name][j];
+            m[name][j] = double(b1) * m[name][j] + (1 - double(b1)) * gj;
+            v[name][j] = double(b2) * v[name][j] + (1 - double(b2)) * gj * gj;
+            const double m_hat = m[name][j] / (1 - std::pow(double(b1), t));
+            const double v_hat = v[name][j] / (1 - std::pow(double(b2), t));
+            w[name][j] -= rate * m_hat / (std::sqrt(v_hat) + double(eps));
+          }
+        }
+        trainer.step(batch);
+        const auto state = trainer.state_dict();
+        for (auto& [name, p] : net->collect_params()) {
+          CAPTURE(name);
+          CAPTURE(t);
+          followed = test::close(w[name], p->data(devices.back()).to_vector(), 1e-6, 1e-5, "w") && followed;
+          followed = test::close(m[name], state.at("exp_avg/" + name).values, 1e-7, 1e-4, "m") && followed;
+          followed = test::close(v[name], state.at("exp_avg_sq/" + name).values, 1e-10, 1e-4, "v") && followed;
+        }
+        equal = equal && replicas_equal(net->collect_params());
+      }
+      CHECK(followed);
+      CHECK(equal);
+      CHECK(trainer.num_update() == 4);
+      // The state beside each replica, on its device (in host memory for 'local' with 2 replicas).
+      const auto& exp_avg = trainer.state("0.weight", "exp_avg");
+      if (kv == "local" && devices.size() > 1) {
+        CHECK(exp_avg.empty());
+      } else {
+        REQUIRE(exp_avg.size() == devices.size());
+        for (size_t i = 0; i < devices.size(); ++i) CHECK(exp_avg[i].device() == devices[i]);
+        CHECK(test::close(m["0.weight"], exp_avg.back().to_vector(), 1e-7, 1e-4, "state()"));
+      }
+      // The weights moved: a few steps of about the learning rate each.
+      auto now = net->collect_params()["1.bias"].data(devices[0]).to_vector();
+      double moved = 0;
+      for (float x : now) moved = std::max(moved, double(std::fabs(x)));
+      CHECK(moved > lr);
+    }
+  auto net = tiny_mlp();
+  net->initialize(Init::Xavier(), {cpu(0)});
+  Trainer trainer(net->collect_params(), "adam", {});
+  CHECK_THROWS_AS(trainer.state("0.weight", "momentum"), ParameterError);
+  CHECK_THROWS_AS(trainer.state("9.weight", "exp_avg"), ParameterError);
+}
+
+TEST_CASE("Adam: a CNN on 2 devices equals the 1-device run for every kvstore; device and local the same bits") {
+  Config c;
+  c.steps = 6;
+  c.optimizer = "adam";
+  c.opt = {.learning_rate = 0.01f, .wd = 1e-4f};
+  const Values ref = train(c, {cpu(0)}, "device");
+  std::map<std::string, Values> by_kv;
+  for (auto& kv : kKVStores) {
+    CAPTURE(kv);
+    by_kv[kv] = train(c, {cpu(0), cpu(1)}, kv);
+    CHECK(close_values(ref, by_kv[kv], 1e-4, 1e-6));
+  }
+  CHECK(by_kv["device"] == by_kv["local"]);
+}
+
+TEST_CASE("an adam trainer restored from state_dict continues bit for bit like the original") {
+  Config c;
+  c.steps = 3;
+  c.optimizer = "adam";
+  c.opt = {.learning_rate = 0.01f, .wd = 1e-3f, .beta1 = 0.8f};
+  const std::vector<Device> devices{cpu(0), cpu(1)};
+  for (const std::string kv : {"device", "local"}) {
+    CAPTURE(kv);
+    manual_seed(3);
+    auto a = small_cnn(c.channels);
+    a->initialize(Init::Xavier(), devices);
+    Trainer ta(a->collect_params(), "adam", c.opt, kv);
+    for (int s = 0; s < c.steps; ++s) train_step(*a, ta, c, s, devices);
+    auto state = ta.state_dict();
+    CHECK(state.size() == 2 * 4 + 2);
+    CHECK(state.at("exp_avg/0.weight").shape == Shape{4, 1, 3, 3});
+    CHECK(state.at("exp_avg_sq/2.bias").shape == Shape{3});
+    CHECK(state.count("momentum/0.weight") == 0);
+
+    manual_seed(99);
+    auto b = small_cnn(c.channels);
+    b->initialize(Init::Xavier(), devices);
+    b->forward(Tensor::zeros({1, 1, c.size, c.size}, cpu(0)));
+    auto pa = a->collect_params(), pb = b->collect_params();
+    for (auto& [name, p] : pa) pb[name].set_data(p->data(cpu(0)));
+    Trainer tb(pb, "adam", c.opt, kv);
+    tb.load_state_dict(state);
+    CHECK(tb.num_update() == 3);  // the next step is t = 4: the bias corrections continue
+    for (int s = c.steps; s < c.steps + 3; ++s) {
+      train_step(*a, ta, c, s, devices);
+      train_step(*b, tb, c, s, devices);
+    }
+    CHECK(values_of(pa) == values_of(pb));
+
+    // An SGD trainer's state is not an Adam trainer's, and the reverse.
+    Trainer sgd(pb, "sgd", {0.1f}, kv);
+    CHECK_THROWS_WITH_AS(sgd.load_state_dict(state), doctest::Contains("no 'momentum/0.weight'"), ParameterError);
+    CHECK_THROWS_WITH_AS(tb.load_state_dict(sgd.state_dict()), doctest::Contains("optimizer adam"), ParameterError);
+  }
 }

@@ -4,8 +4,9 @@
 //     running statistics included), so the file also loads with load_parameters or in PyTorch;
 //   - the other devices' replicas of states without a gradient (BatchNorm's running statistics are
 //     kept per device) as "replica/<i>/<name>", 1 <= i < the device count;
-//   - the trainer's state_dict() under "trainer/<key>" ("trainer/momentum/0.weight",
-//     "trainer/num_update", "trainer/learning_rate"), F32;
+//   - the trainer's state_dict() under "trainer/<key>" ("trainer/momentum/0.weight"; Adam's
+//     "trainer/exp_avg/0.weight" and "trainer/exp_avg_sq/0.weight"; "trainer/num_update",
+//     "trainer/learning_rate"), F32;
 //   - in "__metadata__" (strings): "format": "d2l-checkpoint", "devices": the kind of each device it
 //     was written on ("cpu,cpu"), "epoch": the epochs completed, "rng_seed" and "rng_offset": the
 //     random stream's state (core/rng.hpp).

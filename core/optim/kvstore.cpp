@@ -1,6 +1,7 @@
 #include "core/optim/kvstore.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <optional>
 
 #include "core/autograd.hpp"
@@ -29,7 +30,45 @@ void sgd_step(float* w, float* mom, const float* g, int64_t n, const SGDStep& s)
   }
 }
 
+AdamStep adam_constants(AdamStep s, float lr, int64_t t) {
+  const double k = static_cast<double>(t);
+  s.step_size = static_cast<float>(lr / (1.0 - std::pow(static_cast<double>(s.beta1), k)));
+  s.bias_correction2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(static_cast<double>(s.beta2), k)));
+  return s;
+}
+
+void adam_step(const Tensor& w, const Tensor& m, const Tensor& v, const Tensor& g, const AdamStep& s) {
+  adam_update_(w, m, v, g, s);
+}
+
+void adam_step(float* w, float* m, float* v, const float* g, int64_t n, const AdamStep& s) {
+  for (int64_t i = 0; i < n; ++i) {  // PyTorch's Adam, as kernels/cpu/adam.cpp writes it (core/ops.hpp)
+    const float gi = s.grad_scale * g[i] + s.wd * w[i];
+    m[i] = s.beta1 * m[i] + (1.0f - s.beta1) * gi;
+    v[i] = s.beta2 * v[i] + (1.0f - s.beta2) * gi * gi;
+    w[i] -= s.step_size * (m[i] / (std::sqrt(v[i]) / s.bias_correction2_sqrt + s.epsilon));
+  }
+}
+
+size_t state_slots(const Step& s) { return std::holds_alternative<SGDStep>(s) ? 1 : 2; }
+
 namespace {
+
+// Step s on one device; state: its slots there.
+void step_on_device(const Tensor& w, const std::vector<Tensor>& state, const Tensor& g, const Step& s) {
+  if (auto* sgd = std::get_if<SGDStep>(&s))
+    sgd_step(w, state[0], g, *sgd);
+  else
+    adam_step(w, state[0], state[1], g, std::get<AdamStep>(s));
+}
+
+// Step s on host arrays of n floats; state: its slots.
+void step_on_host(float* w, std::vector<std::vector<float>>& state, const float* g, int64_t n, const Step& s) {
+  if (auto* sgd = std::get_if<SGDStep>(&s))
+    sgd_step(w, state[0].data(), g, n, *sgd);
+  else
+    adam_step(w, state[0].data(), state[1].data(), g, n, std::get<AdamStep>(s));
+}
 
 // One key's values: float32, one shape, one per device.
 void check_values(const char* what, const std::vector<Tensor>& values) {
@@ -48,17 +87,26 @@ size_t bytes_of(const Tensor& t) { return static_cast<size_t>(t.numel()) * sizeo
 
 // Replicas on devices of one kind run the same kernels on the same bits, so updating each in place
 // keeps them equal. Across kinds (a real GPU's fused multiply-add beside a CPU loop) the results
-// could differ in the last bit, so replica `home` updates and the others receive its bits.
-void update_replicas(const std::vector<Tensor>& w, const std::vector<Tensor>& g, const std::vector<Tensor>& mom,
-                     const SGDStep& s, size_t home) {
+// could differ in the last bit, so replica `home` updates and the others receive its bits (weights and
+// state). state[j][i]: slot j on replica i.
+void update_replicas(const std::vector<Tensor>& w, const std::vector<Tensor>& g,
+                     const std::vector<std::vector<Tensor>>& state, const Step& s, size_t home) {
+  auto slots_of = [&](size_t i) {
+    std::vector<Tensor> out;
+    for (auto& slot : state) out.push_back(slot[i]);
+    return out;
+  };
   bool one_kind = std::all_of(w.begin(), w.end(), [&](const Tensor& t) { return t.device().kind == w[0].device().kind; });
   if (one_kind) {
-    for (size_t i = 0; i < w.size(); ++i) sgd_step(w[i], mom[i], g[i], s);
+    for (size_t i = 0; i < w.size(); ++i) step_on_device(w[i], slots_of(i), g[i], s);
     return;
   }
-  sgd_step(w[home], mom[home], g[home], s);
-  for (size_t i = 0; i < w.size(); ++i)
-    if (i != home) w[home].copyto(w[i]), mom[home].copyto(mom[i]);
+  step_on_device(w[home], slots_of(home), g[home], s);
+  for (size_t i = 0; i < w.size(); ++i) {
+    if (i == home) continue;
+    w[home].copyto(w[i]);
+    for (auto& slot : state) slot[home].copyto(slot[i]);
+  }
 }
 
 // The sum of the replicas in host memory, added in replica order.
@@ -189,19 +237,21 @@ class LocalKVStore : public KVStore {
   // The weights are read from replica 0 every step (not cached), so values set on the parameter
   // between steps (a loaded checkpoint) are what gets updated.
   void update(int64_t key, const std::vector<Tensor>& weights, const std::vector<Tensor>& grads,
-              const std::vector<Tensor>& momentum, std::vector<float>& host_momentum, const SGDStep& s,
-              bool summed) override {
-    if (!updates_on_host(weights.size()))
-      return KVStore::update(key, weights, grads, momentum, host_momentum, s, summed);
+              const std::vector<std::vector<Tensor>>& state, std::vector<std::vector<float>>& host_state,
+              const Step& s, bool summed) override {
+    if (!updates_on_host(weights.size())) return KVStore::update(key, weights, grads, state, host_state, s, summed);
     check_values("gradients", grads);
     check_values("weights", weights);
     const int64_t n = weights[0].numel();
-    if (grads[0].shape() != weights[0].shape() || static_cast<int64_t>(host_momentum.size()) != n)
+    bool fits = grads[0].shape() == weights[0].shape() && host_state.size() == state_slots(s);
+    for (auto& slot : host_state) fits = fits && static_cast<int64_t>(slot.size()) == n;
+    if (!fits)
       throw ShapeError("kvstore 'local': weights " + str(weights[0].shape()) + ", gradients " + str(grads[0].shape()) +
-                       " and momentum (" + std::to_string(host_momentum.size()) + ") do not match");
+                       " and the optimizer state (" + std::to_string(host_state.size()) + " slots of " +
+                       std::to_string(host_state.empty() ? 0 : host_state[0].size()) + ") do not match");
     std::vector<float> g = host_sum(grads), w(static_cast<size_t>(n));
     copy_to_host(weights[0], w.data(), bytes_of(weights[0]));
-    sgd_step(w.data(), host_momentum.data(), g.data(), n, s);
+    step_on_host(w.data(), host_state, g.data(), n, s);
     for (auto& t : weights) copy_from_host(w.data(), bytes_of(t), t);
   }
 };
@@ -223,16 +273,20 @@ void KVStore::set_buckets(const dist::BucketOptions&) {
 }
 
 void KVStore::update(int64_t key, const std::vector<Tensor>& weights, const std::vector<Tensor>& grads,
-                     const std::vector<Tensor>& momentum, std::vector<float>& host_momentum, const SGDStep& s,
-                     bool summed) {
-  (void)host_momentum;
+                     const std::vector<std::vector<Tensor>>& state, std::vector<std::vector<float>>& host_state,
+                     const Step& s, bool summed) {
+  (void)host_state;
   check_values("weights", weights);
-  if (grads.size() != weights.size() || momentum.size() != weights.size())
+  bool fits = grads.size() == weights.size() && state.size() == state_slots(s);
+  for (auto& slot : state) fits = fits && slot.size() == weights.size();
+  if (!fits)
     throw ShapeError("kvstore: " + std::to_string(weights.size()) + " weights but " + std::to_string(grads.size()) +
-                     " gradients and " + std::to_string(momentum.size()) + " momentum tensors");
+                     " gradients and " + std::to_string(state.size()) + " state slots of " +
+                     std::to_string(state.empty() ? 0 : state[0].size()) + " tensors (the optimizer needs " +
+                     std::to_string(state_slots(s)) + " slots)");
   NoGrad no_grad;
   if (!summed) pushpull(key, grads);
-  update_replicas(weights, grads, momentum, s, home(key, grads));
+  update_replicas(weights, grads, state, s, home(key, grads));
 }
 
 std::unique_ptr<KVStore> create_kvstore(const std::string& name) {

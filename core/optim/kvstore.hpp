@@ -1,11 +1,13 @@
 // Gluon's kvstores (book/000, 004; DESIGN.md "Communication"): how a Trainer sums each parameter's
-// gradients over its replicas and where the SGD update then runs. A key is a parameter's position
-// in the Trainer; its values are one tensor per replica, on distinct devices, of one shape.
+// gradients over its replicas and where the optimizer's update (SGD or Adam) then runs. A key is a
+// parameter's position in the Trainer; its values are one tensor per replica, on distinct devices, of
+// one shape.
 //   device  reduce on the devices: each key is summed on one of its devices, chosen so that the
 //           keys (weighted by size) spread over the devices (MXNet's CommDevice); the sum is
 //           copied back to every replica, which then updates itself.
 //   local   reduce in host memory: the gradients are copied into a host buffer and summed there;
-//           the update runs on a host copy of the weights, with the momentum kept in host memory;
+//           the update runs on a host copy of the weights, with the optimizer state (SGD's momentum,
+//           Adam's m and v) kept in host memory;
 //           the new weights are copied back to every replica.
 //   ring    core/comm.hpp's allreduce_ring (reduce-scatter + all-gather), then each replica updates.
 //   dist_sync       across processes (MXNet's name; core/dist): the replicas of a process are summed as
@@ -25,10 +27,12 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "core/dist/buckets.hpp"
 #include "core/nn/block.hpp"
+#include "core/ops.hpp"
 #include "core/tensor.hpp"
 
 namespace d2l::optim {
@@ -47,6 +51,23 @@ void sgd_step(const Tensor& w, const Tensor& mom, const Tensor& g, const SGDStep
 // The same float operations in the same order, on host arrays of n floats ('local').
 void sgd_step(float* w, float* mom, const float* g, int64_t n, const SGDStep& s);
 
+// One Adam step's constants: AdamStep (core/ops.hpp, beside the op adam_update_ that runs it), PyTorch's
+// torch.optim.Adam with the gradient summed over replicas and scaled by grad_scale = 1 / batch_size.
+// adam_constants: s with step t's (t = 1, 2, ...) step_size = lr / (1 - beta1^t) and
+// bias_correction2_sqrt = sqrt(1 - beta2^t), computed in double and rounded once.
+AdamStep adam_constants(AdamStep s, float lr, int64_t t);
+
+// The step on one device: the op adam_update_ (kernels/{cpu,cuda}/adam) on w's device; w, m, v, g of one
+// shape there. m and v are the parameter's first and second moments (zeros before step 1).
+void adam_step(const Tensor& w, const Tensor& m, const Tensor& v, const Tensor& g, const AdamStep& s);
+// The same float operations in the same order (kernels/cpu/adam.cpp's), on host arrays of n floats ('local').
+void adam_step(float* w, float* m, float* v, const float* g, int64_t n, const AdamStep& s);
+
+// A step of either optimizer, and how many state tensors it keeps per parameter and replica, its slots:
+// SGD 1 (momentum), Adam 2 (m, v), in that order.
+using Step = std::variant<SGDStep, AdamStep>;
+size_t state_slots(const Step& s);
+
 class KVStore {
  public:
   virtual ~KVStore() = default;
@@ -57,20 +78,20 @@ class KVStore {
   virtual void pushpull(int64_t key, const std::vector<Tensor>& values) = 0;
 
   // Whether a key with this many replicas keeps its optimizer state in host memory ('local' with
-  // two or more) rather than one momentum tensor beside each replica.
+  // two or more) rather than its state tensors beside each replica.
   virtual bool updates_on_host(size_t replicas) const {
     (void)replicas;
     return false;
   }
 
   // Trainer::step for one key: sums grads over the replicas and applies `s`; afterwards every
-  // weights[i] holds the same bits. The state is `momentum` (one per replica, on its device) or,
-  // when updates_on_host, `host_momentum` (numel floats). grads are left holding the sum (local:
-  // unchanged); the Trainer zeroes them.
+  // weights[i] holds the same bits. The state has state_slots(s) slots: state[j][i] is slot j on
+  // replica i (on its device) or, when updates_on_host, host_state[j] (numel floats). grads are left
+  // holding the sum (local: unchanged); the Trainer zeroes them.
   // summed: the gradients already hold the sum (reduce_all did it); only the step runs.
   virtual void update(int64_t key, const std::vector<Tensor>& weights, const std::vector<Tensor>& grads,
-                      const std::vector<Tensor>& momentum, std::vector<float>& host_momentum, const SGDStep& s,
-                      bool summed = false);
+                      const std::vector<std::vector<Tensor>>& state, std::vector<std::vector<float>>& host_state,
+                      const Step& s, bool summed = false);
 
   // dist_sync's gradient buckets (core/dist/buckets.hpp, chapter 4): Trainer::step first calls
   // reduce_all with every trainable parameter's replicas (registration order). A kvstore with

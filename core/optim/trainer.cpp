@@ -1,5 +1,6 @@
 #include "core/optim/trainer.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 #include <sstream>
@@ -17,17 +18,30 @@ std::string num(double v) {
   return os.str();
 }
 
-void check_options(const SGDOptions& o) {
+void check_options(const std::string& optimizer, const OptimizerOptions& o) {
   if (!std::isfinite(o.learning_rate) || o.learning_rate < 0)
     throw ConfigError("Trainer: learning_rate must be a finite number >= 0, got " + num(o.learning_rate));
-  if (!(o.momentum >= 0 && o.momentum <= 1))
-    throw ConfigError("Trainer: momentum must be in [0, 1], got " + num(o.momentum));
   if (!std::isfinite(o.wd) || o.wd < 0) throw ConfigError("Trainer: wd must be a finite number >= 0, got " + num(o.wd));
+  const OptimizerOptions defaults;
+  if (optimizer == "sgd") {
+    if (!(o.momentum >= 0 && o.momentum <= 1))
+      throw ConfigError("Trainer: momentum must be in [0, 1], got " + num(o.momentum));
+    if (o.beta1 != defaults.beta1 || o.beta2 != defaults.beta2 || o.epsilon != defaults.epsilon)
+      throw ConfigError("Trainer: beta1, beta2 and epsilon are Adam's; optimizer 'sgd' takes learning_rate, momentum and wd");
+    return;
+  }
+  if (o.momentum != defaults.momentum)
+    throw ConfigError("Trainer: momentum is SGD's; optimizer 'adam' takes learning_rate, wd, beta1, beta2 and epsilon "
+                      "(beta1 is its momentum), got momentum " + num(o.momentum));
+  if (!(o.beta1 >= 0 && o.beta1 < 1)) throw ConfigError("Trainer: beta1 must be in [0, 1), got " + num(o.beta1));
+  if (!(o.beta2 >= 0 && o.beta2 < 1)) throw ConfigError("Trainer: beta2 must be in [0, 1), got " + num(o.beta2));
+  if (!std::isfinite(o.epsilon) || o.epsilon < 0)
+    throw ConfigError("Trainer: epsilon must be a finite number >= 0, got " + num(o.epsilon));
 }
 
 const char* kNumUpdate = "num_update";
 const char* kLearningRate = "learning_rate";
-std::string momentum_key(const std::string& name) { return "momentum/" + name; }
+std::string state_key(const std::string& slot, const std::string& name) { return slot + "/" + name; }
 
 // A one-value entry of a state dict ("num_update", "learning_rate").
 float scalar_of(const std::map<std::string, HostTensor>& state, const std::string& key) {
@@ -40,16 +54,21 @@ float scalar_of(const std::map<std::string, HostTensor>& state, const std::strin
 
 }  // namespace
 
-Trainer::Trainer(const nn::ParameterDict& params, const std::string& optimizer, SGDOptions options,
+Trainer::Trainer(const nn::ParameterDict& params, const std::string& optimizer, OptimizerOptions options,
                  const std::string& kvstore)
-    : options_(options) {
-  if (optimizer != "sgd") throw ConfigError("Trainer: unknown optimizer '" + optimizer + "': expected sgd");
-  check_options(options_);
+    : optimizer_(optimizer), options_(options) {
+  if (optimizer == "sgd")
+    state_names_ = {"momentum"};
+  else if (optimizer == "adam")
+    state_names_ = {"exp_avg", "exp_avg_sq"};
+  else
+    throw ConfigError("Trainer: unknown optimizer '" + optimizer + "': expected sgd or adam");
+  check_options(optimizer_, options_);
   kv_ = create_kvstore(kvstore);
   for (auto& [name, p] : params)
     if (p->differentiable()) params_.emplace_back(name, p);
-  momentum_.resize(params_.size());
-  host_momentum_.resize(params_.size());
+  state_.assign(params_.size(), std::vector<std::vector<Tensor>>(state_names_.size()));
+  host_state_.assign(params_.size(), std::vector<std::vector<float>>(state_names_.size()));
 }
 
 Trainer::~Trainer() = default;
@@ -57,37 +76,48 @@ Trainer::~Trainer() = default;
 const std::string& Trainer::kvstore_type() const { return kv_->type(); }
 
 void Trainer::set_learning_rate(float lr) {
-  SGDOptions o = options_;
+  OptimizerOptions o = options_;
   o.learning_rate = lr;
-  check_options(o);
+  check_options(optimizer_, o);
   options_ = o;
 }
 
+const std::vector<Tensor>& Trainer::state(const std::string& parameter, const std::string& slot) const {
+  auto s = std::find(state_names_.begin(), state_names_.end(), slot);
+  if (s == state_names_.end())
+    throw ParameterError("Trainer.state: optimizer '" + optimizer_ + "' has no state '" + slot + "'");
+  for (size_t k = 0; k < params_.size(); ++k)
+    if (params_[k].first == parameter) return state_[k][static_cast<size_t>(s - state_names_.begin())];
+  throw ParameterError("Trainer.state: '" + parameter + "' is not a trainable parameter of this trainer");
+}
+
 void Trainer::place_state(size_t k, const std::vector<Tensor>& weights) {
-  auto& dev = momentum_[k];
-  auto& host = host_momentum_[k];
   const Shape& shape = weights[0].shape();
   const int64_t n = numel(shape);
-  if (!host.empty() && static_cast<int64_t>(host.size()) != n)
-    throw ShapeError("Trainer: the momentum of '" + params_[k].first + "' has " + std::to_string(host.size()) +
-                     " values but the parameter has shape " + str(shape));
-  if (kv_->updates_on_host(weights.size())) {
-    if (!dev.empty()) host = dev[0].to_vector();
-    dev.clear();
-    if (host.empty()) host.assign(static_cast<size_t>(n), 0.0f);
-    return;
+  for (size_t j = 0; j < state_names_.size(); ++j) {
+    auto& dev = state_[k][j];
+    auto& host = host_state_[k][j];
+    if (!host.empty() && static_cast<int64_t>(host.size()) != n)
+      throw ShapeError("Trainer: the " + state_names_[j] + " of '" + params_[k].first + "' has " +
+                       std::to_string(host.size()) + " values but the parameter has shape " + str(shape));
+    if (kv_->updates_on_host(weights.size())) {
+      if (!dev.empty()) host = dev[0].to_vector();
+      dev.clear();
+      if (host.empty()) host.assign(static_cast<size_t>(n), 0.0f);
+      continue;
+    }
+    bool placed = dev.size() == weights.size();
+    for (size_t i = 0; placed && i < dev.size(); ++i) placed = dev[i].device() == weights[i].device();
+    if (placed) continue;
+    // First step, loaded values, or the parameter moved: copies of what there is, or zeros.
+    Tensor from = !dev.empty()    ? dev[0]
+                  : !host.empty() ? Tensor::from_vector(host, shape, weights[0].device())
+                                  : Tensor();
+    std::vector<Tensor> moved;
+    for (auto& w : weights) moved.push_back(from.defined() ? from.to(w.device()) : Tensor::zeros(shape, w.device()));
+    dev = std::move(moved);
+    host.clear();
   }
-  bool placed = dev.size() == weights.size();
-  for (size_t i = 0; placed && i < dev.size(); ++i) placed = dev[i].device() == weights[i].device();
-  if (placed) return;
-  // First step, loaded values, or the parameter moved: copies of what there is, or zeros.
-  Tensor from = !dev.empty()    ? dev[0]
-                : !host.empty() ? Tensor::from_vector(host, shape, weights[0].device())
-                                : Tensor();
-  std::vector<Tensor> moved;
-  for (auto& w : weights) moved.push_back(from.defined() ? from.to(w.device()) : Tensor::zeros(shape, w.device()));
-  dev = std::move(moved);
-  host.clear();
 }
 
 void Trainer::set_buckets(const dist::BucketOptions& options) {
@@ -107,13 +137,17 @@ void Trainer::step(int64_t batch_size) {
   std::vector<std::vector<Tensor>> weights;
   for (auto& [name, p] : params_) weights.push_back(p->list_data());
   const float lr = options_.learning_rate;
-  const SGDStep s{options_.momentum, -lr * options_.wd, -lr / static_cast<float>(batch_size)};
+  Step s = SGDStep{options_.momentum, -lr * options_.wd, -lr / static_cast<float>(batch_size)};
+  if (optimizer_ == "adam") {
+    AdamStep a{options_.beta1, options_.beta2, options_.epsilon, options_.wd, 1.0f / static_cast<float>(batch_size)};
+    s = adam_constants(a, lr, num_update_ + 1);
+  }
   const bool summed = kv_->reduce_all(weights);  // dist_sync with buckets: every gradient summed already
   for (size_t k = 0; k < params_.size(); ++k) {
     std::vector<Tensor> grads;
     for (auto& w : weights[k]) grads.push_back(w.grad().defined() ? w.grad() : Tensor::zeros(w.shape(), w.device()));
     place_state(k, weights[k]);
-    kv_->update(static_cast<int64_t>(k), weights[k], grads, momentum_[k], host_momentum_[k], s, summed);
+    kv_->update(static_cast<int64_t>(k), weights[k], grads, state_[k], host_state_[k], s, summed);
     params_[k].second->zero_grad();
   }
   ++num_update_;
@@ -122,22 +156,24 @@ void Trainer::step(int64_t batch_size) {
 // num_update is kept as a float: exact up to 2^24 steps.
 std::map<std::string, HostTensor> Trainer::state_dict() const {
   std::map<std::string, HostTensor> out;
-  for (size_t k = 0; k < params_.size(); ++k) {
-    auto& [name, p] = params_[k];
-    HostTensor t;
-    if (!momentum_[k].empty()) {
-      t.shape = momentum_[k][0].shape();
-      t.values = momentum_[k][0].to_vector();
-    } else {
-      if (!p->shape_known())
-        throw ParameterError("Trainer.state_dict: parameter '" + name +
-                             "' has no shape yet (deferred initialization); run a forward pass first");
-      t.shape = p->shape();
-      t.values = host_momentum_[k].empty() ? std::vector<float>(static_cast<size_t>(numel(t.shape)), 0.0f)
-                                           : host_momentum_[k];
+  for (size_t k = 0; k < params_.size(); ++k)
+    for (size_t j = 0; j < state_names_.size(); ++j) {
+      auto& [name, p] = params_[k];
+      const auto& dev = state_[k][j];
+      const auto& host = host_state_[k][j];
+      HostTensor t;
+      if (!dev.empty()) {
+        t.shape = dev[0].shape();
+        t.values = dev[0].to_vector();
+      } else {
+        if (!p->shape_known())
+          throw ParameterError("Trainer.state_dict: parameter '" + name +
+                               "' has no shape yet (deferred initialization); run a forward pass first");
+        t.shape = p->shape();
+        t.values = host.empty() ? std::vector<float>(static_cast<size_t>(numel(t.shape)), 0.0f) : host;
+      }
+      out[state_key(state_names_[j], name)] = std::move(t);
     }
-    out[momentum_key(name)] = std::move(t);
-  }
   out[kNumUpdate] = HostTensor{{1}, {static_cast<float>(num_update_)}};
   out[kLearningRate] = HostTensor{{1}, {options_.learning_rate}};
   return out;
@@ -146,39 +182,42 @@ std::map<std::string, HostTensor> Trainer::state_dict() const {
 void Trainer::load_state_dict(const std::map<std::string, HostTensor>& state) {
   // Everything is checked before anything changes.
   std::set<std::string> expected{kNumUpdate, kLearningRate};
-  for (auto& [name, p] : params_) {
-    const std::string key = momentum_key(name);
-    expected.insert(key);
-    auto it = state.find(key);
-    if (it == state.end())
-      throw ParameterError("Trainer.load_state_dict: no '" + key + "' in the trainer state (parameter '" + name +
-                           "' of this network)");
-    const HostTensor& t = it->second;
-    if (static_cast<int64_t>(t.values.size()) != numel(t.shape))
-      throw ShapeError("Trainer.load_state_dict: '" + key + "' has shape " + str(t.shape) + " but " +
-                       std::to_string(t.values.size()) + " values");
-    const Shape& ps = p->shape();  // entries <= 0: still unknown (deferred), anything fits
-    bool fits = t.shape.size() == ps.size();
-    for (size_t i = 0; fits && i < ps.size(); ++i) fits = ps[i] <= 0 || ps[i] == t.shape[i];
-    if (!fits)
-      throw ShapeError("Trainer.load_state_dict: '" + key + "' has shape " + str(t.shape) + ", parameter '" + name +
-                       "' has shape " + str(ps));
-  }
+  for (auto& [name, p] : params_)
+    for (auto& slot : state_names_) {
+      const std::string key = state_key(slot, name);
+      expected.insert(key);
+      auto it = state.find(key);
+      if (it == state.end())
+        throw ParameterError("Trainer.load_state_dict: no '" + key + "' in the trainer state (parameter '" + name +
+                             "' of this network, optimizer " + optimizer_ + ")");
+      const HostTensor& t = it->second;
+      if (static_cast<int64_t>(t.values.size()) != numel(t.shape))
+        throw ShapeError("Trainer.load_state_dict: '" + key + "' has shape " + str(t.shape) + " but " +
+                         std::to_string(t.values.size()) + " values");
+      const Shape& ps = p->shape();  // entries <= 0: still unknown (deferred), anything fits
+      bool fits = t.shape.size() == ps.size();
+      for (size_t i = 0; fits && i < ps.size(); ++i) fits = ps[i] <= 0 || ps[i] == t.shape[i];
+      if (!fits)
+        throw ShapeError("Trainer.load_state_dict: '" + key + "' has shape " + str(t.shape) + ", parameter '" + name +
+                         "' has shape " + str(ps));
+    }
   for (auto& [key, t] : state)
     if (!expected.count(key))
       throw ParameterError("Trainer.load_state_dict: unexpected '" + key +
-                           "' in the trainer state (not a trainable parameter of this network)");
+                           "' in the trainer state (not a state of optimizer " + optimizer_ +
+                           " for a trainable parameter of this network)");
   const float updates = scalar_of(state, kNumUpdate), lr = scalar_of(state, kLearningRate);
   if (!(updates >= 0) || updates != std::floor(updates) || updates > 16777216.0f)
     throw ConfigError("Trainer.load_state_dict: num_update must be a whole number >= 0, got " + num(updates));
-  SGDOptions o = options_;
+  OptimizerOptions o = options_;
   o.learning_rate = lr;
-  check_options(o);
+  check_options(optimizer_, o);
 
-  for (size_t k = 0; k < params_.size(); ++k) {
-    host_momentum_[k] = state.at(momentum_key(params_[k].first)).values;
-    momentum_[k].clear();  // placed on the replicas at the next step
-  }
+  for (size_t k = 0; k < params_.size(); ++k)
+    for (size_t j = 0; j < state_names_.size(); ++j) {
+      host_state_[k][j] = state.at(state_key(state_names_[j], params_[k].first)).values;
+      state_[k][j].clear();  // placed on the replicas at the next step
+    }
   num_update_ = static_cast<int64_t>(updates);
   options_ = o;
 }

@@ -1,6 +1,7 @@
 // Gluon's Trainer (book/000, 004): trainer.step(batch_size) sums each parameter's gradients over
-// its replicas through a kvstore, applies SGD (momentum, weight decay) with the gradient scaled by
-// 1 / batch_size, leaves every replica with the same new value, and resets the gradients.
+// its replicas through a kvstore, applies the optimizer (SGD with momentum and weight decay, or Adam)
+// with the gradient scaled by 1 / batch_size, leaves every replica with the same new value, and
+// resets the gradients.
 //
 // The update is MXNet's SGD with momentum (not PyTorch's: there the momentum buffer holds gradients
 // and lr multiplies it afterwards, so a learning-rate change acts at once on the whole buffer):
@@ -11,8 +12,15 @@
 // and momentum still move it (PyTorch's behaviour after zero_grad(set_to_none=False); MXNet would
 // stop with a stale-gradient error): autograd adds into the zeroed gradient in place, so an unused
 // parameter looks the same as one whose gradient is zero.
+//
+// "adam" is PyTorch's torch.optim.Adam (core/ops.hpp's op adam has the formula): weight decay wd is
+// added to the gradient (not AdamW), g = sum over replicas / batch_size + wd * w, and step t =
+// num_update() + 1 corrects the bias of m and v: w -= lr * m_hat / (sqrt(v_hat) + epsilon). An unused
+// parameter's zero gradient is a gradient here too (m and v decay, w keeps moving), as in PyTorch
+// after zero_grad(set_to_none=False). Every kvstore runs it, as it runs SGD.
 // Parameters still waiting for their shape may be given to the constructor; step() needs them
-// initialised (the book's error otherwise). Momentum follows a parameter moved by reset_ctx.
+// initialised (the book's error otherwise). The optimizer state (momentum; m and v) follows a
+// parameter moved by reset_ctx.
 #pragma once
 #include <map>
 #include <memory>
@@ -26,11 +34,19 @@ namespace d2l::optim {
 
 class KVStore;  // core/optim/kvstore.hpp
 
-struct SGDOptions {
+// The optimizer's hyperparameters, Gluon's optimizer_params: SGD reads learning_rate, momentum and wd;
+// Adam reads learning_rate, wd, beta1, beta2 and epsilon (PyTorch's defaults; its default learning
+// rate is 1e-3: pass it, {.learning_rate = 1e-3f}). A field the optimizer does not read must keep its
+// default (a ConfigError otherwise).
+struct OptimizerOptions {
   float learning_rate = 0.01f;
-  float momentum = 0.0f;
-  float wd = 0.0f;  // weight decay: the gradient gets wd * weight added
+  float momentum = 0.0f;  // SGD's
+  float wd = 0.0f;        // weight decay: the gradient gets wd * weight added
+  float beta1 = 0.9f;     // Adam's: the decay of the first moment m, in [0, 1)
+  float beta2 = 0.999f;   //         of the second moment v, in [0, 1)
+  float epsilon = 1e-8f;  //         added to sqrt(v_hat), >= 0
 };
+using SGDOptions = OptimizerOptions;  // its name while SGD was the only optimizer
 
 // A tensor's values in host memory, for checkpoints.
 struct HostTensor {
@@ -40,16 +56,18 @@ struct HostTensor {
 
 class Trainer {
  public:
-  // optimizer: "sgd" (the only one; anything else is a ConfigError naming the choices).
-  // kvstore: "device", "local", "ring", or "nccl" (a build with NCCL, on GPUs); ConfigError otherwise.
-  Trainer(const nn::ParameterDict& params, const std::string& optimizer, SGDOptions options,
+  // optimizer: "sgd" or "adam" (anything else is a ConfigError naming the choices).
+  // kvstore: "device", "local", "ring", "dist_sync", "dist_sync_ring", or "nccl" (a build with NCCL,
+  // on GPUs); ConfigError otherwise.
+  Trainer(const nn::ParameterDict& params, const std::string& optimizer, OptimizerOptions options,
           const std::string& kvstore = "device");
   ~Trainer();
 
   void step(int64_t batch_size);
   void set_learning_rate(float lr);
   float learning_rate() const { return options_.learning_rate; }
-  const SGDOptions& options() const { return options_; }
+  const OptimizerOptions& options() const { return options_; }
+  const std::string& optimizer() const { return optimizer_; }
   const std::string& kvstore_type() const;
   // dist_sync's gradient buckets (core/dist/buckets.hpp), built here when every parameter's shape is
   // known (run a forward pass first), so that the first step's backward already launches them;
@@ -59,22 +77,34 @@ class Trainer {
   KVStore& kvstore() { return *kv_; }
   int64_t num_update() const { return num_update_; }
 
-  // What a checkpoint needs to continue bit for bit: "momentum/<parameter name>" per trainable
-  // parameter (device 0's replica; all replicas are equal) and "num_update", "learning_rate"
-  // (one value each). load_state_dict checks names and shapes and names what is wrong.
-  // The momentum is MXNet's (lr already folded in, see above); num_update is exact up to 2^24.
+  // The optimizer's state, per trainable parameter, in slots: state_names() lists them, "momentum"
+  // for sgd, "exp_avg" and "exp_avg_sq" (PyTorch's names for m and v) for adam. state(parameter,
+  // slot): that parameter's slot, one tensor per replica, each on its replica's device. It is empty
+  // before the first step, after load_state_dict until the next step, and where the kvstore keeps
+  // the state in host memory ('local' with 2 or more replicas; state_dict() has it then). A name
+  // that is not a trainable parameter's, or not a slot, is a ParameterError.
+  const std::vector<std::string>& state_names() const { return state_names_; }
+  const std::vector<Tensor>& state(const std::string& parameter, const std::string& slot) const;
+
+  // What a checkpoint needs to continue bit for bit: "<slot>/<parameter name>" per slot of
+  // state_names() and trainable parameter (device 0's replica; all replicas are equal) and
+  // "num_update", "learning_rate" (one value each). load_state_dict checks names and shapes and
+  // names what is wrong. SGD's momentum is MXNet's (lr already folded in, see above); num_update is
+  // exact up to 2^24 (Adam's step t is num_update + 1).
   std::map<std::string, HostTensor> state_dict() const;
   void load_state_dict(const std::map<std::string, HostTensor>& state);
 
  private:
   std::vector<std::pair<std::string, nn::ParameterPtr>> params_;  // trainable ones, in order
-  SGDOptions options_;
+  std::string optimizer_;
+  OptimizerOptions options_;
   std::unique_ptr<KVStore> kv_;
-  std::vector<std::vector<Tensor>> momentum_;  // per parameter, per replica
-  // Per parameter, momentum in host memory: the state itself when the kvstore updates on the host
-  // ('local'), otherwise values loaded by load_state_dict waiting for the next step to place them.
-  std::vector<std::vector<float>> host_momentum_;
-  // Puts parameter k's momentum where the kvstore wants it for these replicas (zeros at first).
+  std::vector<std::string> state_names_;
+  std::vector<std::vector<std::vector<Tensor>>> state_;  // per parameter, per slot, per replica
+  // Per parameter and slot, the state in host memory: the state itself when the kvstore updates on
+  // the host ('local'), otherwise values loaded by load_state_dict waiting for the next step to place them.
+  std::vector<std::vector<std::vector<float>>> host_state_;
+  // Puts parameter k's state where the kvstore wants it for these replicas (zeros at first).
   void place_state(size_t k, const std::vector<Tensor>& weights);
   int64_t num_update_ = 0;
 };
