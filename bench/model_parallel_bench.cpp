@@ -97,6 +97,7 @@ struct Args {
   std::vector<int64_t> sweep{1, 3, 5, 8, 10, 12, 20, 40, 60};
   std::string setup = "all";
   std::string conv = "auto";                     // the convolution member (--conv, as the chapter's)
+  std::string gemm = "auto";                     // the GEMM member (--gemm, as the chapter's)
   std::vector<std::string> schedules{"gpipe"};  // pp: each of these (gpipe, 1f1b, zb-h1)
   std::string checkpoint = "never";              // pp: recomputation
   bool balance = false;                          // pp: cut by each block's measured time
@@ -134,6 +135,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--sweep")) a.sweep = parse_list(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--setup")) a.setup = argv[i + 1];
     else if (!std::strcmp(argv[i], "--conv")) a.conv = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--gemm")) a.gemm = argv[i + 1];
     else if (!std::strcmp(argv[i], "--schedules")) {
       a.schedules.clear();
       std::stringstream ss(argv[i + 1]);
@@ -142,7 +144,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--balance")) a.balance = std::atoi(argv[i + 1]) != 0;
     else {
       std::fprintf(stderr, "usage: model_parallel_bench [--batch N] [--image S] [--repeats R] [--split S] [--sweep a,b,c] "
-                           "[--setup all|1xT|1x1|mp|pp|sweep] [--schedules gpipe,1f1b,zb-h1] [--checkpoint never] [--balance 0|1] [--conv NAME]\n");
+                           "[--setup all|1xT|1x1|mp|pp|sweep] [--schedules gpipe,1f1b,zb-h1] [--checkpoint never] [--balance 0|1] [--conv NAME] [--gemm NAME]\n");
       return 2;
     }
   }
@@ -150,7 +152,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: need --batch >= 1, --image >= 33, --repeats >= 1, 1 <= --split <= --batch\n");
     return 2;
   }
-  if (!b::apply_conv(a.conv)) return 2;
+  if (!b::apply_conv(a.conv) || !b::apply_gemm(a.gemm)) return 2;
   b::banner("model_parallel_bench: ResNet-50 training step (chapter 3's train(model), one batch)");
   if (!validate()) return 1;
   auto want = [&](const char* s) { return a.setup == "all" || a.setup == s; };
