@@ -20,6 +20,7 @@ class Dense : public Block {
   Tensor forward(const Tensor& x) override;  // x (N, in_units) or (N, ...) -> (N, units)
   std::string type() const override { return "Dense"; }
   std::string describe() const override;  // "Dense(784 -> 128, Activation(relu))", "Dense(None -> 10, linear)"
+  const std::string& activation() const { return activation_; }  // "" when linear
 
   ParameterPtr weight;  // (units, in_units)
   ParameterPtr bias;    // (units), null when use_bias is false

@@ -1,0 +1,91 @@
+#include "core/tensor_parallel/parallel_dense.hpp"
+
+#include "core/ops.hpp"
+#include "core/tensor_parallel/conjugate_ops.hpp"
+
+namespace d2l::tp {
+
+namespace {
+
+// The group must divide the dimension it splits.
+void check_divides(const char* who, const char* what, int64_t n, const std::vector<Device>& devices) {
+  const auto P = static_cast<int64_t>(devices.size());
+  if (n < 1 || n % P != 0)
+    throw ConfigError(std::string(who) + ": " + what + " " + std::to_string(n) + " cannot be split evenly over " +
+                      std::to_string(P) + " devices " + str(devices) + " (needs a positive multiple of " +
+                      std::to_string(P) + ")");
+}
+
+// One input per device of the group, in the group's order.
+void check_inputs(const nn::Block& b, const std::vector<Device>& devices, const std::vector<Tensor>& xs) {
+  bool ok = xs.size() == devices.size();
+  for (size_t i = 0; ok && i < xs.size(); ++i) ok = xs[i].device() == devices[i];
+  if (ok) return;
+  std::vector<Device> got;
+  for (auto& x : xs) got.push_back(x.device());
+  throw ShapeError(b.type() + ": takes one input per device of its group " + str(devices) + ", in that order, got " +
+                   str(got));
+}
+
+}  // namespace
+
+ColumnParallelDense::ColumnParallelDense(int64_t units, const std::vector<Device>& devices,
+                                         const std::string& activation, bool use_bias, int64_t in_units)
+    : units_(units), devices_(devices) {
+  check_group("ColumnParallelDense", devices);
+  check_divides("ColumnParallelDense", "units", units, devices);
+  const int64_t per_device = units / static_cast<int64_t>(devices.size());
+  for (size_t i = 0; i < devices.size(); ++i) {
+    auto shard = std::make_shared<nn::Dense>(per_device, activation, use_bias, in_units);
+    register_child(std::to_string(i), shard)->to(devices[i]);
+    shards_.push_back(shard);
+  }
+}
+
+std::vector<Tensor> ColumnParallelDense::forward_shards(const std::vector<Tensor>& xs) {
+  check_inputs(*this, devices_, xs);
+  std::vector<Tensor> ys = copy_to_parallel_region(xs);  // f
+  for (size_t i = 0; i < ys.size(); ++i) ys[i] = shards_[i]->forward(ys[i]);
+  return ys;
+}
+
+std::string ColumnParallelDense::describe() const {
+  const int64_t in = shards_[0]->weight->shape()[1];
+  const std::string act = shards_[0]->activation();
+  return "ColumnParallelDense(" + (in > 0 ? std::to_string(in) : std::string("None")) + " -> " +
+         std::to_string(units_) + " over " + str(devices_) + ", " + (act.empty() ? "linear" : "Activation(" + act + ")") +
+         ")";
+}
+
+RowParallelDense::RowParallelDense(int64_t units, int64_t in_units, const std::vector<Device>& devices, bool use_bias)
+    : units_(units), in_units_(in_units), devices_(devices) {
+  check_group("RowParallelDense", devices);
+  if (units < 1) throw ConfigError("RowParallelDense: units must be >= 1, got " + std::to_string(units));
+  check_divides("RowParallelDense", "in_units", in_units, devices);
+  const int64_t per_device = in_units / static_cast<int64_t>(devices.size());
+  for (size_t i = 0; i < devices.size(); ++i) {
+    auto shard = std::make_shared<nn::Dense>(units, "", false, per_device);
+    register_child(std::to_string(i), shard)->to(devices[i]);
+    shards_.push_back(shard);
+  }
+  if (use_bias) {
+    bias = register_parameter("bias", {units}, Init::Zero());
+    bias->initialize(devices);
+  }
+}
+
+std::vector<Tensor> RowParallelDense::forward_shards(const std::vector<Tensor>& xs) {
+  check_inputs(*this, devices_, xs);
+  std::vector<Tensor> partial;
+  for (size_t i = 0; i < xs.size(); ++i) partial.push_back(shards_[i]->forward(xs[i]));
+  std::vector<Tensor> ys = reduce_from_parallel_region(partial);  // g
+  if (bias)
+    for (size_t i = 0; i < ys.size(); ++i) ys[i] = bias_add(ys[i], bias->data(devices_[i]));
+  return ys;
+}
+
+std::string RowParallelDense::describe() const {
+  return "RowParallelDense(" + std::to_string(in_units_) + " -> " + std::to_string(units_) + " over " + str(devices_) + ")";
+}
+
+}  // namespace d2l::tp

@@ -1,0 +1,70 @@
+// The two halves of a tensor-parallel Dense (Megatron-LM, section 3). Dense weights are stored
+// (out, in), PyTorch's layout; the paper writes Y = X A with A (in, out), so its "columns" of A are
+// our rows of the weight and its "rows" of B our columns. Each layer runs over a group of P devices,
+// one shard on each, and takes and gives one tensor per device (forward_shards; xs[i] on devices[i]).
+//
+//   ColumnParallelDense  the output features split in P: shard i is an ordinary Dense with out/P
+//                        units on devices[i]. Input replicated, through f (so its gradient is summed
+//                        over the shards); output split, [X A_1, ..., X A_P], with the activation
+//                        applied per shard (exact: an elementwise function of each column).
+//   RowParallelDense     the input features split in P: shard i is a Dense without bias whose weight
+//                        is the in/P columns of the whole (out, in) weight, and it takes the i-th
+//                        in/P features of the input (a column-parallel layer's output). The partial
+//                        outputs Z_i = X_i B_i are summed by g, Y = sum_i Z_i, and the bias, replicated
+//                        on every device, is added once after g (before it, it would be added P times).
+//
+// The shards are placed on their devices when the layer is made (their default initialisers); call
+// no Block::initialize with a device list on these layers, which would copy every shard everywhere.
+// Parameters: "0.weight", "0.bias", "1.weight", ... (shard i), and the row layer's "bias".
+// The row layer's bias gets the whole gradient on every replica (g's backward is the identity): its
+// replicas must not be summed, so these layers are trained with a per-tensor update, not a Trainer's
+// kvstore, which sums replicas as data parallelism wants.
+//
+// Errors (ConfigError, one line): an empty device list, a device listed twice, P not dividing the
+// dimension that is split.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/nn/dense.hpp"
+
+namespace d2l::tp {
+
+class ColumnParallelDense : public nn::Block {
+ public:
+  ColumnParallelDense(int64_t units, const std::vector<Device>& devices, const std::string& activation = "",
+                      bool use_bias = true, int64_t in_units = 0);
+
+  std::vector<Tensor> forward_shards(const std::vector<Tensor>& xs) override;  // replicated -> split
+  std::string type() const override { return "ColumnParallelDense"; }
+  std::string describe() const override;  // "ColumnParallelDense(8 -> 16 over [cpu(0), cpu(1)], Activation(relu))"
+
+  const std::vector<Device>& devices() const { return devices_; }
+  const std::vector<std::shared_ptr<nn::Dense>>& shards() const { return shards_; }  // shard i on devices[i]
+
+ private:
+  int64_t units_;
+  std::vector<Device> devices_;
+  std::vector<std::shared_ptr<nn::Dense>> shards_;
+};
+
+class RowParallelDense : public nn::Block {
+ public:
+  RowParallelDense(int64_t units, int64_t in_units, const std::vector<Device>& devices, bool use_bias = true);
+
+  std::vector<Tensor> forward_shards(const std::vector<Tensor>& xs) override;  // split -> replicated
+  std::string type() const override { return "RowParallelDense"; }
+  std::string describe() const override;  // "RowParallelDense(16 -> 8 over [cpu(0), cpu(1)])"
+
+  const std::vector<Device>& devices() const { return devices_; }
+  const std::vector<std::shared_ptr<nn::Dense>>& shards() const { return shards_; }  // (units, in_units / P)
+  nn::ParameterPtr bias;  // (units), a replica on every device; null when use_bias is false
+
+ private:
+  int64_t units_, in_units_;
+  std::vector<Device> devices_;
+  std::vector<std::shared_ptr<nn::Dense>> shards_;
+};
+
+}  // namespace d2l::tp
