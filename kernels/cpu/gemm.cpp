@@ -35,8 +35,9 @@ void gemm_naive(const Ctx& c, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
 // each step. Exchanging the two inner loops (i, k, j) makes the innermost loop run along a row of
 // op(B) and a row of C's accumulators, contiguous, which the compiler vectorises. Blocking keeps a
 // KB x NB block of op(B) (256 KiB) in L2 while the MB rows of a block of A pass over it; each row
-// accumulates its NB columns in acc, so that C is written once, as alpha * sum + beta * C. Each value
-// is still one sum in k's order. Threads take blocks of MB rows.
+// accumulates its NB columns in acc, so that C is written once, as alpha * sum + beta * C. A
+// transposed B (stored (N, K)) has op(B)'s rows down its columns: its block is first copied, turned,
+// into a row-major buffer. Each value is still one sum in k's order. Threads take blocks of MB rows.
 constexpr int64_t kMB = 64, kNB = 256, kKB = 256;
 
 // row[0..n) += a * b[0..n): the innermost loop, in pieces of 8 that the compiler turns into vector
@@ -53,7 +54,7 @@ void gemm_blocked(const Ctx& c, bool ta, bool tb, int64_t M, int64_t N, int64_t 
   if (M <= 0 || N <= 0) return;
   if (K <= 0) return gemm_scale(c, M * N, beta, C);
   c.parallel_for((M + kMB - 1) / kMB, [&](int64_t begin, int64_t end) {
-    Scratch<float> acc_buf(c.workspace, kMB * kNB);
+    Scratch<float> acc_buf(c.workspace, kMB * kNB), turned(c.workspace, tb ? kKB * kNB : 0);
     float* acc = acc_buf.data();
     for (int64_t ib = begin; ib < end; ++ib) {
       const int64_t i0 = ib * kMB, mb = std::min(kMB, M - i0);
@@ -62,14 +63,18 @@ void gemm_blocked(const Ctx& c, bool ta, bool tb, int64_t M, int64_t N, int64_t 
         std::fill(acc, acc + mb * nb, 0.0f);
         for (int64_t k0 = 0; k0 < K; k0 += kKB) {
           const int64_t kb = std::min(kKB, K - k0);
+          const float* block = B + k0 * N + j0;  // op(B)[k0.., j0..], rows `ld` floats apart
+          int64_t ld = N;
+          if (tb) {  // turned[k][j] = B[j0 + j][k0 + k]
+            for (int64_t j = 0; j < nb; ++j)
+              for (int64_t k = 0; k < kb; ++k) turned.data()[k * nb + j] = B[(j0 + j) * K + k0 + k];
+            block = turned.data(), ld = nb;
+          }
           for (int64_t i = 0; i < mb; ++i) {
             float* row = acc + i * nb;
-            for (int64_t k = k0; k < k0 + kb; ++k) {
-              const float a = ta ? A[k * M + i0 + i] : A[(i0 + i) * K + k];
-              if (tb)  // op(B)'s row k is B's column k: strided (kernel3 packs it instead)
-                for (int64_t j = 0; j < nb; ++j) row[j] += a * B[(j0 + j) * K + k];
-              else
-                row_axpy(a, B + k * N + j0, row, nb);
+            for (int64_t k = 0; k < kb; ++k) {
+              const float a = ta ? A[(k0 + k) * M + i0 + i] : A[(i0 + i) * K + k0 + k];
+              row_axpy(a, block + k * ld, row, nb);
             }
           }
         }

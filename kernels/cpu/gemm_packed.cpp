@@ -16,7 +16,7 @@
 // panel, and the micro-kernel sees the same layout either way. The micro-kernel's
 // vector width comes from the CPU at run time (set_gemm_isa forces one): AVX-512 (16 floats), AVX2
 // with FMA (8) or a portable build (4: SSE's registers); the loops (gemm_packed_loops.hpp) are compiled
-// once per ISA, as conv2d's kernel4 is. Threads share loop 3's blocks and loop 2's slivers; each value
+// once per ISA, as conv2d's kernel4 is. Threads take blocks of C's rows or columns; each value
 // of C is the same sum in the same order (panel by panel, k ascending in each) whoever computes it,
 // so C does not depend on the thread count.
 #include <algorithm>

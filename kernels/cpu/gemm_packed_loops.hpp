@@ -176,43 +176,56 @@ void macro_kernel(int64_t mc, int64_t nc, int64_t kc, const float* ap, int64_t r
   }
 }
 
-// ---- the five loops around the micro-kernel (Goto and van de Geijn; BLIS's names jc, pc, ic, jr, ir)
-void gemm(const Ctx& c, const Operand& A, const Operand& B, int64_t M, int64_t N, int64_t K, float alpha, float beta,
-          float* C) {
+// ---- the five loops around the micro-kernel (Goto and van de Geijn; BLIS's names jc, pc, ic, jr, ir),
+// on one thread: C (M, N), its rows ldc floats apart.
+void five_loops(const Workspace* ws, const Operand& A, const Operand& B, int64_t M, int64_t N, int64_t K, float alpha,
+                float beta, float* C, int64_t ldc) {
   constexpr int64_t KC = kKC, MC = (kMC / MR) * MR, NC = (kNC / NR) * NR;
-  PackBuffer bp_buf(c.workspace, Panel::b, std::min(NC, (N + NR - 1) / NR * NR) * std::min(KC, K));
+  PackBuffer bp_buf(ws, Panel::b, std::min(NC, (N + NR - 1) / NR * NR) * std::min(KC, K));
+  PackBuffer ap_buf(ws, Panel::a, std::min(MC, (M + MR - 1) / MR * MR) * std::min(KC, K));
   float* bp = bp_buf.data();
-  for (int64_t jc = 0; jc < N; jc += NC) {        // loop 5: panels of NC columns of B and C
+  float* ap = ap_buf.data();
+  for (int64_t jc = 0; jc < N; jc += NC) {  // loop 5: panels of NC columns of B and C
     const int64_t nc = std::min(NC, N - jc), slivers = (nc + NR - 1) / NR;
-    for (int64_t pc = 0; pc < K; pc += KC) {      // loop 4: KC of the sum at a time (C adds each panel)
+    // A narrow C (few B slivers) reads each value of A a few times only: packing A would cost more
+    // than it saves (Winograd's small products, the stage-4 convolutions of ResNet-18).
+    const bool in_place = slivers <= kInPlaceSlivers;
+    for (int64_t pc = 0; pc < K; pc += KC) {  // loop 4: KC of the sum at a time (C adds each panel)
       const int64_t kc = std::min(KC, K - pc);
       const float b = pc == 0 ? beta : 1.0f;
-      c.parallel_for(slivers, [&](int64_t s0, int64_t s1) {
-        for (int64_t s = s0; s < s1; ++s) pack_b(B, pc, kc, jc, nc, s, bp);
-      });
-      // loop 3 (ic: blocks of MC rows of A and C) shared out with the B slivers: item = (block, group
-      // of slivers), in that order, so that a thread packs each A block once for its consecutive items.
-      const int64_t blocks = (M + MC - 1) / MC;
-      const int64_t groups = std::min<int64_t>(slivers, (c.threads + blocks - 1) / blocks);
-      // A narrow C (few B slivers) reads each value of A a few times only: packing A would cost more
-      // than it saves (Winograd's small products, the stage-4 convolutions of ResNet-18).
-      const bool in_place = slivers <= kInPlaceSlivers;
-      c.parallel_for(blocks * groups, [&](int64_t i0, int64_t i1) {
-        PackBuffer ap_buf(c.workspace, Panel::a, in_place ? 0 : std::min(MC, (M + MR - 1) / MR * MR) * kc);
-        float* ap = ap_buf.data();
-        int64_t packed = -1;
-        for (int64_t item = i0; item < i1; ++item) {
-          const int64_t ib = item / groups, g = item % groups, ic = ib * MC, mc = std::min(MC, M - ic);
-          const int64_t s0 = slivers * g / groups, s1 = slivers * (g + 1) / groups;
-          if (in_place) {  // A read where it lies: op(A)(i, k) = A.p[i * rs + k * cs]
-            const int64_t rs = A.trans ? 1 : A.ld, cs = A.trans ? A.ld : 1;
-            macro_kernel<true>(mc, nc, kc, A.p + ic * rs + pc * cs, rs, cs, bp, s0, s1, alpha, b, C + ic * N + jc, N);
-            continue;
-          }
-          if (ib != packed) pack_a(A, ic, mc, pc, kc, ap), packed = ib;
-          macro_kernel<false>(mc, nc, kc, ap, 0, 0, bp, s0, s1, alpha, b, C + ic * N + jc, N);
+      for (int64_t s = 0; s < slivers; ++s) pack_b(B, pc, kc, jc, nc, s, bp);
+      for (int64_t ic = 0; ic < M; ic += MC) {  // loop 3: blocks of MC rows of A and C
+        const int64_t mc = std::min(MC, M - ic);
+        float* Cb = C + ic * ldc + jc;
+        if (in_place) {  // A read where it lies: op(A)(i, k) = A.p[i * rs + k * cs]
+          const int64_t rs = A.trans ? 1 : A.ld, cs = A.trans ? A.ld : 1;
+          macro_kernel<true>(mc, nc, kc, A.p + ic * rs + pc * cs, rs, cs, bp, 0, slivers, alpha, b, Cb, ldc);
+        } else {
+          pack_a(A, ic, mc, pc, kc, ap);
+          macro_kernel<false>(mc, nc, kc, ap, 0, 0, bp, 0, slivers, alpha, b, Cb, ldc);
         }
-      });
+      }
     }
   }
+}
+
+// The threads take contiguous blocks of C, cut at micro-tile boundaries (so each value is computed
+// as with one thread): blocks of rows, each thread packing all of B, when C is at least as tall as
+// it is wide, else blocks of columns, each packing all of A. One hand-out a call, no waiting between
+// panels.
+void gemm(const Ctx& c, const Operand& A, const Operand& B, int64_t M, int64_t N, int64_t K, float alpha, float beta,
+          float* C) {
+  const int64_t row_slivers = (M + MR - 1) / MR, col_slivers = (N + NR - 1) / NR;
+  const bool by_rows = (M >= N && row_slivers >= c.threads) || col_slivers < c.threads;
+  c.parallel_for(by_rows ? row_slivers : col_slivers, [&](int64_t b, int64_t e) {
+    if (by_rows) {
+      const int64_t r0 = b * MR, r1 = std::min(M, e * MR);
+      const Operand Ab{A.trans ? A.p + r0 : A.p + r0 * A.ld, A.trans, A.ld};
+      five_loops(c.workspace, Ab, B, r1 - r0, N, K, alpha, beta, C + r0 * N, N);
+    } else {
+      const int64_t c0 = b * NR, c1 = std::min(N, e * NR);
+      const Operand Bb{B.trans ? B.p + c0 * B.ld : B.p + c0, B.trans, B.ld};
+      five_loops(c.workspace, A, Bb, M, c1 - c0, K, alpha, beta, C + c0, N);
+    }
+  });
 }
