@@ -52,15 +52,14 @@ void adam_step(float* w, float* m, float* v, const float* g, int64_t n, const Ad
 
 size_t state_slots(const Step& s) { return std::holds_alternative<SGDStep>(s) ? 1 : 2; }
 
-namespace {
-
-// Step s on one device; state: its slots there.
 void step_on_device(const Tensor& w, const std::vector<Tensor>& state, const Tensor& g, const Step& s) {
   if (auto* sgd = std::get_if<SGDStep>(&s))
     sgd_step(w, state[0], g, *sgd);
   else
     adam_step(w, state[0], state[1], g, std::get<AdamStep>(s));
 }
+
+namespace {
 
 // Step s on host arrays of n floats; state: its slots.
 void step_on_host(float* w, std::vector<std::vector<float>>& state, const float* g, int64_t n, const Step& s) {

@@ -67,6 +67,8 @@ void adam_step(float* w, float* m, float* v, const float* g, int64_t n, const Ad
 // SGD 1 (momentum), Adam 2 (m, v), in that order.
 using Step = std::variant<SGDStep, AdamStep>;
 size_t state_slots(const Step& s);
+// Step s on one device: w, g and the state's slots (state_slots(s) tensors) of one shape there.
+void step_on_device(const Tensor& w, const std::vector<Tensor>& state, const Tensor& g, const Step& s);
 
 class KVStore {
  public:

@@ -7,6 +7,7 @@
 
 #include "core/autograd.hpp"
 #include "core/optim/kvstore.hpp"
+#include "core/optim/zero.hpp"
 
 namespace d2l::optim {
 
@@ -22,6 +23,10 @@ void check_options(const std::string& optimizer, const OptimizerOptions& o) {
   if (!std::isfinite(o.learning_rate) || o.learning_rate < 0)
     throw ConfigError("Trainer: learning_rate must be a finite number >= 0, got " + num(o.learning_rate));
   if (!std::isfinite(o.wd) || o.wd < 0) throw ConfigError("Trainer: wd must be a finite number >= 0, got " + num(o.wd));
+  if (o.zero_stage != 0 && o.zero_stage != 1)
+    throw ConfigError("Trainer: zero_stage must be 0 (optimizer state replicated) or 1 (ZeRO-1: optimizer state sharded "
+                      "over the devices), got " + std::to_string(o.zero_stage) +
+                      "; stages 2 and 3 (gradients, parameters sharded) are not implemented");
   const OptimizerOptions defaults;
   if (optimizer == "sgd") {
     if (!(o.momentum >= 0 && o.momentum <= 1))
@@ -65,6 +70,14 @@ Trainer::Trainer(const nn::ParameterDict& params, const std::string& optimizer, 
     throw ConfigError("Trainer: unknown optimizer '" + optimizer + "': expected sgd or adam");
   check_options(optimizer_, options_);
   kv_ = create_kvstore(kvstore);
+  if (options_.zero_stage == 1) {
+    // The shards are the devices of this process, and the kvstore must leave the summed gradient on
+    // every one of them: 'local' updates in host memory instead, dist_sync spans processes.
+    if (kv_->type() != "device" && kv_->type() != "ring")
+      throw ConfigError("Trainer: zero_stage 1 shards the optimizer state over the devices of one process and needs "
+                        "kvstore 'device' or 'ring', not '" + kv_->type() + "'");
+    zero_ = std::make_unique<zero::ShardedState>(state_names_.size());
+  }
   for (auto& [name, p] : params)
     if (p->differentiable()) params_.emplace_back(name, p);
   state_.assign(params_.size(), std::vector<std::vector<Tensor>>(state_names_.size()));
@@ -143,6 +156,13 @@ void Trainer::step(int64_t batch_size) {
     s = adam_constants(a, lr, num_update_ + 1);
   }
   const bool summed = kv_->reduce_all(weights);  // dist_sync with buckets: every gradient summed already
+  if (zero_) {  // ZeRO-1: device i updates shard i, then the shards are all-gathered (core/optim/zero.hpp)
+    const auto grads = sum_and_place_shards(weights, summed);
+    if (!params_.empty()) zero_->step(weights, grads, s);
+    for (auto& [name, p] : params_) p->zero_grad();
+    ++num_update_;
+    return;
+  }
   for (size_t k = 0; k < params_.size(); ++k) {
     std::vector<Tensor> grads;
     for (auto& w : weights[k]) grads.push_back(w.grad().defined() ? w.grad() : Tensor::zeros(w.shape(), w.device()));
@@ -153,9 +173,56 @@ void Trainer::step(int64_t batch_size) {
   ++num_update_;
 }
 
+// ZeRO-1's gradients are summed on every device, as data parallelism sums them (the kvstore's
+// pushpull); each device then reads only its shard of the sum.
+std::vector<std::vector<Tensor>> Trainer::sum_and_place_shards(const std::vector<std::vector<Tensor>>& weights,
+                                                               bool summed) {
+  // First step, parameters moved (reset_ctx) or a state loaded: lay the shards out (again). This
+  // checks the devices too, before any gradient is touched.
+  const bool loaded = !params_.empty() && !host_state_[0][0].empty();
+  if (!params_.empty() && (loaded || !zero_->fits(weights))) {
+    std::vector<std::string> names;
+    for (auto& [name, p] : params_) names.push_back(name);
+    zero_->place(weights, names, host_state_);
+  }
+  std::vector<std::vector<Tensor>> grads(params_.size());
+  for (size_t k = 0; k < params_.size(); ++k) {
+    for (auto& w : weights[k]) grads[k].push_back(w.grad().defined() ? w.grad() : Tensor::zeros(w.shape(), w.device()));
+    if (!summed) kv_->pushpull(static_cast<int64_t>(k), grads[k]);
+  }
+  return grads;
+}
+
+std::vector<DeviceMemory> Trainer::memory_per_device() const {
+  std::vector<DeviceMemory> out;
+  auto at = [&](Device d) -> DeviceMemory& {
+    for (auto& m : out)
+      if (m.device == d) return m;
+    out.push_back(DeviceMemory{d});
+    return out.back();
+  };
+  auto bytes = [](const Tensor& t) { return t.defined() ? t.numel() * static_cast<int64_t>(sizeof(float)) : 0; };
+  for (auto& [name, p] : params_) {
+    if (!p->initialized()) continue;
+    for (auto& w : p->list_data()) {
+      DeviceMemory& m = at(w.device());
+      m.parameter_bytes += bytes(w);
+      m.gradient_bytes += bytes(w.grad());
+    }
+  }
+  for (auto& slots : state_)
+    for (auto& replicas : slots)
+      for (auto& t : replicas) at(t.device()).state_bytes += bytes(t);
+  if (zero_)
+    for (size_t i = 0; i < zero_->devices().size(); ++i) at(zero_->devices()[i]).state_bytes += zero_->bytes(i);
+  return out;
+}
+
 // num_update is kept as a float: exact up to 2^24 steps.
 std::map<std::string, HostTensor> Trainer::state_dict() const {
   std::map<std::string, HostTensor> out;
+  // zero_stage 1: the shards gathered into the unsharded layout, unless a loaded state waits.
+  const auto sharded = zero_ ? zero_->gather() : std::vector<std::vector<std::vector<float>>>{};
   for (size_t k = 0; k < params_.size(); ++k)
     for (size_t j = 0; j < state_names_.size(); ++j) {
       auto& [name, p] = params_[k];
@@ -165,6 +232,9 @@ std::map<std::string, HostTensor> Trainer::state_dict() const {
       if (!dev.empty()) {
         t.shape = dev[0].shape();
         t.values = dev[0].to_vector();
+      } else if (!sharded.empty() && host.empty()) {
+        t.shape = p->shape();
+        t.values = sharded[k][j];
       } else {
         if (!p->shape_known())
           throw ParameterError("Trainer.state_dict: parameter '" + name +

@@ -21,6 +21,10 @@
 // Parameters still waiting for their shape may be given to the constructor; step() needs them
 // initialised (the book's error otherwise). The optimizer state (momentum; m and v) follows a
 // parameter moved by reset_ctx.
+//
+// zero_stage 1 (ZeRO, Rajbhandari et al. 2020; core/optim/zero.hpp) keeps that state sharded: with N
+// devices each keeps and updates 1/N of the flat parameter vector and the updated shards are
+// all-gathered into every replica. The same update, the same bits on every replica, 1/N of the state.
 #pragma once
 #include <map>
 #include <memory>
@@ -33,6 +37,9 @@
 namespace d2l::optim {
 
 class KVStore;  // core/optim/kvstore.hpp
+namespace zero {
+class ShardedState;  // core/optim/zero.hpp
+}
 
 // The optimizer's hyperparameters, Gluon's optimizer_params: SGD reads learning_rate, momentum and wd;
 // Adam reads learning_rate, wd, beta1, beta2 and epsilon (PyTorch's defaults; its default learning
@@ -45,8 +52,23 @@ struct OptimizerOptions {
   float beta1 = 0.9f;     // Adam's: the decay of the first moment m, in [0, 1)
   float beta2 = 0.999f;   //         of the second moment v, in [0, 1)
   float epsilon = 1e-8f;  //         added to sqrt(v_hat), >= 0
+  // Where the state lives, for either optimizer (DeepSpeed's zero_optimization.stage):
+  // 0 every device keeps the whole state of its replica (data parallelism);
+  // 1 ZeRO stage 1: device i of N keeps, and updates, the state of shard i only (core/optim/zero.hpp);
+  //   needs kvstore 'device' or 'ring' and every trainable parameter on the same devices.
+  // Stages 2 (gradients sharded) and 3 (parameters sharded) are not implemented: a ConfigError.
+  int zero_stage = 0;
 };
 using SGDOptions = OptimizerOptions;  // its name while SGD was the only optimizer
+
+// What a Trainer keeps on one device (Trainer::memory_per_device), in bytes: its replicas of the
+// trainable parameters, their gradients, and the optimizer state.
+struct DeviceMemory {
+  Device device;
+  int64_t parameter_bytes = 0;
+  int64_t gradient_bytes = 0;
+  int64_t state_bytes = 0;
+};
 
 // A tensor's values in host memory, for checkpoints.
 struct HostTensor {
@@ -80,14 +102,25 @@ class Trainer {
   // The optimizer's state, per trainable parameter, in slots: state_names() lists them, "momentum"
   // for sgd, "exp_avg" and "exp_avg_sq" (PyTorch's names for m and v) for adam. state(parameter,
   // slot): that parameter's slot, one tensor per replica, each on its replica's device. It is empty
-  // before the first step, after load_state_dict until the next step, and where the kvstore keeps
-  // the state in host memory ('local' with 2 or more replicas; state_dict() has it then). A name
-  // that is not a trainable parameter's, or not a slot, is a ParameterError.
+  // before the first step, after load_state_dict until the next step, where the kvstore keeps
+  // the state in host memory ('local' with 2 or more replicas), and with zero_stage 1 (flat shards
+  // there, sharded_state()); state_dict() has it then. A name that is not a trainable parameter's,
+  // or not a slot, is a ParameterError.
   const std::vector<std::string>& state_names() const { return state_names_; }
   const std::vector<Tensor>& state(const std::string& parameter, const std::string& slot) const;
 
+  // Per device holding a replica (in the order of the first parameter's devices), the bytes of its
+  // replicas, their gradients and the optimizer state there. State in host memory ('local', or
+  // loaded and not yet placed by a step) is on no device; there is none before the first step.
+  // Replicated, a device holds 4 * slots * P bytes of state for P trainable elements (SGD with
+  // momentum 4 bytes an element, Adam 8); with zero_stage 1, 4 * slots * (its shard's size).
+  std::vector<DeviceMemory> memory_per_device() const;
+  // zero_stage 1: the shards and their layout over the flat vector (null at stage 0).
+  const zero::ShardedState* sharded_state() const { return zero_.get(); }
+
   // What a checkpoint needs to continue bit for bit: "<slot>/<parameter name>" per slot of
-  // state_names() and trainable parameter (device 0's replica; all replicas are equal) and
+  // state_names() and trainable parameter (device 0's replica; all replicas are equal; with
+  // zero_stage 1 gathered from the shards, so a checkpoint does not depend on the device count) and
   // "num_update", "learning_rate" (one value each). load_state_dict checks names and shapes and
   // names what is wrong. SGD's momentum is MXNet's (lr already folded in, see above); num_update is
   // exact up to 2^24 (Adam's step t is num_update + 1).
@@ -106,6 +139,11 @@ class Trainer {
   std::vector<std::vector<std::vector<float>>> host_state_;
   // Puts parameter k's state where the kvstore wants it for these replicas (zeros at first).
   void place_state(size_t k, const std::vector<Tensor>& weights);
+  // zero_stage 1: the state as shards (null at stage 0).
+  std::unique_ptr<zero::ShardedState> zero_;
+  // Its step's first half: the shards laid out for these replicas when they moved or a state was
+  // loaded, and every parameter's gradients summed on every device (unless `summed`).
+  std::vector<std::vector<Tensor>> sum_and_place_shards(const std::vector<std::vector<Tensor>>& weights, bool summed);
   int64_t num_update_ = 0;
 };
 

@@ -1,0 +1,145 @@
+#include "core/optim/zero.hpp"
+
+#include <algorithm>
+
+#include "core/copy.hpp"
+#include "core/parameter.hpp"
+
+namespace d2l::optim::zero {
+
+namespace {
+
+constexpr size_t kFloat = sizeof(float);
+
+// Calls f(k, a, b) for every parameter k that has elements in shard i, with [a, b) the flat range
+// of its elements that lie there.
+template <class F>
+void for_pieces(const ShardLayout& layout, size_t i, F f) {
+  const int64_t lo = layout.bounds[i], hi = layout.bounds[i + 1];
+  for (size_t k = 0; k + 1 < layout.offsets.size(); ++k) {
+    const int64_t a = std::max(lo, layout.offsets[k]), b = std::min(hi, layout.offsets[k + 1]);
+    if (a < b) f(k, a, b);
+  }
+}
+
+}  // namespace
+
+ShardLayout shard_layout(const std::vector<int64_t>& sizes, size_t n) {
+  ShardLayout l;
+  l.offsets.push_back(0);
+  for (int64_t s : sizes) l.offsets.push_back(l.offsets.back() + s);
+  const int64_t total = l.offsets.back(), count = static_cast<int64_t>(n);
+  l.bounds.push_back(0);
+  for (int64_t i = 0; i < count; ++i)  // split_and_load's rule: the first total % n shards one larger
+    l.bounds.push_back(l.bounds.back() + total / count + (i < total % count ? 1 : 0));
+  return l;
+}
+
+bool ShardedState::fits(const std::vector<std::vector<Tensor>>& weights) const {
+  if (!placed() || weights.size() + 1 != layout_.offsets.size()) return false;
+  for (size_t k = 0; k < weights.size(); ++k) {
+    if (weights[k].size() != devices_.size() || weights[k][0].numel() != layout_.offsets[k + 1] - layout_.offsets[k])
+      return false;
+    for (size_t i = 0; i < devices_.size(); ++i)
+      if (weights[k][i].device() != devices_[i]) return false;
+  }
+  return true;
+}
+
+std::vector<std::vector<std::vector<float>>> ShardedState::gather() const {
+  if (!placed()) return {};
+  const size_t params = layout_.offsets.size() - 1;
+  std::vector<std::vector<std::vector<float>>> out(params, std::vector<std::vector<float>>(slots_));
+  for (size_t k = 0; k < params; ++k)
+    for (auto& slot : out[k]) slot.resize(static_cast<size_t>(layout_.offsets[k + 1] - layout_.offsets[k]));
+  for (size_t i = 0; i < devices_.size(); ++i)
+    for (size_t j = 0; j < slots_; ++j) {
+      if (layout_.shard_size(i) == 0) continue;
+      const std::vector<float> shard = state_[i][j].to_vector();
+      for_pieces(layout_, i, [&](size_t k, int64_t a, int64_t b) {
+        std::copy(shard.begin() + (a - layout_.bounds[i]), shard.begin() + (b - layout_.bounds[i]),
+                  out[k][j].begin() + (a - layout_.offsets[k]));
+      });
+    }
+  return out;
+}
+
+void ShardedState::place(const std::vector<std::vector<Tensor>>& weights, const std::vector<std::string>& names,
+                         std::vector<std::vector<std::vector<float>>>& host) {
+  // One flat vector needs one list of devices: every parameter on the first one's.
+  std::vector<Device> devices;
+  for (auto& w : weights[0]) devices.push_back(w.device());
+  std::vector<int64_t> sizes;
+  for (size_t k = 0; k < weights.size(); ++k) {
+    std::vector<Device> on;
+    for (auto& w : weights[k]) on.push_back(w.device());
+    if (on != devices)
+      throw ConfigError("Trainer: zero_stage 1 needs every trainable parameter on the same devices, in the same order: '" +
+                        names[0] + "' is on " + str(devices) + ", '" + names[k] + "' on " + str(on));
+    sizes.push_back(weights[k][0].numel());
+  }
+  // The unsharded values: loaded ones, else what the shards hold so far (a move), else zeros.
+  const bool loaded = std::any_of(host.begin(), host.end(), [](auto& slots) { return !slots[0].empty(); });
+  if (!loaded && placed()) host = gather();
+  for (size_t k = 0; k < host.size(); ++k)
+    for (size_t j = 0; j < slots_; ++j)
+      if (!host[k][j].empty() && static_cast<int64_t>(host[k][j].size()) != sizes[k])
+        throw ShapeError("Trainer: a slot of the optimizer state of '" + names[k] + "' has " +
+                         std::to_string(host[k][j].size()) + " values but the parameter has " +
+                         std::to_string(sizes[k]));
+
+  layout_ = shard_layout(sizes, devices.size());
+  devices_ = devices;
+  state_.assign(devices.size(), std::vector<Tensor>(slots_));
+  for (size_t i = 0; i < devices.size(); ++i) {
+    const int64_t n = layout_.shard_size(i);
+    if (n == 0) continue;  // more devices than elements: nothing to keep
+    for (size_t j = 0; j < slots_; ++j) {
+      std::vector<float> flat(static_cast<size_t>(n), 0.0f);
+      for_pieces(layout_, i, [&](size_t k, int64_t a, int64_t b) {
+        const auto& from = host[k][j];
+        if (!from.empty())
+          std::copy(from.begin() + (a - layout_.offsets[k]), from.begin() + (b - layout_.offsets[k]),
+                    flat.begin() + (a - layout_.bounds[i]));
+      });
+      state_[i][j] = Tensor::from_vector(flat, {n}, devices[i]);
+    }
+  }
+  for (auto& slots : host)
+    for (auto& slot : slots) slot.clear();
+}
+
+void ShardedState::step(const std::vector<std::vector<Tensor>>& weights, const std::vector<std::vector<Tensor>>& grads,
+                        const Step& s) {
+  // Device i: its shard of the weights and of the summed gradient in two flat buffers, updated with
+  // its own state. Every device's kernels are queued before any waits: the devices run together.
+  std::vector<Tensor> updated(devices_.size());
+  for (size_t i = 0; i < devices_.size(); ++i) {
+    const int64_t n = layout_.shard_size(i), lo = layout_.bounds[i];
+    if (n == 0) continue;
+    Tensor w = Tensor::empty({n}, devices_[i]), g = Tensor::empty({n}, devices_[i]);
+    for_pieces(layout_, i, [&](size_t k, int64_t a, int64_t b) {
+      const size_t from = static_cast<size_t>(a - layout_.offsets[k]) * kFloat, to = static_cast<size_t>(a - lo) * kFloat;
+      const size_t bytes = static_cast<size_t>(b - a) * kFloat;
+      copy_bytes(weights[k][i], from, w, to, bytes);
+      copy_bytes(grads[k][i], from, g, to, bytes);
+    });
+    step_on_device(w, state_[i], g, s);
+    updated[i] = w;
+  }
+  // All-gather: shard i's new values into every replica, its own device's included.
+  for (size_t i = 0; i < devices_.size(); ++i) {
+    if (!updated[i].defined()) continue;
+    for_pieces(layout_, i, [&](size_t k, int64_t a, int64_t b) {
+      const size_t from = static_cast<size_t>(a - layout_.bounds[i]) * kFloat;
+      const size_t to = static_cast<size_t>(a - layout_.offsets[k]) * kFloat;
+      for (auto& replica : weights[k]) copy_bytes(updated[i], from, replica, to, static_cast<size_t>(b - a) * kFloat);
+    });
+  }
+}
+
+int64_t ShardedState::bytes(size_t i) const {
+  return placed() ? static_cast<int64_t>(slots_ * kFloat) * layout_.shard_size(i) : 0;
+}
+
+}  // namespace d2l::optim::zero

@@ -1,0 +1,324 @@
+// ZeRO stage 1 (core/optim/zero.hpp, the Trainer's zero_stage 1): a small MLP trained 20 steps with
+// the optimizer state sharded equals the same devices' run with the state replicated (SGD with
+// momentum and Adam; 2 and 4 CPU devices, 2 emulated GPUs, one device), every replica bitwise
+// equal after every step; the state bytes per device against the formula; state_dict in the
+// unsharded layout, independent of the device count; the parameters moved by reset_ctx; the
+// configuration errors. tests/mutants runs this file against a zero.cpp that skips the all-gather
+// and one that updates each shard twice: both must fail.
+#include <doctest/doctest.h>
+
+#include <map>
+
+#include "check.hpp"
+#include "core/nn/nn.hpp"
+#include "core/nn/split_and_load.hpp"
+#include "core/ops.hpp"
+#include "core/optim/trainer.hpp"
+#include "core/optim/zero.hpp"
+#include "core/rng.hpp"
+
+using namespace d2l;
+using namespace d2l::nn;
+using namespace d2l::optim;
+
+namespace {
+
+// 4 -> 5 (relu) -> 3: P = 4*5 + 5 + 5*3 + 3 = 43 trainable elements, a number 2 and 4 do not divide,
+// so the shards are uneven and parameters straddle them.
+constexpr int64_t kIn = 4, kHidden = 5, kOut = 3, kP = kIn * kHidden + kHidden + kHidden * kOut + kOut;
+constexpr int64_t kBatch = 7;  // split 4/3 over 2 devices, 2/2/2/1 over 4
+
+std::shared_ptr<Sequential> small_mlp() {
+  auto net = std::make_shared<Sequential>();
+  net->add(std::make_shared<Dense>(kHidden, "relu", true, kIn), std::make_shared<Dense>(kOut, "", true, kHidden));
+  return net;
+}
+
+struct Run {
+  std::string optimizer = "sgd";
+  OptimizerOptions opt{.learning_rate = 0.1f, .momentum = 0.9f, .wd = 1e-3f};
+  std::string kvstore = "device";
+  int steps = 20;
+};
+
+Run adam() { return Run{"adam", {.learning_rate = 0.01f, .wd = 1e-3f}}; }
+
+OptimizerOptions with_stage(OptimizerOptions o, int stage) {
+  o.zero_stage = stage;
+  return o;
+}
+
+using Values = std::map<std::string, std::vector<float>>;
+
+Values values_of(const ParameterDict& params) {
+  Values out;
+  for (auto& [name, p] : params) out[name] = p->list_data()[0].to_vector();
+  return out;
+}
+
+bool replicas_equal(const ParameterDict& params) {
+  for (auto& [name, p] : params) {
+    auto reps = p->list_data();
+    for (size_t i = 1; i < reps.size(); ++i)
+      if (reps[i].to_vector() != reps[0].to_vector()) return false;
+  }
+  return true;
+}
+
+// Step s: features from an LCG, labels from their signs; one loss per device, backward, step.
+void train_step(Sequential& net, Trainer& trainer, int s, const std::vector<Device>& devices) {
+  auto X = test::lcg_data(kBatch * kIn, 500 + s);
+  std::vector<int32_t> y;
+  for (int64_t i = 0; i < kBatch; ++i) y.push_back((X[i * kIn] > 0) + (X[i * kIn + 1] > 0));
+  auto Xs = split_and_load(X, {kBatch, kIn}, devices, false);
+  auto ys = split_and_load(y, {kBatch}, devices, false);
+  std::vector<Tensor> losses;
+  for (size_t i = 0; i < Xs.size(); ++i) losses.push_back(softmax_cross_entropy(net(Xs[i]), ys[i], Reduction::sum));
+  for (auto& l : losses) l.backward();
+  trainer.step(kBatch);
+}
+
+// A fresh MLP (seed 42: the same initial values in every run) trained r.steps steps on these
+// devices; checks the replicas after every step. Returns the final parameters and the memory report.
+std::pair<Values, std::vector<DeviceMemory>> train(const Run& r, const std::vector<Device>& devices, int stage) {
+  manual_seed(42);
+  auto net = small_mlp();
+  net->initialize(Init::Xavier(), devices);
+  Trainer trainer(net->collect_params(), r.optimizer, with_stage(r.opt, stage), r.kvstore);
+  bool equal = true;
+  for (int s = 0; s < r.steps; ++s) {
+    train_step(*net, trainer, s, devices);
+    equal = equal && replicas_equal(net->collect_params());
+  }
+  CHECK_MESSAGE(equal, "replicas differ after a step: zero_stage ", stage, ", ", r.optimizer, " on ", str(devices));
+  return {values_of(net->collect_params()), trainer.memory_per_device()};
+}
+
+bool close_values(const Values& ref, const Values& got, double rtol = 1e-5, double atol = 1e-7) {
+  bool ok = ref.size() == got.size();
+  for (auto& [name, v] : ref) ok = test::close(v, got.at(name), atol, rtol, name.c_str()) && ok;
+  return ok;
+}
+
+// ZeRO-1 against the replicated run on the same devices; returns the sharded run's parameters.
+Values compare_with_replicated(const Run& r, const std::vector<Device>& devices) {
+  CAPTURE(r.optimizer);
+  CAPTURE(r.kvstore);
+  CAPTURE(str(devices));
+  const Values plain = train(r, devices, 0).first, sharded = train(r, devices, 1).first;
+  CHECK(close_values(plain, sharded));
+  const std::string same = plain == sharded ? "the same bits" : "different last bits";
+  MESSAGE(r.optimizer << " on " << str(devices) << ": ZeRO-1 and replicated have " << same);
+  return sharded;
+}
+
+// The bytes of state device i keeps for P elements over n devices with `slots` state tensors an
+// element: 4 * slots * its shard's size, the first P mod n shards one element larger.
+int64_t zero_state_bytes(int64_t slots, int64_t P, int64_t n, int64_t i) {
+  return 4 * slots * (P / n + (i < P % n ? 1 : 0));
+}
+
+}  // namespace
+
+TEST_CASE("ZeRO-1 on 2 and 4 CPU devices equals the replicated run over 20 steps, SGD with momentum and Adam") {
+  manual_seed(42);
+  auto fresh = small_mlp();
+  fresh->initialize(Init::Xavier(), {cpu(0)});
+  const Values start = values_of(fresh->collect_params());
+  for (const std::vector<Device>& devices :
+       {std::vector<Device>{cpu(0), cpu(1)}, std::vector<Device>{cpu(0), cpu(1), cpu(2), cpu(3)}})
+    for (const Run& r : {Run{}, adam()}) {
+      const Values got = compare_with_replicated(r, devices);
+      // The run learned something: the comparison is not between two untouched nets.
+      double moved = 0;
+      for (auto& [name, v] : got)
+        for (size_t j = 0; j < v.size(); ++j) moved = std::max(moved, double(std::fabs(v[j] - start.at(name)[j])));
+      CHECK(moved > 0.05);
+    }
+  // The ring kvstore sums the gradients instead of 'device': the sharded update runs the same way.
+  Run ring;
+  ring.kvstore = "ring";
+  compare_with_replicated(ring, {cpu(0), cpu(1), cpu(2)});
+}
+
+TEST_CASE("ZeRO-1 on two emulated GPUs equals the replicated run over 20 steps, SGD with momentum and Adam") {
+  for (const Run& r : {Run{}, adam()}) compare_with_replicated(r, {emu(0), emu(1)});
+}
+
+TEST_CASE("ZeRO-1 on one device is the replicated run, bit for bit") {
+  for (const Run& r : {Run{}, adam()}) {
+    CAPTURE(r.optimizer);
+    auto [plain, plain_memory] = train(r, {cpu(0)}, 0);
+    auto [sharded, sharded_memory] = train(r, {cpu(0)}, 1);
+    CHECK(plain == sharded);
+    REQUIRE(sharded_memory.size() == 1);
+    CHECK(sharded_memory[0].state_bytes == plain_memory[0].state_bytes);
+  }
+}
+
+TEST_CASE("state bytes per device: 4 * slots * P replicated, 4 * slots * (P / N, rounded by the shards) with ZeRO-1") {
+  for (int64_t n : {2, 4}) {
+    std::vector<Device> devices;
+    for (int64_t i = 0; i < n; ++i) devices.push_back(cpu(static_cast<int>(i)));
+    for (Run r : {Run{}, adam()}) {
+      CAPTURE(n);
+      CAPTURE(r.optimizer);
+      r.steps = 1;  // the state exists from the first step on
+      const int64_t slots = r.optimizer == "adam" ? 2 : 1;  // SGD: momentum; Adam: m and v
+      const auto plain = train(r, devices, 0).second, sharded = train(r, devices, 1).second;
+      REQUIRE(plain.size() == devices.size());
+      REQUIRE(sharded.size() == devices.size());
+      int64_t total = 0;
+      for (size_t i = 0; i < devices.size(); ++i) {
+        CAPTURE(i);
+        CHECK(plain[i].device == devices[i]);
+        CHECK(sharded[i].device == devices[i]);
+        // Parameters and gradients stay replicated at stage 1: 4 bytes an element each.
+        CHECK(plain[i].parameter_bytes == 4 * kP);
+        CHECK(sharded[i].parameter_bytes == 4 * kP);
+        CHECK(plain[i].gradient_bytes == 4 * kP);
+        CHECK(sharded[i].gradient_bytes == 4 * kP);
+        // The paper's formula in float32: K = 4 (SGD's momentum) or 8 (Adam's m and v) bytes an element.
+        CHECK(plain[i].state_bytes == 4 * slots * kP);
+        CHECK(sharded[i].state_bytes == zero_state_bytes(slots, kP, n, static_cast<int64_t>(i)));
+        // N times smaller, up to the one element the shards differ by.
+        CHECK(std::abs(n * sharded[i].state_bytes - plain[i].state_bytes) <= 4 * slots * n);
+        total += sharded[i].state_bytes;
+      }
+      CHECK(total == plain[0].state_bytes);  // every element's state is kept exactly once
+    }
+  }
+}
+
+TEST_CASE("the shard layout: contiguous element ranges, the first P mod N one larger, parameters straddling") {
+  const zero::ShardLayout l = zero::shard_layout({20, 5, 15, 3}, 4);  // the MLP's parameters
+  CHECK(l.offsets == std::vector<int64_t>{0, 20, 25, 40, 43});
+  CHECK(l.bounds == std::vector<int64_t>{0, 11, 22, 33, 43});  // 11, 11, 11, 10
+  CHECK(l.total() == kP);
+  const zero::ShardLayout tiny = zero::shard_layout({1, 1}, 3);  // more devices than elements
+  CHECK(tiny.bounds == std::vector<int64_t>{0, 1, 2, 2});
+  CHECK(tiny.shard_size(2) == 0);
+  // One trainable element on four devices: three hold no state, and the run is still the plain one.
+  auto p = std::make_shared<Parameter>("w", Shape{1});
+  const std::vector<Device> devices{cpu(0), cpu(1), cpu(2), cpu(3)};
+  p->initialize(devices);
+  p->set_data(Tensor::from_vector(std::vector<float>{1.0f}, {1}, cpu(0)));
+  ParameterDict dict;
+  dict.add("w", p);
+  Trainer trainer(dict, "adam", {.learning_rate = 0.1f, .zero_stage = 1});
+  for (auto& d : devices) Tensor::from_vector(std::vector<float>{0.5f}, {1}, d).copyto(p->grad(d));
+  trainer.step(1);
+  CHECK(p->data(cpu(3)).to_vector()[0] == doctest::Approx(0.9f));  // Adam's first step moves by lr
+  CHECK(replicas_equal(dict));
+  auto memory = trainer.memory_per_device();
+  CHECK(memory[0].state_bytes == 8);
+  CHECK(memory[1].state_bytes == 0);
+}
+
+TEST_CASE("ZeRO-1 state_dict is the unsharded state: equal to the replicated run's, resumed on another device count") {
+  const std::vector<Device> four{cpu(0), cpu(1), cpu(2), cpu(3)}, two{cpu(0), cpu(1)};
+  for (Run r : {Run{}, adam()}) {
+    CAPTURE(r.optimizer);
+    // The same 3 steps on 4 devices, sharded and replicated: the same state, names and shapes.
+    auto make = [&](const std::vector<Device>& devices) {
+      manual_seed(42);
+      auto net = small_mlp();
+      net->initialize(Init::Xavier(), devices);
+      return net;
+    };
+    auto a = make(four), b = make(four);
+    Trainer ta(a->collect_params(), r.optimizer, with_stage(r.opt, 1)), tb(b->collect_params(), r.optimizer, r.opt);
+    for (int s = 0; s < 3; ++s) train_step(*a, ta, s, four), train_step(*b, tb, s, four);
+    const auto sharded = ta.state_dict(), plain = tb.state_dict();
+    REQUIRE(sharded.size() == plain.size());
+    for (auto& [key, t] : plain) {
+      CAPTURE(key);
+      REQUIRE(sharded.count(key) == 1);
+      CHECK(sharded.at(key).shape == t.shape);
+      CHECK(test::close(t.values, sharded.at(key).values, 1e-7, 1e-5, key.c_str()));
+    }
+    CHECK(ta.state("0.weight", ta.state_names()[0]).empty());  // shards only
+
+    // The 4-device checkpoint continues on 2 devices, sharded and replicated alike.
+    auto c = make(two), d = make(two);
+    for (auto& [name, p] : a->collect_params()) {
+      c->collect_params()[name].set_data(p->list_data()[0]);
+      d->collect_params()[name].set_data(p->list_data()[0]);
+    }
+    Trainer tc(c->collect_params(), r.optimizer, with_stage(r.opt, 1)), td(d->collect_params(), r.optimizer, r.opt);
+    tc.load_state_dict(sharded);
+    td.load_state_dict(sharded);
+    for (int s = 3; s < 8; ++s) train_step(*c, tc, s, two), train_step(*d, td, s, two);
+    CHECK(close_values(values_of(d->collect_params()), values_of(c->collect_params())));
+    CHECK(replicas_equal(c->collect_params()));
+    CHECK(tc.num_update() == 8);
+
+    // Restored on the same 4 devices, it continues bit for bit like the original.
+    auto e = make(four);
+    for (auto& [name, p] : a->collect_params()) e->collect_params()[name].set_data(p->list_data()[0]);
+    Trainer te(e->collect_params(), r.optimizer, with_stage(r.opt, 1));
+    te.load_state_dict(sharded);
+    for (int s = 3; s < 6; ++s) train_step(*a, ta, s, four), train_step(*e, te, s, four);
+    CHECK(values_of(a->collect_params()) == values_of(e->collect_params()));
+  }
+}
+
+TEST_CASE("ZeRO-1 state follows parameters moved by reset_ctx to other devices and another count") {
+  const std::vector<std::vector<Device>> moves{{cpu(0), cpu(1)}, {cpu(1), cpu(2), cpu(3)}, {cpu(0)}, {cpu(2), cpu(0)}};
+  std::vector<Values> runs;
+  for (int stage : {0, 1}) {
+    manual_seed(42);
+    auto net = small_mlp();
+    net->initialize(Init::Xavier(), moves[0]);
+    Trainer trainer(net->collect_params(), "adam", {.learning_rate = 0.01f, .zero_stage = stage});
+    for (size_t m = 0; m < moves.size(); ++m) {
+      net->collect_params().reset_ctx(moves[m]);
+      for (int s = 0; s < 3; ++s) train_step(*net, trainer, static_cast<int>(3 * m) + s, moves[m]);
+      CHECK(replicas_equal(net->collect_params()));
+    }
+    runs.push_back(values_of(net->collect_params()));
+  }
+  CHECK(close_values(runs[0], runs[1]));
+}
+
+TEST_CASE("ZeRO: an unknown stage, an unsupported kvstore, parameters on different devices are one-line errors") {
+  auto p = std::make_shared<Parameter>("w", Shape{2}), q = std::make_shared<Parameter>("v", Shape{3});
+  p->initialize({cpu(0), cpu(1)});
+  q->initialize({cpu(0), cpu(1)});
+  ParameterDict dict;
+  dict.add("w", p);
+  dict.add("v", q);
+  auto one_line = [](auto&& make, const std::string& expected) {
+    try {
+      make();
+      FAIL("no error: " << expected);
+    } catch (const ConfigError& e) {
+      const std::string what = e.what();
+      CHECK(what.find('\n') == std::string::npos);
+      CHECK_MESSAGE(what.find(expected) != std::string::npos, what);
+    }
+  };
+  for (int stage : {2, 3, -1})
+    one_line([&] { Trainer(dict, "sgd", {.learning_rate = 0.1f, .zero_stage = stage}); },
+             "Trainer: zero_stage must be 0 (optimizer state replicated) or 1 (ZeRO-1: optimizer state sharded over the "
+             "devices), got " + std::to_string(stage) + "; stages 2 and 3 (gradients, parameters sharded) are not implemented");
+  for (const std::string kv : {"local", "dist_sync", "dist_sync_ring"})
+    one_line([&] { Trainer(dict, "adam", {.zero_stage = 1}, kv); },
+             "Trainer: zero_stage 1 shards the optimizer state over the devices of one process and needs kvstore "
+             "'device' or 'ring', not '" + kv + "'");
+  one_line([&] { Trainer(dict, "sgd", {.zero_stage = 1}, "nccl"); }, "kvstore 'nccl' needs GPUs");
+  // DDP's buckets belong to dist_sync, which stage 1 does not take.
+  Trainer t(dict, "sgd", {.learning_rate = 0.1f, .momentum = 0.9f, .zero_stage = 1});
+  one_line([&] { t.set_buckets({}); }, "gradient buckets (--bucket-mb) need kvstore dist_sync");
+  // One flat vector over one list of devices: a parameter elsewhere is refused before any update.
+  q->reset_ctx({cpu(1), cpu(0)});
+  const auto before = p->data(cpu(0)).to_vector();
+  one_line([&] { t.step(1); },
+           "Trainer: zero_stage 1 needs every trainable parameter on the same devices, in the same order: 'w' is on "
+           "[cpu(0), cpu(1)], 'v' on [cpu(1), cpu(0)]");
+  CHECK(p->data(cpu(0)).to_vector() == before);
+  // Stage 0 and 1 are both accepted, and set_learning_rate keeps the stage.
+  Trainer ok(dict, "adam", {.zero_stage = 1}, "ring");
+  ok.set_learning_rate(0.5f);
+  CHECK(ok.options().zero_stage == 1);
+}
