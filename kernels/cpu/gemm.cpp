@@ -140,8 +140,10 @@ static std::atomic<GemmKernel> g_gemm_kernel{GemmKernel::automatic};
 void set_gemm_kernel(GemmKernel k) { g_gemm_kernel.store(k, std::memory_order_relaxed); }
 GemmKernel gemm_kernel() { return g_gemm_kernel.load(std::memory_order_relaxed); }
 
-// automatic's rule, from bench/gemm_bench's tables (bench/README.md "CPU GEMM"): kernel3 wherever
-// there is work to pack for; OpenBLAS's guess of the CPU plays no part.
+// automatic's rule, from bench/gemm_bench's tables (bench/README.md, "The CPU GEMM family"): kernel3
+// on every shape, the fastest of our members on each shape measured. OpenBLAS is left out even where
+// it is faster (products of a few MFLOP, when it recognises the CPU): no figure should depend on its
+// guess of the CPU.
 GemmKernel gemm_auto_kernel(int64_t M, int64_t N, int64_t K) {
   (void)M, (void)N, (void)K;
   return GemmKernel::packed;

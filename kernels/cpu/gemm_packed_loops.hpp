@@ -166,10 +166,12 @@ void sliver_column(int nu, int64_t mc, int64_t kc, const float* ap, int64_t rs, 
     micro_kernel<NU, InPlace>(kc, InPlace ? ap + ir * rs : ap + ir * kc, rs, cs, bp, alpha, beta, C + ir * ldc, ldc,
                               std::min<int64_t>(MR, mc - ir), cols);
 }
+// (noinline: inlined into the loops around it, the micro-kernel's 12 accumulators on AVX2 and SSE, 16
+// registers, were spilled to memory and it ran at half speed)
 template <bool InPlace>
-void macro_kernel(int64_t mc, int64_t nc, int64_t kc, const float* ap, int64_t rs, int64_t cs, const float* bp,
-                  int64_t s0, int64_t s1, float alpha, float beta, float* C, int64_t ldc) {
-  for (int64_t s = s0; s < s1; ++s) {  // jr: B slivers
+[[gnu::noinline]] void macro_kernel(int64_t mc, int64_t nc, int64_t kc, const float* ap, int64_t rs, int64_t cs, const float* bp,
+                  float alpha, float beta, float* C, int64_t ldc) {
+  for (int64_t s = 0; s * NR < nc; ++s) {  // jr: B slivers
     const int64_t cols = std::min<int64_t>(NR, nc - s * NR);
     const int nu = static_cast<int>((cols + VW - 1) / VW);
     sliver_column<NV, InPlace>(nu, mc, kc, ap, rs, cs, bp + s * NR * kc, alpha, beta, C + s * NR, ldc, cols);
@@ -199,10 +201,10 @@ void five_loops(const Workspace* ws, const Operand& A, const Operand& B, int64_t
         float* Cb = C + ic * ldc + jc;
         if (in_place) {  // A read where it lies: op(A)(i, k) = A.p[i * rs + k * cs]
           const int64_t rs = A.trans ? 1 : A.ld, cs = A.trans ? A.ld : 1;
-          macro_kernel<true>(mc, nc, kc, A.p + ic * rs + pc * cs, rs, cs, bp, 0, slivers, alpha, b, Cb, ldc);
+          macro_kernel<true>(mc, nc, kc, A.p + ic * rs + pc * cs, rs, cs, bp, alpha, b, Cb, ldc);
         } else {
           pack_a(A, ic, mc, pc, kc, ap);
-          macro_kernel<false>(mc, nc, kc, ap, 0, 0, bp, 0, slivers, alpha, b, Cb, ldc);
+          macro_kernel<false>(mc, nc, kc, ap, 0, 0, bp, alpha, b, Cb, ldc);
         }
       }
     }
@@ -210,13 +212,17 @@ void five_loops(const Workspace* ws, const Operand& A, const Operand& B, int64_t
 }
 
 // The threads take contiguous blocks of C, cut at micro-tile boundaries (so each value is computed
-// as with one thread): blocks of rows, each thread packing all of B, when C is at least as tall as
-// it is wide, else blocks of columns, each packing all of A. One hand-out a call, no waiting between
-// panels.
+// as with one thread): blocks of rows, each thread packing all of B, or blocks of columns, each
+// packing all of A; whichever shares the slivers out more evenly, rows when C is at least as tall
+// as it is wide and both share out as well. One hand-out a call, no waiting between panels.
 void gemm(const Ctx& c, const Operand& A, const Operand& B, int64_t M, int64_t N, int64_t K, float alpha, float beta,
           float* C) {
-  const int64_t row_slivers = (M + MR - 1) / MR, col_slivers = (N + NR - 1) / NR;
-  const bool by_rows = (M >= N && row_slivers >= c.threads) || col_slivers < c.threads;
+  const int64_t row_slivers = (M + MR - 1) / MR, col_slivers = (N + NR - 1) / NR, t = c.threads;
+  const auto evenness = [t](int64_t units) {  // the busiest thread's share of the work, against 1/t
+    return static_cast<double>(units) / static_cast<double>((units + t - 1) / t * t);
+  };
+  const double rows = evenness(row_slivers), cols = evenness(col_slivers);
+  const bool by_rows = rows > cols + 0.02 || (rows >= cols - 0.02 && M >= N);
   c.parallel_for(by_rows ? row_slivers : col_slivers, [&](int64_t b, int64_t e) {
     if (by_rows) {
       const int64_t r0 = b * MR, r1 = std::min(M, e * MR);
