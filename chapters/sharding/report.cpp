@@ -1,0 +1,91 @@
+// The tables and check lines of chapter 5.
+#include "chapters/sharding/report.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+#include <string>
+
+namespace d2l::sharding {
+
+// The steps from the same weights whose losses must agree to float32's rounding.
+constexpr size_t kEqualSteps = 10;
+
+int print_zero(const Config& cfg, const ZeroResult& r) {
+  std::printf("\n1. Memory per device: replicated Adam (data parallelism, zero_stage 0) vs ZeRO-1 (zero_stage 1)\n"
+              "MLP 784 -> %lld -> %lld -> 10, Psi = %lld trainable float32 elements, Adam (K = 8 bytes of state an element), "
+              "batch %lld split over the devices, %d timed steps\n",
+              (long long)cfg.zero_hidden, (long long)cfg.zero_hidden, (long long)r.psi, (long long)cfg.batch_size, cfg.steps);
+  std::printf("%2s %5s %-8s %12s %12s %12s %-10s %12s %10s\n", "N", "stage", "device", "params B", "grads B", "state B",
+              "formula", "= B", "ms/step");
+  for (const auto& run : r.runs)
+    for (size_t i = 0; i < run.rows.size(); ++i) {
+      const MemoryRow& m = run.rows[i];
+      const std::string formula = m.stage == 0 ? "8*Psi" : "8*Psi_" + std::to_string(i);
+      std::ostringstream device;
+      device << m.device;
+      std::printf("%2d %5d %-8s %12lld %12lld %12lld %-10s %12lld", m.n, m.stage, device.str().c_str(),
+                  (long long)m.parameter_bytes, (long long)m.gradient_bytes, (long long)m.state_bytes, formula.c_str(),
+                  (long long)m.formula_state_bytes);
+      if (i == 0) std::printf(" %10.2f", 1e3 * run.seconds_per_step);
+      std::printf("\n");
+    }
+  std::printf("(Psi_i = floor(Psi / N) + 1 for the first Psi mod N shards; parameters and gradients stay 4 Psi each at stage 1)\n");
+  int failed = 0;
+  for (const auto& run : r.runs) {
+    for (const auto& m : run.rows)
+      if (m.state_bytes != m.formula_state_bytes) ++failed;
+    if (run.stage != 1) continue;
+    const bool equal = run.max_diff_to_replicated == 0;
+    std::printf("ZeRO-1 check, N=%d: after %d steps every replica's parameters %s the replicated run's (largest difference %g)\n",
+                run.n, cfg.steps + 1, equal ? "equal" : "DIFFER from", run.max_diff_to_replicated);
+    if (!equal) ++failed;
+  }
+  return failed;
+}
+
+void print_tensor_parallel_title(const Config& cfg) {
+  std::printf("\n2. Tensor parallelism (Megatron-LM): 784 -> Dense(%lld, relu) -> [Dense(%lld, relu) -> Dense(%lld)] -> relu -> "
+              "Dense(10), the bracketed MLP column- then row-parallel over %d devices; SGD lr %g, batch %lld on every device, %d epochs\n",
+              (long long)cfg.d_model, (long long)cfg.hidden, (long long)cfg.d_model, cfg.tp_size, double(cfg.lr),
+              (long long)cfg.batch_size, cfg.num_epochs);
+  std::fflush(stdout);
+}
+
+int print_tensor_parallel(const Config& cfg, const TensorParallelResult& r) {
+  std::printf("%5s %12s %12s %10s %12s %12s\n", "epoch", "loss 1 dev", "loss TP", "rel diff", "test acc 1", "test acc TP");
+  double worst_acc = 0;
+  for (size_t e = 0; e < r.unsharded.size() && e < r.sharded.size(); ++e) {
+    const auto &a = r.unsharded[e], &b = r.sharded[e];
+    const double rel = std::fabs(a.loss - b.loss) / std::max(1e-12, std::fabs(a.loss));
+    worst_acc = std::max(worst_acc, std::fabs(a.test_acc - b.test_acc));
+    std::printf("%5zu %12.6f %12.6f %10.2g %12.4f %12.4f\n", e + 1, a.loss, b.loss, rel, a.test_acc, b.test_acc);
+  }
+  // The sharded GEMMs and g's sum add in another order than the unsharded GEMM: the same function up
+  // to rounding. From the same weights the first steps' losses agree to float32's rounding; SGD then
+  // feeds each step's differences into the next, so over hundreds of steps they grow (a relu that
+  // flips, a near-tie in the accuracy), and the curves agree to a few digits, not to the last bit.
+  const size_t first = std::min<size_t>(kEqualSteps, std::min(r.unsharded_steps.size(), r.sharded_steps.size()));
+  double early = 0, all = 0;
+  for (size_t k = 0; k < std::min(r.unsharded_steps.size(), r.sharded_steps.size()); ++k) {
+    const double rel = std::fabs(r.unsharded_steps[k] - r.sharded_steps[k]) / std::max(1e-12, std::fabs(r.unsharded_steps[k]));
+    all = std::max(all, rel);
+    if (k < first) early = std::max(early, rel);
+  }
+  const bool equal = first > 0 && early <= 1e-5;
+  std::printf("TP check: the MLP over %d device%s %s the unsharded run within rounding over the first %zu steps "
+              "(largest relative loss difference %.2g)\n",
+              cfg.tp_size, cfg.tp_size == 1 ? "" : "s", equal ? "equals" : "DIFFERS from", first, early);
+  std::printf("over all %zu steps the losses differ by at most %.2g relative; after training the test accuracies differ by %.4f "
+              "and the logits by up to %.2g (rounding's differences, compounded by training)\n",
+              r.unsharded_steps.size(), all, worst_acc, r.max_output_diff);
+  const bool bytes_ok = r.bytes_per_step == r.formula_bytes_per_step;
+  std::printf("communication per step (batch %lld): %lld allreduces, %lld bytes summed (tp::traffic()); "
+              "formula 2 * batch * d_model * 4 = 2 * %lld * %lld * 4 = %lld bytes%s\n",
+              (long long)r.step_batch, (long long)r.allreduces_per_step, (long long)r.bytes_per_step, (long long)r.step_batch,
+              (long long)cfg.d_model, (long long)r.formula_bytes_per_step, bytes_ok ? "" : " (DIFFERENT)");
+  return (equal ? 0 : 1) + (bytes_ok ? 0 : 1);
+}
+
+}  // namespace d2l::sharding

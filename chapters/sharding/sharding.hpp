@@ -1,0 +1,87 @@
+// Chapter 5, sharding: what data parallelism stores N times, and how to store it once.
+//
+//   zero_memory      ZeRO stage 1 (Rajbhandari et al., SC20): the same Adam training with the
+//                    optimizer state replicated (stage 0, DDP) and sharded (stage 1) on N = 1, 2, 4
+//                    devices; the bytes each device keeps against the paper's formula, the time of
+//                    a step, and whether the sharded run's parameters equal the replicated run's.
+//   tensor_parallel  Megatron-LM's MLP (Shoeybi et al. 2019): a classifier whose hidden MLP is split
+//                    over P devices (column-parallel -> relu -> row-parallel), trained beside the
+//                    same classifier unsharded on one device; loss and accuracy per epoch of both,
+//                    and the bytes f and g send per step against 2 * batch * d_model * 4.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/device.hpp"
+#include "datasets/data_iter.hpp"
+
+namespace d2l::sharding {
+
+struct Config {
+  std::vector<Device> devices;         // --devices / --num-gpus; runs use a prefix of them
+  std::string data_dir;                // Fashion-MNIST (resolve_data_dir's order when "")
+  std::optional<ArrayDataset> train_data, test_data;  // generated (--quick) or Fashion-MNIST: load_data
+  int64_t batch_size = 256;
+  uint64_t seed = 0;
+  // Part 1: ZeRO.
+  int zero_stage = 1;      // the stage compared with the replicated run (0: the replicated rows only)
+  int steps = 20;          // timed Adam steps per run (after one untimed warm-up step)
+  float adam_lr = 1e-3f;
+  int64_t zero_hidden = 256;  // the MLP 784 -> hidden -> hidden -> 10
+  // Part 2: tensor parallelism.
+  int tp_size = 2;         // P, the devices the Megatron MLP is split over
+  int64_t d_model = 64;    // the MLP's input and output width
+  int64_t hidden = 256;    // its hidden width (4 d_model), split over P
+  float lr = 0.1f;         // SGD's
+  int num_epochs = 3;
+  bool verbose = true;
+};
+
+// Generated 28x28 images in place of Fashion-MNIST, a few steps: seconds on two cores.
+void make_quick(Config& cfg);
+// The flags against each other (one ConfigError line naming the flag), before any work.
+void validate(const Config& cfg);
+// The training and test sets, before any work: the generated ones (--quick) or Fashion-MNIST read into
+// train_data and test_data (a ConfigError naming the directory when it is missing or empty).
+void load_data(Config& cfg);
+
+// ---- Part 1
+struct MemoryRow {
+  int n = 1;           // devices
+  int stage = 0;       // zero_stage
+  Device device;
+  int64_t parameter_bytes = 0, gradient_bytes = 0, state_bytes = 0;
+  int64_t formula_state_bytes = 0;  // 8 Psi replicated; 8 Psi_i at stage 1
+};
+struct ZeroRun {
+  int n = 1, stage = 0;
+  double seconds_per_step = 0;
+  double final_loss = 0;            // the last step's mean loss
+  std::vector<MemoryRow> rows;      // one per device
+  double max_diff_to_replicated = -1;  // stage 1: largest |parameter difference| from stage 0 (-1: none)
+};
+struct ZeroResult {
+  int64_t psi = 0;  // trainable elements
+  std::vector<ZeroRun> runs;
+};
+// The device counts of part 1: 1, 2, 4, ... up to the devices given, and their number.
+std::vector<int> zero_device_counts(size_t available);
+ZeroResult zero_memory(const Config& cfg);
+
+// ---- Part 2
+struct EpochRow {
+  double loss = 0, train_acc = 0, test_acc = 0;
+};
+struct TensorParallelResult {
+  std::vector<EpochRow> unsharded, sharded;
+  std::vector<double> unsharded_steps, sharded_steps;  // every step's mean loss
+  int64_t step_batch = 0;              // the examples of the step whose traffic was counted
+  int64_t allreduces_per_step = 0, bytes_per_step = 0;  // tp::traffic() over that step
+  int64_t formula_bytes_per_step = 0;  // 2 * step_batch * d_model * 4
+  double max_output_diff = 0;          // largest |logit difference| over the test set after training
+};
+TensorParallelResult tensor_parallel(const Config& cfg);
+
+}  // namespace d2l::sharding

@@ -1,0 +1,121 @@
+// Part 1, ZeRO stage 1 (Rajbhandari et al., SC20, section 5.1, P_os). The book's data-parallel loop,
+// unchanged: split the minibatch over the devices, one loss and one backward per device, then
+// trainer.step. Only the Trainer's zero_stage differs between the two runs at each N:
+//   stage 0  every device keeps Adam's m and v for all Psi parameters: 8 Psi bytes of state each;
+//   stage 1  device i keeps m and v of its shard of Psi_i elements only, updates those, and the
+//            updated shards are all-gathered into every replica: 8 Psi_i bytes, about 8 Psi / N.
+// Parameters (4 Psi) and gradients (4 Psi) stay replicated at stage 1; stages 2 and 3 shard them.
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <memory>
+
+#include "chapters/sharding/sharding.hpp"
+#include "core/autograd.hpp"
+#include "core/cli.hpp"
+#include "core/nn/dense.hpp"
+#include "core/nn/flatten.hpp"
+#include "core/nn/sequential.hpp"
+#include "core/nn/split_and_load.hpp"
+#include "core/ops.hpp"
+#include "core/optim/trainer.hpp"
+#include "core/rng.hpp"
+#include "core/runtime.hpp"
+
+namespace d2l::sharding {
+
+namespace {
+
+// A small classifier: flatten -> Dense(hidden, relu) -> Dense(hidden, relu) -> Dense(10).
+std::shared_ptr<nn::Sequential> make_mlp(int64_t features, int64_t hidden) {
+  auto net = std::make_shared<nn::Sequential>();
+  net->add(std::make_shared<nn::Flatten>(), std::make_shared<nn::Dense>(hidden, "relu", true, features),
+           std::make_shared<nn::Dense>(hidden, "relu", true, hidden), std::make_shared<nn::Dense>(10, "", true, hidden));
+  return net;
+}
+
+// Every replica of every trainable parameter, in host memory.
+std::vector<std::vector<float>> replicas(const nn::Block& net) {
+  std::vector<std::vector<float>> out;
+  for (auto& p : net.collect_params().trainable())
+    for (auto& w : p->list_data()) out.push_back(w.to_vector());
+  return out;
+}
+
+double max_abs_diff(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
+  if (a.size() != b.size()) return INFINITY;
+  double d = 0;
+  for (size_t k = 0; k < a.size(); ++k) {
+    if (a[k].size() != b[k].size()) return INFINITY;
+    for (size_t e = 0; e < a[k].size(); ++e) d = std::max(d, std::fabs(double(a[k][e]) - double(b[k][e])));
+  }
+  return d;
+}
+
+}  // namespace
+
+std::vector<int> zero_device_counts(size_t available) {
+  std::vector<int> ns;
+  for (size_t n = 1; n <= available; n *= 2) ns.push_back(static_cast<int>(n));
+  if (static_cast<size_t>(ns.back()) != available) ns.push_back(static_cast<int>(available));
+  return ns;
+}
+
+ZeroResult zero_memory(const Config& cfg) {
+  DataIter train_iter(*cfg.train_data, cfg.batch_size, true, cfg.seed);
+  int64_t features = 1;
+  for (int64_t s : train_iter.data().feature_shape) features *= s;
+  ZeroResult result;
+  for (int n : zero_device_counts(cfg.devices.size())) {
+    const std::vector<Device> devices(cfg.devices.begin(), cfg.devices.begin() + n);
+    std::vector<std::vector<float>> replicated;  // stage 0's parameters after its steps
+    for (int stage = 0; stage <= cfg.zero_stage; ++stage) {
+      // The same initial parameters and the same minibatches for both stages.
+      manual_seed(cfg.seed);
+      auto net = make_mlp(features, cfg.zero_hidden);
+      net->initialize(Init::Xavier(), devices, /*force_reinit=*/true);
+      optim::Trainer trainer(net->collect_params(), "adam", {.learning_rate = cfg.adam_lr, .zero_stage = stage}, "device");
+      ZeroRun run;
+      run.n = n, run.stage = stage;
+      auto start = std::chrono::steady_clock::now();
+      int step = 0;
+      // Step 0 warms up (allocations, the state's first placement), untimed; then cfg.steps steps.
+      for (int64_t epoch = 0; step <= cfg.steps; ++epoch) {
+        for (const Batch& b : train_iter.epoch(epoch)) {
+          if (step > cfg.steps) break;
+          check_interrupt();
+          if (step == 1) waitall(), start = std::chrono::steady_clock::now();
+          // gpu_Xs = split_and_load(X, ctx); ls = [loss(net(X), y) ...]; for l in ls: l.backward()
+          auto [Xs, ys] = nn::split_and_load(b, devices, /*even_split=*/false);
+          std::vector<Tensor> outputs = (*net)(Xs), ls;
+          for (size_t i = 0; i < outputs.size(); ++i) ls.push_back(softmax_cross_entropy(outputs[i], ys[i], Reduction::sum));
+          for (auto& l : ls) l.backward();
+          trainer.step(b.n);  // stage 1: each device updates its shard, then the all-gather
+          double loss = 0;
+          for (auto& l : ls) loss += l.item();
+          check_loss(loss, 1, step + 1);
+          run.final_loss = loss / static_cast<double>(b.n);
+          ++step;
+        }
+      }
+      waitall();
+      run.seconds_per_step = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / cfg.steps;
+      const auto memory = trainer.memory_per_device();
+      result.psi = 0;
+      for (auto& p : net->collect_params().trainable()) result.psi += p->list_data()[0].numel();
+      // The paper's formula, float32 Adam (K = 8 bytes of state an element): 8 Psi replicated;
+      // at stage 1 shard i holds floor(Psi / N) elements, one more for the first Psi mod N shards.
+      for (size_t i = 0; i < memory.size(); ++i) {
+        const int64_t psi_i = stage == 0 ? result.psi : result.psi / n + (static_cast<int64_t>(i) < result.psi % n ? 1 : 0);
+        run.rows.push_back({n, stage, memory[i].device, memory[i].parameter_bytes, memory[i].gradient_bytes,
+                            memory[i].state_bytes, 8 * psi_i});
+      }
+      if (stage == 0) replicated = replicas(*net);
+      else run.max_diff_to_replicated = max_abs_diff(replicas(*net), replicated);
+      result.runs.push_back(run);
+    }
+  }
+  return result;
+}
+
+}  // namespace d2l::sharding
