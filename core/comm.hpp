@@ -1,6 +1,7 @@
 // Communication between devices (DESIGN.md "Communication"). data[i] lives on device i; after an
 // allreduce every data[i] holds the sum over all devices, in place, bitwise equal on every device.
 #pragma once
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -20,5 +21,23 @@ void allreduce_ring(const std::vector<Tensor>& data);
 
 // "naive" or "ring"; anything else is a ConfigError naming the choices.
 void allreduce(const std::vector<Tensor>& data, const std::string& algorithm);
+
+// Reduce-scatter, the first half of an allreduce kept apart (ZeRO stage 2 sums its gradients with
+// it): every device holds a flat vector of P elements, the same P on each; bounds (n + 1 offsets,
+// 0 first, P last, never decreasing) cut it into n shards, shard i = [bounds[i], bounds[i + 1]),
+// of any sizes, empty ones included. Afterwards out[i], a flat float32 tensor of shard i's size on
+// device i, holds the sum over all devices of their elements of shard i; nobody holds the whole sum.
+// data[i] is device i's vector given as pieces laid end to end (ZeRO's parameters' gradients, in
+// order), so no device first copies its P elements into one buffer.
+//
+// The direct algorithm: device i fetches its shard from every device and adds the copies in device
+// order, data[0] + data[1] + ... + data[n-1], the order of the 'device' kvstore's sum, so each element
+// of the result has the bits an allreduce by that kvstore would give it. Device i receives (n-1)
+// shards of its own size and sends the other devices their shards of its vector: with equal shards,
+// (n-1)/n of the data in and out on every device, half of what an allreduce moves, as in the ring.
+void reduce_scatter(const std::vector<std::vector<Tensor>>& data, const std::vector<int64_t>& bounds,
+                    const std::vector<Tensor>& out);
+// The same for one tensor a device (data[i] of any shape, flattened): returns out.
+std::vector<Tensor> reduce_scatter(const std::vector<Tensor>& data, const std::vector<int64_t>& bounds);
 
 }  // namespace d2l

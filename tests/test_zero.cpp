@@ -1,21 +1,27 @@
-// ZeRO stage 1 (core/optim/zero.hpp, the Trainer's zero_stage 1): a small MLP trained 20 steps with
-// the optimizer state sharded equals the same devices' run with the state replicated (SGD with
-// momentum and Adam; 2 and 4 CPU devices, 2 emulated GPUs, one device), every replica bitwise
-// equal after every step; the state bytes per device against the formula; state_dict in the
-// unsharded layout, independent of the device count; the parameters moved by reset_ctx; the
-// configuration errors. tests/mutants runs this file against a zero.cpp that skips the all-gather
-// and one that updates each shard twice: both must fail.
+// ZeRO stages 1 and 2 (core/optim/zero.hpp, the Trainer's zero_stage 1 and 2): a small MLP trained
+// 20 steps with the optimizer state sharded (and at stage 2 the gradients reduce-scattered) equals
+// the same devices' run with the state replicated, and the two stages equal each other (SGD with
+// momentum and Adam; 2 and 4 CPU devices, 2 emulated GPUs, one device), every replica bitwise equal
+// after every step; the reduce-scatter (core/comm.hpp) against a plain sum; the state and summed
+// gradient bytes per device against the formula; the bytes a step moves between devices against
+// the formula; state_dict in the unsharded layout, independent of the device count; the parameters
+// moved by reset_ctx; the configuration errors. tests/mutants runs this file against a zero.cpp that
+// skips the all-gather, one that updates each shard twice, and a comm.cpp whose reduce-scatter
+// drops the last device's contribution: all must fail.
 #include <doctest/doctest.h>
 
 #include <map>
 
 #include "check.hpp"
+#include "core/comm.hpp"
+#include "core/copy.hpp"
 #include "core/nn/nn.hpp"
 #include "core/nn/split_and_load.hpp"
 #include "core/ops.hpp"
 #include "core/optim/trainer.hpp"
 #include "core/optim/zero.hpp"
 #include "core/rng.hpp"
+#include "core/runtime.hpp"
 
 using namespace d2l;
 using namespace d2l::nn;
@@ -65,8 +71,8 @@ bool replicas_equal(const ParameterDict& params) {
   return true;
 }
 
-// Step s: features from an LCG, labels from their signs; one loss per device, backward, step.
-void train_step(Sequential& net, Trainer& trainer, int s, const std::vector<Device>& devices) {
+// Step s's gradients: features from an LCG, labels from their signs; one loss per device, backward.
+void forward_backward(Sequential& net, int s, const std::vector<Device>& devices) {
   auto X = test::lcg_data(kBatch * kIn, 500 + s);
   std::vector<int32_t> y;
   for (int64_t i = 0; i < kBatch; ++i) y.push_back((X[i * kIn] > 0) + (X[i * kIn + 1] > 0));
@@ -75,7 +81,17 @@ void train_step(Sequential& net, Trainer& trainer, int s, const std::vector<Devi
   std::vector<Tensor> losses;
   for (size_t i = 0; i < Xs.size(); ++i) losses.push_back(softmax_cross_entropy(net(Xs[i]), ys[i], Reduction::sum));
   for (auto& l : losses) l.backward();
+}
+
+void train_step(Sequential& net, Trainer& trainer, int s, const std::vector<Device>& devices) {
+  forward_backward(net, s, devices);
   trainer.step(kBatch);
+}
+
+std::vector<Device> cpus(int64_t n) {
+  std::vector<Device> devices;
+  for (int64_t i = 0; i < n; ++i) devices.push_back(cpu(static_cast<int>(i)));
+  return devices;
 }
 
 // A fresh MLP (seed 42: the same initial values in every run) trained r.steps steps on these
@@ -100,27 +116,33 @@ bool close_values(const Values& ref, const Values& got, double rtol = 1e-5, doub
   return ok;
 }
 
-// ZeRO-1 against the replicated run on the same devices; returns the sharded run's parameters.
+// ZeRO-1 and ZeRO-2 against the replicated run on the same devices, and against each other;
+// returns the stage 2 run's parameters.
 Values compare_with_replicated(const Run& r, const std::vector<Device>& devices) {
   CAPTURE(r.optimizer);
   CAPTURE(r.kvstore);
   CAPTURE(str(devices));
-  const Values plain = train(r, devices, 0).first, sharded = train(r, devices, 1).first;
-  CHECK(close_values(plain, sharded));
-  const std::string same = plain == sharded ? "the same bits" : "different last bits";
-  MESSAGE(r.optimizer << " on " << str(devices) << ": ZeRO-1 and replicated have " << same);
-  return sharded;
+  const Values plain = train(r, devices, 0).first, stage1 = train(r, devices, 1).first,
+               stage2 = train(r, devices, 2).first;
+  CHECK(close_values(plain, stage1));
+  CHECK(close_values(plain, stage2));
+  CHECK(close_values(stage1, stage2));
+  auto same = [](const Values& a, const Values& b) { return std::string(a == b ? "the same bits" : "different last bits"); };
+  MESSAGE(r.optimizer << " on " << str(devices) << ": ZeRO-1 and replicated have " << same(plain, stage1)
+                      << ", ZeRO-2 and replicated " << same(plain, stage2));
+  return stage2;
 }
 
+// Shard i's size for P elements over n devices: P / n, one element more for the first P mod n shards.
+int64_t shard_size(int64_t P, int64_t n, int64_t i) { return P / n + (i < P % n ? 1 : 0); }
+
 // The bytes of state device i keeps for P elements over n devices with `slots` state tensors an
-// element: 4 * slots * its shard's size, the first P mod n shards one element larger.
-int64_t zero_state_bytes(int64_t slots, int64_t P, int64_t n, int64_t i) {
-  return 4 * slots * (P / n + (i < P % n ? 1 : 0));
-}
+// element: 4 * slots * its shard's size.
+int64_t zero_state_bytes(int64_t slots, int64_t P, int64_t n, int64_t i) { return 4 * slots * shard_size(P, n, i); }
 
 }  // namespace
 
-TEST_CASE("ZeRO-1 on 2 and 4 CPU devices equals the replicated run over 20 steps, SGD with momentum and Adam") {
+TEST_CASE("ZeRO-1 and ZeRO-2 on 2 and 4 CPU devices equal the replicated run over 20 steps, SGD with momentum and Adam") {
   manual_seed(42);
   auto fresh = small_mlp();
   fresh->initialize(Init::Xavier(), {cpu(0)});
@@ -135,59 +157,204 @@ TEST_CASE("ZeRO-1 on 2 and 4 CPU devices equals the replicated run over 20 steps
         for (size_t j = 0; j < v.size(); ++j) moved = std::max(moved, double(std::fabs(v[j] - start.at(name)[j])));
       CHECK(moved > 0.05);
     }
-  // The ring kvstore sums the gradients instead of 'device': the sharded update runs the same way.
+  // The ring kvstore sums the gradients instead of 'device' (stage 2 still reduce-scatters in device
+  // order): the sharded update runs the same way.
   Run ring;
   ring.kvstore = "ring";
   compare_with_replicated(ring, {cpu(0), cpu(1), cpu(2)});
 }
 
-TEST_CASE("ZeRO-1 on two emulated GPUs equals the replicated run over 20 steps, SGD with momentum and Adam") {
+TEST_CASE("ZeRO-1 and ZeRO-2 on two emulated GPUs equal the replicated run over 20 steps, SGD with momentum and Adam") {
   for (const Run& r : {Run{}, adam()}) compare_with_replicated(r, {emu(0), emu(1)});
 }
 
-TEST_CASE("ZeRO-1 on one device is the replicated run, bit for bit") {
-  for (const Run& r : {Run{}, adam()}) {
-    CAPTURE(r.optimizer);
-    auto [plain, plain_memory] = train(r, {cpu(0)}, 0);
-    auto [sharded, sharded_memory] = train(r, {cpu(0)}, 1);
-    CHECK(plain == sharded);
-    REQUIRE(sharded_memory.size() == 1);
-    CHECK(sharded_memory[0].state_bytes == plain_memory[0].state_bytes);
-  }
+TEST_CASE("ZeRO-1 and ZeRO-2 on one device are the replicated run, bit for bit") {
+  for (const Run& r : {Run{}, adam()})
+    for (int stage : {1, 2}) {
+      CAPTURE(r.optimizer);
+      CAPTURE(stage);
+      auto [plain, plain_memory] = train(r, {cpu(0)}, 0);
+      auto [sharded, sharded_memory] = train(r, {cpu(0)}, stage);
+      CHECK(plain == sharded);
+      REQUIRE(sharded_memory.size() == 1);
+      CHECK(sharded_memory[0].state_bytes == plain_memory[0].state_bytes);
+      CHECK(sharded_memory[0].summed_gradient_bytes == 4 * kP);  // one shard holds the whole sum
+    }
 }
 
-TEST_CASE("state bytes per device: 4 * slots * P replicated, 4 * slots * (P / N, rounded by the shards) with ZeRO-1") {
+TEST_CASE("bytes per device: state 4 * slots * P replicated and 4 * slots * P_i sharded; summed gradient 4 P_i at ZeRO-2") {
   for (int64_t n : {2, 4}) {
-    std::vector<Device> devices;
-    for (int64_t i = 0; i < n; ++i) devices.push_back(cpu(static_cast<int>(i)));
+    const std::vector<Device> devices = cpus(n);
     for (Run r : {Run{}, adam()}) {
       CAPTURE(n);
       CAPTURE(r.optimizer);
-      r.steps = 1;  // the state exists from the first step on
+      r.steps = 1;  // the state and the gradient shards exist from the first step on
       const int64_t slots = r.optimizer == "adam" ? 2 : 1;  // SGD: momentum; Adam: m and v
-      const auto plain = train(r, devices, 0).second, sharded = train(r, devices, 1).second;
+      const auto plain = train(r, devices, 0).second, stage1 = train(r, devices, 1).second,
+                 stage2 = train(r, devices, 2).second;
       REQUIRE(plain.size() == devices.size());
-      REQUIRE(sharded.size() == devices.size());
-      int64_t total = 0;
+      REQUIRE(stage1.size() == devices.size());
+      REQUIRE(stage2.size() == devices.size());
+      int64_t state_total = 0, gradient_total = 0;
       for (size_t i = 0; i < devices.size(); ++i) {
         CAPTURE(i);
-        CHECK(plain[i].device == devices[i]);
-        CHECK(sharded[i].device == devices[i]);
-        // Parameters and gradients stay replicated at stage 1: 4 bytes an element each.
-        CHECK(plain[i].parameter_bytes == 4 * kP);
-        CHECK(sharded[i].parameter_bytes == 4 * kP);
-        CHECK(plain[i].gradient_bytes == 4 * kP);
-        CHECK(sharded[i].gradient_bytes == 4 * kP);
+        const int64_t psi_i = shard_size(kP, n, static_cast<int64_t>(i));
+        for (const auto* m : {&plain[i], &stage1[i], &stage2[i]}) {
+          CHECK(m->device == devices[i]);
+          // Parameters and their .grad buffers stay replicated at every stage here: 4 bytes an
+          // element each (autograd adds into the .grad buffers; stage 2 does not free them).
+          CHECK(m->parameter_bytes == 4 * kP);
+          CHECK(m->gradient_bytes == 4 * kP);
+        }
         // The paper's formula in float32: K = 4 (SGD's momentum) or 8 (Adam's m and v) bytes an element.
         CHECK(plain[i].state_bytes == 4 * slots * kP);
-        CHECK(sharded[i].state_bytes == zero_state_bytes(slots, kP, n, static_cast<int64_t>(i)));
+        CHECK(stage1[i].state_bytes == zero_state_bytes(slots, kP, n, static_cast<int64_t>(i)));
+        CHECK(stage2[i].state_bytes == stage1[i].state_bytes);
         // N times smaller, up to the one element the shards differ by.
-        CHECK(std::abs(n * sharded[i].state_bytes - plain[i].state_bytes) <= 4 * slots * n);
-        total += sharded[i].state_bytes;
+        CHECK(std::abs(n * stage1[i].state_bytes - plain[i].state_bytes) <= 4 * slots * n);
+        // The summed gradient kept after the reduction: the whole 4 P at stages 0 and 1 (in the .grad
+        // buffers), the shard's 4 P_i at stage 2, about 4 P / N: the paper's 2 Psi / N in float32.
+        CHECK(plain[i].summed_gradient_bytes == 4 * kP);
+        CHECK(stage1[i].summed_gradient_bytes == 4 * kP);
+        CHECK(stage2[i].summed_gradient_bytes == 4 * psi_i);
+        CHECK(std::abs(n * stage2[i].summed_gradient_bytes - 4 * kP) <= 4 * n);
+        state_total += stage2[i].state_bytes;
+        gradient_total += stage2[i].summed_gradient_bytes;
       }
-      CHECK(total == plain[0].state_bytes);  // every element's state is kept exactly once
+      CHECK(state_total == plain[0].state_bytes);  // every element's state is kept exactly once
+      CHECK(gradient_total == 4 * kP);             // and every element's summed gradient
     }
   }
+}
+
+TEST_CASE("ZeRO-2: after the step device i holds the summed gradient of its shard, as the device kvstore adds it") {
+  for (int64_t n : {1, 2, 3, 4}) {
+    CAPTURE(n);
+    const std::vector<Device> devices = cpus(n);
+    manual_seed(42);
+    auto net = small_mlp();
+    net->initialize(Init::Xavier(), devices);
+    Trainer trainer(net->collect_params(), "adam", {.learning_rate = 0.01f, .zero_stage = 2});
+    forward_backward(*net, 0, devices);
+    // The flat vector of summed gradients, added in device order (the parameters in the Trainer's order).
+    std::vector<float> sum;
+    for (auto& p : net->collect_params().trainable()) {
+      std::vector<float> g = p->list_grad()[0].to_vector();
+      for (size_t i = 1; i < devices.size(); ++i) {
+        const std::vector<float> gi = p->list_grad()[i].to_vector();
+        for (size_t e = 0; e < g.size(); ++e) g[e] += gi[e];
+      }
+      sum.insert(sum.end(), g.begin(), g.end());
+    }
+    REQUIRE(static_cast<int64_t>(sum.size()) == kP);
+    trainer.step(kBatch);
+    const auto& shards = trainer.sharded_state()->gradient_shards();
+    const auto& bounds = trainer.sharded_state()->layout().bounds;
+    REQUIRE(shards.size() == devices.size());
+    for (size_t i = 0; i < devices.size(); ++i) {
+      CAPTURE(i);
+      CHECK(shards[i].device() == devices[i]);
+      CHECK(shards[i].to_vector() == std::vector<float>(sum.begin() + bounds[i], sum.begin() + bounds[i + 1]));
+    }
+    // The .grad buffers are zeroed after the step, as at every stage.
+    for (auto& p : net->collect_params().trainable())
+      for (auto& g : p->list_grad()) CHECK(g.to_vector() == std::vector<float>(static_cast<size_t>(g.numel()), 0.0f));
+  }
+}
+
+TEST_CASE("bytes a step moves between devices: 2(N-1)/N P floats a device at ZeRO-2, 3(N-1)/N P at ZeRO-1") {
+  for (int64_t n : {1, 2, 3, 4}) {
+    CAPTURE(n);
+    const std::vector<Device> devices = cpus(n);
+    std::map<int, std::vector<CopyCounters>> moved;  // per stage, per device
+    for (int stage : {1, 2}) {
+      manual_seed(42);
+      auto net = small_mlp();
+      net->initialize(Init::Xavier(), devices);
+      Trainer trainer(net->collect_params(), "sgd", {.learning_rate = 0.1f, .momentum = 0.9f, .zero_stage = stage});
+      train_step(*net, trainer, 0, devices);  // the first step lays the shards out
+      forward_backward(*net, 1, devices);
+      waitall();
+      reset_copy_counters();
+      trainer.step(kBatch);
+      waitall();
+      for (auto& d : devices) moved[stage].push_back(copy_counters(d));
+    }
+    int64_t total1 = 0, total2 = 0;
+    for (size_t i = 0; i < devices.size(); ++i) {
+      CAPTURE(i);
+      const int64_t psi_i = shard_size(kP, n, static_cast<int64_t>(i));
+      // Stage 2, device i: the reduce-scatter sends the other shards of its gradient (P - P_i) and
+      // receives its own shard from n-1 devices; the all-gather sends its shard to n-1 devices and
+      // receives the other P - P_i elements. In and out: P + (n-2) P_i floats.
+      const CopyCounters& c = moved[2][i];
+      CHECK(c.bytes_out == 4 * (kP + (n - 2) * psi_i));
+      CHECK(c.bytes_in == 4 * (kP + (n - 2) * psi_i));
+      // The formula, 2(N-1)/N Psi a device, up to the shards' rounding (exact when N divides P).
+      CHECK(std::abs(n * c.bytes_out - 4 * 2 * (n - 1) * kP) <= 4 * n * std::max<int64_t>(n - 2, 0));
+      total2 += c.bytes_out;
+      total1 += moved[1][i].bytes_out;
+    }
+    CHECK(total2 == 4 * 2 * (n - 1) * kP);  // reduce-scatter + all-gather: (n-1) P each
+    CHECK(total1 == 4 * 3 * (n - 1) * kP);  // stage 1: an allreduce (2 (n-1) P) + the all-gather
+  }
+}
+
+TEST_CASE("reduce_scatter against a plain sum: shards of unequal size, empty ones, pieces, N = 1 to 4") {
+  for (int64_t n : {1, 2, 3, 4}) {
+    const std::vector<Device> devices = cpus(n);
+    use_devices(devices);
+    const int64_t P = 13;
+    // split_and_load's rule (4 4 3 2 ... differ by one), and a skewed cut with an empty shard.
+    std::vector<std::vector<int64_t>> cuts{zero::shard_layout({P}, static_cast<size_t>(n)).bounds};
+    std::vector<int64_t> skewed{0};
+    for (int64_t i = 1; i < n; ++i) skewed.push_back(i == 1 ? 0 : std::min<int64_t>(P, skewed.back() + 2 * i));
+    skewed.push_back(P);
+    cuts.push_back(skewed);
+    for (const auto& bounds : cuts) {
+      CAPTURE(n);
+      CAPTURE(str(Shape(bounds.begin(), bounds.end())));
+      std::vector<std::vector<float>> host;
+      std::vector<Tensor> data;
+      std::vector<float> sum(P, 0.0f);
+      for (int64_t i = 0; i < n; ++i) {
+        host.push_back(test::lcg_data(P, static_cast<uint32_t>(7 + i)));
+        data.push_back(Tensor::from_vector(host.back(), {P}, devices[i]));
+        for (int64_t e = 0; e < P; ++e) sum[e] += host.back()[e];  // device order, as reduce_scatter adds
+      }
+      waitall();
+      reset_copy_counters();
+      const std::vector<Tensor> out = reduce_scatter(data, bounds);
+      waitall();
+      REQUIRE(out.size() == devices.size());
+      for (int64_t i = 0; i < n; ++i) {
+        CAPTURE(i);
+        const int64_t size = bounds[i + 1] - bounds[i];
+        CHECK(out[i].device() == devices[i]);
+        CHECK(out[i].to_vector() == std::vector<float>(sum.begin() + bounds[i], sum.begin() + bounds[i + 1]));
+        CHECK(data[i].to_vector() == host[i]);  // the inputs are read, not changed
+        CHECK(copy_counters(devices[i]).bytes_in == 4 * (n - 1) * size);
+        CHECK(copy_counters(devices[i]).bytes_out == 4 * (P - size));
+      }
+      // The same vectors given as pieces of 5, 0 and 8 elements that the shards straddle.
+      std::vector<std::vector<Tensor>> pieces;
+      std::vector<Tensor> out2;
+      for (int64_t i = 0; i < n; ++i) {
+        auto part = [&](int64_t a, int64_t b) {
+          return Tensor::from_vector(std::vector<float>(host[i].begin() + a, host[i].begin() + b), {b - a}, devices[i]);
+        };
+        pieces.push_back({part(0, 5), part(5, 5), part(5, P)});
+        out2.push_back(Tensor::empty({bounds[i + 1] - bounds[i]}, devices[i]));
+      }
+      reduce_scatter(pieces, bounds, out2);
+      for (int64_t i = 0; i < n; ++i) CHECK(out2[i].to_vector() == out[i].to_vector());
+    }
+  }
+  // Bounds that do not cover the data are refused.
+  const std::vector<Device> two = cpus(2);
+  std::vector<Tensor> data{Tensor::zeros({4}, two[0]), Tensor::zeros({4}, two[1])};
+  CHECK_THROWS_AS(reduce_scatter(data, {0, 2, 3}), ShapeError);
+  CHECK_THROWS_AS(reduce_scatter(data, {0, 3, 2, 4}), ShapeError);
 }
 
 TEST_CASE("the shard layout: contiguous element ranges, the first P mod N one larger, parameters straddling") {
@@ -215,9 +382,11 @@ TEST_CASE("the shard layout: contiguous element ranges, the first P mod N one la
   CHECK(memory[1].state_bytes == 0);
 }
 
-TEST_CASE("ZeRO-1 state_dict is the unsharded state: equal to the replicated run's, resumed on another device count") {
+TEST_CASE("ZeRO-1 and ZeRO-2 state_dict is the unsharded state: equal to the replicated run's, resumed on another device count") {
   const std::vector<Device> four{cpu(0), cpu(1), cpu(2), cpu(3)}, two{cpu(0), cpu(1)};
+  for (int stage : {1, 2})
   for (Run r : {Run{}, adam()}) {
+    CAPTURE(stage);
     CAPTURE(r.optimizer);
     // The same 3 steps on 4 devices, sharded and replicated: the same state, names and shapes.
     auto make = [&](const std::vector<Device>& devices) {
@@ -227,7 +396,7 @@ TEST_CASE("ZeRO-1 state_dict is the unsharded state: equal to the replicated run
       return net;
     };
     auto a = make(four), b = make(four);
-    Trainer ta(a->collect_params(), r.optimizer, with_stage(r.opt, 1)), tb(b->collect_params(), r.optimizer, r.opt);
+    Trainer ta(a->collect_params(), r.optimizer, with_stage(r.opt, stage)), tb(b->collect_params(), r.optimizer, r.opt);
     for (int s = 0; s < 3; ++s) train_step(*a, ta, s, four), train_step(*b, tb, s, four);
     const auto sharded = ta.state_dict(), plain = tb.state_dict();
     REQUIRE(sharded.size() == plain.size());
@@ -245,7 +414,7 @@ TEST_CASE("ZeRO-1 state_dict is the unsharded state: equal to the replicated run
       c->collect_params()[name].set_data(p->list_data()[0]);
       d->collect_params()[name].set_data(p->list_data()[0]);
     }
-    Trainer tc(c->collect_params(), r.optimizer, with_stage(r.opt, 1)), td(d->collect_params(), r.optimizer, r.opt);
+    Trainer tc(c->collect_params(), r.optimizer, with_stage(r.opt, stage)), td(d->collect_params(), r.optimizer, r.opt);
     tc.load_state_dict(sharded);
     td.load_state_dict(sharded);
     for (int s = 3; s < 8; ++s) train_step(*c, tc, s, two), train_step(*d, td, s, two);
@@ -256,17 +425,17 @@ TEST_CASE("ZeRO-1 state_dict is the unsharded state: equal to the replicated run
     // Restored on the same 4 devices, it continues bit for bit like the original.
     auto e = make(four);
     for (auto& [name, p] : a->collect_params()) e->collect_params()[name].set_data(p->list_data()[0]);
-    Trainer te(e->collect_params(), r.optimizer, with_stage(r.opt, 1));
+    Trainer te(e->collect_params(), r.optimizer, with_stage(r.opt, stage));
     te.load_state_dict(sharded);
     for (int s = 3; s < 6; ++s) train_step(*a, ta, s, four), train_step(*e, te, s, four);
     CHECK(values_of(a->collect_params()) == values_of(e->collect_params()));
   }
 }
 
-TEST_CASE("ZeRO-1 state follows parameters moved by reset_ctx to other devices and another count") {
+TEST_CASE("ZeRO-1 and ZeRO-2 state follows parameters moved by reset_ctx to other devices and another count") {
   const std::vector<std::vector<Device>> moves{{cpu(0), cpu(1)}, {cpu(1), cpu(2), cpu(3)}, {cpu(0)}, {cpu(2), cpu(0)}};
   std::vector<Values> runs;
-  for (int stage : {0, 1}) {
+  for (int stage : {0, 1, 2}) {
     manual_seed(42);
     auto net = small_mlp();
     net->initialize(Init::Xavier(), moves[0]);
@@ -279,9 +448,10 @@ TEST_CASE("ZeRO-1 state follows parameters moved by reset_ctx to other devices a
     runs.push_back(values_of(net->collect_params()));
   }
   CHECK(close_values(runs[0], runs[1]));
+  CHECK(close_values(runs[0], runs[2]));
 }
 
-TEST_CASE("ZeRO: an unknown stage, an unsupported kvstore, parameters on different devices are one-line errors") {
+TEST_CASE("ZeRO: stage 3 and unknown stages, an unsupported kvstore, parameters on different devices are one-line errors") {
   auto p = std::make_shared<Parameter>("w", Shape{2}), q = std::make_shared<Parameter>("v", Shape{3});
   p->initialize({cpu(0), cpu(1)});
   q->initialize({cpu(0), cpu(1)});
@@ -298,27 +468,35 @@ TEST_CASE("ZeRO: an unknown stage, an unsupported kvstore, parameters on differe
       CHECK_MESSAGE(what.find(expected) != std::string::npos, what);
     }
   };
-  for (int stage : {2, 3, -1})
+  for (int stage : {3, -1})
     one_line([&] { Trainer(dict, "sgd", {.learning_rate = 0.1f, .zero_stage = stage}); },
-             "Trainer: zero_stage must be 0 (optimizer state replicated) or 1 (ZeRO-1: optimizer state sharded over the "
-             "devices), got " + std::to_string(stage) + "; stages 2 and 3 (gradients, parameters sharded) are not implemented");
-  for (const std::string kv : {"local", "dist_sync", "dist_sync_ring"})
-    one_line([&] { Trainer(dict, "adam", {.zero_stage = 1}, kv); },
-             "Trainer: zero_stage 1 shards the optimizer state over the devices of one process and needs kvstore "
-             "'device' or 'ring', not '" + kv + "'");
-  one_line([&] { Trainer(dict, "sgd", {.zero_stage = 1}, "nccl"); }, "kvstore 'nccl' needs GPUs");
-  // DDP's buckets belong to dist_sync, which stage 1 does not take.
-  Trainer t(dict, "sgd", {.learning_rate = 0.1f, .momentum = 0.9f, .zero_stage = 1});
-  one_line([&] { t.set_buckets({}); }, "gradient buckets (--bucket-mb) need kvstore dist_sync");
-  // One flat vector over one list of devices: a parameter elsewhere is refused before any update.
-  q->reset_ctx({cpu(1), cpu(0)});
-  const auto before = p->data(cpu(0)).to_vector();
-  one_line([&] { t.step(1); },
-           "Trainer: zero_stage 1 needs every trainable parameter on the same devices, in the same order: 'w' is on "
-           "[cpu(0), cpu(1)], 'v' on [cpu(1), cpu(0)]");
-  CHECK(p->data(cpu(0)).to_vector() == before);
-  // Stage 0 and 1 are both accepted, and set_learning_rate keeps the stage.
-  Trainer ok(dict, "adam", {.zero_stage = 1}, "ring");
-  ok.set_learning_rate(0.5f);
-  CHECK(ok.options().zero_stage == 1);
+             "Trainer: zero_stage must be 0 (optimizer state replicated), 1 (ZeRO-1: optimizer state sharded over the "
+             "devices) or 2 (ZeRO-2: optimizer state and summed gradients sharded), got " + std::to_string(stage) +
+             "; stage 3 (parameters sharded) is not implemented");
+  for (int stage : {1, 2})
+    for (const std::string kv : {"local", "dist_sync", "dist_sync_ring"})
+      one_line([&] { Trainer(dict, "adam", {.zero_stage = stage}, kv); },
+               "Trainer: zero_stage " + std::to_string(stage) + " shards the optimizer state over the devices of one "
+               "process and needs kvstore 'device' or 'ring', not '" + kv + "'");
+  one_line([&] { Trainer(dict, "sgd", {.zero_stage = 2}, "nccl"); }, "kvstore 'nccl' needs GPUs");
+  for (int stage : {1, 2}) {
+    CAPTURE(stage);
+    // DDP's buckets belong to dist_sync, which stages 1 and 2 do not take.
+    Trainer t(dict, "sgd", {.learning_rate = 0.1f, .momentum = 0.9f, .zero_stage = stage});
+    one_line([&] { t.set_buckets({}); }, "gradient buckets (--bucket-mb) need kvstore dist_sync");
+    // One flat vector over one list of devices: a parameter elsewhere is refused before any update.
+    q->reset_ctx({cpu(1), cpu(0)});
+    const auto before = p->data(cpu(0)).to_vector();
+    one_line([&] { t.step(1); },
+             "Trainer: zero_stage " + std::to_string(stage) + " needs every trainable parameter on the same devices, "
+             "in the same order: 'w' is on [cpu(0), cpu(1)], 'v' on [cpu(1), cpu(0)]");
+    CHECK(p->data(cpu(0)).to_vector() == before);
+    q->reset_ctx({cpu(0), cpu(1)});
+  }
+  // Stages 0, 1 and 2 are accepted, and set_learning_rate keeps the stage.
+  for (int stage : {0, 1, 2}) {
+    Trainer ok(dict, "adam", {.zero_stage = stage}, "ring");
+    ok.set_learning_rate(0.5f);
+    CHECK(ok.options().zero_stage == stage);
+  }
 }

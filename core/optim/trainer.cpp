@@ -23,10 +23,10 @@ void check_options(const std::string& optimizer, const OptimizerOptions& o) {
   if (!std::isfinite(o.learning_rate) || o.learning_rate < 0)
     throw ConfigError("Trainer: learning_rate must be a finite number >= 0, got " + num(o.learning_rate));
   if (!std::isfinite(o.wd) || o.wd < 0) throw ConfigError("Trainer: wd must be a finite number >= 0, got " + num(o.wd));
-  if (o.zero_stage != 0 && o.zero_stage != 1)
-    throw ConfigError("Trainer: zero_stage must be 0 (optimizer state replicated) or 1 (ZeRO-1: optimizer state sharded "
-                      "over the devices), got " + std::to_string(o.zero_stage) +
-                      "; stages 2 and 3 (gradients, parameters sharded) are not implemented");
+  if (o.zero_stage < 0 || o.zero_stage > 2)
+    throw ConfigError("Trainer: zero_stage must be 0 (optimizer state replicated), 1 (ZeRO-1: optimizer state sharded "
+                      "over the devices) or 2 (ZeRO-2: optimizer state and summed gradients sharded), got " +
+                      std::to_string(o.zero_stage) + "; stage 3 (parameters sharded) is not implemented");
   const OptimizerOptions defaults;
   if (optimizer == "sgd") {
     if (!(o.momentum >= 0 && o.momentum <= 1))
@@ -70,13 +70,15 @@ Trainer::Trainer(const nn::ParameterDict& params, const std::string& optimizer, 
     throw ConfigError("Trainer: unknown optimizer '" + optimizer + "': expected sgd or adam");
   check_options(optimizer_, options_);
   kv_ = create_kvstore(kvstore);
-  if (options_.zero_stage == 1) {
-    // The shards are the devices of this process, and the kvstore must leave the summed gradient on
-    // every one of them: 'local' updates in host memory instead, dist_sync spans processes.
+  if (options_.zero_stage >= 1) {
+    // The shards are the devices of this process, and at stage 1 the kvstore must leave the summed
+    // gradient on every one of them: 'local' updates in host memory instead, dist_sync spans
+    // processes. Stage 2 sums with its own reduce-scatter over the same devices, and takes the same.
+    const std::string stage = std::to_string(options_.zero_stage);
     if (kv_->type() != "device" && kv_->type() != "ring")
-      throw ConfigError("Trainer: zero_stage 1 shards the optimizer state over the devices of one process and needs "
-                        "kvstore 'device' or 'ring', not '" + kv_->type() + "'");
-    zero_ = std::make_unique<zero::ShardedState>(state_names_.size());
+      throw ConfigError("Trainer: zero_stage " + stage + " shards the optimizer state over the devices of one process "
+                        "and needs kvstore 'device' or 'ring', not '" + kv_->type() + "'");
+    zero_ = std::make_unique<zero::ShardedState>(state_names_.size(), options_.zero_stage);
   }
   for (auto& [name, p] : params)
     if (p->differentiable()) params_.emplace_back(name, p);
@@ -156,9 +158,12 @@ void Trainer::step(int64_t batch_size) {
     s = adam_constants(a, lr, num_update_ + 1);
   }
   const bool summed = kv_->reduce_all(weights);  // dist_sync with buckets: every gradient summed already
-  if (zero_) {  // ZeRO-1: device i updates shard i, then the shards are all-gathered (core/optim/zero.hpp)
-    const auto grads = sum_and_place_shards(weights, summed);
-    if (!params_.empty()) zero_->step(weights, grads, s);
+  if (zero_) {  // ZeRO-1 and 2: device i updates shard i, then the shards are all-gathered (core/optim/zero.hpp)
+    if (!params_.empty()) {
+      const auto grads = place_shards_and_gradients(weights, summed);
+      if (zero_->stage() == 2) zero_->reduce_scatter_step(weights, grads, s);
+      else zero_->step(weights, grads, s);
+    }
     for (auto& [name, p] : params_) p->zero_grad();
     ++num_update_;
     return;
@@ -174,22 +179,23 @@ void Trainer::step(int64_t batch_size) {
 }
 
 // ZeRO-1's gradients are summed on every device, as data parallelism sums them (the kvstore's
-// pushpull); each device then reads only its shard of the sum.
-std::vector<std::vector<Tensor>> Trainer::sum_and_place_shards(const std::vector<std::vector<Tensor>>& weights,
-                                                               bool summed) {
+// pushpull); each device then reads only its shard of the sum. ZeRO-2's are reduce-scattered: each
+// device receives only its shard of the sum.
+std::vector<std::vector<Tensor>> Trainer::place_shards_and_gradients(const std::vector<std::vector<Tensor>>& weights,
+                                                                     bool summed) {
   // First step, parameters moved (reset_ctx) or a state loaded: lay the shards out (again). This
   // checks the devices too, before any gradient is touched.
-  const bool loaded = !params_.empty() && !host_state_[0][0].empty();
-  if (!params_.empty() && (loaded || !zero_->fits(weights))) {
+  const bool loaded = !host_state_[0][0].empty();
+  if (loaded || !zero_->fits(weights)) {
     std::vector<std::string> names;
     for (auto& [name, p] : params_) names.push_back(name);
     zero_->place(weights, names, host_state_);
   }
   std::vector<std::vector<Tensor>> grads(params_.size());
-  for (size_t k = 0; k < params_.size(); ++k) {
+  for (size_t k = 0; k < params_.size(); ++k)
     for (auto& w : weights[k]) grads[k].push_back(w.grad().defined() ? w.grad() : Tensor::zeros(w.shape(), w.device()));
-    if (!summed) kv_->pushpull(static_cast<int64_t>(k), grads[k]);
-  }
+  if (zero_->stage() == 1 && !summed)
+    for (size_t k = 0; k < params_.size(); ++k) kv_->pushpull(static_cast<int64_t>(k), grads[k]);
   return grads;
 }
 
@@ -208,20 +214,24 @@ std::vector<DeviceMemory> Trainer::memory_per_device() const {
       DeviceMemory& m = at(w.device());
       m.parameter_bytes += bytes(w);
       m.gradient_bytes += bytes(w.grad());
+      if (!zero_ || zero_->stage() < 2) m.summed_gradient_bytes += bytes(w.grad());  // the sum, in place
     }
   }
   for (auto& slots : state_)
     for (auto& replicas : slots)
       for (auto& t : replicas) at(t.device()).state_bytes += bytes(t);
   if (zero_)
-    for (size_t i = 0; i < zero_->devices().size(); ++i) at(zero_->devices()[i]).state_bytes += zero_->bytes(i);
+    for (size_t i = 0; i < zero_->devices().size(); ++i) {
+      at(zero_->devices()[i]).state_bytes += zero_->bytes(i);
+      at(zero_->devices()[i]).summed_gradient_bytes += zero_->gradient_bytes(i);  // stage 2's shard
+    }
   return out;
 }
 
 // num_update is kept as a float: exact up to 2^24 steps.
 std::map<std::string, HostTensor> Trainer::state_dict() const {
   std::map<std::string, HostTensor> out;
-  // zero_stage 1: the shards gathered into the unsharded layout, unless a loaded state waits.
+  // zero_stage 1 or 2: the shards gathered into the unsharded layout, unless a loaded state waits.
   const auto sharded = zero_ ? zero_->gather() : std::vector<std::vector<std::vector<float>>>{};
   for (size_t k = 0; k < params_.size(); ++k)
     for (size_t j = 0; j < state_names_.size(); ++j) {

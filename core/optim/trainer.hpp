@@ -25,6 +25,8 @@
 // zero_stage 1 (ZeRO, Rajbhandari et al. 2020; core/optim/zero.hpp) keeps that state sharded: with N
 // devices each keeps and updates 1/N of the flat parameter vector and the updated shards are
 // all-gathered into every replica. The same update, the same bits on every replica, 1/N of the state.
+// zero_stage 2 sums the gradients with a reduce-scatter instead of an allreduce: each device ends
+// with the summed gradient of its own shard only, the one part of the sum it reads.
 #pragma once
 #include <map>
 #include <memory>
@@ -56,7 +58,9 @@ struct OptimizerOptions {
   // 0 every device keeps the whole state of its replica (data parallelism);
   // 1 ZeRO stage 1: device i of N keeps, and updates, the state of shard i only (core/optim/zero.hpp);
   //   needs kvstore 'device' or 'ring' and every trainable parameter on the same devices.
-  // Stages 2 (gradients sharded) and 3 (parameters sharded) are not implemented: a ConfigError.
+  // 2 ZeRO stage 2: as 1, and the gradients are reduce-scattered (core/comm.hpp), not all-reduced:
+  //   device i receives the summed gradient of shard i only. The same kvstores and devices as 1.
+  // Stage 3 (parameters sharded) is not implemented: a ConfigError.
   int zero_stage = 0;
 };
 using SGDOptions = OptimizerOptions;  // its name while SGD was the only optimizer
@@ -66,8 +70,13 @@ using SGDOptions = OptimizerOptions;  // its name while SGD was the only optimiz
 struct DeviceMemory {
   Device device;
   int64_t parameter_bytes = 0;
-  int64_t gradient_bytes = 0;
+  int64_t gradient_bytes = 0;  // the parameters' .grad buffers, which autograd adds into: 4 P at every stage
   int64_t state_bytes = 0;
+  // The summed gradient the step keeps on this device once the gradients are reduced: the whole sum
+  // at stages 0 and 1 (4 P; the allreduce writes it into the .grad buffers above, so these are the
+  // same bytes, not more), the sum of its shard only at stage 2 (4 P_i; a flat buffer of its own,
+  // beside the .grad buffers, which keep this device's own contribution until they are zeroed).
+  int64_t summed_gradient_bytes = 0;
 };
 
 // A tensor's values in host memory, for checkpoints.
@@ -103,7 +112,7 @@ class Trainer {
   // for sgd, "exp_avg" and "exp_avg_sq" (PyTorch's names for m and v) for adam. state(parameter,
   // slot): that parameter's slot, one tensor per replica, each on its replica's device. It is empty
   // before the first step, after load_state_dict until the next step, where the kvstore keeps
-  // the state in host memory ('local' with 2 or more replicas), and with zero_stage 1 (flat shards
+  // the state in host memory ('local' with 2 or more replicas), and with zero_stage 1 or 2 (flat shards
   // there, sharded_state()); state_dict() has it then. A name that is not a trainable parameter's,
   // or not a slot, is a ParameterError.
   const std::vector<std::string>& state_names() const { return state_names_; }
@@ -113,14 +122,15 @@ class Trainer {
   // replicas, their gradients and the optimizer state there. State in host memory ('local', or
   // loaded and not yet placed by a step) is on no device; there is none before the first step.
   // Replicated, a device holds 4 * slots * P bytes of state for P trainable elements (SGD with
-  // momentum 4 bytes an element, Adam 8); with zero_stage 1, 4 * slots * (its shard's size).
+  // momentum 4 bytes an element, Adam 8); with zero_stage 1 or 2, 4 * slots * (its shard's size).
+  // The summed gradient: 4 P on every device, 4 * (its shard's size) at stage 2 (after a step).
   std::vector<DeviceMemory> memory_per_device() const;
-  // zero_stage 1: the shards and their layout over the flat vector (null at stage 0).
+  // zero_stage 1 or 2: the shards and their layout over the flat vector (null at stage 0).
   const zero::ShardedState* sharded_state() const { return zero_.get(); }
 
   // What a checkpoint needs to continue bit for bit: "<slot>/<parameter name>" per slot of
   // state_names() and trainable parameter (device 0's replica; all replicas are equal; with
-  // zero_stage 1 gathered from the shards, so a checkpoint does not depend on the device count) and
+  // zero_stage 1 or 2 gathered from the shards, so a checkpoint does not depend on the device count) and
   // "num_update", "learning_rate" (one value each). load_state_dict checks names and shapes and
   // names what is wrong. SGD's momentum is MXNet's (lr already folded in, see above); num_update is
   // exact up to 2^24 (Adam's step t is num_update + 1).
@@ -139,11 +149,13 @@ class Trainer {
   std::vector<std::vector<std::vector<float>>> host_state_;
   // Puts parameter k's state where the kvstore wants it for these replicas (zeros at first).
   void place_state(size_t k, const std::vector<Tensor>& weights);
-  // zero_stage 1: the state as shards (null at stage 0).
+  // zero_stage 1 or 2: the state as shards (null at stage 0).
   std::unique_ptr<zero::ShardedState> zero_;
-  // Its step's first half: the shards laid out for these replicas when they moved or a state was
-  // loaded, and every parameter's gradients summed on every device (unless `summed`).
-  std::vector<std::vector<Tensor>> sum_and_place_shards(const std::vector<std::vector<Tensor>>& weights, bool summed);
+  // The sharded step's first half: the shards laid out for these replicas when they moved or a state
+  // was loaded, and every parameter's gradients, summed on every device at stage 1 (unless `summed`),
+  // each device's own at stage 2 (the update reduce-scatters them).
+  std::vector<std::vector<Tensor>> place_shards_and_gradients(const std::vector<std::vector<Tensor>>& weights,
+                                                              bool summed);
   int64_t num_update_ = 0;
 };
 

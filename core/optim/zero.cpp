@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/comm.hpp"
 #include "core/copy.hpp"
 #include "core/parameter.hpp"
 
@@ -74,7 +75,7 @@ void ShardedState::place(const std::vector<std::vector<Tensor>>& weights, const 
     std::vector<Device> on;
     for (auto& w : weights[k]) on.push_back(w.device());
     if (on != devices)
-      throw ConfigError("Trainer: zero_stage 1 needs every trainable parameter on the same devices, in the same order: '" +
+      throw ConfigError("Trainer: zero_stage " + std::to_string(stage_) + " needs every trainable parameter on the same devices, in the same order: '" +
                         names[0] + "' is on " + str(devices) + ", '" + names[k] + "' on " + str(on));
     sizes.push_back(weights[k][0].numel());
   }
@@ -107,24 +108,54 @@ void ShardedState::place(const std::vector<std::vector<Tensor>>& weights, const 
   }
   for (auto& slots : host)
     for (auto& slot : slots) slot.clear();
+  // Stage 2: one gradient shard a device (of no elements for an empty shard), written by every
+  // step's reduce-scatter before it is read.
+  grad_shards_.clear();
+  if (stage_ == 2)
+    for (size_t i = 0; i < devices.size(); ++i) grad_shards_.push_back(Tensor::empty({layout_.shard_size(i)}, devices[i]));
 }
 
 void ShardedState::step(const std::vector<std::vector<Tensor>>& weights, const std::vector<std::vector<Tensor>>& grads,
                         const Step& s) {
-  // Device i: its shard of the weights and of the summed gradient in two flat buffers, updated with
-  // its own state. Every device's kernels are queued before any waits: the devices run together.
+  // Stage 1: device i copies its shard of the summed gradient (the same on every device) into a flat buffer.
+  std::vector<Tensor> g(devices_.size());
+  for (size_t i = 0; i < devices_.size(); ++i) {
+    const int64_t n = layout_.shard_size(i), lo = layout_.bounds[i];
+    if (n == 0) continue;
+    g[i] = Tensor::empty({n}, devices_[i]);
+    for_pieces(layout_, i, [&](size_t k, int64_t a, int64_t b) {
+      copy_bytes(grads[k][i], static_cast<size_t>(a - layout_.offsets[k]) * kFloat, g[i],
+                 static_cast<size_t>(a - lo) * kFloat, static_cast<size_t>(b - a) * kFloat);
+    });
+  }
+  update_and_gather(weights, g, s);
+}
+
+void ShardedState::reduce_scatter_step(const std::vector<std::vector<Tensor>>& weights,
+                                       const std::vector<std::vector<Tensor>>& grads, const Step& s) {
+  // Stage 2: device i's gradients, in the Trainer's order, are its flat vector; the reduce-scatter
+  // leaves the sum of shard i in grad_shards_[i] and no device holds the rest of the sum.
+  std::vector<std::vector<Tensor>> per_device(devices_.size());
+  for (auto& replicas : grads)
+    for (size_t i = 0; i < devices_.size(); ++i) per_device[i].push_back(replicas[i]);
+  reduce_scatter(per_device, layout_.bounds, grad_shards_);
+  update_and_gather(weights, grad_shards_, s);
+}
+
+void ShardedState::update_and_gather(const std::vector<std::vector<Tensor>>& weights, const std::vector<Tensor>& g,
+                                     const Step& s) {
+  // Device i: its shard of the weights in a flat buffer, updated from the shard's summed gradient
+  // g[i] with its own state. Every device's kernels are queued before any waits: the devices run together.
   std::vector<Tensor> updated(devices_.size());
   for (size_t i = 0; i < devices_.size(); ++i) {
     const int64_t n = layout_.shard_size(i), lo = layout_.bounds[i];
     if (n == 0) continue;
-    Tensor w = Tensor::empty({n}, devices_[i]), g = Tensor::empty({n}, devices_[i]);
+    Tensor w = Tensor::empty({n}, devices_[i]);
     for_pieces(layout_, i, [&](size_t k, int64_t a, int64_t b) {
-      const size_t from = static_cast<size_t>(a - layout_.offsets[k]) * kFloat, to = static_cast<size_t>(a - lo) * kFloat;
-      const size_t bytes = static_cast<size_t>(b - a) * kFloat;
-      copy_bytes(weights[k][i], from, w, to, bytes);
-      copy_bytes(grads[k][i], from, g, to, bytes);
+      copy_bytes(weights[k][i], static_cast<size_t>(a - layout_.offsets[k]) * kFloat, w,
+                 static_cast<size_t>(a - lo) * kFloat, static_cast<size_t>(b - a) * kFloat);
     });
-    step_on_device(w, state_[i], g, s);
+    step_on_device(w, state_[i], g[i], s);
     updated[i] = w;
   }
   // All-gather: shard i's new values into every replica, its own device's included.
@@ -140,6 +171,10 @@ void ShardedState::step(const std::vector<std::vector<Tensor>>& weights, const s
 
 int64_t ShardedState::bytes(size_t i) const {
   return placed() ? static_cast<int64_t>(slots_ * kFloat) * layout_.shard_size(i) : 0;
+}
+
+int64_t ShardedState::gradient_bytes(size_t i) const {
+  return i < grad_shards_.size() ? static_cast<int64_t>(kFloat) * grad_shards_[i].numel() : 0;
 }
 
 }  // namespace d2l::optim::zero

@@ -1,5 +1,6 @@
-// ZeRO stage 1 (Rajbhandari et al., SC20, section 5.1: P_os, optimizer state partitioning) across
-// the devices of one process, the Trainer's {.zero_stage = 1}.
+// ZeRO stages 1 and 2 (Rajbhandari et al., SC20, sections 5.1 and 5.2: P_os, optimizer state
+// partitioning, and P_os+g, gradients partitioned too) across the devices of one process, the
+// Trainer's {.zero_stage = 1} and {.zero_stage = 2}.
 //
 // Data parallelism keeps a whole copy of the optimizer state on every device: with N devices the
 // same momentum (SGD) or m and v (Adam) are stored N times. ZeRO-1 lays the trainable parameters
@@ -12,6 +13,13 @@
 //   3. all-gather: every device's updated shard is copied into every replica's parameters,
 //      so each replica ends with the whole updated vector, the same bits on every device.
 // Each element is updated once, on one device, so the replicas are equal by construction.
+//
+// Step 2 reads only shard i of the sum, yet step 1 gives every device all of it. ZeRO-2 sums only
+// what is read: step 1 becomes a reduce-scatter (core/comm.hpp), after which device i holds the
+// summed gradient of its shard alone, in a flat buffer of the shard's size that it keeps; step 2
+// updates from that buffer with the same code, and step 3 is the same all-gather. Per device
+// (N-1)/N of the P elements go out for the reduce-scatter and (N-1)/N for the all-gather: 2(N-1)/N
+// of P, where stage 1's allreduce and all-gather move 3(N-1)/N.
 //
 // Shards are element ranges of the flat vector, split as split_and_load splits a batch: shard i has
 // floor(P / N) elements, one more for the first P mod N shards. A parameter may straddle two
@@ -39,11 +47,12 @@ struct ShardLayout {
 // The layout for parameters of these element counts over n shards (n >= 1).
 ShardLayout shard_layout(const std::vector<int64_t>& sizes, size_t n);
 
-// The optimizer state of ZeRO stage 1: per device, `slots` flat tensors of its shard's size on that
-// device (slot 0 SGD's momentum; Adam's m, then v).
+// The optimizer state of ZeRO stages 1 and 2: per device, `slots` flat tensors of its shard's size on
+// that device (slot 0 SGD's momentum; Adam's m, then v); at stage 2 also the summed gradient of the
+// shard, one more flat tensor of that size.
 class ShardedState {
  public:
-  explicit ShardedState(size_t slots) : slots_(slots) {}
+  ShardedState(size_t slots, int stage) : slots_(slots), stage_(stage) {}
 
   // Whether the state is laid out for these replicas (weights[k][i]: parameter k on device i):
   // the same devices in the same order and the same parameter sizes.
@@ -56,9 +65,13 @@ class ShardedState {
   void place(const std::vector<std::vector<Tensor>>& weights, const std::vector<std::string>& names,
              std::vector<std::vector<std::vector<float>>>& host);
 
-  // Steps 2 and 3 above: grads[k][i] already hold the sum over the devices (the same bits on each).
+  // Stage 1, steps 2 and 3 above: grads[k][i] already hold the sum over the devices (the same bits on each).
   void step(const std::vector<std::vector<Tensor>>& weights, const std::vector<std::vector<Tensor>>& grads,
             const Step& s);
+  // Stage 2: grads[k][i] hold device i's own gradient, not summed; they are reduce-scattered into
+  // the gradient shards, then steps 2 and 3 as at stage 1.
+  void reduce_scatter_step(const std::vector<std::vector<Tensor>>& weights,
+                           const std::vector<std::vector<Tensor>>& grads, const Step& s);
 
   bool placed() const { return !devices_.empty(); }
   const ShardLayout& layout() const { return layout_; }
@@ -68,12 +81,21 @@ class ShardedState {
   std::vector<std::vector<std::vector<float>>> gather() const;
   // Bytes of state device i holds: slots * 4 * (its shard's size).
   int64_t bytes(size_t i) const;
+  int stage() const { return stage_; }
+  // Stage 2: the summed gradient of shard i after the last step's reduce-scatter, a flat tensor on
+  // device i (none before the first step, nor at stage 1), and its bytes: 4 * its shard's size.
+  const std::vector<Tensor>& gradient_shards() const { return grad_shards_; }
+  int64_t gradient_bytes(size_t i) const;
 
  private:
   size_t slots_;
+  int stage_;
   ShardLayout layout_;
   std::vector<Device> devices_;
   std::vector<std::vector<Tensor>> state_;  // per device, per slot: a flat tensor of the shard's size
+  std::vector<Tensor> grad_shards_;         // stage 2, per device: the shard's summed gradient
+  // Steps 2 and 3: device i updates shard i from its summed gradient g[i] (flat), then the all-gather.
+  void update_and_gather(const std::vector<std::vector<Tensor>>& weights, const std::vector<Tensor>& g, const Step& s);
 };
 
 }  // namespace d2l::optim::zero
