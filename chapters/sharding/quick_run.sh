@@ -1,9 +1,14 @@
 #!/bin/sh
 # quick_run.sh PROGRAM: chapter 5 end to end with --quick on 4 CPU devices, checking what it prints:
-#   the memory table: on every row parameters = gradients = 4 Psi bytes, state = 8 Psi replicated and
-#     8 Psi_i at ZeRO-1 (Psi_i = floor(Psi/N) + 1 for the first Psi mod N shards), recomputed here
-#     from the printed Psi; the ZeRO-1 shards add up to one replicated copy; rows for N = 1, 2, 4;
-#   the ZeRO-1 check lines for N = 1, 2, 4: the parameters equal the replicated run's (difference 0);
+#   the memory table, rows for N = 1, 2, 4 and stages 0, 1, 2: on every row parameters = .grad
+#     buffers = 4 Psi bytes; the summed gradient kept 4 Psi at stages 0 and 1, 4 Psi_i at ZeRO-2;
+#     the state 8 Psi replicated, 8 Psi_i at ZeRO-1 and ZeRO-2 (Psi_i = floor(Psi/N) + 1 for the
+#     first Psi mod N shards), recomputed here from the printed Psi, and the printed formulas the
+#     same; the shards add up to one replicated copy; at ZeRO-2 every device sends
+#     4 (Psi + (N-2) Psi_i) bytes a step, and all devices together 2(N-1) * 4 Psi (3(N-1) at ZeRO-1,
+#     2(N-1) at stage 0);
+#   the ZeRO-1 and ZeRO-2 check lines for N = 1, 2, 4: the parameters equal the replicated run's
+#     (difference 0); the nine lines of bytes sent per step equal to their formula;
 #   the tensor-parallel check line (equal within rounding) and the bytes per step: 2 allreduces of
 #     batch * d_model floats, 2 * 64 * 64 * 4 = 32768 bytes.
 prog=$1
@@ -15,24 +20,42 @@ cat "$out"
 [ "$rc" -eq 0 ] || { echo "FAIL: exit $rc"; exit 1; }
 awk '
   /Psi = [0-9]+ trainable/ { for (i = 1; i <= NF; i++) if ($i == "Psi" && $(i + 1) == "=") psi = $(i + 2) }
-  $1 ~ /^[0-9]+$/ && ($2 == "0" || $2 == "1") && $3 ~ /^(cpu|emu|gpu)\(/ {
+  $1 ~ /^[0-9]+$/ && ($2 == "0" || $2 == "1" || $2 == "2") && $3 ~ /^(cpu|emu|gpu)\(/ {
     n = $1; stage = $2; key = n " " stage; i = seen[key]++; rows++
-    if (stage == 0) want = 8 * psi
-    else want = 8 * (int(psi / n) + (i < psi % n ? 1 : 0))
-    if ($4 != 4 * psi || $5 != 4 * psi) { print "FAIL: N=" n " stage " stage " device " i ": params/grads " $4 "/" $5 ", expected " 4 * psi; bad++ }
-    if ($6 != want || $8 != want || $7 != (stage == 0 ? "8*Psi" : "8*Psi_" i)) { print "FAIL: N=" n " stage " stage " device " i ": state " $6 " (printed formula " $8 "), expected " want; bad++ }
-    if (stage == 1) total[n] += $6
+    shard = int(psi / n) + (i < psi % n ? 1 : 0)
+    grads = stage == 2 ? 4 * shard : 4 * psi; grads_f = stage == 2 ? "4*Psi_" i : "4*Psi"
+    state = stage == 0 ? 8 * psi : 8 * shard; state_f = stage == 0 ? "8*Psi" : "8*Psi_" i
+    sent = n == 1 ? 0 : 4 * (psi + (n - 2) * shard)
+    where = "N=" n " stage " stage " device " i ": "
+    if ($4 != 4 * psi || $5 != 4 * psi) { print "FAIL: " where "params/grads " $4 "/" $5 ", expected " 4 * psi; bad++ }
+    if ($6 != grads || $8 != grads || $7 != grads_f) { print "FAIL: " where "summed gradient " $6 " (printed formula " $7 " " $8 "), expected " grads; bad++ }
+    if ($9 != state || $11 != state || $10 != state_f) { print "FAIL: " where "state " $9 " (printed formula " $10 " " $11 "), expected " state; bad++ }
+    if (stage == 2 && $12 != sent) { print "FAIL: " where "sent " $12 " bytes a step, expected " sent; bad++ }
+    if (stage > 0) state_total[key] += $9
+    if (stage == 2) grads_total[n] += $6
+    sent_total[key] += $12
   }
-  /^ZeRO-1 check, N=[0-9]+: .* equal the replicated run.s \(largest difference 0\)$/ { zero_ok++ }
+  /^ZeRO-[12] check, N=[0-9]+: .* equal the replicated run.s \(largest difference 0\)$/ { zero_ok++ }
+  /^bytes sent per step, N=[0-9]+, stage [012] / {
+    got = $0; sub(/^[^:]*: /, "", got); sub(/,.*/, "", got)
+    want = $0; sub(/^.*formula [^=]*= /, "", want); sub(/[^0-9].*/, "", want)
+    got += 0; want += 0
+    nn = $5; sub(/N=/, "", nn); sub(/,/, "", nn); st = $7
+    f = (st == 1 ? 3 : 2) * (nn - 1) * 4 * psi
+    if (got != want || got != f || sent_total[nn " " st] != f) { print "FAIL: " $0 " (expected " f ", the rows add up to " sent_total[nn " " st] ")"; bad++ }
+    else sent_ok++
+  }
   /^TP check: the MLP over 2 devices equals the unsharded run within rounding/ { tp_ok++ }
   /^communication per step \(batch 64\): 2 allreduces, 32768 bytes summed .* = 32768 bytes$/ { comm_ok++ }
   END {
     if (psi == 0) { print "FAIL: no Psi line"; bad++ }
-    if (rows != 14) { print "FAIL: " rows " memory rows, expected 14 (N = 1, 2, 4, two stages)"; bad++ }
-    for (n in total) if (total[n] != 8 * psi) { print "FAIL: the ZeRO-1 shards on " n " devices add up to " total[n] ", expected " 8 * psi; bad++ }
-    if (zero_ok != 3) { print "FAIL: " zero_ok + 0 " ZeRO-1 check lines say equal, expected 3"; bad++ }
+    if (rows != 21) { print "FAIL: " rows " memory rows, expected 21 (N = 1, 2, 4, three stages)"; bad++ }
+    for (k in state_total) if (state_total[k] != 8 * psi) { print "FAIL: the shards of N, stage = " k " add up to " state_total[k] ", expected " 8 * psi; bad++ }
+    for (n in grads_total) if (grads_total[n] != 4 * psi) { print "FAIL: the ZeRO-2 gradient shards on " n " devices add up to " grads_total[n] ", expected " 4 * psi; bad++ }
+    if (zero_ok != 6) { print "FAIL: " zero_ok + 0 " ZeRO-1/ZeRO-2 check lines say equal, expected 6"; bad++ }
+    if (sent_ok != 9) { print "FAIL: " sent_ok + 0 " lines of bytes sent equal their formula, expected 9"; bad++ }
     if (tp_ok != 1) { print "FAIL: no tensor-parallel check line saying equal"; bad++ }
     if (comm_ok != 1) { print "FAIL: the bytes per step are not 2 allreduces of 32768 bytes"; bad++ }
     if (bad) exit 1
-    print "ok: memory table = formula on " rows " rows (Psi = " psi "), ZeRO-1 = replicated, tensor parallel = unsharded, 32768 bytes a step"
+    print "ok: memory table = formula on " rows " rows (Psi = " psi "), bytes sent = formula, ZeRO-1 = ZeRO-2 = replicated, tensor parallel = unsharded, 32768 bytes a step"
   }' "$out"

@@ -13,34 +13,53 @@ namespace d2l::sharding {
 constexpr size_t kEqualSteps = 10;
 
 int print_zero(const Config& cfg, const ZeroResult& r) {
-  std::printf("\n1. Memory per device: replicated Adam (data parallelism, zero_stage 0) vs ZeRO-1 (zero_stage 1)\n"
+  std::printf("\n1. Memory per device: replicated Adam (data parallelism, zero_stage 0) vs ZeRO-1 (zero_stage 1) and "
+              "ZeRO-2 (zero_stage 2)\n"
               "MLP 784 -> %lld -> %lld -> 10, Psi = %lld trainable float32 elements, Adam (K = 8 bytes of state an element), "
               "batch %lld split over the devices, %d timed steps\n",
               (long long)cfg.zero_hidden, (long long)cfg.zero_hidden, (long long)r.psi, (long long)cfg.batch_size, cfg.steps);
-  std::printf("%2s %5s %-8s %12s %12s %12s %-10s %12s %10s\n", "N", "stage", "device", "params B", "grads B", "state B",
-              "formula", "= B", "ms/step");
+  std::printf("%2s %5s %-8s %12s %12s %12s %-10s %12s %12s %-10s %12s %12s %10s\n", "N", "stage", "device", "params B",
+              "grads B", "sum grads B", "formula", "= B", "state B", "formula", "= B", "sent B/step", "ms/step");
   for (const auto& run : r.runs)
     for (size_t i = 0; i < run.rows.size(); ++i) {
       const MemoryRow& m = run.rows[i];
-      const std::string formula = m.stage == 0 ? "8*Psi" : "8*Psi_" + std::to_string(i);
+      const std::string shard = "Psi_" + std::to_string(i);
+      const std::string sum_formula = m.stage == 2 ? "4*" + shard : "4*Psi";
+      const std::string state_formula = m.stage == 0 ? "8*Psi" : "8*" + shard;
       std::ostringstream device;
       device << m.device;
-      std::printf("%2d %5d %-8s %12lld %12lld %12lld %-10s %12lld", m.n, m.stage, device.str().c_str(),
-                  (long long)m.parameter_bytes, (long long)m.gradient_bytes, (long long)m.state_bytes, formula.c_str(),
-                  (long long)m.formula_state_bytes);
+      std::printf("%2d %5d %-8s %12lld %12lld %12lld %-10s %12lld %12lld %-10s %12lld %12lld", m.n, m.stage,
+                  device.str().c_str(), (long long)m.parameter_bytes, (long long)m.gradient_bytes,
+                  (long long)m.summed_gradient_bytes, sum_formula.c_str(), (long long)m.formula_summed_gradient_bytes,
+                  (long long)m.state_bytes, state_formula.c_str(), (long long)m.formula_state_bytes, (long long)m.sent_bytes);
       if (i == 0) std::printf(" %10.2f", 1e3 * run.seconds_per_step);
       std::printf("\n");
     }
-  std::printf("(Psi_i = floor(Psi / N) + 1 for the first Psi mod N shards; parameters and gradients stay 4 Psi each at stage 1)\n");
+  std::printf("(Psi_i = floor(Psi / N) + 1 for the first Psi mod N shards. grads B: the .grad buffers autograd adds into, "
+              "4 Psi at every stage. sum grads B: the summed gradient kept after the reduction, the whole sum at stages 0 "
+              "and 1, written into those .grad buffers (the same bytes), the shard's sum at stage 2, a buffer of its own)\n");
   int failed = 0;
   for (const auto& run : r.runs) {
     for (const auto& m : run.rows)
-      if (m.state_bytes != m.formula_state_bytes) ++failed;
-    if (run.stage != 1) continue;
+      if (m.state_bytes != m.formula_state_bytes || m.summed_gradient_bytes != m.formula_summed_gradient_bytes) ++failed;
+    if (run.stage == 0) continue;
     const bool equal = run.max_diff_to_replicated == 0;
-    std::printf("ZeRO-1 check, N=%d: after %d steps every replica's parameters %s the replicated run's (largest difference %g)\n",
-                run.n, cfg.steps + 1, equal ? "equal" : "DIFFER from", run.max_diff_to_replicated);
+    std::printf("ZeRO-%d check, N=%d: after %d steps every replica's parameters %s the replicated run's (largest difference %g)\n",
+                run.stage, run.n, cfg.steps + 1, equal ? "equal" : "DIFFER from", run.max_diff_to_replicated);
     if (!equal) ++failed;
+  }
+  // Bytes sent a step, all devices together, against the formula: an allreduce 2(N-1) Psi floats,
+  // a reduce-scatter and an all-gather (N-1) Psi each.
+  static const char* what[] = {"allreduce", "allreduce + all-gather", "reduce-scatter + all-gather"};
+  for (const auto& run : r.runs) {
+    const bool ok = run.sent_bytes == run.formula_sent_bytes;
+    std::printf("bytes sent per step, N=%d, stage %d (%s): %lld, formula %d(N-1) * 4 * Psi = %lld%s", run.n, run.stage,
+                what[run.stage], (long long)run.sent_bytes, run.stage == 1 ? 3 : 2, (long long)run.formula_sent_bytes,
+                ok ? "" : " (DIFFERENT)");
+    if (run.stage == 2 && run.n > 1)  // every device sends Psi + (N-2) Psi_i floats: 2(N-1)/N Psi to the rounding
+      std::printf("; a device 2(N-1)/N * 4 * Psi = %.0f", 2.0 * (run.n - 1) / run.n * 4.0 * double(r.psi));
+    std::printf("\n");
+    if (!ok) ++failed;
   }
   return failed;
 }

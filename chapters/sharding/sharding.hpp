@@ -1,9 +1,10 @@
 // Chapter 5, sharding: what data parallelism stores N times, and how to store it once.
 //
-//   zero_memory      ZeRO stage 1 (Rajbhandari et al., SC20): the same Adam training with the
-//                    optimizer state replicated (stage 0, DDP) and sharded (stage 1) on N = 1, 2, 4
-//                    devices; the bytes each device keeps against the paper's formula, the time of
-//                    a step, and whether the sharded run's parameters equal the replicated run's.
+//   zero_memory      ZeRO stages 1 and 2 (Rajbhandari et al., SC20): the same Adam training with
+//                    the optimizer state replicated (stage 0, DDP), sharded (stage 1), and sharded
+//                    with the gradients reduce-scattered (stage 2) on N = 1, 2, 4 devices; the bytes
+//                    each device keeps and sends against the paper's formulas, the time of a step,
+//                    and whether the sharded runs' parameters equal the replicated run's.
 //   tensor_parallel  Megatron-LM's MLP (Shoeybi et al. 2019): a classifier whose hidden MLP is split
 //                    over P devices (column-parallel -> relu -> row-parallel), trained beside the
 //                    same classifier unsharded on one device; loss and accuracy per epoch of both,
@@ -26,7 +27,7 @@ struct Config {
   int64_t batch_size = 256;
   uint64_t seed = 0;
   // Part 1: ZeRO.
-  int zero_stage = 1;      // the stage compared with the replicated run (0: the replicated rows only)
+  int zero_stage = 2;      // the last stage run beside the replicated one (0: the replicated rows only)
   int steps = 20;          // timed Adam steps per run (after one untimed warm-up step)
   float adam_lr = 1e-3f;
   int64_t zero_hidden = 256;  // the MLP 784 -> hidden -> hidden -> 10
@@ -53,14 +54,19 @@ struct MemoryRow {
   int stage = 0;       // zero_stage
   Device device;
   int64_t parameter_bytes = 0, gradient_bytes = 0, state_bytes = 0;
-  int64_t formula_state_bytes = 0;  // 8 Psi replicated; 8 Psi_i at stage 1
+  int64_t summed_gradient_bytes = 0;          // the summed gradient kept after the reduction
+  int64_t formula_state_bytes = 0;            // 8 Psi replicated; 8 Psi_i at stages 1 and 2
+  int64_t formula_summed_gradient_bytes = 0;  // 4 Psi at stages 0 and 1; 4 Psi_i at stage 2
+  int64_t sent_bytes = 0;                     // sent to other devices in one step (copy_counters)
 };
 struct ZeroRun {
   int n = 1, stage = 0;
   double seconds_per_step = 0;
   double final_loss = 0;            // the last step's mean loss
   std::vector<MemoryRow> rows;      // one per device
-  double max_diff_to_replicated = -1;  // stage 1: largest |parameter difference| from stage 0 (-1: none)
+  double max_diff_to_replicated = -1;  // stages 1, 2: largest |parameter difference| from stage 0 (-1: none)
+  int64_t sent_bytes = 0;              // all devices together, one step
+  int64_t formula_sent_bytes = 0;      // 2(N-1) * 4 Psi at stages 0 and 2, 3(N-1) * 4 Psi at stage 1
 };
 struct ZeroResult {
   int64_t psi = 0;  // trainable elements

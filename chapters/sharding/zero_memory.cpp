@@ -1,10 +1,14 @@
-// Part 1, ZeRO stage 1 (Rajbhandari et al., SC20, section 5.1, P_os). The book's data-parallel loop,
-// unchanged: split the minibatch over the devices, one loss and one backward per device, then
-// trainer.step. Only the Trainer's zero_stage differs between the two runs at each N:
-//   stage 0  every device keeps Adam's m and v for all Psi parameters: 8 Psi bytes of state each;
+// Part 1, ZeRO stages 1 and 2 (Rajbhandari et al., SC20, sections 5.1 and 5.2, P_os and P_os+g). The
+// book's data-parallel loop, unchanged: split the minibatch over the devices, one loss and one
+// backward per device, then trainer.step. Only the Trainer's zero_stage differs between the runs at each N:
+//   stage 0  every device keeps Adam's m and v for all Psi parameters: 8 Psi bytes of state each,
+//            and the allreduce leaves the whole summed gradient (4 Psi) on every device;
 //   stage 1  device i keeps m and v of its shard of Psi_i elements only, updates those, and the
-//            updated shards are all-gathered into every replica: 8 Psi_i bytes, about 8 Psi / N.
-// Parameters (4 Psi) and gradients (4 Psi) stay replicated at stage 1; stages 2 and 3 shard them.
+//            updated shards are all-gathered into every replica: 8 Psi_i bytes, about 8 Psi / N;
+//   stage 2  as stage 1, but the gradients are reduce-scattered: device i keeps only its shard's
+//            summed gradient, 4 Psi_i bytes, and a step sends 2(N-1) * 4 Psi bytes in all, not 3(N-1).
+// Parameters (4 Psi) and the .grad buffers autograd fills (4 Psi) stay on every device; stage 3
+// would shard the parameters.
 #include <chrono>
 #include <cmath>
 #include <map>
@@ -13,6 +17,7 @@
 #include "chapters/sharding/sharding.hpp"
 #include "core/autograd.hpp"
 #include "core/cli.hpp"
+#include "core/copy.hpp"
 #include "core/nn/dense.hpp"
 #include "core/nn/flatten.hpp"
 #include "core/nn/sequential.hpp"
@@ -84,13 +89,13 @@ ZeroResult zero_memory(const Config& cfg) {
         for (const Batch& b : train_iter.epoch(epoch)) {
           if (step > cfg.steps) break;
           check_interrupt();
-          if (step == 1) waitall(), start = std::chrono::steady_clock::now();
+          if (step == 1) waitall(), reset_copy_counters(), start = std::chrono::steady_clock::now();
           // gpu_Xs = split_and_load(X, ctx); ls = [loss(net(X), y) ...]; for l in ls: l.backward()
           auto [Xs, ys] = nn::split_and_load(b, devices, /*even_split=*/false);
           std::vector<Tensor> outputs = (*net)(Xs), ls;
           for (size_t i = 0; i < outputs.size(); ++i) ls.push_back(softmax_cross_entropy(outputs[i], ys[i], Reduction::sum));
           for (auto& l : ls) l.backward();
-          trainer.step(b.n);  // stage 1: each device updates its shard, then the all-gather
+          trainer.step(b.n);  // stages 1, 2: each device updates its shard, then the all-gather
           double loss = 0;
           for (auto& l : ls) loss += l.item();
           check_loss(loss, 1, step + 1);
@@ -103,13 +108,23 @@ ZeroResult zero_memory(const Config& cfg) {
       const auto memory = trainer.memory_per_device();
       result.psi = 0;
       for (auto& p : net->collect_params().trainable()) result.psi += p->list_data()[0].numel();
-      // The paper's formula, float32 Adam (K = 8 bytes of state an element): 8 Psi replicated;
-      // at stage 1 shard i holds floor(Psi / N) elements, one more for the first Psi mod N shards.
+      // The paper's formulas, float32 Adam (K = 8 bytes of state an element): 8 Psi of state and
+      // 4 Psi of summed gradient replicated; shard i holds floor(Psi / N) elements, one more for the
+      // first Psi mod N shards: 8 Psi_i of state at stages 1 and 2, 4 Psi_i of summed gradient at 2.
+      // The bytes sent were counted over the timed steps, every step the same.
       for (size_t i = 0; i < memory.size(); ++i) {
-        const int64_t psi_i = stage == 0 ? result.psi : result.psi / n + (static_cast<int64_t>(i) < result.psi % n ? 1 : 0);
-        run.rows.push_back({n, stage, memory[i].device, memory[i].parameter_bytes, memory[i].gradient_bytes,
-                            memory[i].state_bytes, 8 * psi_i});
+        const int64_t shard = result.psi / n + (static_cast<int64_t>(i) < result.psi % n ? 1 : 0);
+        MemoryRow row{n, stage, memory[i].device, memory[i].parameter_bytes, memory[i].gradient_bytes,
+                      memory[i].state_bytes, memory[i].summed_gradient_bytes};
+        row.formula_state_bytes = 8 * (stage == 0 ? result.psi : shard);
+        row.formula_summed_gradient_bytes = 4 * (stage == 2 ? shard : result.psi);
+        row.sent_bytes = copy_counters(devices[i]).bytes_out / cfg.steps;
+        run.sent_bytes += row.sent_bytes;
+        run.rows.push_back(row);
       }
+      // All devices together: an allreduce sends 2(N-1) Psi floats (the 'device' kvstore's reduce
+      // and broadcast, as the ring), a reduce-scatter or an all-gather (N-1) Psi each.
+      run.formula_sent_bytes = (stage == 1 ? 3 : 2) * (n - 1) * 4 * result.psi;
       if (stage == 0) replicated = replicas(*net);
       else run.max_diff_to_replicated = max_abs_diff(replicas(*net), replicated);
       result.runs.push_back(run);
