@@ -1,7 +1,7 @@
 // The CUDA emulation (kernels/emu) on small kernels written here: index variables, barriers with
 // early-returning threads, deadlock reports, shared memory (one address per block, NaN-filled),
-// warp shuffles and atomics (exact), launch checks and the launch log. Cases tagged "threads"
-// spread blocks over several OS threads (run again under TSan).
+// warp shuffles and atomics (exact), float4 loads (alignment checked), launch checks and the launch
+// log. Cases tagged "threads" spread blocks over several OS threads (run again under TSan).
 #include <doctest/doctest.h>
 
 #include <bit>
@@ -126,6 +126,13 @@ __global__ void scale_kernel(float* x) {
 }
 
 __global__ void nested_launch(float* x) { D2L_LAUNCH((scale_kernel<2>), 1, 1, 0, nullptr)(x); }
+
+// out = the float4 at x + shift, read through the read-only cache (__ldg), as kernels read float arrays.
+__global__ void float4_load(const float* x, int shift, float* out) {
+  const float4 v = __ldg(reinterpret_cast<const float4*>(x + shift));
+  out[0] = v.x, out[1] = v.y, out[2] = v.z, out[3] = v.w;
+}
+static_assert(sizeof(float4) == 16 && alignof(float4) == 16, "float4 is CUDA's: 16 bytes, 16-byte aligned");
 
 }  // namespace D2L_CUDA_NS::testing
 
@@ -285,6 +292,21 @@ TEST_CASE("bad launches: too many threads, too much shared memory, a launch insi
   CHECK(m.find("kernel k::too_much_shared block (0,0,0) thread (0,0,0): shared memory needs 52000 bytes") == 0);
   m = message([&] { D2L_LAUNCH(k::nested_launch, 1, 1, 0, nullptr)(x.data()); });
   CHECK(m.find("launched from inside a kernel") != std::string::npos);
+}
+
+TEST_CASE("float4 loads: aligned addresses read 4 floats, a misaligned one is an error as on a GPU") {
+  alignas(16) float x[12] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
+  float out[4] = {};
+  D2L_LAUNCH(k::float4_load, 1, 1, 0, nullptr)(x, 4, out);
+  CHECK(out[0] == 4.0f);
+  CHECK(out[3] == 7.0f);
+  std::string m;
+  try {
+    D2L_LAUNCH(k::float4_load, 1, 1, 0, nullptr)(x, 1, out);
+  } catch (const std::runtime_error& e) {
+    m = e.what();
+  }
+  CHECK(m.find("kernel k::float4_load block (0,0,0) thread (0,0,0): misaligned address: a 16-byte load from") == 0);
 }
 
 TEST_CASE("the launch log counts every launch by kernel name" * doctest::test_suite("threads")) {

@@ -47,12 +47,14 @@ TEST_CASE("nvcc-built GEMM kernels on the GPU match their emulated twins and a d
   struct Shape {
     int64_t M, N, K;
   };
-  const Shape shapes[] = {{1, 1, 1}, {17, 33, 9}, {65, 31, 70}, {130, 200, 129}};
-  const gpu::GemmKernel gk[] = {gpu::GemmKernel::naive, gpu::GemmKernel::tiled, gpu::GemmKernel::regblock};
-  const kemu::GemmKernel ek[] = {kemu::GemmKernel::naive, kemu::GemmKernel::tiled, kemu::GemmKernel::regblock};
+  const Shape shapes[] = {{1, 1, 1}, {17, 33, 9}, {65, 31, 70}, {130, 200, 129}, {132, 260, 36}};
+  const gpu::GemmKernel gk[] = {gpu::GemmKernel::naive, gpu::GemmKernel::tiled, gpu::GemmKernel::regblock,
+                                gpu::GemmKernel::warptiled};
+  const kemu::GemmKernel ek[] = {kemu::GemmKernel::naive, kemu::GemmKernel::tiled, kemu::GemmKernel::regblock,
+                                 kemu::GemmKernel::warptiled};
   uint32_t seed = 1;
   int failures = 0;
-  for (int v = 0; v < 3; ++v)
+  for (int v = 0; v < 4; ++v)
     for (bool ta : {false, true})
       for (bool tb : {false, true})
         for (const Shape& s : shapes) {

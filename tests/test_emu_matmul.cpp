@@ -1,7 +1,9 @@
 // kernels/cuda/matmul.cu run by the emulation: every kernel of the family against
 // d2l::kernels::cpu::gemm and against a direct double-precision loop, on shapes that are not
-// multiples of any tile, all transpose combinations, alpha/beta; the tiled kernel with one
-// __syncthreads removed must be wrong, identically on every run; the launch log covers the family.
+// multiples of any tile, all transpose combinations, alpha/beta; the warp-tiled kernel also on shapes
+// around its 128x128x8 tiles, K below its slice, and on data whose alignment rules its float4 loads
+// in or out; the tiled kernel with one __syncthreads removed must be wrong, identically on every run;
+// the launch log covers the family.
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -52,27 +54,43 @@ using d2l::test::ref_gemm;
 struct Shape {
   int64_t M, N, K;
 };
-// Odd sizes around the tiles (16 for kernels 1-2, 64x64x16 for kernel 3).
+// Odd sizes around the tiles (16 for kernels 1-2, 64x64x16 for kernel 3, 128x128x8 for kernel 4).
 const Shape kShapes[] = {{1, 1, 1}, {17, 33, 9}, {65, 31, 70}, {3, 130, 17}, {130, 2, 33}, {64, 64, 16}};
-const GemmKernel kKernels[] = {GemmKernel::naive, GemmKernel::tiled, GemmKernel::regblock};
+const GemmKernel kKernels[] = {GemmKernel::naive, GemmKernel::tiled, GemmKernel::regblock, GemmKernel::warptiled};
+const char* kernel_name(GemmKernel k) {
+  switch (k) {
+    case GemmKernel::naive: return "naive";
+    case GemmKernel::tiled: return "tiled";
+    case GemmKernel::regblock: return "regblock";
+    case GemmKernel::warptiled: return "warptiled";
+  }
+  return "?";
+}
 
 // One case: emulated kernel vs double loop and vs cpu::gemm. Tolerance: float accumulation of K
 // products of size <= 1: atol 1e-5 (K + 1) against double, twice that against another float GEMM.
+// `shift` floats before A, B and C in their buffers: 1 makes every address misaligned for float4.
 bool run_case(kemu::Stream stream, GemmKernel kernel, bool ta, bool tb, Shape s, float alpha, float beta,
-              uint32_t seed) {
+              uint32_t seed, int shift = 0) {
   auto A = lcg_data(s.M * s.K, seed), B = lcg_data(s.K * s.N, seed + 1), C0 = lcg_data(s.M * s.N, seed + 2);
   auto C = C0, Ccpu = C0;
   if (beta == 0.0f)  // C must not be read: garbage in, no NaN out
     C.assign(C.size(), std::numeric_limits<float>::quiet_NaN());
-  kemu::gemm(stream, kernel, ta, tb, s.M, s.N, s.K, alpha, A.data(), B.data(), beta, C.data());
+  std::vector<float> a(shift), b(shift), c(shift);  // copies `shift` floats past new's 16-byte alignment
+  a.insert(a.end(), A.begin(), A.end());
+  b.insert(b.end(), B.begin(), B.end());
+  c.insert(c.end(), C.begin(), C.end());
+  kemu::gemm(stream, kernel, ta, tb, s.M, s.N, s.K, alpha, a.data() + shift, b.data() + shift, beta,
+             c.data() + shift);
+  C.assign(c.begin() + shift, c.end());
   cpu::gemm(cpu::serial_ctx(), ta, tb, s.M, s.N, s.K, alpha, A.data(), B.data(), beta, Ccpu.data());
   auto ref = ref_gemm(ta, tb, s.M, s.N, s.K, alpha, A, B, beta, C0);
   const double atol = 1e-5 * static_cast<double>(s.K + 1);
   bool ok = close(ref, C, atol, 1e-5, "emu gemm vs double");
   ok = close(Ccpu, C, 2 * atol, 2e-5, "emu gemm vs cpu gemm") && ok;
   if (!ok)
-    std::printf("  kernel %d ta %d tb %d M %lld N %lld K %lld alpha %g beta %g\n", static_cast<int>(kernel), ta, tb,
-                (long long)s.M, (long long)s.N, (long long)s.K, alpha, beta);
+    std::printf("  kernel %s ta %d tb %d M %lld N %lld K %lld alpha %g beta %g shift %d\n", kernel_name(kernel), ta,
+                tb, (long long)s.M, (long long)s.N, (long long)s.K, alpha, beta, shift);
   return ok;
 }
 
@@ -114,13 +132,36 @@ TEST_CASE("emulated GEMM kernels on 2 device threads" * doctest::test_suite("thr
   CHECK(failures_over_all_cases(&ctx) == 0);
 }
 
+// kernel4 (128x128 block tiles, K slices of 8, float4 loads where the addresses allow): shapes
+// that are not multiples of its tiles, K below one slice, exact tiles, several blocks and slices;
+// sizes that are multiples of 4 (float4 loads and stores, edges inside a float4's reach), and the
+// same data shifted by one float (every float4 misaligned: the scalar path, or an error from the
+// emulated __ldg if a float4 load were tried).
+TEST_CASE("warp-tiled GEMM: tile edges, K below a slice, float4 and scalar loads, all transposes") {
+  const Shape shapes[] = {{1, 1, 1},    {3, 5, 7},     {67, 33, 129}, {130, 129, 3}, {128, 128, 8},
+                          {129, 4, 12}, {132, 68, 20}, {4, 260, 36},  {256, 192, 160}};
+  int failures = 0;
+  uint32_t seed = 100;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (const Shape& s : shapes) {
+        failures += !run_case(nullptr, GemmKernel::warptiled, ta, tb, s, 1.0f, 0.0f, seed++);
+        failures += !run_case(nullptr, GemmKernel::warptiled, ta, tb, s, 0.5f, -2.0f, seed++);
+      }
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (int shift : {1, 4})  // misaligned, and aligned again at another address
+        failures += !run_case(nullptr, GemmKernel::warptiled, ta, tb, {132, 68, 20}, 0.5f, -2.0f, seed++, shift);
+  CHECK(failures == 0);
+}
+
 TEST_CASE("M or N = 0 is a no-op; K = 0 gives C = beta * C") {
   std::vector<float> C{1.0f, 2.0f};
-  for (GemmKernel kernel : kKernels) {
+  for (GemmKernel kernel : kKernels) {  // C *= 3 once per kernel
     kemu::gemm(nullptr, kernel, false, false, 0, 2, 3, 1.0f, nullptr, nullptr, 0.0f, C.data());
     kemu::gemm(nullptr, kernel, false, false, 1, 2, 0, 1.0f, nullptr, nullptr, 3.0f, C.data());
   }
-  CHECK(C == std::vector<float>{27.0f, 54.0f});
+  CHECK(C == std::vector<float>{81.0f, 162.0f});
 }
 
 TEST_CASE("tiled GEMM without its first __syncthreads is wrong, the same way on every run" *
@@ -151,11 +192,12 @@ TEST_CASE("the launch log covers every kernel of matmul.cu") {
   for (GemmKernel kernel : kKernels)
     kemu::gemm(nullptr, kernel, false, false, 3, 3, 3, 1.0f, A.data(), B.data(), 0.0f, C.data());
   const auto log = d2l::cuda_emu::launch_log();
-  const char* family[] = {"matmul_kernel1_naive", "matmul_kernel2_tiled", "matmul_kernel3_regblock"};
+  const char* family[] = {"matmul_kernel1_naive", "matmul_kernel2_tiled", "matmul_kernel3_regblock",
+                          "matmul_kernel4_warptiled"};
   int covered = 0;
   for (const char* name : family) covered += log.count(name) == 1 && log.at(name) == 1;
-  CHECK(covered == 3);
-  CHECK(log.size() == 3);
+  CHECK(covered == 4);
+  CHECK(log.size() == 4);
 }
 
 // Benchmark (meson benchmark emu_matmul_speed; skipped by meson test): validate, then time
@@ -177,8 +219,7 @@ TEST_CASE("speed: emulated GEMM 256x256x256" * doctest::skip()) {
         kemu::gemm(stream, kernel, false, false, n, n, n, 1.0f, A.data(), B.data(), 0.0f, C.data());
         best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
       }
-      std::printf("emu gemm %-8s threads %d: %8.2f ms  %6.3f GFLOP/s\n",
-                  kernel == GemmKernel::naive ? "naive" : kernel == GemmKernel::tiled ? "tiled" : "regblock",
+      std::printf("emu gemm %-9s threads %d: %8.2f ms  %6.3f GFLOP/s\n", kernel_name(kernel),
                   stream ? stream->threads : 1, best * 1e3, 2.0 * n * n * n / best * 1e-9);
     }
 }

@@ -1,5 +1,5 @@
 // The GEMM family member is the caller's choice (core's set_gemm): each member runs once here, so that
-// the coverage check of emu_ops (tests/kernel_coverage_main.cpp, --kernel-coverage) sees all three.
+// the coverage check of emu_ops (tests/kernel_coverage_main.cpp, --kernel-coverage) sees all four.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -7,11 +7,12 @@
 
 #include "kernels/emu/kernels.hpp"
 
-TEST_CASE("the GEMM family runs emulated: naive, tiled and register-blocked") {
+TEST_CASE("the GEMM family runs emulated: naive, tiled, register-blocked and warp-tiled") {
   namespace kemu = d2l::kernels::emu;
   // The GEMM family member is chosen by the caller: run each once here.
   std::vector<float> A(6, 1.0f), B(6, 1.0f), C(4);
-  for (kemu::GemmKernel k : {kemu::GemmKernel::naive, kemu::GemmKernel::tiled, kemu::GemmKernel::regblock}) {
+  for (kemu::GemmKernel k : {kemu::GemmKernel::naive, kemu::GemmKernel::tiled, kemu::GemmKernel::regblock,
+                             kemu::GemmKernel::warptiled}) {
     std::fill(C.begin(), C.end(), 0.0f);
     kemu::gemm(nullptr, k, false, false, 2, 2, 3, 1.0f, A.data(), B.data(), 0.0f, C.data());
     CHECK(C == std::vector<float>(4, 3.0f));

@@ -11,6 +11,10 @@
 //   kernel3 regblock  a 256-thread block computes a 64x64 tile of C, each thread a 4x4 micro-tile
 //                     held in registers, from 64x16 / 16x64 shared tiles: 8 shared loads feed 16
 //                     multiply-adds (kernel2: 2 loads per multiply-add).
+//   kernel4 warptiled a 256-thread block computes a 128x128 tile of C, each warp a 64x32 part of it,
+//                     each thread an 8x8 tile in registers; the K slices (8 wide) are double-buffered
+//                     in shared memory and loaded with float4 where the addresses allow: 16 shared
+//                     loads (4 float4) feed 64 multiply-adds.
 //
 // Transposes are strides: op(A)(i, k) = A[i * a_row + k * a_col], op(B)(k, j) = B[k * b_row + j * b_col].
 // Sizes need not be multiples of the tiles: loads past an edge read 0, stores past it are skipped.
@@ -18,8 +22,17 @@
 #include "kernels/cuda/d2l_cuda.cuh"
 #include "kernels/cuda/kernels.hpp"
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
+
+// kernel4's loops over its thread tile, unrolled: acc[m][n] indexed by constants only, so it stays
+// in registers (nvcc: #pragma unroll; g++ for the emulation: #pragma GCC unroll).
+#ifdef __CUDACC__
+#define D2L_GEMM_UNROLL _Pragma("unroll")
+#else
+#define D2L_GEMM_UNROLL _Pragma("GCC unroll 8")
+#endif
 
 namespace D2L_CUDA_NS {
 
@@ -110,6 +123,223 @@ __global__ void matmul_kernel3_regblock(int64_t M, int64_t N, int64_t K, float a
     }
 }
 
+// ---- kernel4: grid (ceil(N/128), ceil(M/128)), block 256 (1-D: 8 warps). Three levels of tiling,
+// each a part of the one above (kernel3 has the first and the last):
+//
+//   block tile   128 x 128 of C per block. K is walked in slices of kBK = 8: the block stages a
+//                128 x 8 slice of op(A) and an 8 x 128 slice of op(B) in shared memory.
+//   warp tile    64 x 32 of the block tile per warp: the 8 warps as 2 (down M) x 4 (along N).
+//   thread tile  8 x 8 of the warp tile per thread, in registers. It is 2 x 2 fragments of 4 x 4,
+//                one in each 32 x 16 quarter of the warp tile; inside a quarter the warp's 32 lanes
+//                sit as 8 (down M) x 4 (along N), each on its 4 x 4 fragment.
+//
+//        block tile 128 x 128                 warp tile 64 x 32 (its 4 quarters)
+//     +-------+-------+-------+-------+        +--------+--------+
+//     | warp0 | warp1 | warp2 | warp3 |        | lanes  | lanes  |  each quarter 32 x 16:
+//     |       |       |       |       |        | 8 x 4  | 8 x 4  |  lane (lm, ln) owns rows
+//     +-------+-------+-------+-------+        +--------+--------+  4 lm .. 4 lm + 3 and columns
+//     | warp4 | warp5 | warp6 | warp7 |        | lanes  | lanes  |  4 ln .. 4 ln + 3; a thread
+//     |       |       |       |       |        | 8 x 4  | 8 x 4  |  tile = its fragment in all 4
+//     +-------+-------+-------+-------+        +--------+--------+
+//
+// Per k of a slice a thread reads its 8 values of op(A) and 8 of op(B) from shared memory as four
+// float4 and does their outer product: 64 multiply-adds (kernel3: 8 loads for 16). Why fragments in
+// quarters rather than one 8 x 8 block per lane: the lanes of a float4 read then ask for 8 (op(A)) or
+// 4 (op(B)) consecutive float4, shared by the lanes that need the same values: no bank conflicts.
+// Why warps: a warp's lanes read only 64 + 32 distinct values of a k, each warp from its own rows
+// and columns of the tiles.
+//
+// Double buffering: shared memory holds two slices of each operand. While the block computes on
+// slice s (buffer s % 2), each thread's part of slice s + 1 is already on its way from global memory
+// into registers (fetch); after the multiply-adds it is written to the other buffer (stash), and one
+// __syncthreads per slice both publishes slice s + 1 and frees buffer s % 2 for slice s + 2.
+//
+// Loads: a slice of op(X) is stored S[k][m] (m: a row of op(A), or a column of op(B)). Each thread
+// moves 4 values that are consecutive in X's memory: along k when X is stored with k contiguous (A
+// not transposed, B transposed), then S gets them one by one down a column; else along m, written to
+// S as one float4. They are one float4 global load when X's address is 16-byte aligned, its leading
+// dimension a multiple of 4 and all 4 inside the matrix; else 4 scalar loads, 0 past the edges.
+//
+// Tile sizes. The constants below are sm_90's and every build uses them; the other rows are what we
+// would set on those cards (any square block tile with whole float4 per thread fits the code). None is
+// measured yet: gpu_gemm_bench times this kernel against cuBLAS on a GPU.
+//   arch          block tile    threads  warp tile  thread tile  why
+//                 BM x BN x BK
+//   sm_90 (H100)  128 x 128 x 8 256      64 x 32    8 x 8        16 KiB of shared memory a block; at
+//                                                                <= 128 registers a thread, 2 blocks (16
+//                                                                warps) an SM. 132 SMs: a 4096^2 C is 1024
+//                                                                blocks, a 1024^2 one only 64.
+//   sm_80 (A100)  128 x 128 x 8 256      64 x 32    8 x 8        the same tiles; the stash would be
+//                                                                cp.async (global -> shared memory without
+//                                                                registers) over 3 or 4 slices in flight.
+//   sm_75 (T4)    64 x 64 x 8   128      32 x 32    8 x 4        64 KiB of shared memory and 1024 threads
+//                                                                an SM, 40 SMs: smaller blocks, more of
+//                                                                them per SM and per GEMM.
+namespace warptiled {
+constexpr int kBM = 128, kBN = 128, kBK = 8;     // block tile of C; the K slice
+constexpr int kWM = 64, kWN = 32;                // warp tile
+constexpr int kTM = 8, kTN = 8;                  // thread tile
+constexpr int kFM = 4, kFN = 4;                  // a fragment: one float4 of op(A) by one of op(B)
+constexpr int kWarpsM = kBM / kWM, kWarpsN = kBN / kWN;  // 2 x 4 warps
+constexpr int kThreads = kWarpsM * kWarpsN * 32;         // 256
+constexpr int kFragsM = kTM / kFM, kFragsN = kTN / kFN;  // 2 x 2 fragments per thread
+constexpr int kQuarterM = kWM / kFragsM, kQuarterN = kWN / kFragsN;  // 32 x 16: a fragment per lane
+constexpr int kLanesM = kQuarterM / kFM, kLanesN = kQuarterN / kFN;  // 8 x 4 lanes
+constexpr int kVecs = kBM * kBK / 4 / kThreads;  // float4 of a slice per thread and operand: 1
+static_assert(kLanesM * kLanesN == 32, "a quarter of the warp tile is one fragment per lane");
+static_assert(kFM == 4 && kFN == 4, "fragments are read from shared memory as float4");
+static_assert(kBM == kBN, "one loader serves both operands: the slices of op(A) and op(B) have one shape");
+static_assert(kBM * kBK % (4 * kThreads) == 0 && kBK % 4 == 0, "a slice is whole float4s, the same count per thread");
+
+// The block's shared memory: two slices of each operand (buffers 0 and 1), 16-byte aligned for
+// the float4 accesses.
+struct alignas(16) Slices {
+  float a[2][kBK][kBM];  // a[buf][k][m] = op(A)(row0 + m, k0 + k)
+  float b[2][kBK][kBN];  // b[buf][k][n] = op(B)(k0 + k, col0 + n)
+};
+
+// X(m, k) = X[m * x_m + k * x_k], or 0 outside the M x K matrix.
+__device__ __forceinline__ float at(const float* __restrict__ X, int64_t x_m, int64_t x_k, int64_t m, int64_t k,
+                                    int64_t M, int64_t K) {
+  return m < M && k < K ? X[m * x_m + k * x_k] : 0.0f;
+}
+
+// Where element group v of this thread lies in a slice: S[k .. k + 3][m] when k_contig (4
+// consecutive k), else S[k][m .. m + 3].
+struct Slot {
+  int m, k;
+};
+__device__ __forceinline__ Slot slot(int v, bool k_contig) {
+  const int e = static_cast<int>(threadIdx.x) + v * kThreads;
+  if (k_contig) return {e / (kBK / 4), e % (kBK / 4) * 4};  // 2 threads per m: 32 consecutive bytes
+  return {e % (kBM / 4) * 4, e / (kBM / 4)};                // 32 threads per k: 512 consecutive bytes
+}
+
+// fetch: this thread's share of the slice (m0, k0) of X, from global memory into registers.
+__device__ __forceinline__ void fetch(float4 (&r)[kVecs], const float* __restrict__ X, int64_t x_m, int64_t x_k,
+                                      bool k_contig, bool vec, int64_t m0, int64_t M, int64_t k0, int64_t K) {
+  for (int v = 0; v < kVecs; ++v) {
+    const Slot s = slot(v, k_contig);
+    const int64_t m = m0 + s.m, k = k0 + s.k;
+    if (k_contig) {
+      if (vec && m < M && k + 3 < K) r[v] = __ldg(reinterpret_cast<const float4*>(X + m * x_m + k));
+      else
+        r[v] = make_float4(at(X, x_m, x_k, m, k, M, K), at(X, x_m, x_k, m, k + 1, M, K),
+                           at(X, x_m, x_k, m, k + 2, M, K), at(X, x_m, x_k, m, k + 3, M, K));
+    } else {
+      if (vec && k < K && m + 3 < M) r[v] = __ldg(reinterpret_cast<const float4*>(X + k * x_k + m));
+      else
+        r[v] = make_float4(at(X, x_m, x_k, m, k, M, K), at(X, x_m, x_k, m + 1, k, M, K),
+                           at(X, x_m, x_k, m + 2, k, M, K), at(X, x_m, x_k, m + 3, k, M, K));
+    }
+  }
+}
+
+// stash: the fetched registers into one buffer of the slice in shared memory.
+__device__ __forceinline__ void stash(float (&S)[kBK][kBM], const float4 (&r)[kVecs], bool k_contig) {
+  for (int v = 0; v < kVecs; ++v) {
+    const Slot s = slot(v, k_contig);
+    if (k_contig) {  // 4 consecutive k: down a column of S
+      S[s.k][s.m] = r[v].x;
+      S[s.k + 1][s.m] = r[v].y;
+      S[s.k + 2][s.m] = r[v].z;
+      S[s.k + 3][s.m] = r[v].w;
+    } else {
+      *reinterpret_cast<float4*>(&S[s.k][s.m]) = r[v];
+    }
+  }
+}
+
+// C[i][j .. j + 3] = alpha * acc + beta * C (C not read when beta == 0), skipping columns past N;
+// one float4 store when `vec` (C 16-byte aligned, N a multiple of 4) and all 4 are inside.
+__device__ __forceinline__ void store4(float* __restrict__ C, int64_t N, int64_t i, int64_t j, float4 acc,
+                                       float alpha, float beta, bool vec) {
+  if (j >= N) return;
+  float* c = C + i * N + j;
+  if (vec && j + 3 < N) {
+    float4 out = make_float4(alpha * acc.x, alpha * acc.y, alpha * acc.z, alpha * acc.w);
+    if (beta != 0.0f) {
+      const float4 old = *reinterpret_cast<const float4*>(c);
+      out = make_float4(out.x + beta * old.x, out.y + beta * old.y, out.z + beta * old.z, out.w + beta * old.w);
+    }
+    *reinterpret_cast<float4*>(c) = out;
+  } else {
+    const float v[4] = {acc.x, acc.y, acc.z, acc.w};
+    for (int n = 0; n < 4 && j + n < N; ++n) gemm_store(c + n, alpha, v[n], beta);
+  }
+}
+
+// a_vec, b_vec: float4 loads allowed for A, B (16-byte aligned, leading dimension a multiple of 4);
+// c_vec the same for C's stores.
+__global__ void matmul_kernel4_warptiled(int64_t M, int64_t N, int64_t K, float alpha, const float* __restrict__ A,
+                                         int64_t a_row, int64_t a_col, const float* __restrict__ B, int64_t b_row,
+                                         int64_t b_col, float beta, float* __restrict__ C, bool ta, bool tb,
+                                         bool a_vec, bool b_vec, bool c_vec) {
+  D2L_SHARED(Slices, smem, [1]);
+  Slices& s = smem[0];
+  const int t = threadIdx.x, warp = t / 32, lane = t % 32;
+  const int64_t row0 = int64_t(blockIdx.y) * kBM, col0 = int64_t(blockIdx.x) * kBN;  // block tile in C
+  const int wm = warp / kWarpsN * kWM, wn = warp % kWarpsN * kWN;                    // warp tile in the block tile
+  const int lm = lane / kLanesN * kFM, ln = lane % kLanesN * kFN;                    // fragment in a quarter
+  // op(A) as X(m, k) with m a row of C; op(B) as X(m, k) with m a column of C.
+  const bool a_kc = !ta, b_kc = tb;  // which of them is stored with k contiguous
+  float4 a_next[kVecs], b_next[kVecs];
+  float acc[kTM][kTN] = {};
+  const int64_t slices = (K + kBK - 1) / kBK;
+  if (slices > 0) {  // slice 0 into buffer 0
+    fetch(a_next, A, a_row, a_col, a_kc, a_vec, row0, M, 0, K);
+    fetch(b_next, B, b_col, b_row, b_kc, b_vec, col0, N, 0, K);
+    stash(s.a[0], a_next, a_kc);
+    stash(s.b[0], b_next, b_kc);
+    __syncthreads();
+  }
+  for (int64_t sl = 0; sl < slices; ++sl) {
+    const int cur = static_cast<int>(sl % 2);
+    const bool more = sl + 1 < slices;
+    if (more) {  // slice sl + 1 on its way into registers while this one is computed on
+      fetch(a_next, A, a_row, a_col, a_kc, a_vec, row0, M, (sl + 1) * kBK, K);
+      fetch(b_next, B, b_col, b_row, b_kc, b_vec, col0, N, (sl + 1) * kBK, K);
+    }
+    D2L_GEMM_UNROLL
+    for (int k = 0; k < kBK; ++k) {
+      float a[kTM], b[kTN];  // this thread's column of op(A) and row of op(B), 2 fragments each
+      D2L_GEMM_UNROLL
+      for (int f = 0; f < kFragsM; ++f) {
+        const float4 v = *reinterpret_cast<const float4*>(&s.a[cur][k][wm + f * kQuarterM + lm]);
+        a[f * kFM] = v.x, a[f * kFM + 1] = v.y, a[f * kFM + 2] = v.z, a[f * kFM + 3] = v.w;
+      }
+      D2L_GEMM_UNROLL
+      for (int f = 0; f < kFragsN; ++f) {
+        const float4 v = *reinterpret_cast<const float4*>(&s.b[cur][k][wn + f * kQuarterN + ln]);
+        b[f * kFN] = v.x, b[f * kFN + 1] = v.y, b[f * kFN + 2] = v.z, b[f * kFN + 3] = v.w;
+      }
+      D2L_GEMM_UNROLL
+      for (int m = 0; m < kTM; ++m) {
+        D2L_GEMM_UNROLL
+        for (int n = 0; n < kTN; ++n) acc[m][n] += a[m] * b[n];  // outer product: 64 FMAs
+      }
+    }
+    if (more) {  // into the other buffer: nobody reads it since the last barrier
+      stash(s.a[cur ^ 1], a_next, a_kc);
+      stash(s.b[cur ^ 1], b_next, b_kc);
+    }
+    __syncthreads();  // slice sl + 1 complete, and slice sl consumed, for everyone
+  }
+  // acc[m][n] is C at row wm + (m / kFM) * kQuarterM + lm + m % kFM, column likewise along N.
+  D2L_GEMM_UNROLL
+  for (int m = 0; m < kTM; ++m) {
+    const int64_t i = row0 + wm + m / kFM * kQuarterM + lm + m % kFM;
+    if (i >= M) continue;
+    D2L_GEMM_UNROLL
+    for (int f = 0; f < kFragsN; ++f) {
+      const float4 v = make_float4(acc[m][f * kFN], acc[m][f * kFN + 1], acc[m][f * kFN + 2], acc[m][f * kFN + 3]);
+      store4(C, N, i, col0 + wn + f * kQuarterN + ln, v, alpha, beta, c_vec);
+    }
+  }
+}
+}  // namespace warptiled
+using warptiled::matmul_kernel4_warptiled;
+
 // ---- launcher
 namespace {
 unsigned blocks_for(int64_t n, int64_t tile, const char* what) {
@@ -144,6 +374,18 @@ void gemm(Stream stream, GemmKernel kernel, bool ta, bool tb, int64_t M, int64_t
       D2L_LAUNCH(matmul_kernel3_regblock, grid, block, 0, stream)(M, N, K, alpha, A, a_row, a_col, B, b_row,
                                                                    b_col, beta, C);
       D2L_CHECK_LAUNCH(matmul_kernel3_regblock);
+      return;
+    }
+    case GemmKernel::warptiled: {
+      namespace wt = warptiled;
+      // float4 loads need a 16-byte aligned base and a leading dimension (the stride between the rows of
+      // the stored matrix) that is a multiple of 4 floats: then every 4th element is aligned too.
+      auto vec = [](const float* p, int64_t ld) { return reinterpret_cast<uintptr_t>(p) % 16 == 0 && ld % 4 == 0; };
+      const bool a_vec = vec(A, ta ? M : K), b_vec = vec(B, tb ? K : N), c_vec = vec(C, N);
+      const dim3 grid(blocks_for(N, wt::kBN, "N"), blocks_for(M, wt::kBM, "M")), block(wt::kThreads);
+      D2L_LAUNCH(matmul_kernel4_warptiled, grid, block, 0, stream)(M, N, K, alpha, A, a_row, a_col, B, b_row,
+                                                                    b_col, beta, C, ta, tb, a_vec, b_vec, c_vec);
+      D2L_CHECK_LAUNCH(matmul_kernel4_warptiled);
       return;
     }
   }

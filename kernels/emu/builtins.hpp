@@ -1,6 +1,7 @@
-// The CUDA built-ins kernel code uses, for g++: index variables, barriers, warp shuffles, atomics
-// and fast-math intrinsics. They live in d2l::cuda_emu::builtins; cuda_emu.hpp makes them visible
-// unqualified inside the emulated kernels' namespace (d2l::kernels::emu), as they are under nvcc.
+// The CUDA built-ins kernel code uses, for g++: index variables, barriers, warp shuffles, atomics,
+// fast-math intrinsics and the float4 vector type. They live in d2l::cuda_emu::builtins;
+// cuda_emu.hpp makes them visible unqualified inside the emulated kernels' namespace
+// (d2l::kernels::emu), as they are under nvcc.
 //
 // Semantics kept from CUDA (sm_70 and later):
 // - threadIdx/blockIdx/blockDim/gridDim are variables (thread_local; the scheduler sets threadIdx
@@ -29,6 +30,8 @@ void sync_warp(unsigned mask);
 // warp; all-ones bits (NaN) when that lane does not exist or has exited (undefined on a GPU).
 uint64_t warp_exchange(uint64_t bits, int src_lane, unsigned mask);
 
+[[noreturn]] void misaligned_load(const void* p, size_t bytes);  // throws (launch.cpp)
+
 namespace builtins {
 
 struct uint3 {
@@ -41,6 +44,14 @@ struct dim3 {
   constexpr dim3(uint3 v) : x(v.x), y(v.y), z(v.z) {}
   constexpr operator uint3() const { return {x, y, z}; }
 };
+
+// CUDA's float4: 16 bytes, 16-byte aligned, so that one instruction moves it. Kernels read float
+// arrays through float4 pointers (reinterpret_cast), which CUDA allows and ISO C++'s aliasing rules
+// do not: may_alias tells g++ so.
+struct alignas(16) [[gnu::may_alias]] float4 {
+  float x, y, z, w;
+};
+inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 
 inline thread_local uint3 threadIdx{0, 0, 0};
 inline thread_local uint3 blockIdx{0, 0, 0};
@@ -147,8 +158,12 @@ inline float __fmaf_rn(float x, float y, float z) { return std::fma(x, y, z); }
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 inline float __saturatef(float x) { return x > 0.0f ? (x < 1.0f ? x : 1.0f) : 0.0f; }  // NaN -> 0
 inline int __float2int_rn(float x) { return static_cast<int>(std::nearbyint(x)); }
+// A load through the read-only cache. As on a GPU, the address must be aligned to the type: a
+// float4 (16 bytes) read from an address that is not a multiple of 16 is an error ("misaligned
+// address"), reported here instead of passing silently on the CPU.
 template <class T>
 T __ldg(const T* p) {
+  if (reinterpret_cast<uintptr_t>(p) % alignof(T) != 0) misaligned_load(p, sizeof(T));
   return *p;
 }
 

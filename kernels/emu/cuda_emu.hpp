@@ -5,7 +5,7 @@
 //   fiber.hpp     one emulated thread = one fiber (own stack, cooperative switches)
 //   block.hpp     a block: its fibers on one OS thread, barriers, deadlock report, shared memory
 //   shared.hpp    D2L_SHARED / D2L_DYNAMIC_SHARED
-//   builtins.hpp  index variables, barriers, shuffles, atomics, intrinsics
+//   builtins.hpp  index variables, barriers, shuffles, atomics, intrinsics, float4
 //   launch.hpp    D2L_LAUNCH's runtime: blocks over the device's threads, the launch log
 // Device code must live inside D2L_CUDA_NS (the built-ins are not in the global namespace).
 #pragma once

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <mutex>
 #include <stdexcept>
 
@@ -118,6 +119,14 @@ void run_grid(const LaunchConfig& cfg, void (*body)(void*), void* ctx) {
     worker(0);
   else
     s->pool->run(workers, worker);  // rethrows the first error after every worker stopped
+}
+
+// builtins.hpp's __ldg of a misaligned address: the error a GPU reports (the block's fiber carries it
+// out of the launch).
+void misaligned_load(const void* p, size_t bytes) {
+  char where[32];
+  std::snprintf(where, sizeof where, "%p", p);
+  throw std::runtime_error("misaligned address: a " + std::to_string(bytes) + "-byte load from " + where);
 }
 
 }  // namespace d2l::cuda_emu

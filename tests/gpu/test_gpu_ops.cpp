@@ -93,7 +93,7 @@ TEST_CASE(kPeerCopies) {
 }
 
 TEST_CASE("matmul on GPU 0: cuBLAS and the hand-written GEMMs match cpu(0)") {
-  for (const char* g : {"cublas", "tiled", "regblock", "naive"}) {
+  for (const char* g : {"cublas", "tiled", "regblock", "warptiled", "naive"}) {
     detail::set_gemm(g);
     for (bool ta : {false, true})
       for (bool tb : {false, true}) {
