@@ -43,6 +43,8 @@ void copy_on_device(Device d, const LaunchCtx& c, void* to, const void* from, si
 }
 
 void copy_between(const Tensor& src, const Tensor& dst) {
+  check_has_memory(src);
+  check_has_memory(dst);
   size_t bytes = src.storage()->bytes;
   if (dst.storage()->bytes != bytes)
     throw ShapeError("copy: " + str(src.shape()) + " does not fit into " + str(dst.shape()));
@@ -51,6 +53,8 @@ void copy_between(const Tensor& src, const Tensor& dst) {
 }
 
 void copy_bytes(const Tensor& src, size_t src_offset, const Tensor& dst, size_t dst_offset, size_t bytes) {
+  check_has_memory(src);
+  check_has_memory(dst);
   if (src_offset + bytes > src.storage()->bytes || dst_offset + bytes > dst.storage()->bytes)
     throw ShapeError("copy: byte range outside a tensor");
   if (bytes == 0) return;
@@ -117,6 +121,7 @@ float HostValue::value() const {
 }
 
 void copy_to_host(const Tensor& src, void* host, size_t bytes) {
+  check_has_memory(src);
   DeviceRuntime& s = runtime(src.device());
   s.compute.synchronize();  // every copy into s is waited for by s's compute stream
   s.copy.synchronize();

@@ -94,13 +94,27 @@ int64_t Tensor::dim(int i) const {
   return shape()[k];
 }
 
+// A tensor whose memory was handed back while its handle lives on: a parameter replica that ZeRO
+// stage 3 (core/optim/fsdp.hpp) keeps whole only while its unit runs.
+[[noreturn]] static void throw_released(const TensorImpl& t) {
+  throw std::logic_error("a tensor " + str(t.shape) + " on " + t.device.str() +
+                         " has no memory now: a parameter sharded by zero_stage 3 is whole only inside "
+                         "FullyShardedDataParallel's forward and backward");
+}
+
+void check_has_memory(const Tensor& t) {
+  if (!t.impl().storage) throw_released(t.impl());
+}
+
 float* Tensor::data() const {
   if (impl().dtype != DType::f32) throw ShapeError("expected a float32 tensor, got int32 " + d2l::str(shape()));
+  if (!impl().storage) throw_released(impl());
   return static_cast<float*>(impl().storage->ptr);
 }
 
 int32_t* Tensor::labels() const {
   if (impl().dtype != DType::i32) throw ShapeError("expected an int32 tensor, got float32 " + d2l::str(shape()));
+  if (!impl().storage) throw_released(impl());
   return static_cast<int32_t*>(impl().storage->ptr);
 }
 

@@ -92,5 +92,8 @@ class Tensor {
 };
 
 std::ostream& operator<<(std::ostream& os, const Tensor& t);
+// A logic_error in one line when t's memory was released (a ZeRO-3 replica between its uses);
+// data() and the copies check it.
+void check_has_memory(const Tensor& t);
 
 }  // namespace d2l

@@ -451,7 +451,7 @@ TEST_CASE("ZeRO-1 and ZeRO-2 state follows parameters moved by reset_ctx to othe
   CHECK(close_values(runs[0], runs[2]));
 }
 
-TEST_CASE("ZeRO: stage 3 and unknown stages, an unsupported kvstore, parameters on different devices are one-line errors") {
+TEST_CASE("ZeRO: unknown stages, an unsupported kvstore, parameters on different devices are one-line errors") {
   auto p = std::make_shared<Parameter>("w", Shape{2}), q = std::make_shared<Parameter>("v", Shape{3});
   p->initialize({cpu(0), cpu(1)});
   q->initialize({cpu(0), cpu(1)});
@@ -468,11 +468,11 @@ TEST_CASE("ZeRO: stage 3 and unknown stages, an unsupported kvstore, parameters 
       CHECK_MESSAGE(what.find(expected) != std::string::npos, what);
     }
   };
-  for (int stage : {3, -1})
+  for (int stage : {4, -1})
     one_line([&] { Trainer(dict, "sgd", {.learning_rate = 0.1f, .zero_stage = stage}); },
              "Trainer: zero_stage must be 0 (optimizer state replicated), 1 (ZeRO-1: optimizer state sharded over the "
-             "devices) or 2 (ZeRO-2: optimizer state and summed gradients sharded), got " + std::to_string(stage) +
-             "; stage 3 (parameters sharded) is not implemented");
+             "devices), 2 (ZeRO-2: optimizer state and summed gradients sharded) or 3 (ZeRO-3: parameters sharded "
+             "too), got " + std::to_string(stage));
   for (int stage : {1, 2})
     for (const std::string kv : {"local", "dist_sync", "dist_sync_ring"})
       one_line([&] { Trainer(dict, "adam", {.zero_stage = stage}, kv); },
@@ -493,8 +493,8 @@ TEST_CASE("ZeRO: stage 3 and unknown stages, an unsupported kvstore, parameters 
     CHECK(p->data(cpu(0)).to_vector() == before);
     q->reset_ctx({cpu(0), cpu(1)});
   }
-  // Stages 0, 1 and 2 are accepted, and set_learning_rate keeps the stage.
-  for (int stage : {0, 1, 2}) {
+  // Stages 0 to 3 are accepted, and set_learning_rate keeps the stage.
+  for (int stage : {0, 1, 2, 3}) {
     Trainer ok(dict, "adam", {.zero_stage = stage}, "ring");
     ok.set_learning_rate(0.5f);
     CHECK(ok.options().zero_stage == stage);

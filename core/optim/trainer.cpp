@@ -23,10 +23,10 @@ void check_options(const std::string& optimizer, const OptimizerOptions& o) {
   if (!std::isfinite(o.learning_rate) || o.learning_rate < 0)
     throw ConfigError("Trainer: learning_rate must be a finite number >= 0, got " + num(o.learning_rate));
   if (!std::isfinite(o.wd) || o.wd < 0) throw ConfigError("Trainer: wd must be a finite number >= 0, got " + num(o.wd));
-  if (o.zero_stage < 0 || o.zero_stage > 2)
+  if (o.zero_stage < 0 || o.zero_stage > 3)
     throw ConfigError("Trainer: zero_stage must be 0 (optimizer state replicated), 1 (ZeRO-1: optimizer state sharded "
-                      "over the devices) or 2 (ZeRO-2: optimizer state and summed gradients sharded), got " +
-                      std::to_string(o.zero_stage) + "; stage 3 (parameters sharded) is not implemented");
+                      "over the devices), 2 (ZeRO-2: optimizer state and summed gradients sharded) or 3 (ZeRO-3: "
+                      "parameters sharded too), got " + std::to_string(o.zero_stage));
   const OptimizerOptions defaults;
   if (optimizer == "sgd") {
     if (!(o.momentum >= 0 && o.momentum <= 1))
@@ -157,6 +157,15 @@ void Trainer::step(int64_t batch_size) {
     AdamStep a{options_.beta1, options_.beta2, options_.epsilon, options_.wd, 1.0f / static_cast<float>(batch_size)};
     s = adam_constants(a, lr, num_update_ + 1);
   }
+  if (zero_ && zero_->stage() == 3) {  // ZeRO-3: each device updates its shard; the next forward gathers
+    if (!zero_->placed())
+      throw ConfigError("Trainer: zero_stage 3 shards the parameters themselves: run the net through "
+                        "optim::FullyShardedDataParallel(net, trainer) from its first forward on");
+    if (!host_state_.empty() && !host_state_[0][0].empty()) fully_shard();  // a loaded state waits
+    zero_->step_shards(s);
+    ++num_update_;
+    return;
+  }
   const bool summed = kv_->reduce_all(weights);  // dist_sync with buckets: every gradient summed already
   if (zero_) {  // ZeRO-1 and 2: device i updates shard i, then the shards are all-gathered (core/optim/zero.hpp)
     if (!params_.empty()) {
@@ -199,6 +208,32 @@ std::vector<std::vector<Tensor>> Trainer::place_shards_and_gradients(const std::
   return grads;
 }
 
+zero::ShardedState& Trainer::fully_shard() {
+  if (!zero_ || zero_->stage() != 3)
+    throw ConfigError("FullyShardedDataParallel needs a Trainer with zero_stage 3, this one has zero_stage " +
+                      std::to_string(options_.zero_stage));
+  std::vector<std::vector<Tensor>> weights;
+  std::vector<std::string> names;
+  for (auto& [name, p] : params_) {
+    if (!p->initialized())
+      throw ParameterError("FullyShardedDataParallel: parameter '" + name +
+                           "' is not initialized; give the layers their input sizes or run one forward pass first");
+    weights.push_back(p->list_data());
+    names.push_back(name);
+  }
+  if (zero_->placed() && !zero_->fits(weights))
+    throw ConfigError("Trainer: zero_stage 3 keeps the parameters where they were sharded, " + str(zero_->devices()) +
+                      "; they cannot move (reset_ctx) afterwards");
+  if (!params_.empty()) zero_->shard_parameters(weights, names, host_state_);
+  return *zero_;
+}
+
+int64_t Trainer::index_of(const Parameter& p) const {
+  for (size_t k = 0; k < params_.size(); ++k)
+    if (params_[k].second.get() == &p) return static_cast<int64_t>(k);
+  return -1;
+}
+
 std::vector<DeviceMemory> Trainer::memory_per_device() const {
   std::vector<DeviceMemory> out;
   auto at = [&](Device d) -> DeviceMemory& {
@@ -207,7 +242,10 @@ std::vector<DeviceMemory> Trainer::memory_per_device() const {
     out.push_back(DeviceMemory{d});
     return out.back();
   };
-  auto bytes = [](const Tensor& t) { return t.defined() ? t.numel() * static_cast<int64_t>(sizeof(float)) : 0; };
+  // A tensor's memory, none for a ZeRO-3 replica released between its uses.
+  auto bytes = [](const Tensor& t) {
+    return t.defined() && t.storage() ? t.numel() * static_cast<int64_t>(sizeof(float)) : 0;
+  };
   for (auto& [name, p] : params_) {
     if (!p->initialized()) continue;
     for (auto& w : p->list_data()) {
@@ -223,7 +261,8 @@ std::vector<DeviceMemory> Trainer::memory_per_device() const {
   if (zero_)
     for (size_t i = 0; i < zero_->devices().size(); ++i) {
       at(zero_->devices()[i]).state_bytes += zero_->bytes(i);
-      at(zero_->devices()[i]).summed_gradient_bytes += zero_->gradient_bytes(i);  // stage 2's shard
+      at(zero_->devices()[i]).summed_gradient_bytes += zero_->gradient_bytes(i);  // stage 2's and 3's shard
+      at(zero_->devices()[i]).parameter_bytes += zero_->parameter_bytes(i);       // stage 3's shard
     }
   return out;
 }

@@ -60,7 +60,9 @@ struct OptimizerOptions {
   //   needs kvstore 'device' or 'ring' and every trainable parameter on the same devices.
   // 2 ZeRO stage 2: as 1, and the gradients are reduce-scattered (core/comm.hpp), not all-reduced:
   //   device i receives the summed gradient of shard i only. The same kvstores and devices as 1.
-  // Stage 3 (parameters sharded) is not implemented: a ConfigError.
+  // 3 ZeRO stage 3 (FSDP): the parameters sharded too; the net runs through
+  //   optim::FullyShardedDataParallel (core/optim/fsdp.hpp), which gathers each layer's parameters
+  //   just before its forward and its backward and adds each gradient into the shards that own it.
   int zero_stage = 0;
 };
 using SGDOptions = OptimizerOptions;  // its name while SGD was the only optimizer
@@ -125,8 +127,14 @@ class Trainer {
   // momentum 4 bytes an element, Adam 8); with zero_stage 1 or 2, 4 * slots * (its shard's size).
   // The summed gradient: 4 P on every device, 4 * (its shard's size) at stage 2 (after a step).
   std::vector<DeviceMemory> memory_per_device() const;
-  // zero_stage 1 or 2: the shards and their layout over the flat vector (null at stage 0).
+  // zero_stage 1, 2 or 3: the shards and their layout over the flat vector (null at stage 0).
   const zero::ShardedState* sharded_state() const { return zero_.get(); }
+  // zero_stage 3: the parameters become shards (every trainable parameter initialised; the first
+  // call releases the replicas' memory), for FullyShardedDataParallel. ConfigError at other stages.
+  zero::ShardedState& fully_shard();
+  // The index of a trainable parameter of this trainer in its flat order, -1 for any other.
+  int64_t index_of(const Parameter& p) const;
+  size_t num_parameters() const { return params_.size(); }  // trainable ones
 
   // What a checkpoint needs to continue bit for bit: "<slot>/<parameter name>" per slot of
   // state_names() and trainable parameter (device 0's replica; all replicas are equal; with

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/comm.hpp"
+#include "core/ops.hpp"
 #include "core/copy.hpp"
 #include "core/parameter.hpp"
 
@@ -169,11 +170,109 @@ void ShardedState::update_and_gather(const std::vector<std::vector<Tensor>>& wei
   }
 }
 
+void ShardedState::shard_parameters(const std::vector<std::vector<Tensor>>& weights,
+                                    const std::vector<std::string>& names,
+                                    std::vector<std::vector<std::vector<float>>>& host) {
+  const bool first = param_shards_.empty();
+  place(weights, names, host);  // the layout, the devices and the state, as at stages 1 and 2
+  if (!first) return;
+  weights_ = weights;
+  param_shards_.assign(devices_.size(), Tensor());
+  pieces_.assign(devices_.size(), {});
+  for (size_t i = 0; i < devices_.size(); ++i) {
+    const int64_t n = layout_.shard_size(i), lo = layout_.bounds[i];
+    if (n == 0) continue;
+    // Device i's own replica holds the same values as every other: its shard is a local copy.
+    param_shards_[i] = Tensor::empty({n}, devices_[i]);
+    for_pieces(layout_, i, [&](size_t k, int64_t a, int64_t b) {
+      copy_bytes(weights[k][i], static_cast<size_t>(a - layout_.offsets[k]) * kFloat, param_shards_[i],
+                 static_cast<size_t>(a - lo) * kFloat, static_cast<size_t>(b - a) * kFloat);
+      pieces_[i].push_back(Piece{k, a, b, Tensor::zeros({b - a}, devices_[i])});
+    });
+  }
+  for (size_t k = 0; k < weights_.size(); ++k)
+    for (size_t i = 0; i < devices_.size(); ++i) release_parameter(k, i);
+}
+
+void ShardedState::gather_parameter(size_t k, size_t i) {
+  TensorImpl& t = weights_[k][i].impl();
+  if (t.storage) return;
+  t.storage = Tensor::empty(t.shape, t.device).storage();  // for its device's compute stream
+  // All-gather, for one replica: from every shard, the part of parameter k it holds.
+  const int64_t lo = layout_.offsets[k], hi = layout_.offsets[k + 1];
+  for (size_t j = 0; j < devices_.size(); ++j) {
+    const int64_t a = std::max(lo, layout_.bounds[j]), b = std::min(hi, layout_.bounds[j + 1]);
+    if (a < b)
+      copy_bytes(param_shards_[j], static_cast<size_t>(a - layout_.bounds[j]) * kFloat, weights_[k][i],
+                 static_cast<size_t>(a - lo) * kFloat, static_cast<size_t>(b - a) * kFloat);
+  }
+}
+
+void ShardedState::release_parameter(size_t k, size_t i) {
+  // The allocator takes the blocks back in stream order: kernels already queued still read them.
+  TensorImpl& t = weights_[k][i].impl();
+  t.storage.reset();
+  t.grad.reset();
+}
+
+bool ShardedState::gathered(size_t k, size_t i) const { return weights_[k][i].impl().storage != nullptr; }
+
+void ShardedState::scatter_gradient(size_t k, size_t i) {
+  const Tensor g = weights_[k][i].grad();
+  if (!g.defined()) return;
+  // Reduce-scatter, one contribution at a time: each shard's part of this gradient is added into
+  // that shard's piece of parameter k, on the shard's device.
+  for (size_t j = 0; j < devices_.size(); ++j)
+    for (Piece& piece : pieces_[j]) {
+      if (piece.k != k) continue;
+      const Tensor recv = Tensor::empty({piece.b - piece.a}, devices_[j]);
+      copy_bytes(g, static_cast<size_t>(piece.a - layout_.offsets[k]) * kFloat, recv, 0,
+                 static_cast<size_t>(piece.b - piece.a) * kFloat);
+      add_(piece.grad, recv);
+    }
+  weights_[k][i].impl().grad.reset();
+}
+
+void ShardedState::step_shards(const Step& s) {
+  for (size_t k = 0; k < weights_.size(); ++k)
+    for (size_t i = 0; i < devices_.size(); ++i) release_parameter(k, i);
+  for (size_t i = 0; i < devices_.size(); ++i) {
+    const int64_t n = layout_.shard_size(i), lo = layout_.bounds[i];
+    if (n == 0) continue;
+    const Tensor g = Tensor::empty({n}, devices_[i]);
+    for (const Piece& piece : pieces_[i])
+      copy_bytes(piece.grad, 0, g, static_cast<size_t>(piece.a - lo) * kFloat,
+                 static_cast<size_t>(piece.b - piece.a) * kFloat);
+    step_on_device(param_shards_[i], state_[i], g, s);
+    for (const Piece& piece : pieces_[i]) fill_(piece.grad, 0.0f);
+  }
+}
+
+std::vector<std::vector<float>> ShardedState::parameters() const {
+  std::vector<std::vector<float>> out;
+  for (size_t k = 0; k + 1 < layout_.offsets.size(); ++k)
+    out.emplace_back(static_cast<size_t>(layout_.offsets[k + 1] - layout_.offsets[k]));
+  for (size_t i = 0; i < param_shards_.size(); ++i) {
+    if (!param_shards_[i].defined()) continue;
+    const std::vector<float> shard = param_shards_[i].to_vector();
+    for_pieces(layout_, i, [&](size_t k, int64_t a, int64_t b) {
+      std::copy(shard.begin() + (a - layout_.bounds[i]), shard.begin() + (b - layout_.bounds[i]),
+                out[k].begin() + (a - layout_.offsets[k]));
+    });
+  }
+  return out;
+}
+
+int64_t ShardedState::parameter_bytes(size_t i) const {
+  return i < param_shards_.size() && param_shards_[i].defined() ? static_cast<int64_t>(kFloat) * param_shards_[i].numel() : 0;
+}
+
 int64_t ShardedState::bytes(size_t i) const {
   return placed() ? static_cast<int64_t>(slots_ * kFloat) * layout_.shard_size(i) : 0;
 }
 
 int64_t ShardedState::gradient_bytes(size_t i) const {
+  if (stage_ == 3) return i < pieces_.size() ? static_cast<int64_t>(kFloat) * layout_.shard_size(i) : 0;
   return i < grad_shards_.size() ? static_cast<int64_t>(kFloat) * grad_shards_[i].numel() : 0;
 }
 

@@ -21,6 +21,17 @@
 // (N-1)/N of the P elements go out for the reduce-scatter and (N-1)/N for the all-gather: 2(N-1)/N
 // of P, where stage 1's allreduce and all-gather move 3(N-1)/N.
 //
+// ZeRO-3 (section 5.3, P_os+g+p; PyTorch's FullyShardedDataParallel) shards the parameters too: device
+// i keeps only shard i of the flat parameter vector, and a replica is whole only while its layer
+// runs (core/optim/fsdp.hpp gathers it just before the layer's forward and again before its
+// backward, and hands its memory back after each). The gradients are not reduce-scattered after
+// backward either: the moment a replica's gradient is complete, its elements are added into the
+// shards that own them (shard j keeps one summed-gradient piece per parameter it holds a part of,
+// added to in device order, as stage 2's reduce-scatter adds) and the replica's gradient is
+// released. Between steps a device holds 4 Psi_i of parameters, 4 Psi_i of summed gradient and
+// the state: 16 Psi_i with Adam, the paper's 16 Psi / N. The step updates each shard in place and
+// gathers nothing: the next forward does.
+//
 // Shards are element ranges of the flat vector, split as split_and_load splits a batch: shard i has
 // floor(P / N) elements, one more for the first P mod N shards. A parameter may straddle two
 // shards (its elements are updated on two devices); a shard may be empty when P < N.
@@ -65,6 +76,29 @@ class ShardedState {
   void place(const std::vector<std::vector<Tensor>>& weights, const std::vector<std::string>& names,
              std::vector<std::vector<std::vector<float>>>& host);
 
+  // Stage 3: the parameters become shards. The first call (the state placed as place() places it)
+  // copies shard i of the replicas' values into a flat tensor on device i and releases every
+  // replica's memory and gradient; the replicas keep their shapes. Later calls (a state loaded)
+  // place the state again and keep the parameter shards.
+  void shard_parameters(const std::vector<std::vector<Tensor>>& weights, const std::vector<std::string>& names,
+                        std::vector<std::vector<std::vector<float>>>& host);
+  // Stage 3: replica k on device i made whole (memory from its device's allocator, each shard's part
+  // copied in, from whichever device holds it), released again, and whether it is whole now.
+  void gather_parameter(size_t k, size_t i);
+  void release_parameter(size_t k, size_t i);
+  bool gathered(size_t k, size_t i) const;
+  const Tensor& replica(size_t k, size_t i) const { return weights_[k][i]; }
+  // Stage 3: replica k's gradient on device i, complete, added into the summed-gradient pieces of the
+  // shards holding parameter k's elements (copied to their devices first), then released.
+  void scatter_gradient(size_t k, size_t i);
+  // Stage 3: device i updates its parameter shard in place from its summed gradient (its pieces laid
+  // end to end), then the pieces are zeroed for the next step. Every replica is released first.
+  void step_shards(const Step& s);
+  // Stage 3: the unsharded parameters, [k] flattened, read from the shards.
+  std::vector<std::vector<float>> parameters() const;
+  // Stage 3: bytes of parameters device i keeps between layers: 4 * its shard's size.
+  int64_t parameter_bytes(size_t i) const;
+
   // Stage 1, steps 2 and 3 above: grads[k][i] already hold the sum over the devices (the same bits on each).
   void step(const std::vector<std::vector<Tensor>>& weights, const std::vector<std::vector<Tensor>>& grads,
             const Step& s);
@@ -85,7 +119,7 @@ class ShardedState {
   // Stage 2: the summed gradient of shard i after the last step's reduce-scatter, a flat tensor on
   // device i (none before the first step, nor at stage 1), and its bytes: 4 * its shard's size.
   const std::vector<Tensor>& gradient_shards() const { return grad_shards_; }
-  int64_t gradient_bytes(size_t i) const;
+  int64_t gradient_bytes(size_t i) const;  // stage 3: the pieces of shard i, 4 * its size
 
  private:
   size_t slots_;
@@ -94,6 +128,15 @@ class ShardedState {
   std::vector<Device> devices_;
   std::vector<std::vector<Tensor>> state_;  // per device, per slot: a flat tensor of the shard's size
   std::vector<Tensor> grad_shards_;         // stage 2, per device: the shard's summed gradient
+  // Stage 3.
+  struct Piece {
+    size_t k;      // the parameter
+    int64_t a, b;  // its elements [a, b) of the flat vector
+    Tensor grad;   // their summed gradient, on the shard's device
+  };
+  std::vector<std::vector<Tensor>> weights_;  // [k][i]: the replicas, whole only while gathered
+  std::vector<Tensor> param_shards_;          // per device: its shard of the flat parameter vector
+  std::vector<std::vector<Piece>> pieces_;    // per device: the parameters its shard holds parts of, in order
   // Steps 2 and 3: device i updates shard i from its summed gradient g[i] (flat), then the all-gather.
   void update_and_gather(const std::vector<std::vector<Tensor>>& weights, const std::vector<Tensor>& g, const Step& s);
 };

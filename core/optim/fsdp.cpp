@@ -1,0 +1,116 @@
+#include "core/optim/fsdp.hpp"
+
+#include "core/autograd.hpp"
+#include "core/optim/zero.hpp"
+
+namespace d2l::optim {
+
+FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<nn::Sequential> net, Trainer& trainer,
+                                                   FsdpOptions options)
+    : net_(std::move(net)), options_(options) {
+  // The units: each child holding trainable parameters, with the Trainer's indices of its parameters.
+  unit_of_param_.assign(trainer.num_parameters(), SIZE_MAX);
+  for (auto& [name, child] : net_->children()) {
+    std::vector<size_t> unit;
+    for (auto& p : child->collect_params().trainable()) {
+      const int64_t k = trainer.index_of(*p);
+      if (k < 0)
+        throw ConfigError("FullyShardedDataParallel: parameter '" + p->name() + "' of the net is not one of the trainer's");
+      unit.push_back(static_cast<size_t>(k));
+    }
+    unit_of_child_.push_back(unit.empty() ? -1 : static_cast<int64_t>(units_.size()));
+    if (unit.empty()) continue;
+    for (size_t k : unit) unit_of_param_[k] = units_.size();
+    units_.push_back(std::move(unit));
+  }
+  for (size_t k = 0; k < unit_of_param_.size(); ++k)
+    if (unit_of_param_[k] == SIZE_MAX)
+      throw ConfigError("FullyShardedDataParallel: the trainer's parameter " + std::to_string(k) +
+                        " is not in the net it wraps");
+  // Checked, now sharded: the replicas' memory goes back here.
+  shards_ = &trainer.fully_shard();
+  const size_t devices = shards_->devices().size();
+  pending_.assign(units_.size(), std::vector<size_t>(devices, 0));
+  for (auto& unit : units_)
+    for (size_t k : unit)
+      for (size_t i = 0; i < devices; ++i) replica_[&shards_->replica(k, i).impl()] = {k, i};
+  hook_ = add_grad_ready_hook([this](TensorImpl& leaf) { on_grad_ready(leaf); });
+}
+
+FullyShardedDataParallel::~FullyShardedDataParallel() { remove_grad_ready_hook(hook_); }
+
+void FullyShardedDataParallel::gather(size_t u, size_t i) {
+  for (size_t k : units_[u]) shards_->gather_parameter(k, i);
+}
+
+void FullyShardedDataParallel::release(size_t u, size_t i) {
+  for (size_t k : units_[u]) shards_->release_parameter(k, i);
+}
+
+std::vector<Tensor> FullyShardedDataParallel::forward_shards(const std::vector<Tensor>& xs) {
+  const auto& devices = shards_->devices();
+  bool fits = xs.size() == devices.size();
+  for (size_t i = 0; fits && i < xs.size(); ++i) fits = xs[i].device() == devices[i];
+  if (!fits) {
+    std::vector<Device> given;
+    for (auto& x : xs) given.push_back(x.device());
+    throw ShapeError("FullyShardedDataParallel: one shard of the batch per device of the shards, " + str(devices) +
+                     ", got shards on " + str(given));
+  }
+  const bool recording = grad_enabled();
+  auto gather_all = [&](size_t u) {
+    for (size_t i = 0; i < devices.size(); ++i) gather(u, i);
+  };
+  std::vector<Tensor> ys = xs;
+  const auto& children = net_->children();
+  for (size_t c = 0; c < children.size(); ++c) {
+    const int64_t u = unit_of_child_[c];
+    if (u < 0) {  // no parameters to gather
+      ys = children[c].second->forward_shards(ys);
+      continue;
+    }
+    gather_all(static_cast<size_t>(u));  // nothing to do when prefetched
+    if (options_.prefetch && static_cast<size_t>(u) + 1 < units_.size()) gather_all(static_cast<size_t>(u) + 1);
+    ys = children[c].second->forward_shards(ys);
+    for (size_t i = 0; i < devices.size(); ++i) {
+      release(static_cast<size_t>(u), i);
+      if (!recording || !ys[i].needs_grad()) continue;
+      // The pre-backward hook: an identity whose backward gathers the unit again on device i, before
+      // autograd reaches the unit's own nodes.
+      Tensor out = ys[i].detach();
+      record(out, "fsdp_pre_backward", {ys[i]}, [this, u = static_cast<size_t>(u), i](const Tensor& g) {
+        pre_backward(u, i);
+        return std::vector<Tensor>{g};
+      });
+      ys[i] = out;
+    }
+  }
+  return ys;
+}
+
+void FullyShardedDataParallel::pre_backward(size_t u, size_t i) {
+  gather(u, i);
+  pending_[u][i] = units_[u].size();
+  if (options_.prefetch && u > 0) gather(u - 1, i);  // the unit backward reaches next
+}
+
+void FullyShardedDataParallel::on_grad_ready(TensorImpl& leaf) {
+  auto it = replica_.find(&leaf);
+  if (it == replica_.end()) return;  // another net's parameter
+  const auto [k, i] = it->second;
+  shards_->scatter_gradient(k, i);
+  const size_t u = unit_of_param_[k];
+  if (pending_[u][i] > 0 && --pending_[u][i] == 0) release(u, i);
+}
+
+FullyShardedDataParallel::FullParameters::FullParameters(FullyShardedDataParallel& f) : f_(f) {
+  for (size_t u = 0; u < f_.units_.size(); ++u)
+    for (size_t i = 0; i < f_.shards_->devices().size(); ++i) f_.gather(u, i);
+}
+
+FullyShardedDataParallel::FullParameters::~FullParameters() {
+  for (size_t u = 0; u < f_.units_.size(); ++u)
+    for (size_t i = 0; i < f_.shards_->devices().size(); ++i) f_.release(u, i);
+}
+
+}  // namespace d2l::optim
