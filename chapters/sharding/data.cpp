@@ -18,9 +18,9 @@ void make_quick(Config& cfg) {
 }
 
 void validate(const Config& cfg) {
-  if (cfg.zero_stage < 0 || cfg.zero_stage > 2)
+  if (cfg.zero_stage < 0 || cfg.zero_stage > 3)
     throw ConfigError("bad --zero-stage " + std::to_string(cfg.zero_stage) +
-                      ": expected 0 (replicated), 1 (ZeRO-1) or 2 (ZeRO-2); stage 3 (parameters sharded) is not implemented");
+                      ": expected 0 (replicated), 1 (ZeRO-1), 2 (ZeRO-2) or 3 (ZeRO-3, FSDP)");
   const auto n = static_cast<int64_t>(cfg.devices.size());
   if (cfg.batch_size < n)
     throw ConfigError("bad --batch-size " + std::to_string(cfg.batch_size) + ": smaller than the " + std::to_string(n) +

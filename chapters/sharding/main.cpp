@@ -1,6 +1,6 @@
 // sharding: chapter 5, what data parallelism stores N times and two ways to store it once.
 //   sharding                      both parts on 4 devices (CPU devices stand in without GPUs)
-//   sharding memory --steps 50    1. ZeRO-1 and ZeRO-2 against replicated Adam: bytes per device, time per step
+//   sharding memory --steps 50    1. ZeRO-1, 2 and 3 against replicated Adam: bytes per device, peak, time per step
 //   sharding tp --tp-size 4       2. the Megatron MLP split over 4 devices against the unsharded net
 //   sharding --quick              generated data, a few steps: seconds (tests)
 #include <CLI/CLI.hpp>
@@ -14,26 +14,28 @@
 namespace sh = d2l::sharding;
 
 int main(int argc, char** argv) {
-  CLI::App app{"Sharding: ZeRO stages 1 and 2 (the optimizer state, then the gradients, split over the devices) and Megatron's tensor parallelism"};
+  CLI::App app{"Sharding: ZeRO stages 1 to 3 (the optimizer state, then the gradients, then the parameters split over the devices) and Megatron's tensor parallelism"};
   d2l::DeviceFlags dev;
   dev.num_gpus = 4;
   sh::Config cfg;
   bool quick = false;
   int64_t seed = 0;
   d2l::add_device_flags(app, dev);
-  auto* memory = app.add_subcommand("memory", "1. memory per device and time per step: replicated Adam (DDP) vs ZeRO-1 and ZeRO-2");
+  auto* memory = app.add_subcommand("memory", "1. memory per device and time per step: replicated Adam (DDP) vs ZeRO-1, ZeRO-2 and ZeRO-3 (FSDP)");
   auto* tp = app.add_subcommand("tp", "2. tensor parallelism: the Megatron MLP split over --tp-size devices vs unsharded");
   app.require_subcommand(0, 1);
   for (auto* sub : {memory, tp}) sub->fallthrough();  // flags may follow the subcommand
   auto* batch = app.add_option("--batch-size", cfg.batch_size, "minibatch size (split over the devices in part 1, whole on every device in part 2)")->capture_default_str();
   auto* steps = app.add_option("--steps", cfg.steps, "part 1: timed Adam steps per run (after one warm-up step)")->capture_default_str();
-  app.add_option("--zero-stage", cfg.zero_stage, "part 1: the last stage run beside the replicated one: 2 (ZeRO-1 and ZeRO-2), 1 (ZeRO-1) or 0 (the replicated rows only)")->capture_default_str();
+  app.add_option("--zero-stage", cfg.zero_stage, "part 1: the last stage run beside the replicated one: 3 (ZeRO-1, ZeRO-2 and ZeRO-3), 2, 1 or 0 (the replicated rows only)")->capture_default_str();
   app.add_option("--adam-lr", cfg.adam_lr, "part 1: Adam's learning rate")->capture_default_str();
   app.add_option("--lr", cfg.lr, "part 2: SGD's learning rate")->capture_default_str();
   auto* epochs = app.add_option("--num-epochs", cfg.num_epochs, "part 2: epochs of each run")->capture_default_str();
   app.add_option("--tp-size", cfg.tp_size, "part 2: devices the Megatron MLP is split over (the first of --devices)")->capture_default_str();
   app.add_option("--hidden", cfg.hidden, "part 2: the MLP's hidden width, split over --tp-size devices")->capture_default_str();
   app.add_option("--d-model", cfg.d_model, "part 2: the MLP's input and output width")->capture_default_str();
+  app.add_option("--out-dir", cfg.plot_dir, std::string("part 1: write ") + sh::kMemoryPlot + " and " + sh::kStepTimePlot + " here ('' for none)");
+  app.add_option("--trace", cfg.trace_file, "part 1: one ZeRO-3 step on all the devices, Chrome-trace JSON (Perfetto)");
   app.add_option("--data-dir", cfg.data_dir, "Fashion-MNIST (or any IDX) directory; default $D2L_DATA_DIR, then Debian's dataset-fashion-mnist");
   app.add_option("--seed", seed, "seed of the initial parameters and of the minibatch order")->capture_default_str();
   app.add_flag("--quick", quick, "generated 28x28 images (1024 training, 256 test), batch 64, 10 steps, 2 epochs: seconds");
@@ -59,6 +61,8 @@ int main(int argc, char** argv) {
     d2l::require_at_most("--hidden", static_cast<double>(cfg.hidden), 1 << 16, "hidden units");
     d2l::require_positive("--d-model", static_cast<double>(cfg.d_model));
     d2l::require_at_most("--d-model", static_cast<double>(cfg.d_model), 1 << 14, "features");
+    d2l::check_output_dir("--out-dir", cfg.plot_dir, {sh::kMemoryPlot, sh::kStepTimePlot});
+    d2l::check_output_path("--trace", cfg.trace_file);
     cfg.devices = d2l::choose_devices(dev);
     sh::validate(cfg);
     sh::load_data(cfg);

@@ -4,8 +4,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <sstream>
 #include <string>
+
+#include "core/plot.hpp"
 
 namespace d2l::sharding {
 
@@ -13,35 +16,43 @@ namespace d2l::sharding {
 constexpr size_t kEqualSteps = 10;
 
 int print_zero(const Config& cfg, const ZeroResult& r) {
-  std::printf("\n1. Memory per device: replicated Adam (data parallelism, zero_stage 0) vs ZeRO-1 (zero_stage 1) and "
-              "ZeRO-2 (zero_stage 2)\n"
+  std::printf("\n1. Memory per device: replicated Adam (data parallelism, zero_stage 0) vs ZeRO-1, ZeRO-2 and ZeRO-3 "
+              "(FSDP) (zero_stage 1, 2, 3)\n"
               "MLP 784 -> %lld -> %lld -> 10, Psi = %lld trainable float32 elements, Adam (K = 8 bytes of state an element), "
               "batch %lld split over the devices, %d timed steps\n",
               (long long)cfg.zero_hidden, (long long)cfg.zero_hidden, (long long)r.psi, (long long)cfg.batch_size, cfg.steps);
-  std::printf("%2s %5s %-8s %12s %12s %12s %-10s %12s %12s %-10s %12s %12s %10s\n", "N", "stage", "device", "params B",
-              "grads B", "sum grads B", "formula", "= B", "state B", "formula", "= B", "sent B/step", "ms/step");
+  std::printf("%2s %5s %-8s %10s %-8s %10s %10s %11s %-8s %10s %10s %-8s %10s %10s %11s %8s\n", "N", "stage", "device",
+              "params B", "formula", "= B", "grads B", "sum grads B", "formula", "= B", "state B", "formula", "= B", "peak B",
+              "sent B/step", "ms/step");
   for (const auto& run : r.runs)
     for (size_t i = 0; i < run.rows.size(); ++i) {
       const MemoryRow& m = run.rows[i];
       const std::string shard = "Psi_" + std::to_string(i);
-      const std::string sum_formula = m.stage == 2 ? "4*" + shard : "4*Psi";
+      const std::string param_formula = m.stage == 3 ? "4*" + shard : "4*Psi";
+      const std::string sum_formula = m.stage >= 2 ? "4*" + shard : "4*Psi";
       const std::string state_formula = m.stage == 0 ? "8*Psi" : "8*" + shard;
       std::ostringstream device;
       device << m.device;
-      std::printf("%2d %5d %-8s %12lld %12lld %12lld %-10s %12lld %12lld %-10s %12lld %12lld", m.n, m.stage,
-                  device.str().c_str(), (long long)m.parameter_bytes, (long long)m.gradient_bytes,
-                  (long long)m.summed_gradient_bytes, sum_formula.c_str(), (long long)m.formula_summed_gradient_bytes,
-                  (long long)m.state_bytes, state_formula.c_str(), (long long)m.formula_state_bytes, (long long)m.sent_bytes);
-      if (i == 0) std::printf(" %10.2f", 1e3 * run.seconds_per_step);
+      std::printf("%2d %5d %-8s %10lld %-8s %10lld %10lld %11lld %-8s %10lld %10lld %-8s %10lld %10lld %11lld", m.n, m.stage,
+                  device.str().c_str(), (long long)m.parameter_bytes, param_formula.c_str(),
+                  (long long)m.formula_parameter_bytes, (long long)m.gradient_bytes, (long long)m.summed_gradient_bytes,
+                  sum_formula.c_str(), (long long)m.formula_summed_gradient_bytes, (long long)m.state_bytes,
+                  state_formula.c_str(), (long long)m.formula_state_bytes, (long long)m.peak_bytes, (long long)m.sent_bytes);
+      if (i == 0) std::printf(" %8.2f", 1e3 * run.seconds_per_step);
       std::printf("\n");
     }
-  std::printf("(Psi_i = floor(Psi / N) + 1 for the first Psi mod N shards. grads B: the .grad buffers autograd adds into, "
-              "4 Psi at every stage. sum grads B: the summed gradient kept after the reduction, the whole sum at stages 0 "
-              "and 1, written into those .grad buffers (the same bytes), the shard's sum at stage 2, a buffer of its own)\n");
+  std::printf("(Psi_i = floor(Psi / N) + 1 for the first Psi mod N shards. params B: the parameters a device keeps between "
+              "steps, its shard at stage 3. grads B: the .grad buffers autograd adds into, 4 Psi at stages 0 to 2, released "
+              "at stage 3 once added into the shards. sum grads B: the summed gradient kept after the reduction, the whole "
+              "sum at stages 0 and 1, written into those .grad buffers (the same bytes), the shard's sum at stages 2 and 3, "
+              "a buffer of its own. peak B: the most bytes the device's allocator had handed out at once during the timed "
+              "steps, activations and temporaries included)\n");
   int failed = 0;
   for (const auto& run : r.runs) {
     for (const auto& m : run.rows)
-      if (m.state_bytes != m.formula_state_bytes || m.summed_gradient_bytes != m.formula_summed_gradient_bytes) ++failed;
+      if (m.parameter_bytes != m.formula_parameter_bytes || m.state_bytes != m.formula_state_bytes ||
+          m.summed_gradient_bytes != m.formula_summed_gradient_bytes)
+        ++failed;
     if (run.stage == 0) continue;
     const bool equal = run.max_diff_to_replicated == 0;
     std::printf("ZeRO-%d check, N=%d: after %d steps every replica's parameters %s the replicated run's (largest difference %g)\n",
@@ -50,18 +61,62 @@ int print_zero(const Config& cfg, const ZeroResult& r) {
   }
   // Bytes sent a step, all devices together, against the formula: an allreduce 2(N-1) Psi floats,
   // a reduce-scatter and an all-gather (N-1) Psi each.
-  static const char* what[] = {"allreduce", "allreduce + all-gather", "reduce-scatter + all-gather"};
+  static const char* what[] = {"allreduce", "allreduce + all-gather", "reduce-scatter + all-gather",
+                               "2 all-gathers + reduce-scatter"};
   for (const auto& run : r.runs) {
     const bool ok = run.sent_bytes == run.formula_sent_bytes;
     std::printf("bytes sent per step, N=%d, stage %d (%s): %lld, formula %d(N-1) * 4 * Psi = %lld%s", run.n, run.stage,
-                what[run.stage], (long long)run.sent_bytes, run.stage == 1 ? 3 : 2, (long long)run.formula_sent_bytes,
-                ok ? "" : " (DIFFERENT)");
+                what[run.stage], (long long)run.sent_bytes, run.stage == 1 || run.stage == 3 ? 3 : 2,
+                (long long)run.formula_sent_bytes, ok ? "" : " (DIFFERENT)");
     if (run.stage == 2 && run.n > 1)  // every device sends Psi + (N-2) Psi_i floats: 2(N-1)/N Psi to the rounding
       std::printf("; a device 2(N-1)/N * 4 * Psi = %.0f", 2.0 * (run.n - 1) / run.n * 4.0 * double(r.psi));
     std::printf("\n");
     if (!ok) ++failed;
   }
+  // The peak a device reached, the largest over its devices, against the replicated run's at the same N.
+  std::map<int, int64_t> replicated_peak;
+  for (const auto& run : r.runs) {
+    int64_t peak = 0;
+    for (const auto& m : run.rows) peak = std::max(peak, m.peak_bytes);
+    if (run.stage == 0) replicated_peak[run.n] = peak;
+    else if (replicated_peak.count(run.n))
+      std::printf("peak per device, N=%d, stage %d: %lld bytes, %.2fx the replicated run's %lld\n", run.n, run.stage,
+                  (long long)peak, double(peak) / double(std::max<int64_t>(1, replicated_peak[run.n])),
+                  (long long)replicated_peak[run.n]);
+  }
+  for (const auto& run : r.runs)
+    if (run.trace_tasks > 0)
+      std::printf("trace: one ZeRO-3 step on %d devices, %lld stream tasks (the gathers and the gradients' copies on the "
+                  "copy lanes, the layers on the compute lanes) in %s\n",
+                  run.n, (long long)run.trace_tasks, cfg.trace_file.c_str());
+  if (!cfg.plot_dir.empty()) plot_zero(cfg, r);
   return failed;
+}
+
+void plot_zero(const Config& cfg, const ZeroResult& r) {
+  static const char* names[] = {"replicated (DDP)", "ZeRO-1", "ZeRO-2", "ZeRO-3 (FSDP)"};
+  PlotSpec memory{"Peak memory per device, Adam, Psi = " + std::to_string(r.psi), "devices N", "MB (allocator peak, largest device)", {}};
+  PlotSpec time{"Time of a step, Adam, batch " + std::to_string(cfg.batch_size), "devices N", "ms per step", {}};
+  memory.key = time.key = "top right";
+  for (int stage = 0; stage <= 3; ++stage) {
+    Series m{names[stage], {}, {}, {}}, t{names[stage], {}, {}, {}};
+    for (const auto& run : r.runs) {
+      if (run.stage != stage) continue;
+      int64_t peak = 0;
+      for (const auto& row : run.rows) peak = std::max(peak, row.peak_bytes);
+      m.x.push_back(run.n), m.y.push_back(double(peak) / 1e6);
+      t.x.push_back(run.n), t.y.push_back(1e3 * run.seconds_per_step);
+    }
+    if (m.x.empty()) continue;
+    memory.series.push_back(m);
+    time.series.push_back(t);
+  }
+  for (auto& [spec, file] : {std::pair{&memory, kMemoryPlot}, std::pair{&time, kStepTimePlot}}) {
+    const std::string path = cfg.plot_dir + "/" + file;
+    const std::string why = plot_png(*spec, path);
+    if (why.empty()) std::printf("plot: %s\n", path.c_str());
+    else std::printf("plot %s not drawn: %s\n", path.c_str(), why.c_str());
+  }
 }
 
 void print_tensor_parallel_title(const Config& cfg) {

@@ -1,10 +1,11 @@
 // Chapter 5, sharding: what data parallelism stores N times, and how to store it once.
 //
-//   zero_memory      ZeRO stages 1 and 2 (Rajbhandari et al., SC20): the same Adam training with
-//                    the optimizer state replicated (stage 0, DDP), sharded (stage 1), and sharded
-//                    with the gradients reduce-scattered (stage 2) on N = 1, 2, 4 devices; the bytes
-//                    each device keeps and sends against the paper's formulas, the time of a step,
-//                    and whether the sharded runs' parameters equal the replicated run's.
+//   zero_memory      ZeRO stages 1 to 3 (Rajbhandari et al., SC20): the same Adam training with
+//                    the optimizer state replicated (stage 0, DDP), sharded (stage 1), sharded with
+//                    the gradients reduce-scattered (stage 2), and with the parameters sharded too
+//                    (stage 3, FSDP) on N = 1, 2, 4 devices; the bytes each device keeps, its peak and
+//                    what it sends against the paper's formulas, the time of a step, and whether the
+//                    sharded runs' parameters equal the replicated run's.
 //   tensor_parallel  Megatron-LM's MLP (Shoeybi et al. 2019): a classifier whose hidden MLP is split
 //                    over P devices (column-parallel -> relu -> row-parallel), trained beside the
 //                    same classifier unsharded on one device; loss and accuracy per epoch of both,
@@ -27,7 +28,7 @@ struct Config {
   int64_t batch_size = 256;
   uint64_t seed = 0;
   // Part 1: ZeRO.
-  int zero_stage = 2;      // the last stage run beside the replicated one (0: the replicated rows only)
+  int zero_stage = 3;      // the last stage run beside the replicated one (0: the replicated rows only)
   int steps = 20;          // timed Adam steps per run (after one untimed warm-up step)
   float adam_lr = 1e-3f;
   int64_t zero_hidden = 256;  // the MLP 784 -> hidden -> hidden -> 10
@@ -38,6 +39,8 @@ struct Config {
   float lr = 0.1f;         // SGD's
   int num_epochs = 3;
   bool verbose = true;
+  std::string plot_dir;    // part 1: memory_per_device.png and step_time.png here ("" for none)
+  std::string trace_file;  // part 1: one ZeRO-3 step on the most devices, Chrome-trace JSON ("" for none)
 };
 
 // Generated 28x28 images in place of Fashion-MNIST, a few steps: seconds on two cores.
@@ -55,8 +58,10 @@ struct MemoryRow {
   Device device;
   int64_t parameter_bytes = 0, gradient_bytes = 0, state_bytes = 0;
   int64_t summed_gradient_bytes = 0;          // the summed gradient kept after the reduction
-  int64_t formula_state_bytes = 0;            // 8 Psi replicated; 8 Psi_i at stages 1 and 2
-  int64_t formula_summed_gradient_bytes = 0;  // 4 Psi at stages 0 and 1; 4 Psi_i at stage 2
+  int64_t formula_parameter_bytes = 0;        // 4 Psi; 4 Psi_i at stage 3
+  int64_t formula_state_bytes = 0;            // 8 Psi replicated; 8 Psi_i at stages 1 to 3
+  int64_t formula_summed_gradient_bytes = 0;  // 4 Psi at stages 0 and 1; 4 Psi_i at stages 2 and 3
+  int64_t peak_bytes = 0;                     // the allocator's peak on the device over the timed steps
   int64_t sent_bytes = 0;                     // sent to other devices in one step (copy_counters)
 };
 struct ZeroRun {
@@ -66,7 +71,8 @@ struct ZeroRun {
   std::vector<MemoryRow> rows;      // one per device
   double max_diff_to_replicated = -1;  // stages 1, 2: largest |parameter difference| from stage 0 (-1: none)
   int64_t sent_bytes = 0;              // all devices together, one step
-  int64_t formula_sent_bytes = 0;      // 2(N-1) * 4 Psi at stages 0 and 2, 3(N-1) * 4 Psi at stage 1
+  int64_t trace_tasks = 0;             // the stream tasks of the step traced (--trace), 0 when none
+  int64_t formula_sent_bytes = 0;      // 2(N-1) * 4 Psi at stages 0 and 2, 3(N-1) * 4 Psi at stages 1 and 3
 };
 struct ZeroResult {
   int64_t psi = 0;  // trainable elements
@@ -75,6 +81,11 @@ struct ZeroResult {
 // The device counts of part 1: 1, 2, 4, ... up to the devices given, and their number.
 std::vector<int> zero_device_counts(size_t available);
 ZeroResult zero_memory(const Config& cfg);
+// The memory and step-time plots of part 1 into cfg.plot_dir (--out-dir): kMemoryPlot and
+// kStepTimePlot; a line per plot, naming it or saying why it could not be drawn.
+inline constexpr const char* kMemoryPlot = "zero_memory.png";
+inline constexpr const char* kStepTimePlot = "zero_step_time.png";
+void plot_zero(const Config& cfg, const ZeroResult& r);
 
 // ---- Part 2
 struct EpochRow {

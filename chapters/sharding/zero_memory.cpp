@@ -1,14 +1,19 @@
-// Part 1, ZeRO stages 1 and 2 (Rajbhandari et al., SC20, sections 5.1 and 5.2, P_os and P_os+g). The
+// Part 1, ZeRO stages 1 to 3 (Rajbhandari et al., SC20, section 5: P_os, P_os+g and P_os+g+p). The
 // book's data-parallel loop, unchanged: split the minibatch over the devices, one loss and one
-// backward per device, then trainer.step. Only the Trainer's zero_stage differs between the runs at each N:
+// backward per device, then trainer.step. Only the Trainer's zero_stage differs between the runs at
+// each N (and at stage 3 the net runs through FullyShardedDataParallel):
 //   stage 0  every device keeps Adam's m and v for all Psi parameters: 8 Psi bytes of state each,
 //            and the allreduce leaves the whole summed gradient (4 Psi) on every device;
 //   stage 1  device i keeps m and v of its shard of Psi_i elements only, updates those, and the
 //            updated shards are all-gathered into every replica: 8 Psi_i bytes, about 8 Psi / N;
 //   stage 2  as stage 1, but the gradients are reduce-scattered: device i keeps only its shard's
-//            summed gradient, 4 Psi_i bytes, and a step sends 2(N-1) * 4 Psi bytes in all, not 3(N-1).
-// Parameters (4 Psi) and the .grad buffers autograd fills (4 Psi) stay on every device; stage 3
-// would shard the parameters.
+//            summed gradient, 4 Psi_i bytes, and a step sends 2(N-1) * 4 Psi bytes in all, not 3(N-1);
+//   stage 3  the parameters are shards too (4 Psi_i a device); each layer is gathered before its
+//            forward and its backward and released after, each gradient added into the shards the
+//            moment it is complete: 16 Psi_i kept, the peak near that plus a layer or two, and
+//            3(N-1) * 4 Psi bytes a step (two all-gathers and a reduce-scatter).
+// At stages 0 to 2 the parameters (4 Psi) and the .grad buffers autograd fills (4 Psi) stay on
+// every device.
 #include <chrono>
 #include <cmath>
 #include <map>
@@ -23,9 +28,11 @@
 #include "core/nn/sequential.hpp"
 #include "core/nn/split_and_load.hpp"
 #include "core/ops.hpp"
+#include "core/optim/fsdp.hpp"
 #include "core/optim/trainer.hpp"
 #include "core/rng.hpp"
 #include "core/runtime.hpp"
+#include "core/trace.hpp"
 
 namespace d2l::sharding {
 
@@ -80,6 +87,10 @@ ZeroResult zero_memory(const Config& cfg) {
       auto net = make_mlp(features, cfg.zero_hidden);
       net->initialize(Init::Xavier(), devices, /*force_reinit=*/true);
       optim::Trainer trainer(net->collect_params(), "adam", {.learning_rate = cfg.adam_lr, .zero_stage = stage}, "device");
+      // Stage 3: FSDP(net) in place of net, as PyTorch wraps a module; the parameters become shards here.
+      std::unique_ptr<optim::FullyShardedDataParallel> fsdp;
+      if (stage == 3) fsdp = std::make_unique<optim::FullyShardedDataParallel>(net, trainer);
+      const bool trace_this = !cfg.trace_file.empty() && stage == 3 && n == static_cast<int>(cfg.devices.size());
       ZeroRun run;
       run.n = n, run.stage = stage;
       auto start = std::chrono::steady_clock::now();
@@ -89,13 +100,23 @@ ZeroResult zero_memory(const Config& cfg) {
         for (const Batch& b : train_iter.epoch(epoch)) {
           if (step > cfg.steps) break;
           check_interrupt();
-          if (step == 1) waitall(), reset_copy_counters(), start = std::chrono::steady_clock::now();
+          if (step == 1) {
+            waitall(), reset_copy_counters(), start = std::chrono::steady_clock::now();
+            for (auto& d : devices) runtime(d).allocator->reset_peak();
+          }
+          const bool tracing = trace_this && step == cfg.steps;  // the last timed step
+          if (tracing) waitall(), trace::start();
           // gpu_Xs = split_and_load(X, ctx); ls = [loss(net(X), y) ...]; for l in ls: l.backward()
           auto [Xs, ys] = nn::split_and_load(b, devices, /*even_split=*/false);
-          std::vector<Tensor> outputs = (*net)(Xs), ls;
+          std::vector<Tensor> outputs = fsdp ? (*fsdp)(Xs) : (*net)(Xs), ls;
           for (size_t i = 0; i < outputs.size(); ++i) ls.push_back(softmax_cross_entropy(outputs[i], ys[i], Reduction::sum));
           for (auto& l : ls) l.backward();
-          trainer.step(b.n);  // stages 1, 2: each device updates its shard, then the all-gather
+          trainer.step(b.n);  // stages 1 to 3: each device updates its shard (1, 2: then the all-gather)
+          if (tracing) {
+            waitall();
+            trace::stop();
+            trace::write_chrome_json(cfg.trace_file, trace::events());
+          }
           double loss = 0;
           for (auto& l : ls) loss += l.item();
           check_loss(loss, 1, step + 1);
@@ -108,25 +129,36 @@ ZeroResult zero_memory(const Config& cfg) {
       const auto memory = trainer.memory_per_device();
       result.psi = 0;
       for (auto& p : net->collect_params().trainable()) result.psi += p->list_data()[0].numel();
+      run.trace_tasks = trace_this ? static_cast<int64_t>(trace::events().size()) : 0;
       // The paper's formulas, float32 Adam (K = 8 bytes of state an element): 8 Psi of state and
       // 4 Psi of summed gradient replicated; shard i holds floor(Psi / N) elements, one more for the
-      // first Psi mod N shards: 8 Psi_i of state at stages 1 and 2, 4 Psi_i of summed gradient at 2.
+      // first Psi mod N shards: 8 Psi_i of state at stages 1 to 3, 4 Psi_i of summed gradient at 2 and 3,
+      // 4 Psi_i of parameters at 3.
       // The bytes sent were counted over the timed steps, every step the same.
       for (size_t i = 0; i < memory.size(); ++i) {
         const int64_t shard = result.psi / n + (static_cast<int64_t>(i) < result.psi % n ? 1 : 0);
         MemoryRow row{n, stage, memory[i].device, memory[i].parameter_bytes, memory[i].gradient_bytes,
                       memory[i].state_bytes, memory[i].summed_gradient_bytes};
+        row.formula_parameter_bytes = 4 * (stage == 3 ? shard : result.psi);
         row.formula_state_bytes = 8 * (stage == 0 ? result.psi : shard);
-        row.formula_summed_gradient_bytes = 4 * (stage == 2 ? shard : result.psi);
+        row.formula_summed_gradient_bytes = 4 * (stage >= 2 ? shard : result.psi);
+        row.peak_bytes = runtime(devices[i]).allocator->stats().peak;
         row.sent_bytes = copy_counters(devices[i]).bytes_out / cfg.steps;
         run.sent_bytes += row.sent_bytes;
         run.rows.push_back(row);
       }
       // All devices together: an allreduce sends 2(N-1) Psi floats (the 'device' kvstore's reduce
-      // and broadcast, as the ring), a reduce-scatter or an all-gather (N-1) Psi each.
-      run.formula_sent_bytes = (stage == 1 ? 3 : 2) * (n - 1) * 4 * result.psi;
-      if (stage == 0) replicated = replicas(*net);
-      else run.max_diff_to_replicated = max_abs_diff(replicas(*net), replicated);
+      // and broadcast, as the ring), a reduce-scatter or an all-gather (N-1) Psi each; stage 3
+      // all-gathers twice (forward and backward) and reduce-scatters once.
+      run.formula_sent_bytes = (stage == 1 || stage == 3 ? 3 : 2) * (n - 1) * 4 * result.psi;
+      if (stage == 0) {
+        replicated = replicas(*net);
+      } else if (fsdp) {  // every device's gathered replicas, made whole for the comparison
+        optim::FullyShardedDataParallel::FullParameters whole(*fsdp);
+        run.max_diff_to_replicated = max_abs_diff(replicas(*net), replicated);
+      } else {
+        run.max_diff_to_replicated = max_abs_diff(replicas(*net), replicated);
+      }
       result.runs.push_back(run);
     }
   }
