@@ -8,6 +8,7 @@
 #include "core/autograd.hpp"
 #include "core/optim/kvstore.hpp"
 #include "core/optim/zero.hpp"
+#include "core/optim/zero_dist.hpp"
 
 namespace d2l::optim {
 
@@ -72,13 +73,17 @@ Trainer::Trainer(const nn::ParameterDict& params, const std::string& optimizer, 
   kv_ = create_kvstore(kvstore);
   if (options_.zero_stage >= 1) {
     // The shards are the devices of this process, and at stage 1 the kvstore must leave the summed
-    // gradient on every one of them: 'local' updates in host memory instead, dist_sync spans
-    // processes. Stage 2 sums with its own reduce-scatter over the same devices, and takes the same.
+    // gradient on every one of them: 'local' updates in host memory instead. Stage 2 sums with its
+    // own reduce-scatter over the same devices, and takes the same. With dist_sync and
+    // dist_sync_ring the shards are the ranks instead, one device each (core/optim/zero_dist.hpp).
     const std::string stage = std::to_string(options_.zero_stage);
-    if (kv_->type() != "device" && kv_->type() != "ring")
+    if (kv_->type() == "dist_sync" || kv_->type() == "dist_sync_ring")
+      zero_ranks_ = std::make_unique<zero::RankShardedState>(state_names_.size(), options_.zero_stage);
+    else if (kv_->type() != "device" && kv_->type() != "ring")
       throw ConfigError("Trainer: zero_stage " + stage + " shards the optimizer state over the devices of one process "
                         "and needs kvstore 'device' or 'ring', not '" + kv_->type() + "'");
-    zero_ = std::make_unique<zero::ShardedState>(state_names_.size(), options_.zero_stage);
+    else
+      zero_ = std::make_unique<zero::ShardedState>(state_names_.size(), options_.zero_stage);
   }
   for (auto& [name, p] : params)
     if (p->differentiable()) params_.emplace_back(name, p);
@@ -136,6 +141,9 @@ void Trainer::place_state(size_t k, const std::vector<Tensor>& weights) {
 }
 
 void Trainer::set_buckets(const dist::BucketOptions& options) {
+  if (zero_ranks_ && options_.zero_stage == 2)
+    throw ConfigError("gradient buckets (--bucket-mb) all-reduce the gradients, but zero_stage 2 reduce-scatters them: "
+                      "use zero_stage 1 with buckets");
   kv_->set_buckets(options);
   std::vector<std::vector<Tensor>> weights;
   for (auto& [name, p] : params_) {
@@ -158,6 +166,14 @@ void Trainer::step(int64_t batch_size) {
     s = adam_constants(a, lr, num_update_ + 1);
   }
   const bool summed = kv_->reduce_all(weights);  // dist_sync with buckets: every gradient summed already
+  if (zero_ranks_) {  // ZeRO-1 and 2 over the ranks: rank r updates chunk r, then dist::allgather (zero_dist.hpp)
+    std::vector<std::string> names;
+    for (auto& [name, p] : params_) names.push_back(name);
+    if (!params_.empty()) zero_ranks_->step(weights, names, host_state_, *kv_, summed, s);
+    for (auto& [name, p] : params_) p->zero_grad();
+    ++num_update_;
+    return;
+  }
   if (zero_) {  // ZeRO-1 and 2: device i updates shard i, then the shards are all-gathered (core/optim/zero.hpp)
     if (!params_.empty()) {
       const auto grads = place_shards_and_gradients(weights, summed);
@@ -214,7 +230,7 @@ std::vector<DeviceMemory> Trainer::memory_per_device() const {
       DeviceMemory& m = at(w.device());
       m.parameter_bytes += bytes(w);
       m.gradient_bytes += bytes(w.grad());
-      if (!zero_ || zero_->stage() < 2) m.summed_gradient_bytes += bytes(w.grad());  // the sum, in place
+      if (options_.zero_stage < 2) m.summed_gradient_bytes += bytes(w.grad());  // the sum, in place
     }
   }
   for (auto& slots : state_)
@@ -225,6 +241,10 @@ std::vector<DeviceMemory> Trainer::memory_per_device() const {
       at(zero_->devices()[i]).state_bytes += zero_->bytes(i);
       at(zero_->devices()[i]).summed_gradient_bytes += zero_->gradient_bytes(i);  // stage 2's shard
     }
+  if (zero_ranks_ && zero_ranks_->placed()) {  // this rank's chunk
+    at(zero_ranks_->device()).state_bytes += zero_ranks_->bytes();
+    at(zero_ranks_->device()).summed_gradient_bytes += zero_ranks_->gradient_bytes();
+  }
   return out;
 }
 
@@ -232,7 +252,9 @@ std::vector<DeviceMemory> Trainer::memory_per_device() const {
 std::map<std::string, HostTensor> Trainer::state_dict() const {
   std::map<std::string, HostTensor> out;
   // zero_stage 1 or 2: the shards gathered into the unsharded layout, unless a loaded state waits.
-  const auto sharded = zero_ ? zero_->gather() : std::vector<std::vector<std::vector<float>>>{};
+  const auto sharded = zero_        ? zero_->gather()
+                       : zero_ranks_ ? zero_ranks_->gather()  // a collective: every rank calls state_dict
+                                     : std::vector<std::vector<std::vector<float>>>{};
   for (size_t k = 0; k < params_.size(); ++k)
     for (size_t j = 0; j < state_names_.size(); ++j) {
       auto& [name, p] = params_[k];
