@@ -72,6 +72,14 @@ struct ZeroResult {
   int64_t psi = 0;  // trainable elements
   std::vector<ZeroRun> runs;
 };
+// Part 1 under mpirun with W > 1 ranks (zero_processes.cpp): stages 0, 1, 2 over the ranks, one device
+// each (kvstore dist_sync), a row per rank; every rank's parameters against rank 0's, per run.
+struct ZeroRanksResult {
+  ZeroResult zero;
+  std::vector<double> diff_to_rank0;
+};
+ZeroRanksResult zero_memory_over_ranks(const Config& cfg);
+int print_zero_over_ranks(const Config& cfg, const ZeroRanksResult& r);
 // The device counts of part 1: 1, 2, 4, ... up to the devices given, and their number.
 std::vector<int> zero_device_counts(size_t available);
 ZeroResult zero_memory(const Config& cfg);

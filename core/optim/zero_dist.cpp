@@ -145,8 +145,8 @@ void RankShardedState::step(const std::vector<std::vector<Tensor>>& weights, con
   if (n > 0) step_on_device(w, state_, g, s);
   ++steps_;
   if (steps_ == 2 && rank_to_fail_in_allgather() == dist::rank())
-    throw DeviceError("rank " + std::to_string(dist::rank()) + " failed inside the ZeRO-" + std::to_string(stage_) +
-                      " all-gather of step 2 (injected: D2L_FAIL_RANK_IN_ALLGATHER=" + std::to_string(dist::rank()) + ")");
+    throw DeviceError("injected failure inside the ZeRO-" + std::to_string(stage_) + " all-gather of step 2 "
+                      "(D2L_FAIL_RANK_IN_ALLGATHER=" + std::to_string(dist::rank()) + ")");
   // All-gather: every rank's updated chunk into every rank's flat vector, then into the parameters.
   dist::allgather(w, flat);
   copy_flat(layout_, params, 0, P, flat, true);
