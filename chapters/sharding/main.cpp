@@ -3,6 +3,7 @@
 //   sharding memory --steps 50    1. ZeRO-1 and ZeRO-2 against replicated Adam: bytes per device, time per step
 //   sharding tp --tp-size 4       2. the Megatron MLP split over 4 devices against the unsharded net
 //   sharding --quick              generated data, a few steps: seconds (tests)
+//   mpirun -np 2 sharding memory  part 1 with ZeRO over the 2 processes, one device each
 #include <CLI/CLI.hpp>
 #include <cstdio>
 

@@ -5,6 +5,8 @@
 //                    with the gradients reduce-scattered (stage 2) on N = 1, 2, 4 devices; the bytes
 //                    each device keeps and sends against the paper's formulas, the time of a step,
 //                    and whether the sharded runs' parameters equal the replicated run's.
+//   zero_processes   under mpirun with W > 1 ranks: the same three runs with the shards over the
+//                    ranks, one device each (core/optim/zero_dist.hpp), a row per rank.
 //   tensor_parallel  Megatron-LM's MLP (Shoeybi et al. 2019): a classifier whose hidden MLP is split
 //                    over P devices (column-parallel -> relu -> row-parallel), trained beside the
 //                    same classifier unsharded on one device; loss and accuracy per epoch of both,

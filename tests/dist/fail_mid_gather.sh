@@ -2,7 +2,8 @@
 # A rank that fails in the middle of ZeRO's all-gather takes every rank down: runs PROGRAM ARGS as
 # NP ranks under mpirun with D2L_FAIL_RANK_IN_ALLGATHER=1 (core/optim/zero_dist.hpp: rank 1 throws
 # in the all-gather of its second sharded step, while the other ranks wait inside the collective).
-# Every rank must end within 10 s, the exit code non-zero, with exactly one stderr line
+# Every rank must end within 20 s of the start (a sanitizer's slowdown included; about 2 s here), the
+# exit code non-zero, with exactly one stderr line
 # "error: rank 1: ..." naming the all-gather; never a hang, never a crash.
 #   fail_mid_gather.sh NP PROGRAM ARGS...
 np=$1
@@ -20,10 +21,10 @@ ours_running() {
   return 1
 }
 start=$(date +%s)
-timeout -k 2 10 mpirun --oversubscribe --bind-to none -x D2L_FAIL_RANK_IN_ALLGATHER -np "$np" "$prog" "$@" >/dev/null 2>"$err"
+timeout -k 2 20 mpirun --oversubscribe --bind-to none -x D2L_FAIL_RANK_IN_ALLGATHER -np "$np" "$prog" "$@" >/dev/null 2>"$err"
 rc=$?
 i=0
-while ours_running; do  # no rank left behind, within the same 10 s
+while ours_running; do  # no rank left behind
   sleep 0.1
   i=$((i + 1))
   [ $i -lt 30 ] || { echo "FAIL: a rank still running after mpirun exited"; rm -f "$err"; exit 1; }
@@ -35,7 +36,7 @@ others=$(grep -c '^error: rank [02-9]' "$err")
 crashed=$(grep -c -i -e "segmentation fault" -e "malloc()" -e "free()" -e "core dumped" -e "signal 6" -e "signal 11" -e "terminate called" "$err")
 rm -f "$err"
 [ "$rc" -ne 0 ] || { echo "FAIL: exit code 0"; exit 1; }
-[ "$rc" -ne 124 ] && [ "$rc" -ne 137 ] || { echo "FAIL: still running after 10 s (a hang)"; exit 1; }
+[ "$rc" -ne 124 ] && [ "$rc" -ne 137 ] || { echo "FAIL: still running after 20 s (a hang)"; exit 1; }
 [ "$crashed" -eq 0 ] || { echo "FAIL: a rank crashed"; exit 1; }
 [ "$line" -eq 1 ] || { echo "FAIL: $line lines 'error: rank 1: ... all-gather ...' on stderr, expected 1"; exit 1; }
 [ "$others" -eq 0 ] || { echo "FAIL: another rank reported an error of its own"; exit 1; }
