@@ -11,7 +11,9 @@
 // 4 * slots * its chunk (8 * chunk for Adam), the chunk recomputed here from chunk_begin's rule; the
 // summed gradient kept 4 * chunk at stage 2; state_dict in the unsharded layout equal to the alone
 // run's and the replicated run's; a checkpoint taken after 10 steps and loaded by a new Trainer
-// continuing to 20 steps equal to 20 steps straight; the configuration errors.
+// continuing to 20 steps equal to 20 steps straight; the configuration errors. tests/mutants runs
+// this file as 2 processes against a zero_dist.cpp that skips the all-gather into the parameters and
+// one that updates each chunk twice: both must fail.
 #include <doctest/doctest.h>
 
 #include <algorithm>
