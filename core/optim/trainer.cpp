@@ -230,7 +230,7 @@ std::vector<DeviceMemory> Trainer::memory_per_device() const {
       DeviceMemory& m = at(w.device());
       m.parameter_bytes += bytes(w);
       m.gradient_bytes += bytes(w.grad());
-      if (options_.zero_stage < 2) m.summed_gradient_bytes += bytes(w.grad());  // the sum, in place
+      if (!zero_ || zero_->stage() < 2) m.summed_gradient_bytes += bytes(w.grad());  // the sum, in place
     }
   }
   for (auto& slots : state_)
@@ -241,9 +241,10 @@ std::vector<DeviceMemory> Trainer::memory_per_device() const {
       at(zero_->devices()[i]).state_bytes += zero_->bytes(i);
       at(zero_->devices()[i]).summed_gradient_bytes += zero_->gradient_bytes(i);  // stage 2's shard
     }
-  if (zero_ranks_ && zero_ranks_->placed()) {  // this rank's chunk
-    at(zero_ranks_->device()).state_bytes += zero_ranks_->bytes();
-    at(zero_ranks_->device()).summed_gradient_bytes += zero_ranks_->gradient_bytes();
+  if (zero_ranks_ && zero_ranks_->placed()) {  // this rank's chunk; at stage 2 the chunk's sum is all the sum kept
+    DeviceMemory& m = at(zero_ranks_->device());
+    m.state_bytes += zero_ranks_->bytes();
+    if (zero_ranks_->stage() == 2) m.summed_gradient_bytes = zero_ranks_->gradient_bytes();
   }
   return out;
 }
