@@ -6,6 +6,8 @@
 //                    (stage 3, FSDP) on N = 1, 2, 4 devices; the bytes each device keeps, its peak and
 //                    what it sends against the paper's formulas, the time of a step, and whether the
 //                    sharded runs' parameters equal the replicated run's.
+//   zero_processes   under mpirun with W > 1 ranks: the same three runs with the shards over the
+//                    ranks, one device each (core/optim/zero_dist.hpp), a row per rank.
 //   tensor_parallel  Megatron-LM's MLP (Shoeybi et al. 2019): a classifier whose hidden MLP is split
 //                    over P devices (column-parallel -> relu -> row-parallel), trained beside the
 //                    same classifier unsharded on one device; loss and accuracy per epoch of both,
@@ -78,6 +80,14 @@ struct ZeroResult {
   int64_t psi = 0;  // trainable elements
   std::vector<ZeroRun> runs;
 };
+// Part 1 under mpirun with W > 1 ranks (zero_processes.cpp): stages 0, 1, 2 over the ranks, one device
+// each (kvstore dist_sync), a row per rank; every rank's parameters against rank 0's, per run.
+struct ZeroRanksResult {
+  ZeroResult zero;
+  std::vector<double> diff_to_rank0;
+};
+ZeroRanksResult zero_memory_over_ranks(const Config& cfg);
+int print_zero_over_ranks(const Config& cfg, const ZeroRanksResult& r);
 // The device counts of part 1: 1, 2, 4, ... up to the devices given, and their number.
 std::vector<int> zero_device_counts(size_t available);
 ZeroResult zero_memory(const Config& cfg);

@@ -8,6 +8,7 @@
 #include "core/autograd.hpp"
 #include "core/optim/kvstore.hpp"
 #include "core/optim/zero.hpp"
+#include "core/optim/zero_dist.hpp"
 
 namespace d2l::optim {
 
@@ -72,13 +73,21 @@ Trainer::Trainer(const nn::ParameterDict& params, const std::string& optimizer, 
   kv_ = create_kvstore(kvstore);
   if (options_.zero_stage >= 1) {
     // The shards are the devices of this process, and at stage 1 the kvstore must leave the summed
-    // gradient on every one of them: 'local' updates in host memory instead, dist_sync spans
-    // processes. Stage 2 sums with its own reduce-scatter over the same devices, and takes the same.
+    // gradient on every one of them: 'local' updates in host memory instead. Stage 2 sums with its
+    // own reduce-scatter over the same devices, and takes the same. With dist_sync and
+    // dist_sync_ring the shards are the ranks instead, one device each (core/optim/zero_dist.hpp).
     const std::string stage = std::to_string(options_.zero_stage);
-    if (kv_->type() != "device" && kv_->type() != "ring")
+    const bool processes = kv_->type() == "dist_sync" || kv_->type() == "dist_sync_ring";
+    if (processes && options_.zero_stage == 3)
+      throw ConfigError("Trainer: zero_stage 3 shards the parameters over the devices of one process (kvstore 'device' "
+                        "or 'ring'); over processes ('" + kv_->type() + "') it is not implemented, stages 1 and 2 are");
+    if (processes)
+      zero_ranks_ = std::make_unique<zero::RankShardedState>(state_names_.size(), options_.zero_stage);
+    else if (kv_->type() != "device" && kv_->type() != "ring")
       throw ConfigError("Trainer: zero_stage " + stage + " shards the optimizer state over the devices of one process "
                         "and needs kvstore 'device' or 'ring', not '" + kv_->type() + "'");
-    zero_ = std::make_unique<zero::ShardedState>(state_names_.size(), options_.zero_stage);
+    else
+      zero_ = std::make_unique<zero::ShardedState>(state_names_.size(), options_.zero_stage);
   }
   for (auto& [name, p] : params)
     if (p->differentiable()) params_.emplace_back(name, p);
@@ -136,6 +145,9 @@ void Trainer::place_state(size_t k, const std::vector<Tensor>& weights) {
 }
 
 void Trainer::set_buckets(const dist::BucketOptions& options) {
+  if (zero_ranks_ && options_.zero_stage == 2)
+    throw ConfigError("gradient buckets (--bucket-mb) all-reduce the gradients, but zero_stage 2 reduce-scatters them: "
+                      "use zero_stage 1 with buckets");
   kv_->set_buckets(options);
   std::vector<std::vector<Tensor>> weights;
   for (auto& [name, p] : params_) {
@@ -167,6 +179,14 @@ void Trainer::step(int64_t batch_size) {
     return;
   }
   const bool summed = kv_->reduce_all(weights);  // dist_sync with buckets: every gradient summed already
+  if (zero_ranks_) {  // ZeRO-1 and 2 over the ranks: rank r updates chunk r, then dist::allgather (zero_dist.hpp)
+    std::vector<std::string> names;
+    for (auto& [name, p] : params_) names.push_back(name);
+    if (!params_.empty()) zero_ranks_->step(weights, names, host_state_, *kv_, summed, s);
+    for (auto& [name, p] : params_) p->zero_grad();
+    ++num_update_;
+    return;
+  }
   if (zero_) {  // ZeRO-1 and 2: device i updates shard i, then the shards are all-gathered (core/optim/zero.hpp)
     if (!params_.empty()) {
       const auto grads = place_shards_and_gradients(weights, summed);
@@ -264,6 +284,11 @@ std::vector<DeviceMemory> Trainer::memory_per_device() const {
       at(zero_->devices()[i]).summed_gradient_bytes += zero_->gradient_bytes(i);  // stage 2's and 3's shard
       at(zero_->devices()[i]).parameter_bytes += zero_->parameter_bytes(i);       // stage 3's shard
     }
+  if (zero_ranks_ && zero_ranks_->placed()) {  // this rank's chunk; at stage 2 the chunk's sum is all the sum kept
+    DeviceMemory& m = at(zero_ranks_->device());
+    m.state_bytes += zero_ranks_->bytes();
+    if (zero_ranks_->stage() == 2) m.summed_gradient_bytes = zero_ranks_->gradient_bytes();
+  }
   return out;
 }
 
@@ -271,7 +296,9 @@ std::vector<DeviceMemory> Trainer::memory_per_device() const {
 std::map<std::string, HostTensor> Trainer::state_dict() const {
   std::map<std::string, HostTensor> out;
   // zero_stage 1 or 2: the shards gathered into the unsharded layout, unless a loaded state waits.
-  const auto sharded = zero_ ? zero_->gather() : std::vector<std::vector<std::vector<float>>>{};
+  const auto sharded = zero_        ? zero_->gather()
+                       : zero_ranks_ ? zero_ranks_->gather()  // a collective: every rank calls state_dict
+                                     : std::vector<std::vector<std::vector<float>>>{};
   for (size_t k = 0; k < params_.size(); ++k)
     for (size_t j = 0; j < state_names_.size(); ++j) {
       auto& [name, p] = params_[k];

@@ -27,6 +27,8 @@
 // all-gathered into every replica. The same update, the same bits on every replica, 1/N of the state.
 // zero_stage 2 sums the gradients with a reduce-scatter instead of an allreduce: each device ends
 // with the summed gradient of its own shard only, the one part of the sum it reads.
+// With kvstore dist_sync or dist_sync_ring the same two stages shard over the processes instead
+// (core/optim/zero_dist.hpp): rank r of W, one device each, keeps chunk r of the flat vector.
 #pragma once
 #include <map>
 #include <memory>
@@ -40,7 +42,8 @@ namespace d2l::optim {
 
 class KVStore;  // core/optim/kvstore.hpp
 namespace zero {
-class ShardedState;  // core/optim/zero.hpp
+class ShardedState;      // core/optim/zero.hpp
+class RankShardedState;  // core/optim/zero_dist.hpp
 }
 
 // The optimizer's hyperparameters, Gluon's optimizer_params: SGD reads learning_rate, momentum and wd;
@@ -58,8 +61,13 @@ struct OptimizerOptions {
   // 0 every device keeps the whole state of its replica (data parallelism);
   // 1 ZeRO stage 1: device i of N keeps, and updates, the state of shard i only (core/optim/zero.hpp);
   //   needs kvstore 'device' or 'ring' and every trainable parameter on the same devices.
+  //   With kvstore 'dist_sync' or 'dist_sync_ring', the shards are the processes: rank r of W keeps
+  //   the state of chunk r (dist::chunk_begin's split) on its one device (core/optim/zero_dist.hpp;
+  //   a process with several devices is a ConfigError at the first step), updates it after the
+  //   allreduce (or the buckets'), then dist::allgather; state_dict() is then a collective.
   // 2 ZeRO stage 2: as 1, and the gradients are reduce-scattered (core/comm.hpp), not all-reduced:
-  //   device i receives the summed gradient of shard i only. The same kvstores and devices as 1.
+  //   device i receives the summed gradient of shard i only. The same kvstores and devices as 1;
+  //   over the processes dist::reduce_scatter gives rank r chunk r's sum (no gradient buckets).
   // 3 ZeRO stage 3 (FSDP): the parameters sharded too; the net runs through
   //   optim::FullyShardedDataParallel (core/optim/fsdp.hpp), which gathers each layer's parameters
   //   just before its forward and its backward and adds each gradient into the shards that own it.
@@ -135,10 +143,13 @@ class Trainer {
   // The index of a trainable parameter of this trainer in its flat order, -1 for any other.
   int64_t index_of(const Parameter& p) const;
   size_t num_parameters() const { return params_.size(); }  // trainable ones
+  // zero_stage 1 or 2 with a dist kvstore: this rank's chunk and the layout over the ranks (else null).
+  const zero::RankShardedState* rank_sharded_state() const { return zero_ranks_.get(); }
 
   // What a checkpoint needs to continue bit for bit: "<slot>/<parameter name>" per slot of
   // state_names() and trainable parameter (device 0's replica; all replicas are equal; with
-  // zero_stage 1 or 2 gathered from the shards, so a checkpoint does not depend on the device count) and
+  // zero_stage 1 or 2 gathered from the shards, so a checkpoint does not depend on the device count;
+  // over the processes gathered from every rank: every rank calls it and gets the whole state) and
   // "num_update", "learning_rate" (one value each). load_state_dict checks names and shapes and
   // names what is wrong. SGD's momentum is MXNet's (lr already folded in, see above); num_update is
   // exact up to 2^24 (Adam's step t is num_update + 1).
@@ -159,6 +170,9 @@ class Trainer {
   void place_state(size_t k, const std::vector<Tensor>& weights);
   // zero_stage 1 or 2: the state as shards (null at stage 0).
   std::unique_ptr<zero::ShardedState> zero_;
+  // zero_stage 1 or 2 with kvstore dist_sync or dist_sync_ring: the state as chunks over the ranks
+  // (null otherwise; then zero_ is null).
+  std::unique_ptr<zero::RankShardedState> zero_ranks_;
   // The sharded step's first half: the shards laid out for these replicas when they moved or a state
   // was loaded, and every parameter's gradients, summed on every device at stage 1 (unless `summed`),
   // each device's own at stage 2 (the update reduce-scatters them).

@@ -1,0 +1,201 @@
+// Part 1 over processes: under mpirun with W > 1 ranks, ZeRO-1 and ZeRO-2 shard over the ranks, one
+// device each, the paper's own setting (Rajbhandari et al., SC20: each data-parallel process keeps
+// 1/N_d of the optimizer state, section 5.1, and of the summed gradients, section 5.2). The same
+// Adam training as zero_memory.cpp, three times from the same initial parameters over the same
+// minibatches, each rank taking its rows of every minibatch:
+//   stage 0  kvstore dist_sync: every gradient all-reduced over the ranks, every rank keeps m and v
+//            for all Psi elements and updates them all (8 Psi bytes of state on every rank);
+//   stage 1  the same allreduce; rank r keeps m and v of chunk r (Psi_r elements, dist::chunk_begin's
+//            split), updates it, and dist::allgather gives every rank the whole update (8 Psi_r);
+//   stage 2  dist::reduce_scatter instead of the allreduce: rank r receives chunk r's summed
+//            gradient only (4 Psi_r), then the same update and all-gather.
+// Rank 0 prints every rank's row (the figures gathered with dist::sum_over_ranks) and a check line
+// per sharded run: every rank's parameters against its replicated run's, and against rank 0's.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <sstream>
+
+#include "chapters/sharding/sharding.hpp"
+#include "core/autograd.hpp"
+#include "core/cli.hpp"
+#include "core/dist/collectives.hpp"
+#include "core/dist/process_group.hpp"
+#include "core/nn/dense.hpp"
+#include "core/nn/flatten.hpp"
+#include "core/nn/sequential.hpp"
+#include "core/ops.hpp"
+#include "core/optim/trainer.hpp"
+#include "core/rng.hpp"
+#include "core/runtime.hpp"
+
+namespace d2l::sharding {
+
+namespace {
+
+// zero_memory.cpp's classifier: flatten -> Dense(hidden, relu) -> Dense(hidden, relu) -> Dense(10).
+std::shared_ptr<nn::Sequential> ranks_mlp(int64_t features, int64_t hidden) {
+  auto net = std::make_shared<nn::Sequential>();
+  net->add(std::make_shared<nn::Flatten>(), std::make_shared<nn::Dense>(hidden, "relu", true, features),
+           std::make_shared<nn::Dense>(hidden, "relu", true, hidden), std::make_shared<nn::Dense>(10, "", true, hidden));
+  return net;
+}
+
+// The trainable parameters end to end, as the Trainer lays them out.
+std::vector<float> flat_parameters(const nn::Block& net) {
+  std::vector<float> out;
+  for (auto& p : net.collect_params().trainable()) {
+    const std::vector<float> v = p->list_data()[0].to_vector();
+    out.insert(out.end(), v.begin(), v.end());
+  }
+  return out;
+}
+
+double largest_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return INFINITY;
+  double d = 0;
+  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::fabs(double(a[i]) - double(b[i])));
+  return d;
+}
+
+// Every rank's `mine` (the same count on each), rank r's in slots [r * n, (r + 1) * n): rank order.
+std::vector<double> from_every_rank(const std::vector<double>& mine) {
+  const size_t n = mine.size(), r = static_cast<size_t>(dist::rank());
+  std::vector<double> all(n * static_cast<size_t>(dist::world_size()), 0.0);
+  std::copy(mine.begin(), mine.end(), all.begin() + static_cast<std::ptrdiff_t>(r * n));
+  return dist::sum_over_ranks(all);
+}
+
+// Psi_r: rank r's chunk of Psi elements, dist::chunk_begin's split.
+int64_t chunk_of_rank(int64_t psi, int r) { return dist::chunk_begin(psi, r + 1) - dist::chunk_begin(psi, r); }
+
+}  // namespace
+
+ZeroRanksResult zero_memory_over_ranks(const Config& cfg) {
+  const int W = dist::world_size(), me = dist::rank();
+  const Device device = cfg.devices[0];  // one device a rank: the shards are the ranks
+  DataIter train_iter(*cfg.train_data, cfg.batch_size, true, cfg.seed);  // the same minibatches on every rank
+  Shape feature_shape = train_iter.data().feature_shape;
+  int64_t features = 1;
+  for (int64_t s : feature_shape) features *= s;
+  ZeroRanksResult out;
+  ZeroResult& result = out.zero;
+  std::vector<float> replicated;  // stage 0's parameters after its steps, on this rank
+  // ZeRO-3 shards over the devices of one process only (core/optim/fsdp.hpp): stages 0 to 2 here.
+  for (int stage = 0; stage <= std::min(cfg.zero_stage, 2); ++stage) {
+    manual_seed(cfg.seed);
+    auto net = ranks_mlp(features, cfg.zero_hidden);
+    net->initialize(Init::Xavier(), {device}, /*force_reinit=*/true);
+    optim::Trainer trainer(net->collect_params(), "adam", {.learning_rate = cfg.adam_lr, .zero_stage = stage}, "dist_sync");
+    ZeroRun run;
+    run.n = W, run.stage = stage;
+    auto start = std::chrono::steady_clock::now();
+    int step = 0;
+    double last_loss = 0;
+    int64_t last_n = 1;
+    for (int64_t epoch = 0; step <= cfg.steps; ++epoch) {
+      for (const Batch& b : train_iter.epoch(epoch)) {
+        if (step > cfg.steps) break;
+        check_interrupt();
+        if (step == 1) waitall(), start = std::chrono::steady_clock::now();
+        // Rank r's rows of the minibatch: [n r / W, n (r + 1) / W).
+        const int64_t lo = b.n * me / W, hi = b.n * (me + 1) / W;
+        Shape xs{hi - lo};
+        xs.insert(xs.end(), feature_shape.begin(), feature_shape.end());
+        Tensor X = Tensor::from_vector(std::vector<float>(b.X.begin() + lo * features, b.X.begin() + hi * features), xs, device);
+        Tensor y = Tensor::from_vector(std::vector<int32_t>(b.y.begin() + lo, b.y.begin() + hi), {hi - lo}, device);
+        Tensor l = softmax_cross_entropy((*net)(X), y, Reduction::sum);
+        l.backward();
+        trainer.step(b.n);  // the gradient summed over the ranks is that of the whole minibatch
+        last_loss = l.item();
+        check_loss(last_loss, 1, step + 1);
+        last_n = b.n;
+        ++step;
+      }
+    }
+    waitall();
+    run.seconds_per_step = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / cfg.steps;
+    run.final_loss = dist::sum_over_ranks({last_loss})[0] / static_cast<double>(last_n);
+    result.psi = 0;
+    for (auto& p : net->collect_params().trainable()) result.psi += p->list_data()[0].numel();
+    // This rank's figures, then every rank's (ranks' state is what differs between them).
+    const optim::DeviceMemory m = trainer.memory_per_device().at(0);
+    const std::vector<double> all = from_every_rank({double(m.parameter_bytes), double(m.gradient_bytes),
+                                                     double(m.summed_gradient_bytes), double(m.state_bytes)});
+    for (int r = 0; r < W; ++r) {
+      const double* f = &all[static_cast<size_t>(r) * 4];
+      const int64_t chunk = chunk_of_rank(result.psi, r);
+      MemoryRow row{W, stage, device, int64_t(f[0]), int64_t(f[1]), int64_t(f[3]), int64_t(f[2])};
+      row.formula_state_bytes = 8 * (stage == 0 ? result.psi : chunk);
+      row.formula_summed_gradient_bytes = 4 * (stage == 2 ? chunk : result.psi);
+      run.rows.push_back(row);
+    }
+    // Every rank's parameters against its replicated run's, and against rank 0's (broadcast).
+    const std::vector<float> mine = flat_parameters(*net);
+    if (stage == 0) replicated = mine;
+    Tensor rank0 = Tensor::from_vector(mine, {static_cast<int64_t>(mine.size())}, cpu(0));
+    dist::broadcast(rank0, 0);
+    const std::vector<double> diffs =
+        from_every_rank({stage == 0 ? 0.0 : largest_difference(mine, replicated), largest_difference(mine, rank0.to_vector())});
+    double to_replicated = 0, to_rank0 = 0;
+    for (int r = 0; r < W; ++r)
+      to_replicated = std::max(to_replicated, diffs[2 * static_cast<size_t>(r)]),
+      to_rank0 = std::max(to_rank0, diffs[2 * static_cast<size_t>(r) + 1]);
+    if (stage > 0) run.max_diff_to_replicated = to_replicated;
+    result.runs.push_back(run);
+    out.diff_to_rank0.push_back(to_rank0);
+  }
+  return out;
+}
+
+int print_zero_over_ranks(const Config& cfg, const ZeroRanksResult& ranks) {
+  const ZeroResult& r = ranks.zero;
+  const int W = r.runs.empty() ? 1 : r.runs[0].n;
+  std::printf("\n1. Memory per rank over %d processes, one device each: replicated Adam (kvstore dist_sync, zero_stage 0) "
+              "vs ZeRO-1 (zero_stage 1) and ZeRO-2 (zero_stage 2) over the ranks (ZeRO-3 runs over the devices of one "
+              "process only)\n"
+              "MLP 784 -> %lld -> %lld -> 10, Psi = %lld trainable float32 elements, Adam (K = 8 bytes of state an element), "
+              "batch %lld split over the ranks, %d timed steps\n",
+              W, (long long)cfg.zero_hidden, (long long)cfg.zero_hidden, (long long)r.psi, (long long)cfg.batch_size, cfg.steps);
+  std::printf("%2s %5s %-10s %12s %12s %12s %-10s %12s %12s %-10s %12s %10s\n", "N", "stage", "rank", "params B", "grads B",
+              "sum grads B", "formula", "= B", "state B", "formula", "= B", "ms/step");
+  int failed = 0;
+  for (const auto& run : r.runs)
+    for (size_t i = 0; i < run.rows.size(); ++i) {
+      const MemoryRow& m = run.rows[i];
+      const std::string shard = "Psi_" + std::to_string(i);
+      const std::string sum_formula = m.stage == 2 ? "4*" + shard : "4*Psi";
+      const std::string state_formula = m.stage == 0 ? "8*Psi" : "8*" + shard;
+      std::ostringstream where;
+      where << i << ":" << m.device;
+      std::printf("%2d %5d %-10s %12lld %12lld %12lld %-10s %12lld %12lld %-10s %12lld", m.n, m.stage, where.str().c_str(),
+                  (long long)m.parameter_bytes, (long long)m.gradient_bytes, (long long)m.summed_gradient_bytes,
+                  sum_formula.c_str(), (long long)m.formula_summed_gradient_bytes, (long long)m.state_bytes,
+                  state_formula.c_str(), (long long)m.formula_state_bytes);
+      if (i == 0) std::printf(" %10.2f", 1e3 * run.seconds_per_step);
+      std::printf("\n");
+      if (m.state_bytes != m.formula_state_bytes || m.summed_gradient_bytes != m.formula_summed_gradient_bytes) ++failed;
+    }
+  std::printf("(rank r's chunk: Psi_r = floor(Psi (r+1) / N) - floor(Psi r / N) elements, dist::chunk_begin's split, the one "
+              "MPI's allgather and reduce-scatter are given. grads B: the .grad buffers, 4 Psi at every stage. sum grads B: "
+              "the summed gradient kept after the reduction, the whole sum at stages 0 and 1, chunk r's sum at stage 2. "
+              "ms/step: rank 0's. The bytes sent over MPI are not counted)\n");
+  // Stage 1 reads the replicated run's allreduce: the same bits. Stage 2's reduce-scatter may add
+  // the ranks in another order than the allreduce (from 3 ranks on): equal within float32 rounding.
+  for (size_t k = 0; k < r.runs.size(); ++k) {
+    const ZeroRun& run = r.runs[k];
+    if (run.stage == 0) continue;
+    const double d = run.max_diff_to_replicated, spread = ranks.diff_to_rank0[k];
+    const bool same_bits = d == 0, close = run.stage == 2 && d <= 1e-5, ranks_equal = spread == 0;
+    std::printf("ZeRO-%d check over %d processes: after %d steps every rank's parameters %s the replicated run's "
+                "(largest difference %g) and %s rank 0's\n",
+                run.stage, run.n, cfg.steps + 1, same_bits ? "equal" : close ? "equal within rounding" : "DIFFER from", d,
+                ranks_equal ? "are the same bits as" : "DIFFER from");
+    if (!(same_bits || close) || !ranks_equal) ++failed;
+  }
+  return failed;
+}
+
+}  // namespace d2l::sharding

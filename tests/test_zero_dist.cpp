@@ -1,0 +1,274 @@
+// ZeRO stages 1 and 2 over the ranks (core/optim/zero_dist.hpp: zero_stage 1 and 2 with kvstore
+// dist_sync or dist_sync_ring), run as 1, 2 and 4 processes (tests/dist/mpirun.sh). A small MLP, one
+// device per rank, rank r taking its rows of every global batch. The references:
+//   alone       every rank trains the same MLP by itself on the whole global batch on one device
+//               (kvstore 'device', no collectives): the unsharded run, equal within 1e-5 relative
+//               (one GEMM over the batch adds in another order than the sum over the ranks);
+//   replicated  stage 0 with the same kvstore over the same ranks: stage 1 reads the same allreduce,
+//               so it is bit for bit the replicated run; stage 2's reduce-scatter may add the ranks
+//               in another order than the allreduce (4 ranks), so within 1e-5 relative.
+// Also: every rank's parameters the same bits after every run; the state bytes of each rank
+// 4 * slots * its chunk (8 * chunk for Adam), the chunk recomputed here from chunk_begin's rule; the
+// summed gradient kept 4 * chunk at stage 2; state_dict in the unsharded layout equal to the alone
+// run's and the replicated run's; a checkpoint taken after 10 steps and loaded by a new Trainer
+// continuing to 20 steps equal to 20 steps straight; the configuration errors. tests/mutants runs
+// this file as 2 processes against a zero_dist.cpp that skips the all-gather into the parameters and
+// one that updates each chunk twice: both must fail.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "check.hpp"
+#include "core/dist/collectives.hpp"
+#include "core/dist/process_group.hpp"
+#include "core/nn/nn.hpp"
+#include "core/ops.hpp"
+#include "core/optim/trainer.hpp"
+#include "core/optim/zero_dist.hpp"
+#include "core/rng.hpp"
+#include "core/runtime.hpp"
+#include "tests/dist/dist_check.hpp"
+
+using namespace d2l;
+using namespace d2l::nn;
+using namespace d2l::optim;
+
+namespace {
+
+// 4 -> 5 (relu) -> 3: P = 43 trainable elements, which 2 and 4 do not divide: uneven chunks, and
+// parameters straddling them.
+constexpr int64_t kIn = 4, kHidden = 5, kOut = 3, kP = kIn * kHidden + kHidden + kHidden * kOut + kOut;
+constexpr int64_t kGlobalBatch = 8;  // rows [8 r / W, 8 (r + 1) / W) on rank r
+
+std::shared_ptr<Sequential> mlp_43() {
+  auto net = std::make_shared<Sequential>();
+  net->add(std::make_shared<Dense>(kHidden, "relu", true, kIn), std::make_shared<Dense>(kOut, "", true, kHidden));
+  manual_seed(42);  // the same initial values in every run, on every rank
+  net->initialize(Init::Xavier(), {cpu(0)});
+  return net;
+}
+
+struct Setup {
+  std::string optimizer = "sgd";
+  OptimizerOptions opt{.learning_rate = 0.1f, .momentum = 0.9f, .wd = 1e-3f};
+  std::string kvstore = "dist_sync";
+};
+Setup adam_setup() { return Setup{"adam", {.learning_rate = 0.01f, .wd = 1e-3f}}; }
+
+OptimizerOptions at_stage(OptimizerOptions o, int stage) {
+  o.zero_stage = stage;
+  return o;
+}
+
+using Values = std::map<std::string, std::vector<float>>;
+
+Values params_of(const ParameterDict& params) {
+  Values out;
+  for (auto& [name, p] : params) out[name] = p->list_data()[0].to_vector();
+  return out;
+}
+
+// Step s's global batch: features from an LCG, labels from their signs; rows [lo, hi) of it, one
+// loss (summed over the rows), backward.
+void backward_rows(Sequential& net, int s, int64_t lo, int64_t hi) {
+  const auto X = test::lcg_data(kGlobalBatch * kIn, 700 + static_cast<uint32_t>(s));
+  std::vector<float> rows(X.begin() + lo * kIn, X.begin() + hi * kIn);
+  std::vector<int32_t> y;
+  for (int64_t i = lo; i < hi; ++i) y.push_back((X[i * kIn] > 0) + (X[i * kIn + 1] > 0));
+  Tensor Xt = Tensor::from_vector(rows, {hi - lo, kIn}, cpu(0));
+  Tensor yt = Tensor::from_vector(y, {hi - lo}, cpu(0));
+  softmax_cross_entropy(net(Xt), yt, Reduction::sum).backward();
+}
+
+// This rank's rows of every global batch, steps [from, to).
+void train_steps(Sequential& net, Trainer& trainer, int from, int to) {
+  const int W = dist::world_size(), r = dist::rank();
+  for (int s = from; s < to; ++s) {
+    backward_rows(net, s, kGlobalBatch * r / W, kGlobalBatch * (r + 1) / W);
+    trainer.step(kGlobalBatch);
+  }
+}
+
+struct Result {
+  Values params;
+  std::vector<DeviceMemory> memory;
+  std::map<std::string, HostTensor> state;
+};
+
+// A run over the ranks at this stage, 20 steps.
+Result over_ranks(const Setup& u, int stage, int steps = 20) {
+  auto net = mlp_43();
+  Trainer trainer(net->collect_params(), u.optimizer, at_stage(u.opt, stage), u.kvstore);
+  train_steps(*net, trainer, 0, steps);
+  return {params_of(net->collect_params()), trainer.memory_per_device(), trainer.state_dict()};
+}
+
+// The unsharded reference: the whole global batch on one device of this process, no collectives.
+Result alone(const Setup& u, int steps = 20) {
+  auto net = mlp_43();
+  Trainer trainer(net->collect_params(), u.optimizer, u.opt, "device");
+  for (int s = 0; s < steps; ++s) {
+    backward_rows(*net, s, 0, kGlobalBatch);
+    trainer.step(kGlobalBatch);
+  }
+  return {params_of(net->collect_params()), trainer.memory_per_device(), trainer.state_dict()};
+}
+
+bool close_maps(const Values& ref, const Values& got) {
+  bool ok = ref.size() == got.size();
+  for (auto& [name, v] : ref) ok = got.count(name) && test::close(v, got.at(name), 1e-7, 1e-5, name.c_str()) && ok;
+  return ok;
+}
+
+Values state_values(const std::map<std::string, HostTensor>& state) {
+  Values out;
+  for (auto& [key, t] : state) out[key] = t.values;
+  return out;
+}
+
+// Every rank holds the same bits (a collective: every rank calls it).
+bool same_on_every_rank(const Values& v) {
+  std::vector<std::vector<float>> all;
+  for (auto& [name, values] : v) all.push_back(values);
+  try {
+    test::check_same_bits_on_every_rank(all);
+    return true;
+  } catch (const dist::CollectiveError& e) {
+    MESSAGE(e.what());
+    return false;
+  }
+}
+
+// Rank r's chunk of P elements: chunk_begin's rule, P (r + 1) / W - P r / W, recomputed here.
+int64_t chunk_of(int64_t P, int r, int W) { return P * (r + 1) / W - P * r / W; }
+
+}  // namespace
+
+TEST_CASE("ZeRO-1 and ZeRO-2 over the ranks equal the unsharded run over 20 steps, SGD with momentum and Adam") {
+  for (const Setup& base : {Setup{}, adam_setup()})
+    for (const std::string kv : {"dist_sync", "dist_sync_ring"}) {
+      Setup u = base;
+      u.kvstore = kv;
+      CAPTURE(u.optimizer);
+      CAPTURE(u.kvstore);
+      const Result ref = alone(u), replicated = over_ranks(u, 0), stage1 = over_ranks(u, 1), stage2 = over_ranks(u, 2);
+      // The runs learned something: the comparison is not between untouched nets.
+      const Values start = params_of(mlp_43()->collect_params());
+      double moved = 0;
+      for (auto& [name, v] : ref.params)
+        for (size_t j = 0; j < v.size(); ++j) moved = std::max(moved, double(std::fabs(v[j] - start.at(name)[j])));
+      CHECK(moved > 0.05);
+      CHECK(close_maps(ref.params, replicated.params));
+      CHECK(close_maps(ref.params, stage1.params));
+      CHECK(close_maps(ref.params, stage2.params));
+      CHECK(stage1.params == replicated.params);  // the same allreduce, each element updated once: bit for bit
+      CHECK(close_maps(replicated.params, stage2.params));
+      CHECK(same_on_every_rank(stage1.params));
+      CHECK(same_on_every_rank(stage2.params));
+      if (dist::rank() == 0)
+        MESSAGE(u.optimizer << ", " << u.kvstore << ", " << dist::world_size() << " ranks: ZeRO-2 and replicated have "
+                            << std::string(stage2.params == replicated.params ? "the same bits" : "different last bits"));
+      // The checkpoint: the unsharded layout, gathered from every rank; the same on every rank.
+      CHECK(close_maps(state_values(ref.state), state_values(stage1.state)));
+      CHECK(close_maps(state_values(ref.state), state_values(stage2.state)));
+      CHECK(state_values(stage1.state) == state_values(replicated.state));
+      CHECK(same_on_every_rank(state_values(stage2.state)));
+      for (const auto* s : {&stage1.state, &stage2.state})
+        for (auto& [key, t] : ref.state) {
+          CAPTURE(key);
+          REQUIRE(s->count(key));
+          CHECK(s->at(key).shape == t.shape);
+        }
+    }
+}
+
+TEST_CASE("bytes per rank: state 4 * slots * chunk (8 * chunk for Adam), summed gradient 4 * chunk at ZeRO-2") {
+  const int W = dist::world_size(), r = dist::rank();
+  for (const Setup& u : {Setup{}, adam_setup()}) {
+    CAPTURE(u.optimizer);
+    const int64_t slots = u.optimizer == "adam" ? 2 : 1, mine = chunk_of(kP, r, W);
+    const Result replicated = over_ranks(u, 0, 1), stage1 = over_ranks(u, 1, 1), stage2 = over_ranks(u, 2, 1);
+    for (const auto* res : {&replicated, &stage1, &stage2}) {
+      REQUIRE(res->memory.size() == 1);  // one device per rank
+      CHECK(res->memory[0].device == cpu(0));
+      CHECK(res->memory[0].parameter_bytes == 4 * kP);
+      CHECK(res->memory[0].gradient_bytes == 4 * kP);
+    }
+    CHECK(replicated.memory[0].state_bytes == 4 * slots * kP);
+    CHECK(stage1.memory[0].state_bytes == 4 * slots * mine);
+    CHECK(stage2.memory[0].state_bytes == 4 * slots * mine);
+    CHECK(replicated.memory[0].summed_gradient_bytes == 4 * kP);
+    CHECK(stage1.memory[0].summed_gradient_bytes == 4 * kP);
+    CHECK(stage2.memory[0].summed_gradient_bytes == 4 * mine);
+    // Every element's state kept exactly once over the ranks.
+    const auto total = dist::sum_over_ranks({double(stage2.memory[0].state_bytes), double(stage2.memory[0].summed_gradient_bytes)});
+    CHECK(total[0] == double(4 * slots * kP));
+    CHECK(total[1] == double(4 * kP));
+  }
+}
+
+TEST_CASE("a checkpoint after 10 steps, loaded into a new Trainer over the ranks, continues as 20 steps straight") {
+  for (const Setup& u : {Setup{}, adam_setup()})
+    for (int stage : {1, 2}) {
+      CAPTURE(u.optimizer);
+      CAPTURE(stage);
+      const Result straight = over_ranks(u, stage);
+      auto net = mlp_43();
+      std::map<std::string, HostTensor> saved;
+      {
+        Trainer first(net->collect_params(), u.optimizer, at_stage(u.opt, stage), u.kvstore);
+        train_steps(*net, first, 0, 10);
+        saved = first.state_dict();
+      }
+      Trainer second(net->collect_params(), u.optimizer, at_stage(u.opt, stage), u.kvstore);
+      second.load_state_dict(saved);
+      CHECK(second.state_dict().at("num_update").values[0] == 10.0f);  // loaded, not yet placed: no collective
+      train_steps(*net, second, 10, 20);
+      CHECK(params_of(net->collect_params()) == straight.params);
+      CHECK(state_values(second.state_dict()) == state_values(straight.state));
+    }
+  // A checkpoint of the unsharded run (one device, one process), placed into every rank's chunk by a
+  // ZeRO-2 Trainer that continues the replicated run's parameters to 20 steps: the unsharded run's.
+  const Setup u = adam_setup();
+  const Result ten = alone(u, 10), twenty = alone(u, 20);
+  auto net = mlp_43();
+  {
+    Trainer replicated(net->collect_params(), u.optimizer, u.opt, "dist_sync");
+    train_steps(*net, replicated, 0, 10);
+  }
+  Trainer sharded(net->collect_params(), u.optimizer, at_stage(u.opt, 2), "dist_sync");
+  sharded.load_state_dict(ten.state);
+  train_steps(*net, sharded, 10, 20);
+  CHECK(close_maps(twenty.params, params_of(net->collect_params())));
+  CHECK(close_maps(state_values(twenty.state), state_values(sharded.state_dict())));
+  CHECK(sharded.memory_per_device()[0].state_bytes == 8 * chunk_of(kP, dist::rank(), dist::world_size()));
+  CHECK(same_on_every_rank(params_of(net->collect_params())));
+}
+
+TEST_CASE("ZeRO over the ranks: configuration errors before any collective") {
+  // Two devices in a process: the chunks are the ranks, one device each.
+  {
+    auto net = std::make_shared<Sequential>();
+    net->add(std::make_shared<Dense>(kOut, "", true, kIn));
+    net->initialize(Init::Xavier(), {cpu(0), cpu(1)});
+    Trainer trainer(net->collect_params(), "adam", {.learning_rate = 0.01f, .zero_stage = 1}, "dist_sync");
+    CHECK_THROWS_WITH_AS(trainer.step(1), doctest::Contains("one device each"), ConfigError);
+  }
+  // Stage 2 reduce-scatters: buckets that all-reduce during backward are refused.
+  {
+    auto net = mlp_43();
+    Trainer trainer(net->collect_params(), "sgd", {.learning_rate = 0.1f, .zero_stage = 2}, "dist_sync");
+    CHECK_THROWS_WITH_AS(trainer.set_buckets({}), doctest::Contains("zero_stage 2"), ConfigError);
+  }
+  // Stage 1 with buckets (they all-reduce during backward; the step reads its chunk of the sum).
+  const Setup u = adam_setup();
+  const Result ref = alone(u);
+  auto net = mlp_43();
+  Trainer trainer(net->collect_params(), u.optimizer, at_stage(u.opt, 1), "dist_sync");
+  trainer.set_buckets({0.0001, "library", true});
+  train_steps(*net, trainer, 0, 20);
+  CHECK(close_maps(ref.params, params_of(net->collect_params())));
+  CHECK(same_on_every_rank(params_of(net->collect_params())));
+}
