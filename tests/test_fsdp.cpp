@@ -336,3 +336,40 @@ TEST_CASE("ZeRO-3 errors are one line: another stage, the net run without FSDP, 
     one_line([&] { Trainer(net->collect_params(), "sgd", {.learning_rate = 0.1f, .zero_stage = stage}); },
              "or 3 (ZeRO-3: parameters sharded too), got " + std::to_string(stage));
 }
+
+TEST_CASE("ZeRO-3 opens nested Sequentials: their blocks are units, and the run still equals the replicated one") {
+  const auto devices = cpus(2);
+  auto build = [] {
+    auto inner = std::make_shared<Sequential>();
+    inner->add(std::make_shared<Dense>(5, "relu", true, 7), std::make_shared<Dense>(5, "relu", true, 5));
+    auto net = std::make_shared<Sequential>();
+    net->add(std::make_shared<Flatten>(), std::make_shared<Dense>(7, "relu", true, kIn), inner,
+             std::make_shared<Dense>(3, "", true, 5));
+    return net;
+  };
+  std::vector<Params> results;
+  for (int mode = 0; mode < 3; ++mode) {  // replicated; ZeRO-3 with the nested blocks as units; without
+    manual_seed(11);
+    auto net = build();
+    net->initialize(Init::Xavier(), devices);
+    Trainer trainer(net->collect_params(), "adam", {.learning_rate = 0.01f, .zero_stage = mode == 0 ? 0 : 3});
+    std::unique_ptr<FullyShardedDataParallel> fsdp;
+    if (mode > 0) {
+      fsdp = std::make_unique<FullyShardedDataParallel>(net, trainer, FsdpOptions{.prefetch = true, .nested = mode == 1});
+      CHECK(fsdp->units().size() == (mode == 1 ? 4u : 3u));
+      CHECK(fsdp->units()[1] == std::vector<size_t>(mode == 1 ? std::vector<size_t>{2, 3} : std::vector<size_t>{2, 3, 4, 5}));
+    }
+    auto run = [&](const std::vector<Tensor>& xs) { return fsdp ? (*fsdp)(xs) : (*net)(xs); };
+    for (int s = 0; s < 10; ++s) {
+      forward_backward(run, s, 0, devices);
+      trainer.step(kBatch);
+    }
+    Params out;
+    if (fsdp) out = trainer.sharded_state()->parameters();
+    else
+      for (auto& p : net->collect_params().trainable()) out.push_back(p->list_data()[0].to_vector());
+    results.push_back(out);
+  }
+  CHECK(close_params(results[0], results[1]));
+  CHECK(close_params(results[0], results[2]));
+}

@@ -1,5 +1,7 @@
 #include "core/optim/fsdp.hpp"
 
+#include <functional>
+
 #include "core/autograd.hpp"
 #include "core/optim/zero.hpp"
 
@@ -8,21 +10,29 @@ namespace d2l::optim {
 FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<nn::Sequential> net, Trainer& trainer,
                                                    FsdpOptions options)
     : net_(std::move(net)), options_(options) {
-  // The units: each child holding trainable parameters, with the Trainer's indices of its parameters.
+  // The units: each block holding trainable parameters, with the Trainer's indices of its
+  // parameters; a Sequential inside the net is opened, its children taken one by one (options.nested).
   unit_of_param_.assign(trainer.num_parameters(), SIZE_MAX);
-  for (auto& [name, child] : net_->children()) {
-    std::vector<size_t> unit;
-    for (auto& p : child->collect_params().trainable()) {
-      const int64_t k = trainer.index_of(*p);
-      if (k < 0)
-        throw ConfigError("FullyShardedDataParallel: parameter '" + p->name() + "' of the net is not one of the trainer's");
-      unit.push_back(static_cast<size_t>(k));
+  std::function<void(const nn::Sequential&)> walk = [&](const nn::Sequential& seq) {
+    for (auto& [name, child] : seq.children()) {
+      if (auto inner = std::dynamic_pointer_cast<nn::Sequential>(child); inner && options_.nested) {
+        walk(*inner);
+        continue;
+      }
+      std::vector<size_t> unit;
+      for (auto& p : child->collect_params().trainable()) {
+        const int64_t k = trainer.index_of(*p);
+        if (k < 0)
+          throw ConfigError("FullyShardedDataParallel: parameter '" + p->name() + "' of the net is not one of the trainer's");
+        unit.push_back(static_cast<size_t>(k));
+      }
+      if (unit.empty()) continue;
+      unit_of_block_[child.get()] = units_.size();
+      for (size_t k : unit) unit_of_param_[k] = units_.size();
+      units_.push_back(std::move(unit));
     }
-    unit_of_child_.push_back(unit.empty() ? -1 : static_cast<int64_t>(units_.size()));
-    if (unit.empty()) continue;
-    for (size_t k : unit) unit_of_param_[k] = units_.size();
-    units_.push_back(std::move(unit));
-  }
+  };
+  walk(*net_);
   for (size_t k = 0; k < unit_of_param_.size(); ++k)
     if (unit_of_param_[k] == SIZE_MAX)
       throw ConfigError("FullyShardedDataParallel: the trainer's parameter " + std::to_string(k) +
@@ -57,28 +67,33 @@ std::vector<Tensor> FullyShardedDataParallel::forward_shards(const std::vector<T
     throw ShapeError("FullyShardedDataParallel: one shard of the batch per device of the shards, " + str(devices) +
                      ", got shards on " + str(given));
   }
-  const bool recording = grad_enabled();
+  return run(*net_, xs, grad_enabled());
+}
+
+std::vector<Tensor> FullyShardedDataParallel::run(const nn::Sequential& seq, std::vector<Tensor> ys, bool recording) {
+  const auto& devices = shards_->devices();
   auto gather_all = [&](size_t u) {
     for (size_t i = 0; i < devices.size(); ++i) gather(u, i);
   };
-  std::vector<Tensor> ys = xs;
-  const auto& children = net_->children();
-  for (size_t c = 0; c < children.size(); ++c) {
-    const int64_t u = unit_of_child_[c];
-    if (u < 0) {  // no parameters to gather
-      ys = children[c].second->forward_shards(ys);
+  for (auto& [name, child] : seq.children()) {
+    auto it = unit_of_block_.find(child.get());
+    if (it == unit_of_block_.end()) {
+      auto inner = std::dynamic_pointer_cast<nn::Sequential>(child);
+      ys = inner && options_.nested ? run(*inner, ys, recording)  // its children are units
+                                    : child->forward_shards(ys);  // no parameters to gather
       continue;
     }
-    gather_all(static_cast<size_t>(u));  // nothing to do when prefetched
-    if (options_.prefetch && static_cast<size_t>(u) + 1 < units_.size()) gather_all(static_cast<size_t>(u) + 1);
-    ys = children[c].second->forward_shards(ys);
+    const size_t u = it->second;
+    gather_all(u);  // nothing to do when prefetched
+    if (options_.prefetch && u + 1 < units_.size()) gather_all(u + 1);
+    ys = child->forward_shards(ys);
     for (size_t i = 0; i < devices.size(); ++i) {
-      release(static_cast<size_t>(u), i);
+      release(u, i);
       if (!recording || !ys[i].needs_grad()) continue;
       // The pre-backward hook: an identity whose backward gathers the unit again on device i, before
       // autograd reaches the unit's own nodes.
       Tensor out = ys[i].detach();
-      record(out, "fsdp_pre_backward", {ys[i]}, [this, u = static_cast<size_t>(u), i](const Tensor& g) {
+      record(out, "fsdp_pre_backward", {ys[i]}, [this, u, i](const Tensor& g) {
         pre_backward(u, i);
         return std::vector<Tensor>{g};
       });

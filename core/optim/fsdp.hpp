@@ -9,8 +9,9 @@
 //   for (auto& l : losses) l.backward();                  // the book's loop, unchanged
 //   trainer.step(batch_size);                             // each device updates its shard
 //
-// Units are the net's top-level children that hold trainable parameters (FSDP's auto-wrap by
-// module), each with its own parameters. For every unit, in order:
+// Units are the blocks that hold trainable parameters, each with its own parameters, found by
+// opening the net and every Sequential inside it (FSDP's auto-wrap by module: a ResNet's residual
+// blocks, a Dense layer each); blocks without parameters run as they are. For every unit, in order:
 //   forward   gather the unit on every device (an all-gather: each replica receives every shard's
 //             part of it), run the unit's forward on each device's shard of the batch, release the
 //             replicas again; the unit's output gets an identity node whose backward is the
@@ -40,6 +41,9 @@ namespace d2l::optim {
 
 struct FsdpOptions {
   bool prefetch = true;  // queue the next unit's gather before the current unit's compute
+  // Open every Sequential inside the net and take its children as units (a ResNet's stages become
+  // their residual blocks); false: the net's own children are the units, whatever they hold.
+  bool nested = true;
 };
 
 class FullyShardedDataParallel {
@@ -73,6 +77,7 @@ class FullyShardedDataParallel {
   const FsdpOptions& options() const { return options_; }
 
  private:
+  std::vector<Tensor> run(const nn::Sequential& seq, std::vector<Tensor> ys, bool recording);
   void gather(size_t u, size_t i);
   void release(size_t u, size_t i);
   void pre_backward(size_t u, size_t i);
@@ -81,7 +86,7 @@ class FullyShardedDataParallel {
   std::shared_ptr<nn::Sequential> net_;
   zero::ShardedState* shards_ = nullptr;
   FsdpOptions options_;
-  std::vector<int64_t> unit_of_child_;              // per child of the net: its unit, or -1
+  std::unordered_map<const nn::Block*, size_t> unit_of_block_;  // the blocks that are units
   std::vector<std::vector<size_t>> units_;          // per unit: parameter indices
   std::unordered_map<const TensorImpl*, std::pair<size_t, size_t>> replica_;  // -> (parameter, device)
   std::vector<size_t> unit_of_param_;               // per parameter
