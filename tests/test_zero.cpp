@@ -201,11 +201,13 @@ TEST_CASE("bytes per device: state 4 * slots * P replicated and 4 * slots * P_i 
         const int64_t psi_i = shard_size(kP, n, static_cast<int64_t>(i));
         for (const auto* m : {&plain[i], &stage1[i], &stage2[i]}) {
           CHECK(m->device == devices[i]);
-          // Parameters and their .grad buffers stay replicated at every stage here: 4 bytes an
-          // element each (autograd adds into the .grad buffers; stage 2 does not free them).
-          CHECK(m->parameter_bytes == 4 * kP);
-          CHECK(m->gradient_bytes == 4 * kP);
+          CHECK(m->parameter_bytes == 4 * kP);  // parameters stay replicated up to stage 2
         }
+        // The .grad buffers autograd adds into: kept (zeroed) after the step at stages 0 and 1,
+        // released at stage 2 once added into the shards.
+        CHECK(plain[i].gradient_bytes == 4 * kP);
+        CHECK(stage1[i].gradient_bytes == 4 * kP);
+        CHECK(stage2[i].gradient_bytes == 0);
         // The paper's formula in float32: K = 4 (SGD's momentum) or 8 (Adam's m and v) bytes an element.
         CHECK(plain[i].state_bytes == 4 * slots * kP);
         CHECK(stage1[i].state_bytes == zero_state_bytes(slots, kP, n, static_cast<int64_t>(i)));
@@ -227,7 +229,7 @@ TEST_CASE("bytes per device: state 4 * slots * P replicated and 4 * slots * P_i 
   }
 }
 
-TEST_CASE("ZeRO-2: after the step device i holds the summed gradient of its shard, as the device kvstore adds it") {
+TEST_CASE("ZeRO-2: device i holds the summed gradient of its shard, as the device kvstore adds it, and no .grad buffer outlives backward") {
   for (int64_t n : {1, 2, 3, 4}) {
     CAPTURE(n);
     const std::vector<Device> devices = cpus(n);
@@ -247,18 +249,41 @@ TEST_CASE("ZeRO-2: after the step device i holds the summed gradient of its shar
       sum.insert(sum.end(), g.begin(), g.end());
     }
     REQUIRE(static_cast<int64_t>(sum.size()) == kP);
-    trainer.step(kBatch);
-    const auto& shards = trainer.sharded_state()->gradient_shards();
-    const auto& bounds = trainer.sharded_state()->layout().bounds;
-    REQUIRE(shards.size() == devices.size());
+    trainer.step(kBatch);  // the first step lays the shards out and adds these gradients in
+    const auto* state = trainer.sharded_state();
+    const auto& bounds = state->layout().bounds;
     for (size_t i = 0; i < devices.size(); ++i) {
       CAPTURE(i);
-      CHECK(shards[i].device() == devices[i]);
-      CHECK(shards[i].to_vector() == std::vector<float>(sum.begin() + bounds[i], sum.begin() + bounds[i + 1]));
+      CHECK(state->gradient_bytes(i) == 4 * (bounds[i + 1] - bounds[i]));
+      CHECK(state->gradient_shard(i) == std::vector<float>(sum.begin() + bounds[i], sum.begin() + bounds[i + 1]));
     }
-    // The .grad buffers are zeroed after the step, as at every stage.
+    // From then on each gradient is added in during backward and its .grad buffer released: after
+    // a backward no replica holds one, and the shards hold the new sum.
     for (auto& p : net->collect_params().trainable())
-      for (auto& g : p->list_grad()) CHECK(g.to_vector() == std::vector<float>(static_cast<size_t>(g.numel()), 0.0f));
+      for (auto& g : p->list_grad()) CHECK(!g.defined());
+    forward_backward(*net, 1, devices);
+    for (auto& p : net->collect_params().trainable())
+      for (auto& g : p->list_grad()) CHECK(!g.defined());
+    std::vector<float> expected(static_cast<size_t>(kP), 0.0f);
+    {  // the same gradients from a replicated copy of the updated net
+      auto copy = small_mlp();
+      copy->initialize(Init::Xavier(), devices);
+      auto from = net->collect_params().trainable(), to = copy->collect_params().trainable();
+      for (size_t k = 0; k < from.size(); ++k) to[k]->set_data(from[k]->list_data()[0]);
+      forward_backward(*copy, 1, devices);
+      size_t at = 0;
+      for (auto& p : copy->collect_params().trainable()) {
+        std::vector<float> g = p->list_grad()[0].to_vector();
+        for (size_t i = 1; i < devices.size(); ++i) {
+          const std::vector<float> gi = p->list_grad()[i].to_vector();
+          for (size_t e = 0; e < g.size(); ++e) g[e] += gi[e];
+        }
+        std::copy(g.begin(), g.end(), expected.begin() + static_cast<int64_t>(at));
+        at += g.size();
+      }
+    }
+    for (size_t i = 0; i < devices.size(); ++i)
+      CHECK(state->gradient_shard(i) == std::vector<float>(expected.begin() + bounds[i], expected.begin() + bounds[i + 1]));
   }
 }
 
@@ -273,9 +298,9 @@ TEST_CASE("bytes a step moves between devices: 2(N-1)/N P floats a device at ZeR
       net->initialize(Init::Xavier(), devices);
       Trainer trainer(net->collect_params(), "sgd", {.learning_rate = 0.1f, .momentum = 0.9f, .zero_stage = stage});
       train_step(*net, trainer, 0, devices);  // the first step lays the shards out
-      forward_backward(*net, 1, devices);
       waitall();
-      reset_copy_counters();
+      reset_copy_counters();  // loading the batch from the host is not counted
+      forward_backward(*net, 1, devices);  // stage 2 reduce-scatters during backward
       trainer.step(kBatch);
       waitall();
       for (auto& d : devices) moved[stage].push_back(copy_counters(d));

@@ -2,7 +2,7 @@
 # quick_run.sh PROGRAM: chapter 5 end to end with --quick on 4 CPU devices, checking what it prints:
 #   the memory table, rows for N = 1, 2, 4 and stages 0 to 3: on every row the parameters 4 Psi
 #     bytes (4 Psi_i at ZeRO-3, Psi_i = floor(Psi/N) + 1 for the first Psi mod N shards), the .grad
-#     buffers 4 Psi (none at ZeRO-3); the summed gradient kept 4 Psi at stages 0 and 1, 4 Psi_i at
+#     buffers 4 Psi (none at ZeRO-2 and ZeRO-3); the summed gradient kept 4 Psi at stages 0 and 1, 4 Psi_i at
 #     ZeRO-2 and ZeRO-3; the state 8 Psi replicated, 8 Psi_i sharded; all recomputed here from the
 #     printed Psi, and the printed formulas the same; the shards add up to one replicated copy; at
 #     ZeRO-2 every device sends 4 (Psi + (N-2) Psi_i) bytes a step, at ZeRO-3 4 (Psi + (2N-3) Psi_i),
@@ -25,7 +25,7 @@ awk '
     n = $1; stage = $2; key = n " " stage; i = seen[key]++; rows++
     shard = int(psi / n) + (i < psi % n ? 1 : 0)
     params = stage == 3 ? 4 * shard : 4 * psi; params_f = stage == 3 ? "4*Psi_" i : "4*Psi"
-    buffers = stage == 3 ? 0 : 4 * psi
+    buffers = stage >= 2 ? 0 : 4 * psi
     grads = stage >= 2 ? 4 * shard : 4 * psi; grads_f = stage >= 2 ? "4*Psi_" i : "4*Psi"
     state = stage == 0 ? 8 * psi : 8 * shard; state_f = stage == 0 ? "8*Psi" : "8*Psi_" i
     sent = n == 1 ? 0 : (stage == 2 ? 4 * (psi + (n - 2) * shard) : 4 * (psi + (2 * n - 3) * shard))

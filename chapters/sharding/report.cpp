@@ -42,8 +42,8 @@ int print_zero(const Config& cfg, const ZeroResult& r) {
       std::printf("\n");
     }
   std::printf("(Psi_i = floor(Psi / N) + 1 for the first Psi mod N shards. params B: the parameters a device keeps between "
-              "steps, its shard at stage 3. grads B: the .grad buffers autograd adds into, 4 Psi at stages 0 to 2, released "
-              "at stage 3 once added into the shards. sum grads B: the summed gradient kept after the reduction, the whole "
+              "steps, its shard at stage 3. grads B: the .grad buffers autograd adds into, 4 Psi at stages 0 and 1, released "
+              "at stages 2 and 3 as soon as backward completes each, once added into the shards. sum grads B: the summed gradient kept after the reduction, the whole "
               "sum at stages 0 and 1, written into those .grad buffers (the same bytes), the shard's sum at stages 2 and 3, "
               "a buffer of its own. peak B: the most bytes the device's allocator had handed out at once during the timed "
               "steps, activations and temporaries included)\n");

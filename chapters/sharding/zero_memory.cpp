@@ -6,14 +6,15 @@
 //            and the allreduce leaves the whole summed gradient (4 Psi) on every device;
 //   stage 1  device i keeps m and v of its shard of Psi_i elements only, updates those, and the
 //            updated shards are all-gathered into every replica: 8 Psi_i bytes, about 8 Psi / N;
-//   stage 2  as stage 1, but the gradients are reduce-scattered: device i keeps only its shard's
-//            summed gradient, 4 Psi_i bytes, and a step sends 2(N-1) * 4 Psi bytes in all, not 3(N-1);
+//   stage 2  as stage 1, but the gradients are reduce-scattered during backward, each the moment it
+//            is complete, and its .grad buffer released: device i keeps only its shard's summed
+//            gradient, 4 Psi_i bytes, and a step sends 2(N-1) * 4 Psi bytes in all, not 3(N-1);
 //   stage 3  the parameters are shards too (4 Psi_i a device); each layer is gathered before its
 //            forward and its backward and released after, each gradient added into the shards the
 //            moment it is complete: 16 Psi_i kept, the peak near that plus a layer or two, and
 //            3(N-1) * 4 Psi bytes a step (two all-gathers and a reduce-scatter).
-// At stages 0 to 2 the parameters (4 Psi) and the .grad buffers autograd fills (4 Psi) stay on
-// every device.
+// At stages 0 and 1 the parameters (4 Psi) and the .grad buffers autograd fills (4 Psi) stay on
+// every device; at stage 2 the parameters.
 #include <chrono>
 #include <cmath>
 #include <map>

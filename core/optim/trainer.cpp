@@ -190,7 +190,7 @@ void Trainer::step(int64_t batch_size) {
   if (zero_) {  // ZeRO-1 and 2: device i updates shard i, then the shards are all-gathered (core/optim/zero.hpp)
     if (!params_.empty()) {
       const auto grads = place_shards_and_gradients(weights, summed);
-      if (zero_->stage() == 2) zero_->reduce_scatter_step(weights, grads, s);
+      if (zero_->stage() == 2) zero_->scattered_step(weights, s);
       else zero_->step(weights, grads, s);
     }
     for (auto& [name, p] : params_) p->zero_grad();
@@ -220,6 +220,7 @@ std::vector<std::vector<Tensor>> Trainer::place_shards_and_gradients(const std::
     for (auto& [name, p] : params_) names.push_back(name);
     zero_->place(weights, names, host_state_);
   }
+  if (zero_->stage() == 2) return {};  // added into the shards during backward
   std::vector<std::vector<Tensor>> grads(params_.size());
   for (size_t k = 0; k < params_.size(); ++k)
     for (auto& w : weights[k]) grads[k].push_back(w.grad().defined() ? w.grad() : Tensor::zeros(w.shape(), w.device()));

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/autograd.hpp"
 #include "core/comm.hpp"
 #include "core/ops.hpp"
 #include "core/copy.hpp"
@@ -68,6 +69,17 @@ std::vector<std::vector<std::vector<float>>> ShardedState::gather() const {
 
 void ShardedState::place(const std::vector<std::vector<Tensor>>& weights, const std::vector<std::string>& names,
                          std::vector<std::vector<std::vector<float>>>& host) {
+  // Stages 2 and 3: the pieces may already hold this step's gradients (a state loaded between the
+  // backward and the step): the same replicas keep them.
+  const bool keep_pieces = stage_ >= 2 && placed() && fits(weights);
+  // Parameters moved after some of this step's gradients were added in (a replica kept across
+  // reset_ctx reported its gradient to the old layout): the sums so far move to the new one.
+  std::vector<float> carried;
+  if (stage_ >= 2 && !keep_pieces && placed() && received_)
+    for (size_t i = 0; i < devices_.size(); ++i) {
+      const std::vector<float> shard = gradient_shard(i);
+      carried.insert(carried.end(), shard.begin(), shard.end());
+    }
   // One flat vector needs one list of devices: every parameter on the first one's.
   std::vector<Device> devices;
   for (auto& w : weights[0]) devices.push_back(w.device());
@@ -109,11 +121,76 @@ void ShardedState::place(const std::vector<std::vector<Tensor>>& weights, const 
   }
   for (auto& slots : host)
     for (auto& slot : slots) slot.clear();
-  // Stage 2: one gradient shard a device (of no elements for an empty shard), written by every
-  // step's reduce-scatter before it is read.
-  grad_shards_.clear();
-  if (stage_ == 2)
-    for (size_t i = 0; i < devices.size(); ++i) grad_shards_.push_back(Tensor::empty({layout_.shard_size(i)}, devices[i]));
+  // Stages 2 and 3: the replicas (a gradient's parameter and device are found from its leaf), and
+  // per device one summed-gradient piece for each parameter part its shard holds, added into as the
+  // gradients arrive.
+  if (stage_ < 2 || keep_pieces) return;
+  weights_.clear(), pieces_.clear(), replica_.clear();
+  stale_ = false;
+  weights_ = weights;
+  pieces_.assign(devices.size(), {});
+  for (size_t i = 0; i < devices.size(); ++i)
+    for_pieces(layout_, i, [&](size_t k, int64_t a, int64_t b) {
+      pieces_[i].push_back(Piece{k, a, b, Tensor::zeros({b - a}, devices[i])});
+    });
+  for (size_t k = 0; k < weights.size(); ++k)
+    for (size_t i = 0; i < devices.size(); ++i) replica_[&weights[k][i].impl()] = {k, i};
+  if (carried.empty()) return;
+  for (auto& pieces : pieces_)
+    for (auto& piece : pieces)
+      piece.grad = Tensor::from_vector(std::vector<float>(carried.begin() + piece.a, carried.begin() + piece.b),
+                                       {piece.b - piece.a}, piece.grad.device());
+  received_ = true;
+}
+
+ShardedState::ShardedState(size_t slots, int stage) : slots_(slots), stage_(stage) {
+  // Stage 2: each gradient is reduce-scattered the moment backward completes it (FSDP does the same
+  // at stage 3 with its own hook, which also releases the unit's parameters).
+  if (stage_ == 2) hook_ = add_grad_ready_hook([this](TensorImpl& leaf) { scatter_if_mine(leaf); });
+}
+
+ShardedState::~ShardedState() {
+  if (hook_ >= 0) remove_grad_ready_hook(hook_);
+}
+
+void ShardedState::scatter_if_mine(TensorImpl& leaf) {
+  auto it = replica_.find(&leaf);
+  if (it != replica_.end()) scatter_gradient(it->second.first, it->second.second);
+}
+
+void ShardedState::scatter_remaining() {
+  for (size_t k = 0; k < weights_.size(); ++k)
+    for (size_t i = 0; i < devices_.size(); ++i)
+      if (weights_[k][i].grad().defined()) scatter_gradient(k, i);
+}
+
+std::vector<Tensor> ShardedState::summed_gradients() {
+  if (stale_) {  // no gradient since the last step: it is zero
+    for (auto& pieces : pieces_)
+      for (auto& piece : pieces) fill_(piece.grad, 0.0f);
+    stale_ = false;
+  }
+  std::vector<Tensor> g(devices_.size());
+  for (size_t i = 0; i < devices_.size(); ++i) {
+    const int64_t n = layout_.shard_size(i), lo = layout_.bounds[i];
+    if (n == 0) continue;
+    g[i] = Tensor::empty({n}, devices_[i]);
+    for (const Piece& piece : pieces_[i])
+      copy_bytes(piece.grad, 0, g[i], static_cast<size_t>(piece.a - lo) * kFloat,
+                 static_cast<size_t>(piece.b - piece.a) * kFloat);
+  }
+  stale_ = true;  // kept for reading (gradient_shard) until the next gradient arrives
+  received_ = false;
+  return g;
+}
+
+std::vector<float> ShardedState::gradient_shard(size_t i) const {
+  std::vector<float> out(static_cast<size_t>(layout_.shard_size(i)));
+  for (const Piece& piece : pieces_[i]) {
+    const std::vector<float> v = piece.grad.to_vector();
+    std::copy(v.begin(), v.end(), out.begin() + (piece.a - layout_.bounds[i]));
+  }
+  return out;
 }
 
 void ShardedState::step(const std::vector<std::vector<Tensor>>& weights, const std::vector<std::vector<Tensor>>& grads,
@@ -132,15 +209,9 @@ void ShardedState::step(const std::vector<std::vector<Tensor>>& weights, const s
   update_and_gather(weights, g, s);
 }
 
-void ShardedState::reduce_scatter_step(const std::vector<std::vector<Tensor>>& weights,
-                                       const std::vector<std::vector<Tensor>>& grads, const Step& s) {
-  // Stage 2: device i's gradients, in the Trainer's order, are its flat vector; the reduce-scatter
-  // leaves the sum of shard i in grad_shards_[i] and no device holds the rest of the sum.
-  std::vector<std::vector<Tensor>> per_device(devices_.size());
-  for (auto& replicas : grads)
-    for (size_t i = 0; i < devices_.size(); ++i) per_device[i].push_back(replicas[i]);
-  reduce_scatter(per_device, layout_.bounds, grad_shards_);
-  update_and_gather(weights, grad_shards_, s);
+void ShardedState::scattered_step(const std::vector<std::vector<Tensor>>& weights, const Step& s) {
+  scatter_remaining();  // gradients made before the layout existed (the first step), or not reported
+  update_and_gather(weights, summed_gradients(), s);
 }
 
 void ShardedState::update_and_gather(const std::vector<std::vector<Tensor>>& weights, const std::vector<Tensor>& g,
@@ -176,9 +247,7 @@ void ShardedState::shard_parameters(const std::vector<std::vector<Tensor>>& weig
   const bool first = param_shards_.empty();
   place(weights, names, host);  // the layout, the devices and the state, as at stages 1 and 2
   if (!first) return;
-  weights_ = weights;
   param_shards_.assign(devices_.size(), Tensor());
-  pieces_.assign(devices_.size(), {});
   for (size_t i = 0; i < devices_.size(); ++i) {
     const int64_t n = layout_.shard_size(i), lo = layout_.bounds[i];
     if (n == 0) continue;
@@ -187,7 +256,6 @@ void ShardedState::shard_parameters(const std::vector<std::vector<Tensor>>& weig
     for_pieces(layout_, i, [&](size_t k, int64_t a, int64_t b) {
       copy_bytes(weights[k][i], static_cast<size_t>(a - layout_.offsets[k]) * kFloat, param_shards_[i],
                  static_cast<size_t>(a - lo) * kFloat, static_cast<size_t>(b - a) * kFloat);
-      pieces_[i].push_back(Piece{k, a, b, Tensor::zeros({b - a}, devices_[i])});
     });
   }
   for (size_t k = 0; k < weights_.size(); ++k)
@@ -220,6 +288,12 @@ bool ShardedState::gathered(size_t k, size_t i) const { return weights_[k][i].im
 void ShardedState::scatter_gradient(size_t k, size_t i) {
   const Tensor g = weights_[k][i].grad();
   if (!g.defined()) return;
+  if (stale_) {  // the first gradient since the last step: the pieces start again from zero
+    for (auto& pieces : pieces_)
+      for (auto& piece : pieces) fill_(piece.grad, 0.0f);
+    stale_ = false;
+  }
+  received_ = true;
   // Reduce-scatter, one contribution at a time: each shard's part of this gradient is added into
   // that shard's piece of parameter k, on the shard's device.
   for (size_t j = 0; j < devices_.size(); ++j)
@@ -236,16 +310,9 @@ void ShardedState::scatter_gradient(size_t k, size_t i) {
 void ShardedState::step_shards(const Step& s) {
   for (size_t k = 0; k < weights_.size(); ++k)
     for (size_t i = 0; i < devices_.size(); ++i) release_parameter(k, i);
-  for (size_t i = 0; i < devices_.size(); ++i) {
-    const int64_t n = layout_.shard_size(i), lo = layout_.bounds[i];
-    if (n == 0) continue;
-    const Tensor g = Tensor::empty({n}, devices_[i]);
-    for (const Piece& piece : pieces_[i])
-      copy_bytes(piece.grad, 0, g, static_cast<size_t>(piece.a - lo) * kFloat,
-                 static_cast<size_t>(piece.b - piece.a) * kFloat);
-    step_on_device(param_shards_[i], state_[i], g, s);
-    for (const Piece& piece : pieces_[i]) fill_(piece.grad, 0.0f);
-  }
+  const std::vector<Tensor> g = summed_gradients();
+  for (size_t i = 0; i < devices_.size(); ++i)
+    if (g[i].defined()) step_on_device(param_shards_[i], state_[i], g[i], s);
 }
 
 std::vector<std::vector<float>> ShardedState::parameters() const {
@@ -272,8 +339,7 @@ int64_t ShardedState::bytes(size_t i) const {
 }
 
 int64_t ShardedState::gradient_bytes(size_t i) const {
-  if (stage_ == 3) return i < pieces_.size() ? static_cast<int64_t>(kFloat) * layout_.shard_size(i) : 0;
-  return i < grad_shards_.size() ? static_cast<int64_t>(kFloat) * grad_shards_[i].numel() : 0;
+  return i < pieces_.size() ? static_cast<int64_t>(kFloat) * layout_.shard_size(i) : 0;
 }
 
 }  // namespace d2l::optim::zero

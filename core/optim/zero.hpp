@@ -15,9 +15,13 @@
 // Each element is updated once, on one device, so the replicas are equal by construction.
 //
 // Step 2 reads only shard i of the sum, yet step 1 gives every device all of it. ZeRO-2 sums only
-// what is read: step 1 becomes a reduce-scatter (core/comm.hpp), after which device i holds the
-// summed gradient of its shard alone, in a flat buffer of the shard's size that it keeps; step 2
-// updates from that buffer with the same code, and step 3 is the same all-gather. Per device
+// what is read, and during backward: the moment autograd completes a replica's gradient (its
+// gradient-ready hook, as DDP's buckets use it), each shard's part of it is added into that shard's
+// summed-gradient pieces on the shard's device, and the replica's .grad buffer is released. Device
+// i ends backward holding the summed gradient of its shard alone (the devices' contributions added
+// in device order, as the `device` kvstore adds them, when backward runs device by device), and
+// no whole gradient outlives the layer that made it; step 2 updates from that sum with the same
+// code, and step 3 is the same all-gather. Per device
 // (N-1)/N of the P elements go out for the reduce-scatter and (N-1)/N for the all-gather: 2(N-1)/N
 // of P, where stage 1's allreduce and all-gather move 3(N-1)/N.
 //
@@ -38,6 +42,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "core/optim/kvstore.hpp"
@@ -63,7 +68,10 @@ ShardLayout shard_layout(const std::vector<int64_t>& sizes, size_t n);
 // shard, one more flat tensor of that size.
 class ShardedState {
  public:
-  ShardedState(size_t slots, int stage) : slots_(slots), stage_(stage) {}
+  ShardedState(size_t slots, int stage);
+  ~ShardedState();
+  ShardedState(const ShardedState&) = delete;
+  ShardedState& operator=(const ShardedState&) = delete;
 
   // Whether the state is laid out for these replicas (weights[k][i]: parameter k on device i):
   // the same devices in the same order and the same parameter sizes.
@@ -102,10 +110,10 @@ class ShardedState {
   // Stage 1, steps 2 and 3 above: grads[k][i] already hold the sum over the devices (the same bits on each).
   void step(const std::vector<std::vector<Tensor>>& weights, const std::vector<std::vector<Tensor>>& grads,
             const Step& s);
-  // Stage 2: grads[k][i] hold device i's own gradient, not summed; they are reduce-scattered into
-  // the gradient shards, then steps 2 and 3 as at stage 1.
-  void reduce_scatter_step(const std::vector<std::vector<Tensor>>& weights,
-                           const std::vector<std::vector<Tensor>>& grads, const Step& s);
+  // Stage 2: the replicas' gradients were added into the shards' pieces during backward (each the
+  // moment it was complete; any still in a .grad buffer, as before the first step laid the shards
+  // out, is added now), then steps 2 and 3 as at stage 1 from each shard's summed gradient.
+  void scattered_step(const std::vector<std::vector<Tensor>>& weights, const Step& s);
 
   bool placed() const { return !devices_.empty(); }
   const ShardLayout& layout() const { return layout_; }
@@ -116,10 +124,10 @@ class ShardedState {
   // Bytes of state device i holds: slots * 4 * (its shard's size).
   int64_t bytes(size_t i) const;
   int stage() const { return stage_; }
-  // Stage 2: the summed gradient of shard i after the last step's reduce-scatter, a flat tensor on
-  // device i (none before the first step, nor at stage 1), and its bytes: 4 * its shard's size.
-  const std::vector<Tensor>& gradient_shards() const { return grad_shards_; }
-  int64_t gradient_bytes(size_t i) const;  // stage 3: the pieces of shard i, 4 * its size
+  // Stages 2 and 3: the summed gradient of shard i (its pieces laid end to end), kept after the step
+  // until the next gradient arrives, and its bytes: 4 * its shard's size (0 at stage 1).
+  std::vector<float> gradient_shard(size_t i) const;
+  int64_t gradient_bytes(size_t i) const;
 
  private:
   size_t slots_;
@@ -127,8 +135,7 @@ class ShardedState {
   ShardLayout layout_;
   std::vector<Device> devices_;
   std::vector<std::vector<Tensor>> state_;  // per device, per slot: a flat tensor of the shard's size
-  std::vector<Tensor> grad_shards_;         // stage 2, per device: the shard's summed gradient
-  // Stage 3.
+  // Stages 2 and 3.
   struct Piece {
     size_t k;      // the parameter
     int64_t a, b;  // its elements [a, b) of the flat vector
@@ -137,6 +144,14 @@ class ShardedState {
   std::vector<std::vector<Tensor>> weights_;  // [k][i]: the replicas, whole only while gathered
   std::vector<Tensor> param_shards_;          // per device: its shard of the flat parameter vector
   std::vector<std::vector<Piece>> pieces_;    // per device: the parameters its shard holds parts of, in order
+  std::unordered_map<const TensorImpl*, std::pair<size_t, size_t>> replica_;  // leaf -> (parameter, device)
+  bool stale_ = false;     // the pieces hold the last step's sum: zeroed before the next gradient is added
+  bool received_ = false;  // a gradient was added in since the last step
+  int hook_ = -1;       // stage 2's gradient-ready hook
+  void scatter_if_mine(TensorImpl& leaf);
+  void scatter_remaining();
+  // Per device its shard's summed gradient as one flat tensor (zeros when no gradient came).
+  std::vector<Tensor> summed_gradients();
   // Steps 2 and 3: device i updates shard i from its summed gradient g[i] (flat), then the all-gather.
   void update_and_gather(const std::vector<std::vector<Tensor>>& weights, const std::vector<Tensor>& g, const Step& s);
 };
