@@ -2,6 +2,7 @@
 //   sharding                      both parts on 4 devices (CPU devices stand in without GPUs)
 //   sharding memory --steps 50    1. ZeRO-1, 2 and 3 against replicated Adam: bytes per device, peak, time per step
 //   sharding tp --tp-size 4       2. the Megatron MLP split over 4 devices against the unsharded net
+//   mpirun -np 4 sharding grid    3. 2 dp x 2 tp over 4 processes against the unsharded net
 //   sharding --quick              generated data, a few steps: seconds (tests)
 //   mpirun -np 2 sharding memory  part 1 with ZeRO over the 2 processes, one device each
 #include <CLI/CLI.hpp>
@@ -25,15 +26,16 @@ int main(int argc, char** argv) {
   d2l::add_device_flags(app, dev);
   auto* memory = app.add_subcommand("memory", "1. memory per device and time per step: replicated Adam (DDP) vs ZeRO-1, ZeRO-2 and ZeRO-3 (FSDP)");
   auto* tp = app.add_subcommand("tp", "2. tensor parallelism: the Megatron MLP split over --tp-size devices vs unsharded");
+  auto* grid = app.add_subcommand("grid", "3. the grid over processes (mpirun -np 4): the MLP split over each tp group of --tp-size processes, the batch over the dp groups");
   app.require_subcommand(0, 1);
-  for (auto* sub : {memory, tp}) sub->fallthrough();  // flags may follow the subcommand
+  for (auto* sub : {memory, tp, grid}) sub->fallthrough();  // flags may follow the subcommand
   auto* batch = app.add_option("--batch-size", cfg.batch_size, "minibatch size (split over the devices in part 1, whole on every device in part 2)")->capture_default_str();
   auto* steps = app.add_option("--steps", cfg.steps, "part 1: timed Adam steps per run (after one warm-up step)")->capture_default_str();
   app.add_option("--zero-stage", cfg.zero_stage, "part 1: the last stage run beside the replicated one: 3 (ZeRO-1, ZeRO-2 and ZeRO-3), 2, 1 or 0 (the replicated rows only)")->capture_default_str();
   app.add_option("--adam-lr", cfg.adam_lr, "part 1: Adam's learning rate")->capture_default_str();
   app.add_option("--lr", cfg.lr, "part 2: SGD's learning rate")->capture_default_str();
   auto* epochs = app.add_option("--num-epochs", cfg.num_epochs, "part 2: epochs of each run")->capture_default_str();
-  app.add_option("--tp-size", cfg.tp_size, "part 2: devices the Megatron MLP is split over (the first of --devices)")->capture_default_str();
+  app.add_option("--tp-size", cfg.tp_size, "part 2: devices the Megatron MLP is split over (the first of --devices); grid: processes per tp group (dividing the processes)")->capture_default_str();
   app.add_option("--hidden", cfg.hidden, "part 2: the MLP's hidden width, split over --tp-size devices")->capture_default_str();
   app.add_option("--d-model", cfg.d_model, "part 2: the MLP's input and output width")->capture_default_str();
   app.add_option("--out-dir", cfg.plot_dir, std::string("part 1: write ") + sh::kMemoryPlot + " and " + sh::kStepTimePlot + " here ('' for none)");
@@ -66,13 +68,15 @@ int main(int argc, char** argv) {
     d2l::check_output_dir("--out-dir", cfg.plot_dir, {sh::kMemoryPlot, sh::kStepTimePlot});
     d2l::check_output_path("--trace", cfg.trace_file);
     cfg.devices = d2l::choose_devices(dev);
-    sh::validate(cfg);
+    if (*grid) sh::validate_grid(cfg);  // one device per process: --tp-size against the processes
+    else sh::validate(cfg);
     sh::load_data(cfg);
-    const bool all = !*memory && !*tp;
+    const bool all = !*memory && !*tp && !*grid;
     const int W = d2l::dist::world_size();  // under mpirun part 1 uses the first device of each rank
-    const std::string where = W > 1 ? std::to_string(W) + " processes, each on " + d2l::str(cfg.devices) + " (part 1: " +
-                                          d2l::str(std::vector<d2l::Device>{cfg.devices[0]}) + " of each)"
-                                    : d2l::str(cfg.devices);
+    const std::string where = *grid ? sh::grid_devices(cfg)
+                              : W > 1 ? std::to_string(W) + " processes, each on " + d2l::str(cfg.devices) + " (part 1: " +
+                                            d2l::str(std::vector<d2l::Device>{cfg.devices[0]}) + " of each)"
+                                      : d2l::str(cfg.devices);
     std::printf("running on: %s; data: %s\n", where.c_str(),
                 quick ? "generated 28x28 images (--quick)" : ("Fashion-MNIST from " + d2l::resolve_data_dir(cfg.data_dir).path).c_str());
     std::fflush(stdout);
@@ -85,6 +89,7 @@ int main(int argc, char** argv) {
       sh::print_tensor_parallel_title(cfg);
       failed += sh::print_tensor_parallel(cfg, sh::tensor_parallel(cfg));
     }
+    if (*grid) failed += sh::grid_over_processes(cfg);
     if (failed && d2l::dist::rank() == 0) std::fprintf(stderr, "error: %d check(s) failed: the sharded runs differ from the unsharded ones\n", failed);
     return failed ? 1 : 0;
   });

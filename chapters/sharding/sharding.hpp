@@ -12,6 +12,9 @@
 //                    over P devices (column-parallel -> relu -> row-parallel), trained beside the
 //                    same classifier unsharded on one device; loss and accuracy per epoch of both,
 //                    and the bytes f and g send per step against 2 * batch * d_model * 4.
+//   grid             the same classifier over processes, dp x tp (mpirun -np 4: 2 x 2): the MLP
+//                    split over each tp group, the batch over the dp groups, against the unsharded
+//                    run of one process.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -110,5 +113,13 @@ struct TensorParallelResult {
   double max_output_diff = 0;          // largest |logit difference| over the test set after training
 };
 TensorParallelResult tensor_parallel(const Config& cfg);
+
+// ---- Part 3 (grid.cpp): tp_size processes per tp group, world_size() / tp_size dp groups.
+// --tp-size against the processes, --hidden and --batch-size against the grid: one CollectiveError line.
+void validate_grid(const Config& cfg);
+std::string grid_devices(const Config& cfg);  // "4 processes, one device each (rank r: ...)"
+// Runs the grid and the unsharded run, prints the mapping, losses and check lines; returns the
+// number of failed checks (the same on every rank).
+int grid_over_processes(const Config& cfg);
 
 }  // namespace d2l::sharding

@@ -10,6 +10,7 @@
 
 #include "core/autograd.hpp"
 #include "core/comm.hpp"
+#include "core/dist/group.hpp"
 #include "core/dist/nccl.hpp"
 #include "core/dist/process_group.hpp"
 #include "core/ops.hpp"
@@ -68,13 +69,13 @@ std::mutex g_link_mu;
 LinkModel g_link;
 
 #ifdef D2L_WITH_MPI
-// Runs a collective, then (with a link model) sleeps out what the model says it would have taken.
-void modeled(double bytes, const std::string& algorithm, const std::function<void()>& collective) {
+// Runs a collective over W ranks, then (with a link model) sleeps out what the model says it would have taken.
+void modeled(double bytes, const std::string& algorithm, int W, const std::function<void()>& collective) {
   const LinkModel m = link_model();
   const auto start = std::chrono::steady_clock::now();
   collective();
   if (!m.on()) return;
-  const double s = modeled_allreduce_seconds(m, bytes, algorithm, world_size());
+  const double s = modeled_allreduce_seconds(m, bytes, algorithm, W);
   std::this_thread::sleep_until(start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                             std::chrono::duration<double>(s)));
 }
@@ -83,21 +84,23 @@ void modeled(double bytes, const std::string& algorithm, const std::function<voi
 #ifdef D2L_WITH_MPI
 void wait(MPI_Request& r) { wait_request(&r); }
 
-// The ring on n floats at p, on the communication thread.
-void ring_allreduce(float* p, int64_t n) {
-  const int W = world_size(), r = rank();
+// A group's communicator (core/dist/group.hpp); the group has more than one rank.
+MPI_Comm comm_of(const Group& g) { return *static_cast<const MPI_Comm*>(g.native()); }
+
+// The ring on n floats at p, on the communication thread: this rank is r of the W ranks of `comm`.
+void ring_allreduce(float* p, int64_t n, MPI_Comm comm, int W, int r) {
   const int next = (r + 1) % W, prev = (r + W - 1) % W;
   // The receive buffer is kept between calls (only this thread uses it): no page faults per call.
   static std::vector<float> recv;
   if (recv.size() < static_cast<size_t>(n / W + 1)) recv.resize(static_cast<size_t>(n / W + 1));
-  auto begin = [&](int c) { return chunk_begin(n, ((c % W) + W) % W); };
-  auto len = [&](int c) { c = ((c % W) + W) % W; return chunk_begin(n, c + 1) - chunk_begin(n, c); };
+  auto begin = [&](int c) { return n * (((c % W) + W) % W) / W; };
+  auto len = [&](int c) { c = ((c % W) + W) % W; return n * (c + 1) / W - n * c / W; };
   // Reduce-scatter: at step s rank r sends chunk r-s to r+1 and adds chunk r-s-1 from r-1 to its own.
   for (int s = 0; s < W - 1; ++s) {
     const int cs = r - s, cr = r - s - 1;
     MPI_Request q[2];
-    MPI_Irecv(recv.data(), static_cast<int>(len(cr)), MPI_FLOAT, prev, s, MPI_COMM_WORLD, &q[0]);
-    MPI_Isend(p + begin(cs), static_cast<int>(len(cs)), MPI_FLOAT, next, s, MPI_COMM_WORLD, &q[1]);
+    MPI_Irecv(recv.data(), static_cast<int>(len(cr)), MPI_FLOAT, prev, s, comm, &q[0]);
+    MPI_Isend(p + begin(cs), static_cast<int>(len(cs)), MPI_FLOAT, next, s, comm, &q[1]);
     wait(q[0]);
     wait(q[1]);
     float* own = p + begin(cr);
@@ -107,8 +110,8 @@ void ring_allreduce(float* p, int64_t n) {
   for (int s = 0; s < W - 1; ++s) {
     const int cs = r + 1 - s, cr = r - s;
     MPI_Request q[2];
-    MPI_Irecv(p + begin(cr), static_cast<int>(len(cr)), MPI_FLOAT, prev, W + s, MPI_COMM_WORLD, &q[0]);
-    MPI_Isend(p + begin(cs), static_cast<int>(len(cs)), MPI_FLOAT, next, W + s, MPI_COMM_WORLD, &q[1]);
+    MPI_Irecv(p + begin(cr), static_cast<int>(len(cr)), MPI_FLOAT, prev, W + s, comm, &q[0]);
+    MPI_Isend(p + begin(cs), static_cast<int>(len(cs)), MPI_FLOAT, next, W + s, comm, &q[1]);
     wait(q[0]);
     wait(q[1]);
   }
@@ -116,28 +119,27 @@ void ring_allreduce(float* p, int64_t n) {
 
 // The book's reduce-to-one-then-broadcast over point-to-point messages: rank 0 receives every
 // other rank's tensor in rank order and adds it, then sends the sum to each rank in turn.
-void naive_allreduce(float* p, int64_t n) {
-  const int W = world_size();
+void naive_allreduce(float* p, int64_t n, MPI_Comm comm, int W, int me) {
   const int count = static_cast<int>(n);
-  if (rank() == 0) {
+  if (me == 0) {
     static std::vector<float> recv;  // kept between calls, like the ring's
     if (recv.size() < static_cast<size_t>(n)) recv.resize(static_cast<size_t>(n));
     for (int r = 1; r < W; ++r) {
       MPI_Request q;
-      MPI_Irecv(recv.data(), count, MPI_FLOAT, r, 0, MPI_COMM_WORLD, &q);
+      MPI_Irecv(recv.data(), count, MPI_FLOAT, r, 0, comm, &q);
       wait(q);
       for (int64_t i = 0; i < n; ++i) p[i] += recv[static_cast<size_t>(i)];
     }
     for (int r = 1; r < W; ++r) {
       MPI_Request q;
-      MPI_Isend(p, count, MPI_FLOAT, r, 1, MPI_COMM_WORLD, &q);
+      MPI_Isend(p, count, MPI_FLOAT, r, 1, comm, &q);
       wait(q);
     }
   } else {
     MPI_Request q[2];
-    MPI_Isend(p, count, MPI_FLOAT, 0, 0, MPI_COMM_WORLD, &q[0]);
+    MPI_Isend(p, count, MPI_FLOAT, 0, 0, comm, &q[0]);
     wait(q[0]);
-    MPI_Irecv(p, count, MPI_FLOAT, 0, 1, MPI_COMM_WORLD, &q[1]);
+    MPI_Irecv(p, count, MPI_FLOAT, 0, 1, comm, &q[1]);
     wait(q[1]);
   }
 }
@@ -208,30 +210,36 @@ void Work::wait() const {
   if (pending) runtime(device).compute.wait(done);
 }
 
-// The allreduce itself; with done_out the compute stream does not wait (allreduce_async).
-static void allreduce_impl(const Tensor& t, const std::string& algorithm, Event* done_out) {
+// The allreduce itself over the ranks of `g`; with done_out the compute stream does not wait (allreduce_async).
+static void allreduce_impl(const Tensor& t, const Group& g, const std::string& algorithm, Event* done_out) {
   check_algorithm("allreduce algorithm", algorithm);
   check_f32("allreduce", t);
   const int n = count_of("allreduce", t.numel());
-  if (world_size() == 1 || n == 0) return;
+  if (g.size() == 1 || n == 0) return;
   if (on_gpu(t)) {
-    if (algorithm == "library" && nccl::built()) return nccl::allreduce(t, done_out);
+    // NCCL's communicator is the world's; a smaller group's sum goes through MPI.
+    if (algorithm == "library" && nccl::built() && g.is_world()) return nccl::allreduce(t, done_out);
     // Staged through host memory: the copy back is stream work on t's device, ordered after the
     // collective, so the async form waits here (its result is complete when the compute stream is).
-    return via_host(t, [&](const Tensor& h) { allreduce_impl(h, algorithm, nullptr); });
+    return via_host(t, [&](const Tensor& h) { allreduce_impl(h, g, algorithm, nullptr); });
   }
 #ifdef D2L_WITH_MPI
   float* p = t.data();
   const double bytes = 4.0 * n;
+  const MPI_Comm c = comm_of(g);
+  const int W = g.size(), r = g.rank();
   if (algorithm == "ring") {
-    on_comm("allreduce_ring", {t}, [p, n, bytes] { modeled(bytes, "ring", [&] { ring_allreduce(p, n); }); }, done_out);
+    on_comm("allreduce_ring", {t}, [p, n, bytes, c, W, r] {
+      modeled(bytes, "ring", W, [&] { ring_allreduce(p, n, c, W, r); });
+    }, done_out);
   } else if (algorithm == "naive") {
-    on_comm("allreduce_naive", {t}, [p, n, bytes] { modeled(bytes, "naive", [&] { naive_allreduce(p, n); }); },
-            done_out);
+    on_comm("allreduce_naive", {t}, [p, n, bytes, c, W, r] {
+      modeled(bytes, "naive", W, [&] { naive_allreduce(p, n, c, W, r); });
+    }, done_out);
   } else {
     // The library's tuned (blocking) allreduce: its algorithms differ from the nonblocking ones.
-    on_comm("MPI_Allreduce", {t}, [p, n, bytes] {
-      modeled(bytes, "library", [&] { MPI_Allreduce(MPI_IN_PLACE, p, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); });
+    on_comm("MPI_Allreduce", {t}, [p, n, bytes, c, W] {
+      modeled(bytes, "library", W, [&] { MPI_Allreduce(MPI_IN_PLACE, p, n, MPI_FLOAT, MPI_SUM, c); });
     }, done_out);
   }
 #else
@@ -239,12 +247,16 @@ static void allreduce_impl(const Tensor& t, const std::string& algorithm, Event*
 #endif
 }
 
-void allreduce(const Tensor& t, const std::string& algorithm) { allreduce_impl(t, algorithm, nullptr); }
+void allreduce(const Tensor& t, const std::string& algorithm) { allreduce_impl(t, Group(), algorithm, nullptr); }
+
+void allreduce(const Tensor& t, const Group& group, const std::string& algorithm) {
+  allreduce_impl(t, group, algorithm, nullptr);
+}
 
 Work allreduce_async(const Tensor& t, const std::string& algorithm) {
   Work w;
   w.device = t.device();
-  allreduce_impl(t, algorithm, &w.done);
+  allreduce_impl(t, Group(), algorithm, &w.done);
   w.pending = world_size() > 1 && t.numel() > 0;
   return w;
 }
@@ -318,12 +330,15 @@ void reduce_scatter(const Tensor& in, const Tensor& out) {
 #endif
 }
 
-void barrier() {
-  if (world_size() == 1) return;
+void barrier() { barrier(Group()); }
+
+void barrier(const Group& group) {
+  if (group.size() == 1) return;
 #ifdef D2L_WITH_MPI
-  on_comm_now("MPI_Ibarrier", [] {
+  const MPI_Comm c = comm_of(group);
+  on_comm_now("MPI_Ibarrier", [c] {
     MPI_Request q;
-    MPI_Ibarrier(MPI_COMM_WORLD, &q);
+    MPI_Ibarrier(c, &q);
     wait(q);
   });
 #endif
@@ -339,19 +354,23 @@ void allreduce(const std::vector<Tensor>& local, const std::string& local_algori
   for (size_t i = 1; i < local.size(); ++i) local[0].copyto(local[i]);
 }
 
-std::vector<double> sum_over_ranks(std::vector<double> values) {
-  if (world_size() == 1) return values;
+std::vector<double> sum_over_ranks(std::vector<double> values) { return sum_over_ranks(std::move(values), Group()); }
+
+std::vector<double> sum_over_ranks(std::vector<double> values, const Group& group) {
+  const int W = group.size();
+  if (W == 1) return values;
 #ifdef D2L_WITH_MPI
   const int n = count_of("sum_over_ranks", static_cast<int64_t>(values.size()));
-  std::vector<double> all(values.size() * static_cast<size_t>(world_size()));
+  std::vector<double> all(values.size() * static_cast<size_t>(W));
+  const MPI_Comm c = comm_of(group);
   on_comm_now("MPI_Iallgather", [&] {
     MPI_Request q;
-    MPI_Iallgather(values.data(), n, MPI_DOUBLE, all.data(), n, MPI_DOUBLE, MPI_COMM_WORLD, &q);
+    MPI_Iallgather(values.data(), n, MPI_DOUBLE, all.data(), n, MPI_DOUBLE, c, &q);
     wait(q);
   });
-  for (size_t i = 0; i < values.size(); ++i) {  // in rank order: the same bits on every rank
+  for (size_t i = 0; i < values.size(); ++i) {  // in group rank order: the same bits on every rank of the group
     double s = 0;
-    for (int r = 0; r < world_size(); ++r) s += all[static_cast<size_t>(r) * values.size() + i];
+    for (int r = 0; r < W; ++r) s += all[static_cast<size_t>(r) * values.size() + i];
     values[i] = s;
   }
 #endif

@@ -6,6 +6,10 @@
 // gpu(i) tensors through NCCL (core/dist/nccl.hpp) in a build that has it, otherwise through MPI
 // via a copy in host memory. The ring always runs over MPI (a GPU tensor's sum is staged on the host).
 //
+// allreduce, barrier and sum_over_ranks also run over a process group (core/dist/group.hpp): the
+// same collective among the group's ranks only, its rank order the group's. Without a group they
+// run over the world.
+//
 // A tensor of N elements is cut into world_size() chunks, chunk c = [chunk_begin(N, c), chunk_begin(N, c+1)),
 // sizes differing by at most one (N need not divide). In a world of one every collective is a copy or nothing.
 #pragma once
@@ -13,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "core/dist/group.hpp"
 #include "core/stream.hpp"
 #include "core/tensor.hpp"
 
@@ -29,6 +34,9 @@ int64_t chunk_begin(int64_t n, int chunk);  // n * chunk / world_size()
 //   naive    the book's first idea: every rank sends its whole tensor to rank 0, which adds them in
 //            rank order and sends the sum back to each (2(W-1) messages of the whole size through one rank)
 void allreduce(const Tensor& t, const std::string& algorithm = "library");
+// The same over the ranks of `group` only (the ring's chunks and the naive root are the group's).
+// GPU tensors use NCCL for the world only; a smaller group's sum is staged through host memory.
+void allreduce(const Tensor& t, const Group& group, const std::string& algorithm = "library");
 
 // The same allreduce without making the tensor's compute stream wait for it: the result is there
 // once work.wait() has been called (it orders the compute stream after the collective; the host
@@ -63,6 +71,7 @@ void allgather(const Tensor& in, const Tensor& out);
 void reduce_scatter(const Tensor& in, const Tensor& out);
 // Returns when every rank has called it (the host waits; devices are not involved).
 void barrier();
+void barrier(const Group& group);
 
 // Hierarchical data parallelism: local[i] lives on this process's device i. The devices are summed
 // inside the process first (core/comm.hpp's `local_algorithm`: naive or ring), then local[0] across
@@ -71,6 +80,7 @@ void allreduce(const std::vector<Tensor>& local, const std::string& local_algori
 
 // Host values, summed over the ranks in rank order (the host waits): losses, correct counts.
 std::vector<double> sum_over_ranks(std::vector<double> values);
+std::vector<double> sum_over_ranks(std::vector<double> values, const Group& group);  // in group rank order
 // n bytes at p on every rank become root's (the host waits): small host values such as NCCL's id.
 void broadcast_bytes(void* p, size_t n, int root);
 // Every rank's string, in rank order (the host waits).

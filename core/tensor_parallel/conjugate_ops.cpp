@@ -6,6 +6,7 @@
 
 #include "core/autograd.hpp"
 #include "core/comm.hpp"
+#include "core/dist/collectives.hpp"
 #include "core/ops/op.hpp"
 
 namespace d2l::tp {
@@ -27,12 +28,28 @@ void check_group_value(const char* op, const std::vector<Tensor>& xs) {
   }
 }
 
+void count_allreduce(const Tensor& t) {
+  g_allreduces += 1;
+  g_payload_bytes += t.numel() * static_cast<int64_t>(sizeof(float));
+}
+
 // The one allreduce of f and g: in place over the group, counted.
 void sum_over_group(const std::vector<Tensor>& ts) {
   NoGrad no_grad;
   allreduce_ring(ts);
-  g_allreduces += 1;
-  g_payload_bytes += ts[0].numel() * static_cast<int64_t>(sizeof(float));
+  count_allreduce(ts[0]);
+}
+
+// The same over the ranks of a process group.
+void sum_over_group(const Tensor& t, const dist::Group& group) {
+  NoGrad no_grad;
+  dist::allreduce(t, group, "ring");
+  count_allreduce(t);
+}
+
+void check_rank_value(const char* op, const Tensor& x) {
+  if (!x.defined()) detail::fail(op, "needs this rank's tensor, got an undefined one");
+  detail::expect_f32(op, x, "the tensor");
 }
 
 }  // namespace
@@ -74,6 +91,31 @@ std::vector<Tensor> reduce_from_parallel_region(const std::vector<Tensor>& zs) {
   for (size_t i = 0; i < zs.size(); ++i)
     record(ys[i], op, {zs[i]}, [](const Tensor& gy) { return std::vector<Tensor>{gy}; });
   return ys;
+}
+
+Tensor copy_to_parallel_region(const Tensor& x, const dist::Group& group) {
+  const char* op = "tp_copy_to_parallel_region";
+  check_rank_value(op, x);
+  Tensor y = x.detach();  // forward: the identity
+  record(y, op, {x}, [group](const Tensor& gy) {
+    Tensor g = gy.clone();  // summed in place; gy may be shared with other nodes
+    sum_over_group(g, group);
+    return std::vector<Tensor>{g};
+  });
+  return y;
+}
+
+Tensor reduce_from_parallel_region(const Tensor& z, const dist::Group& group) {
+  const char* op = "tp_reduce_from_parallel_region";
+  check_rank_value(op, z);
+  Tensor y;
+  {
+    NoGrad no_grad;
+    y = z.clone();
+  }
+  sum_over_group(y, group);
+  record(y, op, {z}, [](const Tensor& gy) { return std::vector<Tensor>{gy}; });  // backward: the identity
+  return y;
 }
 
 Traffic traffic() { return {g_allreduces.load(), g_payload_bytes.load()}; }

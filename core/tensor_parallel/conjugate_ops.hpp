@@ -24,11 +24,17 @@
 // first P-1 nodes reached keep their gradient and give none; the last one allreduces the P kept
 // gradients and gives X_j its sum. So every device's loss must be backpropagated (once) before X's
 // gradient exists, and f sends nothing when no X_i needs a gradient (autograd records no node).
+//
+// Over processes (core/dist/group.hpp), the group is P ranks of a dist::Group, one device each, and
+// a group value is this rank's one tensor: the same f and g, their sum an allreduce over the group's
+// ranks (dist::allreduce's ring: the same bits on every rank). Each rank runs one backward, of its
+// own replica of the loss, so f's backward simply sums its one gradient over the group.
 #pragma once
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "core/dist/group.hpp"
 #include "core/tensor.hpp"
 
 namespace d2l::tp {
@@ -38,9 +44,13 @@ namespace d2l::tp {
 std::vector<Tensor> copy_to_parallel_region(const std::vector<Tensor>& xs);
 // g, Megatron's reduce_from_tensor_model_parallel_region. Same requirements on zs.
 std::vector<Tensor> reduce_from_parallel_region(const std::vector<Tensor>& zs);
+// f and g over the ranks of a process group: x (z) is this rank's tensor, float32, of one shape on
+// every rank of the group. Every rank of the group calls them at the same point, as any collective.
+Tensor copy_to_parallel_region(const Tensor& x, const dist::Group& group);
+Tensor reduce_from_parallel_region(const Tensor& z, const dist::Group& group);
 
-// What f and g have sent since the last reset: one allreduce per call of g's forward and of f's
-// backward, and its payload, the bytes of the tensor being summed (numel * 4). The ring moves
+// What f and g have sent since the last reset (on this rank, over devices or processes): one
+// allreduce per call of g's forward and of f's backward, and its payload, the bytes of the tensor being summed (numel * 4). The ring moves
 // 2 (P-1)/P of the payload out of each device; that is the algorithm's, not counted here.
 struct Traffic {
   int64_t allreduces = 0;

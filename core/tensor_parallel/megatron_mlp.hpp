@@ -27,6 +27,9 @@ class MegatronMLP : public nn::Block {
   // fc1: ColumnParallelDense(hidden, activation), fc2: RowParallelDense(out, hidden), both over `devices`.
   MegatronMLP(int64_t hidden, int64_t out, const std::vector<Device>& devices, const std::string& activation = "relu",
               int64_t in_units = 0);
+  // This rank's shards of both layers, over the ranks of a process group (one device each).
+  MegatronMLP(int64_t hidden, int64_t out, const dist::Group& group, Device device, const std::string& activation = "relu",
+              int64_t in_units = 0);
 
   std::vector<Tensor> forward_shards(const std::vector<Tensor>& xs) override;  // replicated -> replicated
   std::string type() const override { return "MegatronMLP"; }
@@ -41,5 +44,9 @@ class MegatronMLP : public nn::Block {
 // function as the unsharded MLP. A ConfigError for shapes that do not chain, an fc2 with an
 // activation, or a group that does not divide fc1's units.
 std::shared_ptr<MegatronMLP> shard_mlp(const nn::Dense& fc1, const nn::Dense& fc2, const std::vector<Device>& devices);
+// The same over the ranks of a process group: this rank builds only its own shard, slice
+// group.rank() of group.size() (fc1's rows, fc2's columns), on `device`, and fc2's bias whole.
+// Every rank of the group passes the same fc1 and fc2 (the same initial weights).
+std::shared_ptr<MegatronMLP> shard_mlp(const nn::Dense& fc1, const nn::Dense& fc2, const dist::Group& group, Device device);
 
 }  // namespace d2l::tp

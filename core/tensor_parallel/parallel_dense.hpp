@@ -20,13 +20,21 @@
 // replicas must not be summed, so these layers are trained with a per-tensor update, not a Trainer's
 // kvstore, which sums replicas as data parallelism wants.
 //
+// Over processes: the P shards live one per rank of a dist::Group (a tensor-parallel group of the
+// grid, core/dist/grid.hpp), and each rank builds only its own shard, the group rank selecting which:
+// shard i of the in-process layer is the shard of group rank i, with the same name ("1.weight" on
+// group rank 1). Such a layer takes and gives one tensor, on the rank's device; f and g then sum
+// over the group's ranks.
+//
 // Errors (ConfigError, one line): an empty device list, a device listed twice, P not dividing the
 // dimension that is split.
 #pragma once
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "core/dist/group.hpp"
 #include "core/nn/dense.hpp"
 
 namespace d2l::tp {
@@ -35,23 +43,33 @@ class ColumnParallelDense : public nn::Block {
  public:
   ColumnParallelDense(int64_t units, const std::vector<Device>& devices, const std::string& activation = "",
                       bool use_bias = true, int64_t in_units = 0);
+  // This rank's shard (group.rank() of group.size()) on `device`.
+  ColumnParallelDense(int64_t units, const dist::Group& group, Device device, const std::string& activation = "",
+                      bool use_bias = true, int64_t in_units = 0);
 
   std::vector<Tensor> forward_shards(const std::vector<Tensor>& xs) override;  // replicated -> split
   std::string type() const override { return "ColumnParallelDense"; }
   std::string describe() const override;  // "ColumnParallelDense(8 -> 16 over [cpu(0), cpu(1)], Activation(relu))"
 
+  // The devices of this process's shards; over a process group, the one device of this rank.
   const std::vector<Device>& devices() const { return devices_; }
-  const std::vector<std::shared_ptr<nn::Dense>>& shards() const { return shards_; }  // shard i on devices[i]
+  // Shard i on devices[i]; over a process group, the one shard of this rank.
+  const std::vector<std::shared_ptr<nn::Dense>>& shards() const { return shards_; }
+  // The process group the shards are spread over; null when they are on the devices of this process.
+  const dist::Group* group() const { return group_ ? &*group_ : nullptr; }
 
  private:
   int64_t units_;
   std::vector<Device> devices_;
+  std::optional<dist::Group> group_;
   std::vector<std::shared_ptr<nn::Dense>> shards_;
 };
 
 class RowParallelDense : public nn::Block {
  public:
   RowParallelDense(int64_t units, int64_t in_units, const std::vector<Device>& devices, bool use_bias = true);
+  // This rank's shard (group.rank() of group.size()) on `device`; the bias replicated on every rank.
+  RowParallelDense(int64_t units, int64_t in_units, const dist::Group& group, Device device, bool use_bias = true);
 
   std::vector<Tensor> forward_shards(const std::vector<Tensor>& xs) override;  // split -> replicated
   std::string type() const override { return "RowParallelDense"; }
@@ -59,11 +77,13 @@ class RowParallelDense : public nn::Block {
 
   const std::vector<Device>& devices() const { return devices_; }
   const std::vector<std::shared_ptr<nn::Dense>>& shards() const { return shards_; }  // (units, in_units / P)
-  nn::ParameterPtr bias;  // (units), a replica on every device; null when use_bias is false
+  const dist::Group* group() const { return group_ ? &*group_ : nullptr; }
+  nn::ParameterPtr bias;  // (units), a replica on every device (every rank); null when use_bias is false
 
  private:
   int64_t units_, in_units_;
   std::vector<Device> devices_;
+  std::optional<dist::Group> group_;
   std::vector<std::shared_ptr<nn::Dense>> shards_;
 };
 
