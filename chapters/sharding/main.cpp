@@ -68,11 +68,14 @@ int main(int argc, char** argv) {
     d2l::check_output_dir("--out-dir", cfg.plot_dir, {sh::kMemoryPlot, sh::kStepTimePlot});
     d2l::check_output_path("--trace", cfg.trace_file);
     cfg.devices = d2l::choose_devices(dev);
-    if (*grid) sh::validate_grid(cfg);  // one device per process: --tp-size against the processes
-    else sh::validate(cfg);
-    sh::load_data(cfg);
     const bool all = !*memory && !*tp && !*grid;
     const int W = d2l::dist::world_size();  // under mpirun part 1 uses the first device of each rank
+    // Under mpirun the whole chapter is part 1 over the ranks, then the grid over them (part 2 is the
+    // devices of one process; `tp` still runs it, on every rank).
+    const bool run_grid = *grid || (all && W > 1), run_tp = *tp || (all && W == 1);
+    if (run_grid) sh::validate_grid(cfg);  // one device per process: --tp-size against the processes
+    if (!*grid) sh::validate(cfg);
+    sh::load_data(cfg);
     const std::string where = *grid ? sh::grid_devices(cfg)
                               : W > 1 ? std::to_string(W) + " processes, each on " + d2l::str(cfg.devices) + " (part 1: " +
                                             d2l::str(std::vector<d2l::Device>{cfg.devices[0]}) + " of each)"
@@ -85,11 +88,11 @@ int main(int argc, char** argv) {
       failed += sh::print_zero_over_ranks(cfg, sh::zero_memory_over_ranks(cfg));
     else if (all || *memory)
       failed += sh::print_zero(cfg, sh::zero_memory(cfg));
-    if (all || *tp) {
+    if (run_tp) {
       sh::print_tensor_parallel_title(cfg);
       failed += sh::print_tensor_parallel(cfg, sh::tensor_parallel(cfg));
     }
-    if (*grid) failed += sh::grid_over_processes(cfg);
+    if (run_grid) failed += sh::grid_over_processes(cfg);
     if (failed && d2l::dist::rank() == 0) std::fprintf(stderr, "error: %d check(s) failed: the sharded runs differ from the unsharded ones\n", failed);
     return failed ? 1 : 0;
   });
