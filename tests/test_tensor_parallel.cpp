@@ -22,6 +22,7 @@
 #include "core/autograd.hpp"
 #include "core/nn/dense.hpp"
 #include "core/ops.hpp"
+#include "core/optim/trainer.hpp"
 #include "core/runtime.hpp"
 #include "core/tensor_parallel/conjugate_ops.hpp"
 #include "core/tensor_parallel/megatron_mlp.hpp"
@@ -156,10 +157,20 @@ void sgd_step(const nn::ParameterDict& params) {
 // 20 steps of the sharded MLP beside the unsharded one: each step the outputs (every replica, with
 // the same bits on every device), the input gradients and the weight gradients must agree; then
 // the weights after the last step.
-void check_mlp_against_unsharded(const std::vector<Device>& devs) {
+// optimizer "sgd": plain SGD on every tensor (sgd_step); "adam": Trainers with Adam, the unsharded
+// MLP's with the 'device' kvstore on its one device, the sharded MLP's with kvstore 'none' (each
+// replica of the row layer's bias updated from its own, whole, gradient).
+void check_mlp_against_unsharded(const std::vector<Device>& devs, const std::string& optimizer = "sgd") {
   use_devices(devs);
   Reference ref;
   auto mlp = tp::shard_mlp(ref.fc1, ref.fc2, devs);
+  const optim::OptimizerOptions adam{.learning_rate = 0.01f};
+  std::vector<std::unique_ptr<optim::Trainer>> trainers;
+  if (optimizer == "adam") {
+    trainers.push_back(std::make_unique<optim::Trainer>(ref.fc1.collect_params(), "adam", adam, "device"));
+    trainers.push_back(std::make_unique<optim::Trainer>(ref.fc2.collect_params(), "adam", adam, "device"));
+    trainers.push_back(std::make_unique<optim::Trainer>(mlp->collect_params(), "adam", adam, "none"));
+  }
   REQUIRE(same_as_reference(ref, gather(*mlp, false), false, "initial"));
   for (uint32_t step = 0; step < 20; ++step) {
     CAPTURE(step);
@@ -180,9 +191,13 @@ void check_mlp_against_unsharded(const std::vector<Device>& devs) {
       CHECK(close(x.grad().to_vector(), xs[i].grad().to_vector(), kMlpAtol, kMlpRtol, "input gradient"));
     }
     CHECK(same_as_reference(ref, gather(*mlp, true), true, "step " + std::to_string(step)));
-    sgd_step(ref.fc1.collect_params());
-    sgd_step(ref.fc2.collect_params());
-    sgd_step(mlp->collect_params());
+    if (optimizer == "adam") {
+      for (auto& t : trainers) t->step(1);
+    } else {
+      sgd_step(ref.fc1.collect_params());
+      sgd_step(ref.fc2.collect_params());
+      sgd_step(mlp->collect_params());
+    }
   }
   CHECK(same_as_reference(ref, gather(*mlp, false), false, "after 20 steps"));
 }
@@ -262,6 +277,27 @@ TEST_CASE("the Megatron MLP on 2 and 4 CPU devices equals the unsharded MLP over
 
 TEST_CASE("the Megatron MLP on emulated GPUs [emu(0), emu(1)] equals the unsharded MLP over 20 SGD steps") {
   check_mlp_against_unsharded({emu(0), emu(1)});
+}
+
+TEST_CASE("the Megatron MLP with Adam Trainers (kvstore 'none') equals the unsharded MLP over 20 steps") {
+  SUBCASE("2 devices") { check_mlp_against_unsharded({cpu(0), cpu(1)}, "adam"); }
+  SUBCASE("4 devices") { check_mlp_against_unsharded({cpu(0), cpu(1), cpu(2), cpu(3)}, "adam"); }
+}
+
+TEST_CASE("kvstore 'none' sums nothing: each replica is updated from its own gradient") {
+  // The row layer's bias holds the whole gradient on every replica: 'device' would count it twice.
+  for (const std::string kv : {"none", "device"}) {
+    CAPTURE(kv);
+    auto p = std::make_shared<Parameter>("bias", Shape{3}, Init::Zero());
+    p->initialize({cpu(0), cpu(1)});
+    nn::ParameterDict dict;
+    dict.add("bias", p);
+    optim::Trainer t(dict, "sgd", {.learning_rate = 1.0f}, kv);
+    for (auto& w : p->list_data()) sum(mul(w, Tensor::from_vector(std::vector<float>{1, 2, 3}, {3}, w.device()))).backward();
+    t.step(1);
+    const std::vector<float> want = kv == "none" ? std::vector<float>{-1, -2, -3} : std::vector<float>{-2, -4, -6};
+    for (auto& w : p->list_data()) CHECK(w.to_vector() == want);
+  }
 }
 
 TEST_CASE("the Megatron MLP without f: the input gradient is only one shard's part") {

@@ -369,7 +369,7 @@ TEST_CASE("bad optimizer, kvstore and option values are configuration errors") {
   CHECK_THROWS_WITH_AS(Trainer(dict, "sgd", {}, "nccl"), doctest::Contains("kvstore 'nccl' needs GPUs and a build with NCCL"),
                        ConfigError);
   CHECK_THROWS_WITH_AS(Trainer(dict, "sgd", {}, "dist_async"),
-                       "unknown kvstore 'dist_async': expected device, local, ring, dist_sync, dist_sync_ring or nccl",
+                       "unknown kvstore 'dist_async': expected device, local, ring, dist_sync, dist_sync_ring, nccl or none",
                        ConfigError);
   CHECK(Trainer(dict, "sgd", {}, "dist_sync").kvstore_type() == "dist_sync");  // a world of one: 'device'
   CHECK(Trainer(dict, "sgd", {}, "dist_sync_ring").kvstore_type() == "dist_sync_ring");

@@ -255,6 +255,15 @@ class LocalKVStore : public KVStore {
   }
 };
 
+// MXNet's kvstore=None: nothing is summed over the replicas, each is updated from its own gradient.
+// For tensors whose every replica already holds the whole gradient: tensor parallelism's replicated
+// layers and the row-parallel layer's bias (core/tensor_parallel), where a sum would count it P times.
+class NoneKVStore : public KVStore {
+ public:
+  NoneKVStore() : KVStore("none") {}
+  void pushpull(int64_t, const std::vector<Tensor>& values) override { check_values("values", values); }
+};
+
 class RingKVStore : public KVStore {
  public:
   RingKVStore() : KVStore("ring") {}
@@ -292,12 +301,13 @@ std::unique_ptr<KVStore> create_kvstore(const std::string& name) {
   if (name == "device") return std::make_unique<DeviceKVStore>();
   if (name == "local") return std::make_unique<LocalKVStore>();
   if (name == "ring") return std::make_unique<RingKVStore>();
+  if (name == "none") return std::make_unique<NoneKVStore>();
   if (name == "dist_sync") return std::make_unique<DistSyncKVStore>("library");
   if (name == "dist_sync_ring") return std::make_unique<DistSyncKVStore>("ring");
   if (name == "nccl")
     throw ConfigError("kvstore 'nccl' needs GPUs and a build with NCCL, and this build has no NCCL; use 'device', "
                       "'local', 'ring' or 'dist_sync'");
-  throw ConfigError("unknown kvstore '" + name + "': expected device, local, ring, dist_sync, dist_sync_ring or nccl");
+  throw ConfigError("unknown kvstore '" + name + "': expected device, local, ring, dist_sync, dist_sync_ring, nccl or none");
 }
 
 void broadcast_parameters(const nn::ParameterDict& params, int root, bool states_only) {

@@ -131,8 +131,9 @@ class KVStore {
 // states_only: only the parameters without a gradient (running statistics).
 void broadcast_parameters(const nn::ParameterDict& params, int root = 0, bool states_only = false);
 
-// "device", "local", "ring", "dist_sync" or "dist_sync_ring". "nccl" (no NCCL in this build) and any other name: a ConfigError
-// naming the choices.
+// "device", "local", "ring", "dist_sync", "dist_sync_ring" or "none" (MXNet's kvstore=None: no sum over
+// the replicas, each updated from its own gradient, for tensor parallelism's replicated tensors).
+// "nccl" (no NCCL in this build) and any other name: a ConfigError naming the choices.
 std::unique_ptr<KVStore> create_kvstore(const std::string& name);
 
 }  // namespace d2l::optim

@@ -98,8 +98,9 @@ struct HostTensor {
 class Trainer {
  public:
   // optimizer: "sgd" or "adam" (anything else is a ConfigError naming the choices).
-  // kvstore: "device", "local", "ring", "dist_sync", "dist_sync_ring", or "nccl" (a build with NCCL,
-  // on GPUs); ConfigError otherwise.
+  // kvstore: "device", "local", "ring", "dist_sync", "dist_sync_ring", "nccl" (a build with NCCL,
+  // on GPUs), or "none" (nothing summed over a parameter's replicas: tensor parallelism's replicated
+  // tensors, whose every replica holds the whole gradient); ConfigError otherwise.
   Trainer(const nn::ParameterDict& params, const std::string& optimizer, OptimizerOptions options,
           const std::string& kvstore = "device");
   ~Trainer();
