@@ -44,6 +44,7 @@ class KVStore;  // core/optim/kvstore.hpp
 namespace zero {
 class ShardedState;      // core/optim/zero.hpp
 class RankShardedState;  // core/optim/zero_dist.hpp
+class RankParameterShards;  // core/optim/fsdp_dist.hpp
 }
 
 // The optimizer's hyperparameters, Gluon's optimizer_params: SGD reads learning_rate, momentum and wd;
@@ -71,6 +72,8 @@ struct OptimizerOptions {
   // 3 ZeRO stage 3 (FSDP): the parameters sharded too; the net runs through
   //   optim::FullyShardedDataParallel (core/optim/fsdp.hpp), which gathers each layer's parameters
   //   just before its forward and its backward and adds each gradient into the shards that own it.
+  //   With kvstore 'dist_sync' or 'dist_sync_ring' the shards are the ranks, one device each: rank r
+  //   keeps chunk r of each unit's flat vector (core/optim/fsdp_dist.hpp); state_dict() is a collective.
   int zero_stage = 0;
 };
 using SGDOptions = OptimizerOptions;  // its name while SGD was the only optimizer
@@ -145,6 +148,11 @@ class Trainer {
   size_t num_parameters() const { return params_.size(); }  // trainable ones
   // zero_stage 1 or 2 with a dist kvstore: this rank's chunk and the layout over the ranks (else null).
   const zero::RankShardedState* rank_sharded_state() const { return zero_ranks_.get(); }
+  // zero_stage 3 with a dist kvstore: the chunks of every unit kept by this rank (else null), and the
+  // sharding itself, for FullyShardedDataParallel (units: per unit, the indices of its parameters).
+  const zero::RankParameterShards* rank_parameter_shards() const { return zero3_ranks_.get(); }
+  bool shards_over_ranks() const { return zero3_ranks_ != nullptr; }
+  zero::RankParameterShards& fully_shard_over_ranks(const std::vector<std::vector<size_t>>& units);
 
   // What a checkpoint needs to continue bit for bit: "<slot>/<parameter name>" per slot of
   // state_names() and trainable parameter (device 0's replica; all replicas are equal; with
@@ -173,6 +181,10 @@ class Trainer {
   // zero_stage 1 or 2 with kvstore dist_sync or dist_sync_ring: the state as chunks over the ranks
   // (null otherwise; then zero_ is null).
   std::unique_ptr<zero::RankShardedState> zero_ranks_;
+  // zero_stage 3 with kvstore dist_sync or dist_sync_ring: the parameters, summed gradients and state as
+  // this rank's chunks of every unit (null otherwise).
+  std::unique_ptr<zero::RankParameterShards> zero3_ranks_;
+  std::vector<std::vector<size_t>> units_;  // the units zero3_ranks_ was laid out for
   // The sharded step's first half: the shards laid out for these replicas when they moved or a state
   // was loaded, and every parameter's gradients, summed on every device at stage 1 (unless `summed`),
   // each device's own at stage 2 (the update reduce-scatters them).
