@@ -28,7 +28,8 @@
 // zero_stage 2 sums the gradients with a reduce-scatter instead of an allreduce: each device ends
 // with the summed gradient of its own shard only, the one part of the sum it reads.
 // With kvstore dist_sync or dist_sync_ring the same two stages shard over the processes instead
-// (core/optim/zero_dist.hpp): rank r of W, one device each, keeps chunk r of the flat vector.
+// (core/optim/zero_dist.hpp): rank r of W, one device each, keeps chunk r of the flat vector; and
+// stage 3 too (core/optim/fsdp_dist.hpp): rank r keeps chunk r of each layer's flat vector.
 #pragma once
 #include <map>
 #include <memory>
@@ -137,6 +138,7 @@ class Trainer {
   // Replicated, a device holds 4 * slots * P bytes of state for P trainable elements (SGD with
   // momentum 4 bytes an element, Adam 8); with zero_stage 1 or 2, 4 * slots * (its shard's size).
   // The summed gradient: 4 P on every device, 4 * (its shard's size) at stage 2 (after a step).
+  // Stage 3 (between steps): parameters, summed gradient and state of its shard only, no .grad buffers.
   std::vector<DeviceMemory> memory_per_device() const;
   // zero_stage 1, 2 or 3: the shards and their layout over the flat vector (null at stage 0).
   const zero::ShardedState* sharded_state() const { return zero_.get(); }
