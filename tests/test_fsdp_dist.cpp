@@ -11,7 +11,8 @@
 // Also: every rank's gathered parameters the same bits; between steps no replica holds memory; the
 // bytes of each rank against 4 * chunk (parameters), 0 (.grad buffers), 4 * chunk (summed gradient),
 // 4 * slots * chunk (state), the chunk recomputed here from the units' sizes and chunk_begin's rule;
-// gradient accumulation (two backward passes a step); state_dict in the unsharded layout; the peak
+// gradient accumulation (two backward passes a step); state_dict in the unsharded layout, and loaded
+// with the parameters of step 10 into a new net and Trainer continuing as 20 steps straight; the peak
 // the allocator measured below the replicated run's (tests/dist/fsdp_peak.sh compares it between
 // 2 and 4 ranks); the configuration errors. tests/mutants runs this file as 2 processes against a
 // fsdp_dist.cpp whose reduce-scatter overwrites the summed gradient instead of adding into it.
@@ -294,6 +295,47 @@ TEST_CASE("ZeRO-3 over the ranks: the peak the allocator measures is below the r
   const int64_t unit = 128 * 128 + 128, chunk = 8 * (unit * (dist::rank() + 1) / W - unit * dist::rank() / W);
   CHECK(sharded - 16 * chunk <= 12 * 4 * unit);
   if (W >= 2) CHECK(sharded < replicated);
+}
+
+TEST_CASE("ZeRO-3 over the ranks: a state_dict after 10 steps, loaded with the parameters into a new net, continues as 20 steps straight") {
+  const int W = dist::world_size(), r = dist::rank();
+  for (const Setup& u : {Setup{}, adam_setup()}) {
+    CAPTURE(u.optimizer);
+    const Result straight = train(u, 3);
+    OptimizerOptions o = u.opt;
+    o.zero_stage = 3;
+    auto steps = [&](FullyShardedDataParallel& f, Trainer& t, int from, int to) {
+      auto run = [&](const Tensor& X) { return f({X})[0]; };
+      for (int s = from; s < to; ++s) {
+        backward_rows(run, s, 0, kGlobal * r / W, kGlobal * (r + 1) / W);
+        t.step(kGlobal);
+      }
+    };
+    Params at_ten;
+    std::map<std::string, HostTensor> saved;
+    {
+      auto net = three_units();
+      Trainer first(net->collect_params(), u.optimizer, o, u.kvstore);
+      FullyShardedDataParallel f(net, first);
+      steps(f, first, 0, 10);
+      saved = first.state_dict();  // a collective
+      FullyShardedDataParallel::FullParameters whole(f);
+      at_ten = params_of(*net);
+    }
+    // A new net given the parameters of step 10, and a new Trainer the state: loaded before the
+    // sharding (sgd) or after it, waiting for the next step (adam).
+    auto net = three_units();
+    auto params = net->collect_params().trainable();
+    for (size_t k = 0; k < params.size(); ++k)
+      Tensor::from_vector(at_ten[k], params[k]->shape(), cpu(0)).copyto(params[k]->list_data()[0]);
+    Trainer second(net->collect_params(), u.optimizer, o, u.kvstore);
+    if (u.optimizer == "sgd") second.load_state_dict(saved);
+    FullyShardedDataParallel f(net, second);
+    if (u.optimizer != "sgd") second.load_state_dict(saved);
+    steps(f, second, 10, 20);
+    CHECK(second.rank_parameter_shards()->parameters() == straight.params);
+    CHECK(state_values(second.state_dict()) == state_values(straight.state));
+  }
 }
 
 TEST_CASE("ZeRO-3 over the ranks: configuration errors in one line, before any collective") {
