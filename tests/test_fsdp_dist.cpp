@@ -246,6 +246,13 @@ TEST_CASE("ZeRO-3 over the ranks: the gathered parameters are the same bits on e
   }
   CHECK(whole == chunks);
   CHECK(same_on_every_rank(whole));
+  // A second FullyShardedDataParallel of the same net and Trainer keeps the chunks and the state.
+  const auto state = state_values(trainer.state_dict());
+  {
+    FullyShardedDataParallel again(net, trainer);
+    CHECK(trainer.rank_parameter_shards()->parameters() == chunks);
+    CHECK(state_values(trainer.state_dict()) == state);
+  }
   // Outside the scope the replicas have no memory again.
   for (auto& p : net->collect_params().trainable()) CHECK(!p->list_data()[0].storage());
 }

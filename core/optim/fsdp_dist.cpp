@@ -31,7 +31,11 @@ void each_unit_piece(const std::vector<int64_t>& offsets, int64_t lo, int64_t hi
 void RankParameterShards::shard(const std::vector<std::vector<Tensor>>& weights, const std::vector<std::string>& names,
                                 const std::vector<std::vector<size_t>>& units,
                                 std::vector<std::vector<std::vector<float>>>& host) {
-  if (placed()) return place_state(names, host);  // a loaded state waits; the chunks stay
+  if (placed()) {  // the chunks stay; a loaded state, if one waits, replaces the state
+    const bool loaded = std::any_of(host.begin(), host.end(), [](auto& slots) { return !slots.empty() && !slots[0].empty(); });
+    if (loaded) place_state(names, host);
+    return;
+  }
   // The paper's setting, one device per process: every chunk on this process's one device.
   for (size_t k = 0; k < weights.size(); ++k) {
     std::vector<Device> on;

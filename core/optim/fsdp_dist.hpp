@@ -61,7 +61,8 @@ class RankParameterShards {
   // for every parameter; a ConfigError otherwise, before any collective), units[u] the Trainer's
   // indices of unit u's parameters. Rank r copies its chunk of every unit out of its replicas and
   // releases them; the state is placed from host (host[k][j]: parameter k's slot j unsharded, loaded
-  // values) or zeros. Later calls place a loaded state again and keep the parameters' chunks.
+  // values) or zeros. Later calls keep the parameters' chunks and the state, unless a loaded state
+  // waits in host, which then replaces it.
   void shard(const std::vector<std::vector<Tensor>>& weights, const std::vector<std::string>& names,
              const std::vector<std::vector<size_t>>& units, std::vector<std::vector<std::vector<float>>>& host);
   bool placed() const { return !units_.empty(); }
