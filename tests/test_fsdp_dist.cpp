@@ -15,7 +15,8 @@
 // with the parameters of step 10 into a new net and Trainer continuing as 20 steps straight; the peak
 // the allocator measured below the replicated run's (tests/dist/fsdp_peak.sh compares it between
 // 2 and 4 ranks); the configuration errors. tests/mutants runs this file as 2 processes against a
-// fsdp_dist.cpp whose reduce-scatter overwrites the summed gradient instead of adding into it.
+// fsdp_dist.cpp whose reduce-scatter overwrites the summed gradient instead of adding into it, and
+// one whose gather never receives the other ranks' chunks: both must fail.
 #include <doctest/doctest.h>
 
 #include <algorithm>
