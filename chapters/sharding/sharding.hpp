@@ -6,8 +6,9 @@
 //                    (stage 3, FSDP) on N = 1, 2, 4 devices; the bytes each device keeps, its peak and
 //                    what it sends against the paper's formulas, the time of a step, and whether the
 //                    sharded runs' parameters equal the replicated run's.
-//   zero_processes   under mpirun with W > 1 ranks: the same three runs with the shards over the
-//                    ranks, one device each (core/optim/zero_dist.hpp), a row per rank.
+//   zero_processes   under mpirun with W > 1 ranks: the same runs with the shards over the ranks,
+//                    one device each (core/optim/zero_dist.hpp; stage 3 core/optim/fsdp_dist.hpp),
+//                    a row per rank.
 //   tensor_parallel  Megatron-LM's MLP (Shoeybi et al. 2019): a classifier whose hidden MLP is split
 //                    over P devices (column-parallel -> relu -> row-parallel), trained beside the
 //                    same classifier unsharded on one device; loss and accuracy per epoch of both,
@@ -74,7 +75,7 @@ struct ZeroRun {
   double seconds_per_step = 0;
   double final_loss = 0;            // the last step's mean loss
   std::vector<MemoryRow> rows;      // one per device
-  double max_diff_to_replicated = -1;  // stages 1, 2: largest |parameter difference| from stage 0 (-1: none)
+  double max_diff_to_replicated = -1;  // stages 1 to 3: largest |parameter difference| from stage 0 (-1: none)
   int64_t sent_bytes = 0;              // all devices together, one step
   int64_t trace_tasks = 0;             // the stream tasks of the step traced (--trace), 0 when none
   int64_t formula_sent_bytes = 0;      // 2(N-1) * 4 Psi at stages 0 and 2, 3(N-1) * 4 Psi at stages 1 and 3
@@ -83,7 +84,7 @@ struct ZeroResult {
   int64_t psi = 0;  // trainable elements
   std::vector<ZeroRun> runs;
 };
-// Part 1 under mpirun with W > 1 ranks (zero_processes.cpp): stages 0, 1, 2 over the ranks, one device
+// Part 1 under mpirun with W > 1 ranks (zero_processes.cpp): stages 0 to 3 over the ranks, one device
 // each (kvstore dist_sync), a row per rank; every rank's parameters against rank 0's, per run.
 struct ZeroRanksResult {
   ZeroResult zero;

@@ -1,14 +1,19 @@
-// Part 1 over processes: under mpirun with W > 1 ranks, ZeRO-1 and ZeRO-2 shard over the ranks, one
-// device each, the paper's own setting (Rajbhandari et al., SC20: each data-parallel process keeps
-// 1/N_d of the optimizer state, section 5.1, and of the summed gradients, section 5.2). The same
-// Adam training as zero_memory.cpp, three times from the same initial parameters over the same
-// minibatches, each rank taking its rows of every minibatch:
+// Part 1 over processes: under mpirun with W > 1 ranks, ZeRO-1, ZeRO-2 and ZeRO-3 shard over the
+// ranks, one device each, the paper's own setting (Rajbhandari et al., SC20: each data-parallel
+// process keeps 1/N_d of the optimizer state, section 5.1, of the summed gradients, section 5.2, and
+// of the parameters, section 5.3). The same Adam training as zero_memory.cpp, four times from the
+// same initial parameters over the same minibatches, each rank taking its rows of every minibatch:
 //   stage 0  kvstore dist_sync: every gradient all-reduced over the ranks, every rank keeps m and v
 //            for all Psi elements and updates them all (8 Psi bytes of state on every rank);
 //   stage 1  the same allreduce; rank r keeps m and v of chunk r (Psi_r elements, dist::chunk_begin's
 //            split), updates it, and dist::allgather gives every rank the whole update (8 Psi_r);
 //   stage 2  dist::reduce_scatter instead of the allreduce: rank r receives chunk r's summed
-//            gradient only (4 Psi_r), then the same update and all-gather.
+//            gradient only (4 Psi_r), then the same update and all-gather;
+//   stage 3  FSDP (core/optim/fsdp_dist.hpp): each layer's parameters are a flat vector of Psi_u
+//            elements and rank r keeps its chunk of each, Psi'_r elements over the layers: 4 Psi'_r
+//            of parameters, 4 Psi'_r of summed gradient and 8 Psi'_r of state, no .grad buffers
+//            between steps; a layer is all-gathered before its forward and its backward and its
+//            gradients reduce-scattered once complete.
 // Rank 0 prints every rank's row (the figures gathered with dist::sum_over_ranks) and a check line
 // per sharded run: every rank's parameters against its replicated run's, and against rank 0's.
 #include <algorithm>
@@ -27,6 +32,7 @@
 #include "core/nn/flatten.hpp"
 #include "core/nn/sequential.hpp"
 #include "core/ops.hpp"
+#include "core/optim/fsdp.hpp"
 #include "core/optim/trainer.hpp"
 #include "core/rng.hpp"
 #include "core/runtime.hpp"
@@ -71,6 +77,17 @@ std::vector<double> from_every_rank(const std::vector<double>& mine) {
 // Psi_r: rank r's chunk of Psi elements, dist::chunk_begin's split.
 int64_t chunk_of_rank(int64_t psi, int r) { return dist::chunk_begin(psi, r + 1) - dist::chunk_begin(psi, r); }
 
+// Psi'_r: at stage 3 the chunks are per layer (FSDP's unit): rank r's chunk of each layer's Psi_u, summed.
+int64_t unit_chunks_of_rank(const nn::Sequential& net, int r) {
+  int64_t n = 0;
+  for (auto& [name, child] : net.children()) {
+    int64_t psi_u = 0;
+    for (auto& p : child->collect_params().trainable()) psi_u += p->list_data()[0].numel();
+    n += chunk_of_rank(psi_u, r);
+  }
+  return n;
+}
+
 }  // namespace
 
 ZeroRanksResult zero_memory_over_ranks(const Config& cfg) {
@@ -83,12 +100,14 @@ ZeroRanksResult zero_memory_over_ranks(const Config& cfg) {
   ZeroRanksResult out;
   ZeroResult& result = out.zero;
   std::vector<float> replicated;  // stage 0's parameters after its steps, on this rank
-  // ZeRO-3 shards over the devices of one process only (core/optim/fsdp.hpp): stages 0 to 2 here.
-  for (int stage = 0; stage <= std::min(cfg.zero_stage, 2); ++stage) {
+  for (int stage = 0; stage <= cfg.zero_stage; ++stage) {
     manual_seed(cfg.seed);
     auto net = ranks_mlp(features, cfg.zero_hidden);
     net->initialize(Init::Xavier(), {device}, /*force_reinit=*/true);
     optim::Trainer trainer(net->collect_params(), "adam", {.learning_rate = cfg.adam_lr, .zero_stage = stage}, "dist_sync");
+    // Stage 3: the parameters become this rank's chunks here, and the net runs through FSDP.
+    std::unique_ptr<optim::FullyShardedDataParallel> fsdp;
+    if (stage == 3) fsdp = std::make_unique<optim::FullyShardedDataParallel>(net, trainer);
     ZeroRun run;
     run.n = W, run.stage = stage;
     auto start = std::chrono::steady_clock::now();
@@ -106,7 +125,7 @@ ZeroRanksResult zero_memory_over_ranks(const Config& cfg) {
         xs.insert(xs.end(), feature_shape.begin(), feature_shape.end());
         Tensor X = Tensor::from_vector(std::vector<float>(b.X.begin() + lo * features, b.X.begin() + hi * features), xs, device);
         Tensor y = Tensor::from_vector(std::vector<int32_t>(b.y.begin() + lo, b.y.begin() + hi), {hi - lo}, device);
-        Tensor l = softmax_cross_entropy((*net)(X), y, Reduction::sum);
+        Tensor l = softmax_cross_entropy(fsdp ? (*fsdp)({X})[0] : (*net)(X), y, Reduction::sum);
         l.backward();
         trainer.step(b.n);  // the gradient summed over the ranks is that of the whole minibatch
         last_loss = l.item();
@@ -126,14 +145,22 @@ ZeroRanksResult zero_memory_over_ranks(const Config& cfg) {
                                                      double(m.summed_gradient_bytes), double(m.state_bytes)});
     for (int r = 0; r < W; ++r) {
       const double* f = &all[static_cast<size_t>(r) * 4];
-      const int64_t chunk = chunk_of_rank(result.psi, r);
+      const int64_t chunk = stage == 3 ? unit_chunks_of_rank(*net, r) : chunk_of_rank(result.psi, r);
       MemoryRow row{W, stage, device, int64_t(f[0]), int64_t(f[1]), int64_t(f[3]), int64_t(f[2])};
+      row.formula_parameter_bytes = 4 * (stage == 3 ? chunk : result.psi);
       row.formula_state_bytes = 8 * (stage == 0 ? result.psi : chunk);
-      row.formula_summed_gradient_bytes = 4 * (stage == 2 ? chunk : result.psi);
+      row.formula_summed_gradient_bytes = 4 * (stage >= 2 ? chunk : result.psi);
       run.rows.push_back(row);
     }
-    // Every rank's parameters against its replicated run's, and against rank 0's (broadcast).
-    const std::vector<float> mine = flat_parameters(*net);
+    // Every rank's parameters against its replicated run's, and against rank 0's (broadcast). At
+    // stage 3 they are whole only while gathered (every rank gathers: a collective).
+    std::vector<float> mine;
+    if (fsdp) {
+      optim::FullyShardedDataParallel::FullParameters whole(*fsdp);
+      mine = flat_parameters(*net);
+    } else {
+      mine = flat_parameters(*net);
+    }
     if (stage == 0) replicated = mine;
     Tensor rank0 = Tensor::from_vector(mine, {static_cast<int64_t>(mine.size())}, cpu(0));
     dist::broadcast(rank0, 0);
@@ -154,8 +181,7 @@ int print_zero_over_ranks(const Config& cfg, const ZeroRanksResult& ranks) {
   const ZeroResult& r = ranks.zero;
   const int W = r.runs.empty() ? 1 : r.runs[0].n;
   std::printf("\n1. Memory per rank over %d processes, one device each: replicated Adam (kvstore dist_sync, zero_stage 0) "
-              "vs ZeRO-1 (zero_stage 1) and ZeRO-2 (zero_stage 2) over the ranks (ZeRO-3 runs over the devices of one "
-              "process only)\n"
+              "vs ZeRO-1, ZeRO-2 and ZeRO-3 (FSDP) over the ranks (zero_stage 1, 2, 3)\n"
               "MLP 784 -> %lld -> %lld -> 10, Psi = %lld trainable float32 elements, Adam (K = 8 bytes of state an element), "
               "batch %lld split over the ranks, %d timed steps\n",
               W, (long long)cfg.zero_hidden, (long long)cfg.zero_hidden, (long long)r.psi, (long long)cfg.batch_size, cfg.steps);
@@ -165,8 +191,8 @@ int print_zero_over_ranks(const Config& cfg, const ZeroRanksResult& ranks) {
   for (const auto& run : r.runs)
     for (size_t i = 0; i < run.rows.size(); ++i) {
       const MemoryRow& m = run.rows[i];
-      const std::string shard = "Psi_" + std::to_string(i);
-      const std::string sum_formula = m.stage == 2 ? "4*" + shard : "4*Psi";
+      const std::string shard = (m.stage == 3 ? "Psi'_" : "Psi_") + std::to_string(i);
+      const std::string sum_formula = m.stage >= 2 ? "4*" + shard : "4*Psi";
       const std::string state_formula = m.stage == 0 ? "8*Psi" : "8*" + shard;
       std::ostringstream where;
       where << i << ":" << m.device;
@@ -177,18 +203,23 @@ int print_zero_over_ranks(const Config& cfg, const ZeroRanksResult& ranks) {
       if (i == 0) std::printf(" %10.2f", 1e3 * run.seconds_per_step);
       std::printf("\n");
       if (m.state_bytes != m.formula_state_bytes || m.summed_gradient_bytes != m.formula_summed_gradient_bytes) ++failed;
+      // The parameters: 4 Psi (4 Psi'_r at stage 3, whose .grad buffers are released after each layer's backward).
+      if (m.parameter_bytes != m.formula_parameter_bytes || m.gradient_bytes != (m.stage == 3 ? 0 : m.formula_parameter_bytes))
+        ++failed;
     }
   std::printf("(rank r's chunk: Psi_r = floor(Psi (r+1) / N) - floor(Psi r / N) elements, dist::chunk_begin's split, the one "
-              "MPI's allgather and reduce-scatter are given. grads B: the .grad buffers, 4 Psi at every stage. sum grads B: "
+              "MPI's allgather and reduce-scatter are given. grads B: the .grad buffers, 4 Psi at stages 0 to 2. sum grads B: "
               "the summed gradient kept after the reduction, the whole sum at stages 0 and 1, chunk r's sum at stage 2. "
+              "At stage 3 each layer u is a flat vector of Psi_u elements split by the same rule, and Psi'_r = the sum over "
+              "the layers of rank r's chunk: params 4*Psi'_r, no .grad buffers between steps, sum grads 4*Psi'_r. "
               "ms/step: rank 0's. The bytes sent over MPI are not counted)\n");
-  // Stage 1 reads the replicated run's allreduce: the same bits. Stage 2's reduce-scatter may add
-  // the ranks in another order than the allreduce (from 3 ranks on): equal within float32 rounding.
+  // Stage 1 reads the replicated run's allreduce: the same bits. The reduce-scatters of stages 2 and 3
+  // may add the ranks in another order than the allreduce (from 3 ranks on): equal within float32 rounding.
   for (size_t k = 0; k < r.runs.size(); ++k) {
     const ZeroRun& run = r.runs[k];
     if (run.stage == 0) continue;
     const double d = run.max_diff_to_replicated, spread = ranks.diff_to_rank0[k];
-    const bool same_bits = d == 0, close = run.stage == 2 && d <= 1e-5, ranks_equal = spread == 0;
+    const bool same_bits = d == 0, close = run.stage >= 2 && d <= 1e-5, ranks_equal = spread == 0;
     std::printf("ZeRO-%d check over %d processes: after %d steps every rank's parameters %s the replicated run's "
                 "(largest difference %g) and %s rank 0's\n",
                 run.stage, run.n, cfg.steps + 1, same_bits ? "equal" : close ? "equal within rounding" : "DIFFER from", d,

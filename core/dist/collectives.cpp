@@ -282,16 +282,28 @@ void broadcast(const Tensor& t, int root) {
 }
 
 void allgather(const Tensor& in, const Tensor& out) {
+  const Work w = allgather_async(in, out);
+  w.wait();  // out's compute stream
+  if (w.pending && in.device() != out.device()) runtime(in.device()).compute.wait(w.done);
+}
+
+Work allgather_async(const Tensor& in, const Tensor& out) {
   const int64_t n = check_chunk("allgather", out, in, "input");
+  Work w;
+  w.device = out.device();
   if (world_size() == 1) {
     if (n > 0) in.copyto(out);
-    return;
+    return w;
   }
   if (on_gpu(in) || on_gpu(out)) {
-    if (nccl::built() && on_gpu(in) && in.device() == out.device()) return nccl::allgather(in, out);
+    if (nccl::built() && on_gpu(in) && in.device() == out.device()) {
+      nccl::allgather(in, out);
+      return w;
+    }
     Tensor h = Tensor::empty(out.shape(), cpu(0));
     allgather(in.to(cpu(0)), h);
-    return h.copyto(out);
+    h.copyto(out);
+    return w;
   }
 #ifdef D2L_WITH_MPI
   const float* src = in.data();
@@ -302,8 +314,10 @@ void allgather(const Tensor& in, const Tensor& out) {
     MPI_Iallgatherv(src, counts[static_cast<size_t>(rank())], MPI_FLOAT, dst, counts.data(), offsets.data(), MPI_FLOAT,
                     MPI_COMM_WORLD, &q);
     wait(q);
-  });
+  }, &w.done);
+  w.pending = true;
 #endif
+  return w;
 }
 
 void reduce_scatter(const Tensor& in, const Tensor& out) {

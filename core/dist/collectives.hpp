@@ -67,6 +67,9 @@ void broadcast(const Tensor& t, int root = 0);
 // out (N elements, any shape) becomes the concatenation of every rank's `in`; rank r's `in` holds
 // chunk r's elements (chunk_begin(N, r+1) - chunk_begin(N, r)).
 void allgather(const Tensor& in, const Tensor& out);
+// The same all-gather without making the compute stream wait for it (FSDP's prefetch, core/optim/fsdp_dist.hpp):
+// `out` holds the result once work.wait() has been called. GPU tensors: as allgather (nothing pending).
+Work allgather_async(const Tensor& in, const Tensor& out);
 // out (rank r: chunk r's elements) becomes the sum over the ranks of chunk r of `in` (N elements).
 void reduce_scatter(const Tensor& in, const Tensor& out);
 // Returns when every rank has called it (the host waits; devices are not involved).

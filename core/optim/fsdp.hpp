@@ -29,6 +29,11 @@
 //
 // Gradient accumulation (several backward passes before trainer.step) adds every pass into the
 // shards. Under NoGrad (evaluation) the forward gathers and releases and records nothing.
+//
+// With a Trainer whose kvstore is dist_sync or dist_sync_ring the shards are the ranks instead, one
+// device each (core/optim/fsdp_dist.hpp): the same class and loop, xs holding this rank's one shard
+// of the batch; the gathers are dist::allgather of each unit's chunks, and a unit's gradients, once
+// all complete, are reduce-scattered over the ranks together.
 #pragma once
 #include <memory>
 #include <unordered_map>
@@ -38,6 +43,10 @@
 #include "core/optim/trainer.hpp"
 
 namespace d2l::optim {
+
+namespace zero {
+class RankParameterShards;  // core/optim/fsdp_dist.hpp
+}
 
 struct FsdpOptions {
   bool prefetch = true;  // queue the next unit's gather before the current unit's compute
@@ -79,12 +88,15 @@ class FullyShardedDataParallel {
  private:
   std::vector<Tensor> run(const nn::Sequential& seq, std::vector<Tensor> ys, bool recording);
   void gather(size_t u, size_t i);
+  void prefetch(size_t u, size_t i);  // the gather queued; over the ranks, not yet waited for
   void release(size_t u, size_t i);
+  std::vector<Device> devices() const;
   void pre_backward(size_t u, size_t i);
   void on_grad_ready(TensorImpl& leaf);
 
   std::shared_ptr<nn::Sequential> net_;
-  zero::ShardedState* shards_ = nullptr;
+  zero::ShardedState* shards_ = nullptr;        // over the devices of this process
+  zero::RankParameterShards* ranks_ = nullptr;  // or over the ranks
   FsdpOptions options_;
   std::unordered_map<const nn::Block*, size_t> unit_of_block_;  // the blocks that are units
   std::vector<std::vector<size_t>> units_;          // per unit: parameter indices

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/autograd.hpp"
+#include "core/optim/fsdp_dist.hpp"
 #include "core/optim/kvstore.hpp"
 #include "core/optim/zero.hpp"
 #include "core/optim/zero_dist.hpp"
@@ -79,9 +80,8 @@ Trainer::Trainer(const nn::ParameterDict& params, const std::string& optimizer, 
     const std::string stage = std::to_string(options_.zero_stage);
     const bool processes = kv_->type() == "dist_sync" || kv_->type() == "dist_sync_ring";
     if (processes && options_.zero_stage == 3)
-      throw ConfigError("Trainer: zero_stage 3 shards the parameters over the devices of one process (kvstore 'device' "
-                        "or 'ring'); over processes ('" + kv_->type() + "') it is not implemented, stages 1 and 2 are");
-    if (processes)
+      zero3_ranks_ = std::make_unique<zero::RankParameterShards>(state_names_.size());
+    else if (processes)
       zero_ranks_ = std::make_unique<zero::RankShardedState>(state_names_.size(), options_.zero_stage);
     else if (kv_->type() != "device" && kv_->type() != "ring")
       throw ConfigError("Trainer: zero_stage " + stage + " shards the optimizer state over the devices of one process "
@@ -145,6 +145,9 @@ void Trainer::place_state(size_t k, const std::vector<Tensor>& weights) {
 }
 
 void Trainer::set_buckets(const dist::BucketOptions& options) {
+  if (zero3_ranks_)
+    throw ConfigError("gradient buckets (--bucket-mb) all-reduce the gradients, but zero_stage 3 reduce-scatters them: "
+                      "use zero_stage 1 with buckets");
   if (zero_ranks_ && options_.zero_stage == 2)
     throw ConfigError("gradient buckets (--bucket-mb) all-reduce the gradients, but zero_stage 2 reduce-scatters them: "
                       "use zero_stage 1 with buckets");
@@ -175,6 +178,15 @@ void Trainer::step(int64_t batch_size) {
                         "optim::FullyShardedDataParallel(net, trainer) from its first forward on");
     if (!host_state_.empty() && !host_state_[0][0].empty()) fully_shard();  // a loaded state waits
     zero_->step_shards(s);
+    ++num_update_;
+    return;
+  }
+  if (zero3_ranks_) {  // ZeRO-3 over the ranks: rank r updates its chunks; the next forward gathers
+    if (!zero3_ranks_->placed())
+      throw ConfigError("Trainer: zero_stage 3 shards the parameters themselves: run the net through "
+                        "optim::FullyShardedDataParallel(net, trainer) from its first forward on");
+    if (!host_state_.empty() && !host_state_[0][0].empty()) fully_shard_over_ranks(units_);  // a loaded state waits
+    zero3_ranks_->step(s);
     ++num_update_;
     return;
   }
@@ -249,6 +261,24 @@ zero::ShardedState& Trainer::fully_shard() {
   return *zero_;
 }
 
+zero::RankParameterShards& Trainer::fully_shard_over_ranks(const std::vector<std::vector<size_t>>& units) {
+  if (!zero3_ranks_)
+    throw ConfigError("FullyShardedDataParallel over the processes needs a Trainer with zero_stage 3 and kvstore "
+                      "dist_sync or dist_sync_ring");
+  std::vector<std::vector<Tensor>> weights;
+  std::vector<std::string> names;
+  for (auto& [name, p] : params_) {
+    if (!p->initialized())
+      throw ParameterError("FullyShardedDataParallel: parameter '" + name +
+                           "' is not initialized; give the layers their input sizes or run one forward pass first");
+    weights.push_back(p->list_data());
+    names.push_back(name);
+  }
+  zero3_ranks_->shard(weights, names, units, host_state_);
+  units_ = units;
+  return *zero3_ranks_;
+}
+
 int64_t Trainer::index_of(const Parameter& p) const {
   for (size_t k = 0; k < params_.size(); ++k)
     if (params_[k].second.get() == &p) return static_cast<int64_t>(k);
@@ -285,6 +315,12 @@ std::vector<DeviceMemory> Trainer::memory_per_device() const {
       at(zero_->devices()[i]).summed_gradient_bytes += zero_->gradient_bytes(i);  // stage 2's and 3's shard
       at(zero_->devices()[i]).parameter_bytes += zero_->parameter_bytes(i);       // stage 3's shard
     }
+  if (zero3_ranks_ && zero3_ranks_->placed()) {  // this rank's chunks of every unit; the replicas are released
+    DeviceMemory& m = at(zero3_ranks_->device());
+    m.parameter_bytes += zero3_ranks_->parameter_bytes();
+    m.summed_gradient_bytes += zero3_ranks_->gradient_bytes();
+    m.state_bytes += zero3_ranks_->state_bytes();
+  }
   if (zero_ranks_ && zero_ranks_->placed()) {  // this rank's chunk; at stage 2 the chunk's sum is all the sum kept
     DeviceMemory& m = at(zero_ranks_->device());
     m.state_bytes += zero_ranks_->bytes();
@@ -299,7 +335,8 @@ std::map<std::string, HostTensor> Trainer::state_dict() const {
   // zero_stage 1 or 2: the shards gathered into the unsharded layout, unless a loaded state waits.
   const auto sharded = zero_        ? zero_->gather()
                        : zero_ranks_ ? zero_ranks_->gather()  // a collective: every rank calls state_dict
-                                     : std::vector<std::vector<std::vector<float>>>{};
+                       : zero3_ranks_ ? zero3_ranks_->gather_state()  // the same
+                                      : std::vector<std::vector<std::vector<float>>>{};
   for (size_t k = 0; k < params_.size(); ++k)
     for (size_t j = 0; j < state_names_.size(); ++j) {
       auto& [name, p] = params_[k];

@@ -28,7 +28,8 @@
 // zero_stage 2 sums the gradients with a reduce-scatter instead of an allreduce: each device ends
 // with the summed gradient of its own shard only, the one part of the sum it reads.
 // With kvstore dist_sync or dist_sync_ring the same two stages shard over the processes instead
-// (core/optim/zero_dist.hpp): rank r of W, one device each, keeps chunk r of the flat vector.
+// (core/optim/zero_dist.hpp): rank r of W, one device each, keeps chunk r of the flat vector; and
+// stage 3 too (core/optim/fsdp_dist.hpp): rank r keeps chunk r of each layer's flat vector.
 #pragma once
 #include <map>
 #include <memory>
@@ -44,6 +45,7 @@ class KVStore;  // core/optim/kvstore.hpp
 namespace zero {
 class ShardedState;      // core/optim/zero.hpp
 class RankShardedState;  // core/optim/zero_dist.hpp
+class RankParameterShards;  // core/optim/fsdp_dist.hpp
 }
 
 // The optimizer's hyperparameters, Gluon's optimizer_params: SGD reads learning_rate, momentum and wd;
@@ -71,6 +73,8 @@ struct OptimizerOptions {
   // 3 ZeRO stage 3 (FSDP): the parameters sharded too; the net runs through
   //   optim::FullyShardedDataParallel (core/optim/fsdp.hpp), which gathers each layer's parameters
   //   just before its forward and its backward and adds each gradient into the shards that own it.
+  //   With kvstore 'dist_sync' or 'dist_sync_ring' the shards are the ranks, one device each: rank r
+  //   keeps chunk r of each unit's flat vector (core/optim/fsdp_dist.hpp); state_dict() is a collective.
   int zero_stage = 0;
 };
 using SGDOptions = OptimizerOptions;  // its name while SGD was the only optimizer
@@ -135,6 +139,7 @@ class Trainer {
   // Replicated, a device holds 4 * slots * P bytes of state for P trainable elements (SGD with
   // momentum 4 bytes an element, Adam 8); with zero_stage 1 or 2, 4 * slots * (its shard's size).
   // The summed gradient: 4 P on every device, 4 * (its shard's size) at stage 2 (after a step).
+  // Stage 3 (between steps): parameters, summed gradient and state of its shard only, no .grad buffers.
   std::vector<DeviceMemory> memory_per_device() const;
   // zero_stage 1, 2 or 3: the shards and their layout over the flat vector (null at stage 0).
   const zero::ShardedState* sharded_state() const { return zero_.get(); }
@@ -146,6 +151,11 @@ class Trainer {
   size_t num_parameters() const { return params_.size(); }  // trainable ones
   // zero_stage 1 or 2 with a dist kvstore: this rank's chunk and the layout over the ranks (else null).
   const zero::RankShardedState* rank_sharded_state() const { return zero_ranks_.get(); }
+  // zero_stage 3 with a dist kvstore: the chunks of every unit kept by this rank (else null), and the
+  // sharding itself, for FullyShardedDataParallel (units: per unit, the indices of its parameters).
+  const zero::RankParameterShards* rank_parameter_shards() const { return zero3_ranks_.get(); }
+  bool shards_over_ranks() const { return zero3_ranks_ != nullptr; }
+  zero::RankParameterShards& fully_shard_over_ranks(const std::vector<std::vector<size_t>>& units);
 
   // What a checkpoint needs to continue bit for bit: "<slot>/<parameter name>" per slot of
   // state_names() and trainable parameter (device 0's replica; all replicas are equal; with
@@ -174,6 +184,10 @@ class Trainer {
   // zero_stage 1 or 2 with kvstore dist_sync or dist_sync_ring: the state as chunks over the ranks
   // (null otherwise; then zero_ is null).
   std::unique_ptr<zero::RankShardedState> zero_ranks_;
+  // zero_stage 3 with kvstore dist_sync or dist_sync_ring: the parameters, summed gradients and state as
+  // this rank's chunks of every unit (null otherwise).
+  std::unique_ptr<zero::RankParameterShards> zero3_ranks_;
+  std::vector<std::vector<size_t>> units_;  // the units zero3_ranks_ was laid out for
   // The sharded step's first half: the shards laid out for these replicas when they moved or a state
   // was loaded, and every parameter's gradients, summed on every device at stage 1 (unless `summed`),
   // each device's own at stage 2 (the update reduce-scatters them).

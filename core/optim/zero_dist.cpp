@@ -35,16 +35,20 @@ void copy_flat(const ShardLayout& layout, const std::vector<Tensor>& tensors, in
   });
 }
 
-// D2L_FAIL_RANK_IN_ALLGATHER: the rank that fails in the all-gather of its second step (-1: none).
-int rank_to_fail_in_allgather() {
+}  // namespace
+
+bool fails_in_allgather(int stage) {
   const char* v = std::getenv("D2L_FAIL_RANK_IN_ALLGATHER");
-  if (!v || !*v) return -1;
+  if (!v || !*v) return false;
   char* end = nullptr;
   const long r = std::strtol(v, &end, 10);
-  return *end == '\0' && r >= 0 && r < (1 << 24) ? static_cast<int>(r) : -1;
+  if (end == v || r != dist::rank()) return false;
+  if (*end == '\0') return true;  // R: whichever sharded stage runs first
+  if (*end != ':') return false;
+  const char* s = end + 1;
+  const long only = std::strtol(s, &end, 10);
+  return end != s && *end == '\0' && only == stage;  // R:S: stage S's only
 }
-
-}  // namespace
 
 ShardLayout rank_layout(const std::vector<int64_t>& sizes) {
   ShardLayout l;
@@ -144,9 +148,9 @@ void RankShardedState::step(const std::vector<std::vector<Tensor>>& weights, con
   copy_flat(layout_, params, first, n, w, false);
   if (n > 0) step_on_device(w, state_, g, s);
   ++steps_;
-  if (steps_ == 2 && rank_to_fail_in_allgather() == dist::rank())
+  if (steps_ == 2 && fails_in_allgather(stage_))
     throw DeviceError("injected failure inside the ZeRO-" + std::to_string(stage_) + " all-gather of step 2 "
-                      "(D2L_FAIL_RANK_IN_ALLGATHER=" + std::to_string(dist::rank()) + ")");
+                      "(D2L_FAIL_RANK_IN_ALLGATHER=" + std::getenv("D2L_FAIL_RANK_IN_ALLGATHER") + ")");
   // All-gather: every rank's updated chunk into every rank's flat vector, then into the parameters.
   dist::allgather(w, flat);
   copy_flat(layout_, params, 0, P, flat, true);

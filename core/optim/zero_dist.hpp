@@ -22,7 +22,8 @@
 // Fault injection, for tests: D2L_FAIL_RANK_IN_ALLGATHER=R makes rank R throw (a DeviceError) in
 // the all-gather of its second step, after its update and before it joins the collective, which the
 // other ranks have entered: it is a rank's own error (core/dist/process_group.hpp), so the program
-// prints "error: rank R: ..." and aborts every rank.
+// prints "error: rank R: ..." and aborts every rank. R:S limits it to stage S's all-gather
+// (R:3, ZeRO-3's, core/optim/fsdp_dist.hpp).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -33,6 +34,9 @@
 #include "core/tensor.hpp"
 
 namespace d2l::optim::zero {
+
+// Whether D2L_FAIL_RANK_IN_ALLGATHER (above) asks this rank to fail in stage `stage`'s all-gather.
+bool fails_in_allgather(int stage);
 
 // The layout of P elements, parameters of these sizes, over the ranks: bounds[r] = chunk_begin(P, r).
 ShardLayout rank_layout(const std::vector<int64_t>& sizes);

@@ -1,7 +1,9 @@
 #!/bin/sh
 # A rank that fails in the middle of ZeRO's all-gather takes every rank down: runs PROGRAM ARGS as
 # NP ranks under mpirun with D2L_FAIL_RANK_IN_ALLGATHER=1 (core/optim/zero_dist.hpp: rank 1 throws
-# in the all-gather of its second sharded step, while the other ranks wait inside the collective).
+# in the all-gather of its second sharded step, while the other ranks wait inside the collective),
+# or with the value given in the environment (1:3: in ZeRO-3's first all-gather of its second step,
+# core/optim/fsdp_dist.hpp).
 # Every rank must end within 20 s of the start (a sanitizer's slowdown included; about 2 s here), the
 # exit code non-zero, with exactly one stderr line
 # "error: rank 1: ..." naming the all-gather; never a hang, never a crash.
@@ -11,7 +13,7 @@ prog=$2
 shift 2
 command -v mpirun >/dev/null 2>&1 || { echo "mpirun not found (install openmpi-bin)" >&2; exit 1; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader
-export D2L_FAIL_RANK_IN_ALLGATHER=1
+export D2L_FAIL_RANK_IN_ALLGATHER="${D2L_FAIL_RANK_IN_ALLGATHER:-1}"  # 1:3 for ZeRO-3's all-gather only
 err=$(mktemp)
 name=$(basename "$prog" | cut -c1-15)  # the process name pgrep sees (15 characters at most)
 exe=$(readlink -f "$prog")

@@ -1,0 +1,215 @@
+#include "core/optim/fsdp_dist.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "core/autograd.hpp"
+#include "core/copy.hpp"
+#include "core/dist/process_group.hpp"
+#include "core/ops.hpp"
+#include "core/runtime.hpp"
+#include "core/optim/zero_dist.hpp"
+
+namespace d2l::optim::zero {
+
+namespace {
+
+constexpr size_t kBytesPerFloat = sizeof(float);
+
+// Calls f(i, a, b) for every parameter i of the unit (its place in the unit) with elements in the
+// unit's flat range [lo, hi): [a, b) those elements, in the unit's flat numbering.
+template <class F>
+void each_unit_piece(const std::vector<int64_t>& offsets, int64_t lo, int64_t hi, F f) {
+  for (size_t i = 0; i + 1 < offsets.size(); ++i) {
+    const int64_t a = std::max(lo, offsets[i]), b = std::min(hi, offsets[i + 1]);
+    if (a < b) f(i, a, b);
+  }
+}
+
+}  // namespace
+
+void RankParameterShards::shard(const std::vector<std::vector<Tensor>>& weights, const std::vector<std::string>& names,
+                                const std::vector<std::vector<size_t>>& units,
+                                std::vector<std::vector<std::vector<float>>>& host) {
+  if (placed()) {  // the chunks stay; a loaded state, if one waits, replaces the state
+    const bool loaded = std::any_of(host.begin(), host.end(), [](auto& slots) { return !slots.empty() && !slots[0].empty(); });
+    if (loaded) place_state(names, host);
+    return;
+  }
+  // The paper's setting, one device per process: every chunk on this process's one device.
+  for (size_t k = 0; k < weights.size(); ++k) {
+    std::vector<Device> on;
+    for (auto& w : weights[k]) on.push_back(w.device());
+    if (on.size() != 1)
+      throw ConfigError("Trainer: zero_stage 3 with a dist kvstore shards over the processes, one device each, but '" +
+                        names[k] + "' is on " + str(on) + " in rank " + std::to_string(dist::rank()) +
+                        ": give each process one device");
+    if (on[0] != weights[0][0].device())
+      throw ConfigError("Trainer: zero_stage 3 needs every trainable parameter on one device: '" + names[0] + "' is on " +
+                        str(std::vector<Device>{weights[0][0].device()}) + ", '" + names[k] + "' on " + str(on));
+  }
+  device_ = weights.empty() ? cpu(0) : weights[0][0].device();
+  weights_.clear();
+  for (auto& replicas : weights) weights_.push_back(replicas[0]);
+  const int r = dist::rank();
+  std::vector<Unit> laid;
+  for (const auto& params : units) {
+    Unit unit;
+    unit.params = params;
+    unit.offsets.push_back(0);
+    for (size_t k : params) unit.offsets.push_back(unit.offsets.back() + weights_[k].numel());
+    const int64_t P = unit.offsets.back();
+    unit.lo = dist::chunk_begin(P, r);
+    unit.n = dist::chunk_begin(P, r + 1) - unit.lo;
+    // This rank's replica holds the same values as every other rank's: its chunk is a local copy.
+    unit.param = Tensor::empty({unit.n}, device_);
+    each_unit_piece(unit.offsets, unit.lo, unit.lo + unit.n, [&](size_t i, int64_t a, int64_t b) {
+      copy_bytes(weights_[params[i]], static_cast<size_t>(a - unit.offsets[i]) * kBytesPerFloat, unit.param,
+                 static_cast<size_t>(a - unit.lo) * kBytesPerFloat, static_cast<size_t>(b - a) * kBytesPerFloat);
+    });
+    unit.grad = Tensor::zeros({unit.n}, device_);
+    laid.push_back(std::move(unit));
+  }
+  units_ = std::move(laid);
+  place_state(names, host);
+  for (size_t u = 0; u < units_.size(); ++u) release(u);
+}
+
+void RankParameterShards::place_state(const std::vector<std::string>& names,
+                                      std::vector<std::vector<std::vector<float>>>& host) {
+  for (Unit& unit : units_) {
+    for (size_t i = 0; i < unit.params.size(); ++i)
+      for (auto& slot : host[unit.params[i]])
+        if (!slot.empty() && static_cast<int64_t>(slot.size()) != unit.offsets[i + 1] - unit.offsets[i])
+          throw ShapeError("Trainer: a slot of the optimizer state of '" + names[unit.params[i]] + "' has " +
+                           std::to_string(slot.size()) + " values but the parameter has " +
+                           std::to_string(unit.offsets[i + 1] - unit.offsets[i]));
+    unit.state.assign(slots_, Tensor());
+    for (size_t j = 0; j < slots_; ++j) {
+      std::vector<float> flat(static_cast<size_t>(unit.n), 0.0f);  // zeros before the first step
+      each_unit_piece(unit.offsets, unit.lo, unit.lo + unit.n, [&](size_t i, int64_t a, int64_t b) {
+        const auto& from = host[unit.params[i]][j];
+        if (!from.empty())
+          std::copy(from.begin() + (a - unit.offsets[i]), from.begin() + (b - unit.offsets[i]), flat.begin() + (a - unit.lo));
+      });
+      unit.state[j] = Tensor::from_vector(flat, {unit.n}, device_);
+    }
+  }
+  for (auto& slots : host)
+    for (auto& slot : slots) slot.clear();
+}
+
+void RankParameterShards::start_gather(size_t u) {
+  Unit& unit = units_[u];
+  if (unit.gathering.defined() || (!unit.params.empty() && gathered(unit.params[0]))) return;
+  if (steps_ == 1 && fails_in_allgather(3))
+    throw DeviceError("injected failure inside the ZeRO-3 all-gather of step 2 (D2L_FAIL_RANK_IN_ALLGATHER=" +
+                      std::string(std::getenv("D2L_FAIL_RANK_IN_ALLGATHER")) + ")");
+  // The rate limiter: the device past the release of the unit two releases back before more memory is taken.
+  while (released_.size() >= 2) {
+    released_.front().synchronize();
+    released_.pop_front();
+  }
+  // All-gather: every rank's chunk of the unit, end to end, into a buffer of P_u on every rank.
+  unit.gathering = Tensor::empty({unit.offsets.back()}, device_);
+  unit.work = dist::allgather_async(unit.param, unit.gathering);
+}
+
+void RankParameterShards::gather(size_t u) {
+  Unit& unit = units_[u];
+  if (!unit.params.empty() && gathered(unit.params[0])) return;
+  start_gather(u);
+  unit.work.wait();  // this device's compute stream waits for the all-gather here, not before
+  for (size_t i = 0; i < unit.params.size(); ++i) {
+    TensorImpl& t = weights_[unit.params[i]].impl();
+    t.storage = Tensor::empty(t.shape, t.device).storage();  // for its device's compute stream
+    copy_bytes(unit.gathering, static_cast<size_t>(unit.offsets[i]) * kBytesPerFloat, weights_[unit.params[i]], 0,
+               static_cast<size_t>(unit.offsets[i + 1] - unit.offsets[i]) * kBytesPerFloat);
+  }
+  unit.gathering = Tensor();  // handed back once the copies have read it
+}
+
+void RankParameterShards::release(size_t u) {
+  if (units_[u].params.empty() || !gathered(units_[u].params[0])) return;
+  Event e;
+  runtime(device_).compute.record(e);
+  released_.push_back(e);
+  for (size_t k : units_[u].params) {
+    TensorImpl& t = weights_[k].impl();
+    t.storage.reset();
+    t.grad.reset();
+  }
+}
+
+void RankParameterShards::reduce_scatter_gradients(size_t u) {
+  Unit& unit = units_[u];
+  NoGrad no_grad;
+  // The unit's gradients end to end (zeros for a parameter that got none), reduce-scattered: rank r
+  // receives the sum over the ranks of its chunk alone.
+  bool all = true;
+  for (size_t k : unit.params) all = all && weights_[k].grad().defined();
+  const Tensor flat = all ? Tensor::empty({unit.offsets.back()}, device_) : Tensor::zeros({unit.offsets.back()}, device_);
+  for (size_t i = 0; i < unit.params.size(); ++i) {
+    const Tensor g = weights_[unit.params[i]].grad();
+    if (g.defined())
+      copy_bytes(g, 0, flat, static_cast<size_t>(unit.offsets[i]) * kBytesPerFloat,
+                 static_cast<size_t>(unit.offsets[i + 1] - unit.offsets[i]) * kBytesPerFloat);
+    weights_[unit.params[i]].impl().grad.reset();
+  }
+  const Tensor mine = Tensor::empty({unit.n}, device_);
+  dist::reduce_scatter(flat, mine);
+  if (unit.n > 0) add_(unit.grad, mine);  // accumulated: several backward passes before a step add up
+}
+
+void RankParameterShards::step(const Step& s) {
+  NoGrad no_grad;
+  for (size_t u = 0; u < units_.size(); ++u) {
+    Unit& unit = units_[u];
+    if (unit.gathering.defined()) unit.work.wait(), unit.gathering = Tensor();  // a prefetch never used
+    release(u);
+    if (unit.n == 0) continue;
+    step_on_device(unit.param, unit.state, unit.grad, s);
+    fill_(unit.grad, 0.0f);
+  }
+  ++steps_;
+}
+
+std::vector<std::vector<float>> RankParameterShards::parameters() const {
+  std::vector<std::vector<float>> out(weights_.size());
+  for (const Unit& unit : units_) {
+    const Tensor whole = Tensor::empty({unit.offsets.back()}, device_);
+    dist::allgather(unit.param, whole);
+    const std::vector<float> v = whole.to_vector();
+    for (size_t i = 0; i < unit.params.size(); ++i)
+      out[unit.params[i]].assign(v.begin() + unit.offsets[i], v.begin() + unit.offsets[i + 1]);
+  }
+  return out;
+}
+
+std::vector<std::vector<std::vector<float>>> RankParameterShards::gather_state() const {
+  if (!placed()) return {};
+  std::vector<std::vector<std::vector<float>>> out(weights_.size(), std::vector<std::vector<float>>(slots_));
+  for (const Unit& unit : units_)
+    for (size_t j = 0; j < slots_; ++j) {
+      const Tensor whole = Tensor::empty({unit.offsets.back()}, device_);
+      dist::allgather(unit.state[j], whole);
+      const std::vector<float> v = whole.to_vector();
+      for (size_t i = 0; i < unit.params.size(); ++i)
+        out[unit.params[i]][j].assign(v.begin() + unit.offsets[i], v.begin() + unit.offsets[i + 1]);
+    }
+  return out;
+}
+
+int64_t RankParameterShards::chunk() const {
+  int64_t n = 0;
+  for (const Unit& unit : units_) n += unit.n;
+  return n;
+}
+
+std::vector<int64_t> RankParameterShards::unit_sizes() const {
+  std::vector<int64_t> out;
+  for (const Unit& unit : units_) out.push_back(unit.offsets.back());
+  return out;
+}
+
+}  // namespace d2l::optim::zero

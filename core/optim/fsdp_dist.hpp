@@ -1,0 +1,117 @@
+// ZeRO stage 3 over the processes of the world (Rajbhandari et al., SC20, section 5.3, P_os+g+p;
+// PyTorch's FullyShardedDataParallel, Zhao et al., VLDB 2023): the Trainer's {.zero_stage = 3} with
+// kvstore dist_sync or dist_sync_ring, one device per rank, run through
+// optim::FullyShardedDataParallel (core/optim/fsdp.hpp) exactly as across the devices of one process:
+//
+//   optim::Trainer trainer(net->collect_params(), "adam", {.learning_rate = 1e-3f, .zero_stage = 3}, "dist_sync");
+//   optim::FullyShardedDataParallel fsdp(net, trainer);   // every rank keeps its chunks only from here on
+//   auto out = fsdp({X});                                 // X: this rank's rows of the global batch
+//   loss(out[0], y).backward();
+//   trainer.step(global_batch_size);
+//
+// The flat vectors are per unit, as FSDP's FlatParameter is: unit u's parameters (a top-level child
+// of the net) laid end to end are P_u elements, cut into W chunks by dist::chunk_begin, so rank r
+// keeps [P_u r / W, P_u (r+1) / W) of every unit (the split MPI's allgather and reduce-scatter are
+// given). For each unit rank r keeps its chunk of the parameters, of the summed gradient and of the
+// optimizer state, nothing else: between steps 4 + 4 + 8 bytes an element of its chunks with Adam,
+// the paper's 16 Psi / N_d. A unit is made whole only while it runs:
+//   forward   dist::allgather of the unit's chunks into a flat buffer of P_u, copied into the unit's
+//             replicas (a Tensor owns its memory: the replicas cannot be views of the buffer), the
+//             unit's forward, the replicas released;
+//   backward  the pre-backward hook gathers the unit again; once every gradient of the unit is
+//             complete (autograd's gradient-ready hook, counted per unit) they are packed end to end
+//             into a flat buffer and dist::reduce_scatter'ed: rank r receives the sum over the ranks
+//             of its chunk, which it adds into the chunk's summed gradient (so several backward passes
+//             before a step add up); the full gradients and the replicas are released;
+//   step      rank r updates its chunks in place with the same elementwise kernels as every other
+//             stage (step_on_device), from the summed gradient, which is then zeroed. Nothing is
+//             gathered: the next forward does.
+// Prefetch queues unit u+1's all-gather before unit u's compute (u-1's in backward): the all-gather
+// is stream work on the communication thread and the compute stream waits for it only when the unit
+// is made whole (dist::allgather_async), so the transfer runs while unit u computes.
+// A step moves per rank about 3 (W-1)/W * 4 Psi bytes: two all-gathers and one reduce-scatter.
+// The host only enqueues, and runs ahead of the device: left alone it would gather every unit before
+// the first one has computed, and hold them all. As FSDP's rate limiter does, a new all-gather first
+// waits (the host) until the device has passed the release of the unit two releases back: at most
+// about two units are whole at once, whatever the host's lead.
+//
+// The replicas must start equal on every rank (the same seed), as data parallelism needs: each rank
+// takes its chunks from its own replica.
+//
+// Fault injection, for tests: D2L_FAIL_RANK_IN_ALLGATHER=R:3 (or R, core/optim/zero_dist.hpp) makes
+// rank R throw (a DeviceError) in the first all-gather of its second step, which the other ranks have
+// entered: "error: rank R: ..." and every rank aborts.
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "core/dist/collectives.hpp"
+#include "core/optim/kvstore.hpp"
+#include "core/tensor.hpp"
+
+namespace d2l::optim::zero {
+
+class RankParameterShards {
+ public:
+  explicit RankParameterShards(size_t slots) : slots_(slots) {}
+
+  // The first call: weights[k] are parameter k's replicas (one: this process's one device, the same
+  // for every parameter; a ConfigError otherwise, before any collective), units[u] the Trainer's
+  // indices of unit u's parameters. Rank r copies its chunk of every unit out of its replicas and
+  // releases them; the state is placed from host (host[k][j]: parameter k's slot j unsharded, loaded
+  // values) or zeros. Later calls keep the parameters' chunks and the state, unless a loaded state
+  // waits in host, which then replaces it.
+  void shard(const std::vector<std::vector<Tensor>>& weights, const std::vector<std::string>& names,
+             const std::vector<std::vector<size_t>>& units, std::vector<std::vector<std::vector<float>>>& host);
+  bool placed() const { return !units_.empty(); }
+  Device device() const { return device_; }
+  const Tensor& replica(size_t k) const { return weights_[k]; }
+
+  // Collectives (every rank calls them in the same order): the unit's all-gather queued (nothing when
+  // already queued or whole); the unit whole (its all-gather waited for, copied into the replicas).
+  void start_gather(size_t u);
+  void gather(size_t u);
+  // The replicas' memory and gradients handed back (in stream order: queued kernels still read them).
+  void release(size_t u);
+  bool gathered(size_t k) const { return weights_[k].impl().storage != nullptr; }
+  // The unit's gradients, complete: packed, reduce-scattered, this rank's chunk of the sum added into
+  // the chunk's summed gradient; the gradients released. A collective.
+  void reduce_scatter_gradients(size_t u);
+  // Rank r updates its chunks in place, then zeroes their summed gradient. Every replica is released first.
+  void step(const Step& s);
+
+  // The unsharded parameters ([k] flattened) and state ([k][j]), every chunk all-gathered: collectives,
+  // every rank gets all of it. Empty before shard() (then no rank communicates).
+  std::vector<std::vector<float>> parameters() const;
+  std::vector<std::vector<std::vector<float>>> gather_state() const;
+
+  // Elements of this rank's chunks over the units, and the bytes kept between steps.
+  int64_t chunk() const;
+  int64_t parameter_bytes() const { return 4 * chunk(); }
+  int64_t gradient_bytes() const { return 4 * chunk(); }
+  int64_t state_bytes() const { return static_cast<int64_t>(4 * slots_) * chunk(); }
+  // Per unit, its P_u; for tests and the chapter's formulas.
+  std::vector<int64_t> unit_sizes() const;
+
+ private:
+  struct Unit {
+    std::vector<size_t> params;    // the Trainer's indices
+    std::vector<int64_t> offsets;  // each parameter's first element in the unit's flat vector, P_u last
+    int64_t lo = 0, n = 0;         // this rank's chunk: [lo, lo + n)
+    Tensor param, grad;            // the chunk's parameters and summed gradient (n elements)
+    std::vector<Tensor> state;     // per slot, n elements
+    Tensor gathering;              // P_u elements an all-gather is writing (queued, not yet waited for)
+    dist::Work work;
+  };
+  size_t slots_;
+  Device device_;
+  std::vector<Tensor> weights_;  // [k]: the replica, whole only while its unit is gathered
+  std::vector<Unit> units_;
+  int64_t steps_ = 0;            // steps taken, for the fault injection
+  std::deque<Event> released_;   // the compute stream's points where the last units were released
+  void place_state(const std::vector<std::string>& names, std::vector<std::vector<std::vector<float>>>& host);
+};
+
+}  // namespace d2l::optim::zero
