@@ -11,6 +11,10 @@
 //    the allocator's (core/allocator.hpp) over the timed steps, the largest device's, against
 //    stage 0's. The bytes a device keeps between steps (parameters, .grad buffers, state) are
 //    Trainer::memory_per_device's.
+// Under mpirun with W > 1 processes (`mpirun -np 2 zero_bench`): the same stages over the ranks, one
+// CPU device each (kvstore dist_sync; ZeRO-3 over the ranks, core/optim/fsdp_dist.hpp), each rank
+// its own batch of B; the slowest rank's median and the largest rank's peak. Over processes the
+// collectives run on each rank's communication thread beside its compute.
 //   zero_bench [--batch B] [--devices N] [--repeats R]
 #include <cmath>
 #include <cstdio>
@@ -23,10 +27,13 @@
 #include "bench/bench_util.hpp"
 #include "chapters/multi_gpu_concise/multi_gpu_concise.hpp"
 #include "core/autograd.hpp"
+#include "core/dist/collectives.hpp"
+#include "core/dist/process_group.hpp"
 #include "core/nn/split_and_load.hpp"
 #include "core/ops.hpp"
 #include "core/optim/fsdp.hpp"
 #include "core/optim/trainer.hpp"
+#include "core/optim/fsdp_dist.hpp"
 #include "core/optim/zero.hpp"
 #include "core/rng.hpp"
 #include "core/runtime.hpp"
@@ -49,7 +56,15 @@ struct Outcome {
   std::vector<std::vector<float>> params;  // after the validation steps
 };
 
+// The largest value over the ranks (every rank gets it).
+double max_over_ranks(double v) {
+  double m = v;
+  for (auto& x : d2l::dist::gather_strings(std::to_string(v))) m = std::max(m, std::stod(x));
+  return m;
+}
+
 Outcome run(const Config& c, const std::vector<d2l::Device>& devices, int64_t batch, int steps, int repeats) {
+  const bool ranks = d2l::dist::world_size() > 1;
   d2l::manual_seed(0);
   auto net = d2l::concise::make_net("resnet18");
   net->initialize(d2l::concise::default_init("resnet18"), devices, true);
@@ -65,7 +80,8 @@ Outcome run(const Config& c, const std::vector<d2l::Device>& devices, int64_t ba
     d2l::NoGrad no_grad;
     (*net)(images(0).first);
   }
-  d2l::optim::Trainer trainer(net->collect_params(), "adam", {.learning_rate = 1e-3f, .zero_stage = c.stage}, "device");
+  d2l::optim::Trainer trainer(net->collect_params(), "adam", {.learning_rate = 1e-3f, .zero_stage = c.stage},
+                              ranks ? "dist_sync" : "device");
   std::unique_ptr<d2l::optim::FullyShardedDataParallel> fsdp;
   if (c.stage == 3) fsdp = std::make_unique<d2l::optim::FullyShardedDataParallel>(net, trainer, d2l::optim::FsdpOptions{c.prefetch});
   int s = 0;
@@ -75,21 +91,22 @@ Outcome run(const Config& c, const std::vector<d2l::Device>& devices, int64_t ba
     std::vector<Tensor> ls;
     for (size_t i = 0; i < outs.size(); ++i) ls.push_back(d2l::softmax_cross_entropy(outs[i], ys[i], d2l::Reduction::sum));
     for (auto& l : ls) l.backward();
-    trainer.step(total);
+    trainer.step(total * d2l::dist::world_size());
     d2l::waitall();
   };
   Outcome o;
   for (int i = 0; i < steps; ++i) step();
   if (fsdp) {
-    o.params = trainer.sharded_state()->parameters();
+    o.params = ranks ? trainer.rank_parameter_shards()->parameters() : trainer.sharded_state()->parameters();
   } else {
     for (auto& p : net->collect_params().trainable()) o.params.push_back(p->list_data()[0].to_vector());
   }
   if (repeats == 0) return o;
   step();  // warm-up
   for (auto& d : devices) d2l::runtime(d).allocator->reset_peak();
-  o.seconds = b::time_it(step, 0, repeats).median;
+  o.seconds = max_over_ranks(b::time_it(step, 0, repeats).median);
   for (auto& d : devices) o.peak = std::max(o.peak, d2l::runtime(d).allocator->stats().peak);
+  o.peak = static_cast<int64_t>(max_over_ranks(static_cast<double>(o.peak)));
   const auto m = trainer.memory_per_device()[0];
   o.kept = m.parameter_bytes + m.gradient_bytes + m.state_bytes + (c.stage >= 2 ? m.summed_gradient_bytes : 0);
   return o;
@@ -133,13 +150,19 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  b::banner("zero_bench: ZeRO stages 0-3 on chapter 2's ResNet-18, Adam, CPU devices x 1 thread");
+  d2l::dist::init();
+  const int W = d2l::dist::world_size();
+  const bool root = d2l::dist::rank() == 0;
+  if (root) b::banner("zero_bench: ZeRO stages 0-3 on chapter 2's ResNet-18, Adam, CPU devices x 1 thread");
   std::vector<d2l::Device> devices;
-  for (int i = 0; i < n; ++i) devices.push_back(d2l::cpu(i));
+  for (int i = 0; i < (W > 1 ? 1 : n); ++i) devices.push_back(d2l::cpu(i));
   d2l::use_devices(devices);
   for (auto d : devices) d2l::runtime(d).set_threads(1);
-  std::printf("  %d devices x 1 thread, batch %lld per device (%lld a step), 1x28x28 images, Adam\n", n, (long long)batch,
-              (long long)(batch * n));
+  if (W > 1) n = W;
+  if (root)
+    std::printf("  %d %s x 1 thread, batch %lld per device (%lld a step), 1x28x28 images, Adam\n", n,
+                W > 1 ? "processes (kvstore dist_sync), one device each," : "devices", (long long)batch,
+                (long long)(batch * n));
   const Config configs[] = {{"replicated (stage 0)", 0, true}, {"ZeRO-1", 1, true}, {"ZeRO-2", 2, true},
                             {"ZeRO-3, prefetch", 3, true}, {"ZeRO-3, no prefetch", 3, false}};
   // 1. Validation: 2 steps from the same weights on a batch of 4 a device.
@@ -147,14 +170,22 @@ int main(int argc, char** argv) {
   bool ok = true;
   for (size_t c = 1; c < std::size(configs); ++c) {
     const double d = max_rel_diff(ref.params, run(configs[c], devices, 4, 2, 0).params);
-    std::printf("validate: %-20s after 2 steps vs stage 0: largest relative difference %.1e %s\n", configs[c].name, d,
-                d <= 1e-5 ? "(ok)" : "(FAILED: above 1e-5)");
+    if (root)
+      std::printf("validate: %-20s after 2 steps vs stage 0: largest relative difference %.1e %s\n", configs[c].name, d,
+                  d <= 1e-5 ? "(ok)" : "(FAILED: above 1e-5)");
     ok = ok && d <= 1e-5;
   }
-  if (!ok) return 1;
+  if (!ok) {
+    d2l::dist::finalize();
+    return 1;
+  }
   // 2. Timing and memory, every configuration in this one run.
   std::vector<Outcome> out;
   for (const Config& c : configs) out.push_back(run(c, devices, batch, 0, repeats));
+  if (!root) {
+    d2l::dist::finalize();
+    return 0;
+  }
   std::printf("%-22s %10s %12s %12s %12s %12s\n", "stage", "s/step", "stage0/this", "peak MB", "this/stage0", "kept MB");
   for (size_t c = 0; c < std::size(configs); ++c)
     std::printf("%-22s %10.3f %11.2fx %12.1f %11.2fx %12.1f\n", configs[c].name, out[c].seconds,
@@ -163,6 +194,8 @@ int main(int argc, char** argv) {
   std::printf("(peak MB: the largest device's allocator peak over the timed steps, activations included; kept MB: "
               "what device 0 keeps between steps, parameters + .grad buffers + Adam's state + the summed gradient "
               "shard; prefetch on CPU devices queues the next unit's copies earlier, but a copy between two devices "
-              "makes both compute streams wait for it)\n");
+              "makes both compute streams wait for it; over processes the collectives run on each rank's communication "
+              "thread)\n");
+  d2l::dist::finalize();
   return 0;
 }
