@@ -86,9 +86,5 @@ std::pair<double, double> equivalence(const Config& cfg);
 // ---- 4. the key-value store (kv.hpp holds the class); the walk-through the README follows.
 void kv_walkthrough(const Config& cfg);
 
-// ---- one timeline for all ranks (timeline.cpp): every rank's records (clocks started together
-// after a barrier) gathered on rank 0 and written as one Chrome-trace JSON: pid = rank, a thread per
-// device stream ("cpu(0) compute", "cpu(0) comm", ...). Collective: every rank calls it.
-void write_timeline(const std::string& path, const std::vector<trace::Record>& mine);
 
 }  // namespace d2l::distributed

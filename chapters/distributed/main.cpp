@@ -107,7 +107,7 @@ void run_ddp(const dd::Config& cfg) {
     std::printf("%s\n", why.empty() ? ("plot: " + path).c_str() : ("no plot: " + why).c_str());
   }
   if (!cfg.trace_file.empty()) {
-    dd::write_timeline(cfg.trace_file, events);
+    d2l::harness::write_timeline(cfg.trace_file, events);
     if (say) std::printf("timeline of one step with buckets of %g MB, every rank: %s\n", cfg.bucket_mb, cfg.trace_file.c_str());
   }
 }

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "chapters/distributed/distributed.hpp"
+#include "chapters/harness/harness.hpp"
 #include "chapters/distributed/kv.hpp"
 #include "chapters/multi_gpu_concise/multi_gpu_concise.hpp"
 #include "core/dist/collectives.hpp"
@@ -148,7 +149,7 @@ TEST_CASE("the parts at --quick sizes: benchmark rows, DDP variants, equivalence
   CHECK(diff <= 1e-5 * scale);
 
   const auto path = std::filesystem::temp_directory_path() / "d2l_distributed_timeline.json";
-  dd::write_timeline(path.string(), events);
+  d2l::harness::write_timeline(path.string(), events);
   dist::barrier();
   if (dist::rank() == 0) {
     std::ifstream in(path);

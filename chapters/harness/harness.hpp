@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "core/device.hpp"
+#include "core/trace.hpp"
 
 namespace d2l {
 namespace nn {
@@ -154,5 +155,10 @@ int resume(const std::string& path, nn::Block& net, optim::Trainer& trainer, con
 void check_same_checkpoint(int epoch, const nn::Block& net);
 // After `epoch` (1-based) epochs: written atomically when path is not "".
 void save_checkpoint(const std::string& path, const nn::Block& net, const optim::Trainer& trainer, int epoch);
+
+// One timeline for all ranks (timeline.cpp): every rank's records (clocks started together after a
+// barrier) gathered on rank 0 and written as one Chrome-trace JSON: pid = rank, a thread per device
+// stream ("cpu(0) compute", "cpu(0) comm", ...). Collective: every rank calls it.
+void write_timeline(const std::string& path, const std::vector<trace::Record>& mine);
 
 }  // namespace d2l::harness

@@ -9,15 +9,27 @@
 #     Psi'_r the sum over the layers u of floor(Psi_u (r+1) / NP) - floor(Psi_u r / NP), the layers'
 #     Psi_u recomputed from the printed widths (784 -> H -> H -> 10); the printed formulas the same;
 #     the chunks of every sharded stage add up to one replicated copy;
-#   the ZeRO-1, ZeRO-2 and ZeRO-3 check lines: every rank's parameters equal the replicated run's and rank 0's.
+#   the ZeRO-1, ZeRO-2 and ZeRO-3 check lines: every rank's parameters equal the replicated run's and rank 0's;
+#   --trace: one timeline with every rank's lanes, the ZeRO-3 step's all-gathers and reduce-scatters
+#     on each rank's communication lane, and the line naming it.
 np=$1
 prog=$2
 out=$(mktemp) || exit 99
-trap 'rm -f "$out"' EXIT
-sh "$(dirname "$0")/../../tests/dist/mpirun.sh" "$np" 200 "$prog" memory --quick >"$out" 2>&1
+trace=$(mktemp -u /tmp/zero3_trace_XXXXXX.json) || exit 99
+trap 'rm -f "$out" "$trace"' EXIT
+sh "$(dirname "$0")/../../tests/dist/mpirun.sh" "$np" 200 "$prog" memory --quick --trace "$trace" >"$out" 2>&1
 rc=$?
 cat "$out"
 [ "$rc" -eq 0 ] || { echo "FAIL: exit $rc"; exit 1; }
+[ -s "$trace" ] || { echo "FAIL: no trace written"; exit 1; }
+grep -q "^trace: one ZeRO-3 step over $np processes, [0-9]* stream tasks, every rank in one timeline" "$out" || { echo "FAIL: no trace line"; exit 1; }
+r=0
+while [ "$r" -lt "$np" ]; do
+  for op in MPI_Iallgatherv MPI_Ireduce_scatter; do
+    grep -q "\"name\": \"$op\", \"cat\": \"cpu([0-9]*) comm\", \"pid\": $r," "$trace" || { echo "FAIL: no $op on rank $r's comm lane in the trace"; exit 1; }
+  done
+  r=$((r + 1))
+done
 awk -v np="$np" -v q="'" '
   function chunk(p, r, n) { return int(p * (r + 1) / n) - int(p * r / n) }
   /Psi = [0-9]+ trainable/ { for (i = 1; i <= NF; i++) if ($i == "Psi" && $(i + 1) == "=") psi = $(i + 2)

@@ -23,6 +23,7 @@
 #include <memory>
 #include <sstream>
 
+#include "chapters/harness/harness.hpp"
 #include "chapters/sharding/sharding.hpp"
 #include "core/autograd.hpp"
 #include "core/cli.hpp"
@@ -34,6 +35,7 @@
 #include "core/ops.hpp"
 #include "core/optim/fsdp.hpp"
 #include "core/optim/trainer.hpp"
+#include "core/trace.hpp"
 #include "core/rng.hpp"
 #include "core/runtime.hpp"
 
@@ -108,6 +110,9 @@ ZeroRanksResult zero_memory_over_ranks(const Config& cfg) {
     // Stage 3: the parameters become this rank's chunks here, and the net runs through FSDP.
     std::unique_ptr<optim::FullyShardedDataParallel> fsdp;
     if (stage == 3) fsdp = std::make_unique<optim::FullyShardedDataParallel>(net, trainer);
+    // --trace: the last timed step of the last stage run, every rank's streams and communication
+    // thread in one timeline (each rank's clock starts right after the same barrier).
+    const bool trace_this = !cfg.trace_file.empty() && stage == cfg.zero_stage;
     ZeroRun run;
     run.n = W, run.stage = stage;
     auto start = std::chrono::steady_clock::now();
@@ -119,6 +124,8 @@ ZeroRanksResult zero_memory_over_ranks(const Config& cfg) {
         if (step > cfg.steps) break;
         check_interrupt();
         if (step == 1) waitall(), start = std::chrono::steady_clock::now();
+        const bool tracing = trace_this && step == cfg.steps;
+        if (tracing) waitall(), dist::barrier(), trace::start();
         // Rank r's rows of the minibatch: [n r / W, n (r + 1) / W).
         const int64_t lo = b.n * me / W, hi = b.n * (me + 1) / W;
         Shape xs{hi - lo};
@@ -128,6 +135,12 @@ ZeroRanksResult zero_memory_over_ranks(const Config& cfg) {
         Tensor l = softmax_cross_entropy(fsdp ? (*fsdp)({X})[0] : (*net)(X), y, Reduction::sum);
         l.backward();
         trainer.step(b.n);  // the gradient summed over the ranks is that of the whole minibatch
+        if (tracing) {
+          waitall();
+          trace::stop();
+          run.trace_tasks = static_cast<int64_t>(dist::sum_over_ranks({double(trace::events().size())})[0]);
+          harness::write_timeline(cfg.trace_file, trace::events());
+        }
         last_loss = l.item();
         check_loss(last_loss, 1, step + 1);
         last_n = b.n;
@@ -226,6 +239,11 @@ int print_zero_over_ranks(const Config& cfg, const ZeroRanksResult& ranks) {
                 ranks_equal ? "are the same bits as" : "DIFFER from");
     if (!(same_bits || close) || !ranks_equal) ++failed;
   }
+  for (const auto& run : r.runs)
+    if (run.trace_tasks > 0)
+      std::printf("trace: one ZeRO-%d step over %d processes, %lld stream tasks, every rank in one timeline (the layers on "
+                  "each rank's compute lane, the all-gathers and reduce-scatters on its comm lane) in %s\n",
+                  run.stage, run.n, (long long)run.trace_tasks, cfg.trace_file.c_str());
   return failed;
 }
 

@@ -3,20 +3,22 @@
 // its records as text to rank 0, which writes one Chrome-trace JSON: a process per rank (pid = rank,
 // named "rank r"), a thread per device stream ("cpu(0) compute", "cpu(0) copy", "cpu(0) comm": the
 // communication thread of that rank). Bucket allreduces carry their label ("bucket 3 (4.72 MB)").
+// Chapter 4's DDP step and chapter 5's ZeRO-3 step over the ranks write theirs with it.
 #include <cstdio>
 #include <map>
 #include <sstream>
 
-#include "chapters/distributed/distributed.hpp"
+#include "chapters/harness/harness.hpp"
+#include "core/dist/collectives.hpp"
 #include "core/dist/process_group.hpp"
 #include "core/io/atomic_file.hpp"
 
-namespace d2l::distributed {
+namespace d2l::harness {
 
 namespace {
 
 // Fields separated by tabs, records by newlines (labels and op names hold neither).
-std::string encode(const std::vector<trace::Record>& events) {
+std::string encode_records(const std::vector<trace::Record>& events) {
   std::ostringstream out;
   for (auto& e : events) {
     char times[64];
@@ -27,7 +29,7 @@ std::string encode(const std::vector<trace::Record>& events) {
   return out.str();
 }
 
-std::string quoted(const std::string& s) {
+std::string json_string(const std::string& s) {
   std::string out = "\"";
   for (char c : s) {
     if (c == '"' || c == '\\') out += '\\';
@@ -39,7 +41,7 @@ std::string quoted(const std::string& s) {
 }  // namespace
 
 void write_timeline(const std::string& path, const std::vector<trace::Record>& mine) {
-  const std::vector<std::string> all = dist::gather_strings(encode(mine));
+  const std::vector<std::string> all = dist::gather_strings(encode_records(mine));
   if (dist::rank() != 0) return;
   std::string json = "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n";
   bool first = true;
@@ -65,16 +67,16 @@ void write_timeline(const std::string& path, const std::vector<trace::Record>& m
       const std::string t = std::to_string(it->second);
       if (fresh)
         add("{\"ph\": \"M\", \"name\": \"thread_name\", \"pid\": " + pid + ", \"tid\": " + t + ", \"args\": {\"name\": " +
-            quoted(lane) + "}}");
+            json_string(lane) + "}}");
       const double dur = std::max(0.0, std::stod(end) - std::stod(start));
       char ts[64];
       std::snprintf(ts, sizeof ts, "\"ts\": %s, \"dur\": %.3f", start.c_str(), dur);
-      add("{\"ph\": \"X\", \"name\": " + quoted(name) + ", \"cat\": " + quoted(lane) + ", \"pid\": " + pid +
-          ", \"tid\": " + t + ", " + ts + ", \"args\": {\"op\": " + quoted(op) + "}}");
+      add("{\"ph\": \"X\", \"name\": " + json_string(name) + ", \"cat\": " + json_string(lane) + ", \"pid\": " + pid +
+          ", \"tid\": " + t + ", " + ts + ", \"args\": {\"op\": " + json_string(op) + "}}");
     }
   }
   json += "\n]}\n";
   io::write_file_atomic(path, {json});
 }
 
-}  // namespace d2l::distributed
+}  // namespace d2l::harness
