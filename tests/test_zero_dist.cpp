@@ -29,6 +29,7 @@
 #include "core/optim/zero_dist.hpp"
 #include "core/rng.hpp"
 #include "core/runtime.hpp"
+#include "core/trace.hpp"
 #include "tests/dist/dist_check.hpp"
 
 using namespace d2l;
@@ -245,6 +246,30 @@ TEST_CASE("a checkpoint after 10 steps, loaded into a new Trainer over the ranks
   CHECK(close_maps(state_values(twenty.state), state_values(sharded.state_dict())));
   CHECK(sharded.memory_per_device()[0].state_bytes == 8 * chunk_of(kP, dist::rank(), dist::world_size()));
   CHECK(same_on_every_rank(params_of(net->collect_params())));
+}
+
+TEST_CASE("ZeRO-2 over the ranks reduce-scatters each gradient during backward, before the step") {
+  if (dist::world_size() == 1) return;  // nothing to send
+  auto net = mlp_43();
+  Trainer trainer(net->collect_params(), "sgd", at_stage(Setup{}.opt, 2), "dist_sync");
+  train_steps(*net, trainer, 0, 1);  // the first step lays the chunks out (its gradients go at the step)
+  const int W = dist::world_size(), r = dist::rank();
+  waitall(), dist::synchronize(), dist::barrier();
+  trace::start();
+  backward_rows(*net, 1, kGlobalBatch * r / W, kGlobalBatch * (r + 1) / W);
+  waitall(), dist::synchronize();
+  trace::stop();
+  // Before trainer.step: one reduce-scatter per parameter has run on the communication thread.
+  const auto events = trace::events();
+  const auto launched = std::count_if(events.begin(), events.end(),
+                                      [](const trace::Record& e) { return e.name == "MPI_Ireduce_scatter"; });
+  CHECK(launched == static_cast<long>(net->collect_params().trainable().size()));
+  trainer.step(kGlobalBatch);
+  // And the step gives what the replicated run gives (the same two steps at stage 0).
+  auto ref = mlp_43();
+  Trainer plain(ref->collect_params(), "sgd", Setup{}.opt, "dist_sync");
+  train_steps(*ref, plain, 0, 2);
+  CHECK(close_maps(params_of(ref->collect_params()), params_of(net->collect_params())));
 }
 
 TEST_CASE("ZeRO over the ranks: configuration errors before any collective") {

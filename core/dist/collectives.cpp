@@ -10,6 +10,7 @@
 
 #include "core/autograd.hpp"
 #include "core/comm.hpp"
+#include "core/copy.hpp"
 #include "core/dist/group.hpp"
 #include "core/dist/nccl.hpp"
 #include "core/dist/process_group.hpp"
@@ -342,6 +343,45 @@ void reduce_scatter(const Tensor& in, const Tensor& out) {
     wait(q);
   });
 #endif
+}
+
+Work reduce_scatter_async(const Tensor& in, const Tensor& out, int64_t out_offset, const std::vector<int64_t>& counts) {
+  check_f32("reduce_scatter", in);
+  check_f32("reduce_scatter", out);
+  const int W = world_size(), me = rank();
+  int64_t total = 0;
+  for (int64_t c : counts) total += c;
+  if (static_cast<int>(counts.size()) != W || total != in.numel() || out_offset < 0 ||
+      out_offset + counts[static_cast<size_t>(me)] > out.numel())
+    throw ShapeError("dist::reduce_scatter: " + std::to_string(counts.size()) + " counts adding up to " +
+                     std::to_string(total) + " for " + std::to_string(W) + " ranks and an input of " +
+                     std::to_string(in.numel()) + " elements, or this rank's part outside the output");
+  Work w;
+  w.device = out.device();
+  const int64_t mine = counts[static_cast<size_t>(me)];
+  if (W == 1) {
+    if (mine > 0) copy_bytes(in, 0, out, static_cast<size_t>(out_offset) * 4, static_cast<size_t>(mine) * 4);
+    return w;
+  }
+  if (on_gpu(in) || on_gpu(out)) {  // through host memory
+    Tensor h = Tensor::empty({std::max<int64_t>(mine, 1)}, cpu(0));
+    reduce_scatter_async(in.to(cpu(0)), h, 0, counts).wait();
+    if (mine > 0) copy_bytes(h, 0, out, static_cast<size_t>(out_offset) * 4, static_cast<size_t>(mine) * 4);
+    return w;
+  }
+#ifdef D2L_WITH_MPI
+  std::vector<int> c;
+  for (int64_t n : counts) c.push_back(count_of("reduce_scatter", n));
+  const float* src = in.data();
+  float* dst = out.data() + out_offset;
+  on_comm("MPI_Ireduce_scatter", {in, out}, [src, dst, c] {
+    MPI_Request q;
+    MPI_Ireduce_scatter(src, dst, c.data(), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &q);
+    wait(q);
+  }, &w.done);
+  w.pending = true;
+#endif
+  return w;
 }
 
 void barrier() { barrier(Group()); }

@@ -72,6 +72,12 @@ void allgather(const Tensor& in, const Tensor& out);
 Work allgather_async(const Tensor& in, const Tensor& out);
 // out (rank r: chunk r's elements) becomes the sum over the ranks of chunk r of `in` (N elements).
 void reduce_scatter(const Tensor& in, const Tensor& out);
+// The same with the split given: counts[r] elements (summing to in's) go to rank r, this rank's into
+// out from element out_offset on (MPI_Reduce_scatter's uneven counts), and the compute stream does
+// not wait for it: the sum is there once the Work's wait() has run (ZeRO-2's per-gradient
+// reduce-scatter during backward, core/optim/zero_dist.hpp). GPU tensors go through host memory,
+// and then the compute stream waits.
+Work reduce_scatter_async(const Tensor& in, const Tensor& out, int64_t out_offset, const std::vector<int64_t>& counts);
 // Returns when every rank has called it (the host waits; devices are not involved).
 void barrier();
 void barrier(const Group& group);

@@ -69,7 +69,8 @@ struct OptimizerOptions {
   //   allreduce (or the buckets'), then dist::allgather; state_dict() is then a collective.
   // 2 ZeRO stage 2: as 1, and the gradients are reduce-scattered (core/comm.hpp), not all-reduced:
   //   device i receives the summed gradient of shard i only. The same kvstores and devices as 1;
-  //   over the processes dist::reduce_scatter gives rank r chunk r's sum (no gradient buckets).
+  //   over the processes each gradient is reduce-scattered during backward (dist::reduce_scatter_async),
+  //   giving rank r chunk r's sum (no gradient buckets).
   // 3 ZeRO stage 3 (FSDP): the parameters sharded too; the net runs through
   //   optim::FullyShardedDataParallel (core/optim/fsdp.hpp), which gathers each layer's parameters
   //   just before its forward and its backward and adds each gradient into the shards that own it.

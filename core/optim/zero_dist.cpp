@@ -111,7 +111,40 @@ void RankShardedState::place(const std::vector<std::vector<Tensor>>& weights, co
   for (auto& slots : host)
     for (auto& slot : slots) slot.clear();
   grad_shard_ = stage_ == 2 ? Tensor::empty({n}, device_) : Tensor();
+  for (auto& w : pending_) w.wait();  // launched into the old layout: redone at the step
+  pending_.clear();
+  replicas_.clear(), index_.clear();
+  for (size_t k = 0; k < weights.size(); ++k) {
+    replicas_.push_back(weights[k][0]);
+    index_[&weights[k][0].impl()] = k;
+  }
+  scattered_.assign(weights.size(), false);
   placed_ = true;
+}
+
+RankShardedState::RankShardedState(size_t slots, int stage) : slots_(slots), stage_(stage) {
+  if (stage_ == 2)
+    hook_ = add_grad_ready_hook([this](TensorImpl& leaf) {
+      auto it = index_.find(&leaf);
+      if (placed_ && it != index_.end()) scatter(it->second);
+    });
+}
+
+RankShardedState::~RankShardedState() {
+  if (hook_ >= 0) remove_grad_ready_hook(hook_);
+}
+
+void RankShardedState::scatter(size_t k) {
+  // Parameter k's elements [a, b) of the flat vector: rank r receives those inside its chunk.
+  const int W = dist::world_size();
+  const int64_t a = layout_.offsets[k], b = layout_.offsets[k + 1];
+  std::vector<int64_t> counts;
+  for (int r = 0; r < W; ++r)
+    counts.push_back(std::max<int64_t>(0, std::min(b, layout_.bounds[r + 1]) - std::max(a, layout_.bounds[r])));
+  const Tensor& w = replicas_[k];
+  const Tensor g = w.grad().defined() ? w.grad() : Tensor::zeros(w.shape(), w.device());
+  pending_.push_back(dist::reduce_scatter_async(g, grad_shard_, std::clamp<int64_t>(a - lo(), 0, chunk()), counts));
+  scattered_[k] = true;
 }
 
 void RankShardedState::step(const std::vector<std::vector<Tensor>>& weights, const std::vector<std::string>& names,
@@ -139,9 +172,14 @@ void RankShardedState::step(const std::vector<std::vector<Tensor>>& weights, con
     g = Tensor::empty({n}, device_);
     copy_flat(layout_, grads, first, n, g, false);
   } else {
-    // The rank's own gradients end to end, reduce-scattered: chunk r's sum arrives here, no other.
-    copy_flat(layout_, grads, 0, P, flat, false);
-    dist::reduce_scatter(flat, grad_shard_);
+    // Chunk r's sum arrives here, no other: most gradients were reduce-scattered during backward;
+    // the others (all of them at the first step, any backward did not reach) go now, in parameter
+    // order, the same on every rank.
+    for (size_t k = 0; k < scattered_.size(); ++k)
+      if (!scattered_[k]) scatter(k);
+    for (auto& work : pending_) work.wait();
+    pending_.clear();
+    scattered_.assign(scattered_.size(), false);
     g = grad_shard_;
   }
   Tensor w = Tensor::empty({n}, device_);

@@ -12,9 +12,13 @@
 //                     the weights and of the summed gradient into flat buffers, runs the optimizer on
 //                     them with its flat state, then dist::allgather of the updated chunks gives every
 //                     rank the whole updated vector, which is copied back into the parameters;
-//   stage 2 (P_os+g)  the gradients packed end to end into one flat vector and dist::reduce_scatter'ed:
-//                     rank r receives the summed gradient of chunk r alone (a buffer of the chunk's
-//                     size it keeps), then the same update and all-gather.
+//   stage 2 (P_os+g)  each parameter's gradient reduce-scattered during backward, the moment autograd
+//                     completes it (the gradient-ready hook DDP's buckets use), asynchronously on the
+//                     communication thread: the part of it that lies in chunk r goes to rank r
+//                     (MPI_Reduce_scatter with uneven counts), so rank r receives the summed gradient of
+//                     chunk r alone (a buffer of the chunk's size it keeps) while backward goes on;
+//                     the step waits for them, then the same update and all-gather. (The first step's
+//                     backward runs before the chunks are laid out: its gradients go at the step.)
 // Each element is updated once, on one rank, by the same elementwise kernels as at stage 0, so every
 // rank ends with the same bits, and those of the replicated run wherever the sums are the same bits
 // (stage 1 always: it reads the replicated run's allreduce).
@@ -27,7 +31,10 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 #include <vector>
+
+#include "core/dist/collectives.hpp"
 
 #include "core/optim/kvstore.hpp"
 #include "core/optim/zero.hpp"
@@ -43,7 +50,10 @@ ShardLayout rank_layout(const std::vector<int64_t>& sizes);
 
 class RankShardedState {
  public:
-  RankShardedState(size_t slots, int stage) : slots_(slots), stage_(stage) {}
+  RankShardedState(size_t slots, int stage);
+  ~RankShardedState();
+  RankShardedState(const RankShardedState&) = delete;
+  RankShardedState& operator=(const RankShardedState&) = delete;
 
   // One step: lays the chunk out when needed (the first step, a loaded state waiting in host[k][j],
   // the parameters moved), then stage 1's or stage 2's step above. weights[k] must be one replica
@@ -74,6 +84,14 @@ class RankShardedState {
   std::vector<Tensor> state_;  // per slot, the chunk's state, flat
   Tensor grad_shard_;          // stage 2: the chunk's summed gradient
   int64_t steps_ = 0;          // steps taken, for the fault injection
+  // Stage 2 during backward: each parameter's gradient, the moment autograd completes it, is
+  // reduce-scattered into grad_shard_ (its part of chunk r to rank r) on the communication thread.
+  std::vector<Tensor> replicas_;                          // per parameter, this rank's replica
+  std::unordered_map<const TensorImpl*, size_t> index_;  // replica -> parameter
+  std::vector<bool> scattered_;                           // per parameter, this step
+  std::vector<dist::Work> pending_;                       // the reduce-scatters launched this step
+  int hook_ = -1;
+  void scatter(size_t k);
   bool fits(const std::vector<std::vector<Tensor>>& weights) const;
   void place(const std::vector<std::vector<Tensor>>& weights, const std::vector<std::string>& names,
              std::vector<std::vector<std::vector<float>>>& host);
