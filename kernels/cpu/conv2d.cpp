@@ -374,6 +374,9 @@ void conv2d_backward_weight_im2col(const Ctx& c, const Conv2dShape& s, const flo
 
 static std::atomic<Conv2dKernel> g_conv2d_kernel{Conv2dKernel::automatic};  // the default: a member per shape
 void set_conv2d_kernel(Conv2dKernel k) { g_conv2d_kernel.store(k, std::memory_order_relaxed); }
+static std::atomic<Precision> g_precision{Precision::automatic};
+void set_precision(Precision p) { g_precision.store(p, std::memory_order_relaxed); }
+Precision precision() { return g_precision.load(std::memory_order_relaxed); }
 Conv2dKernel conv2d_kernel() { return g_conv2d_kernel.load(std::memory_order_relaxed); }
 
 // automatic's rule, from bench/conv2d_bench's tables (bench/README.md, "conv2d members": the figures

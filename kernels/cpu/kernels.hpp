@@ -101,6 +101,14 @@ struct Conv2dShape {
 enum class Conv2dKernel { direct, im2col, winograd, winograd2, blocked, implicit, automatic };
 void set_conv2d_kernel(Conv2dKernel k);
 Conv2dKernel conv2d_kernel();
+// --precision, for the GPU's convolutions and GEMMs (CPUs have no TF32 and always compute in FP32):
+//   fp32       exact FP32 arithmetic: the SIMT kernels, cuBLAS in plain FP32
+//   tf32       tensor cores with TF32 inputs (10-bit mantissa) and FP32 sums: the conv members' wmma
+//              kernels, cuBLAS with TF32 tensor-op math (CUBLAS_COMPUTE_32F_FAST_TF32)
+//   automatic  tf32 on real GPUs (as PyTorch's torch.backends.cudnn.allow_tf32), fp32 on emulated ones
+enum class Precision { automatic, fp32, tf32 };
+void set_precision(Precision p);
+Precision precision();
 Conv2dKernel conv2d_auto_kernel(const Conv2dShape& s);  // the member automatic runs for s's forward and backward_data
 // automatic's rule on a machine whose kernel4 vectors hold `blocked_floats` floats and whose GEMM's
 // (gemm_vector_floats) `gemm_floats`: the one above is this one with this machine's widths.

@@ -10,11 +10,13 @@
 //   D2L_LAUNCH(kernel, grid, block, shmem, stream)(args...);   kernel<<<grid, block, shmem, stream>>>(args...)
 //   D2L_CHECK_LAUNCH(kernel);                      after a launch: throws if it failed (nvcc);
 //                                                  emulated launches throw by themselves
-// threadIdx, __syncthreads(), __shfl_down_sync(), atomicAdd(), ... are CUDA's own names.
+// threadIdx, __syncthreads(), __shfl_down_sync(), atomicAdd(), ... are CUDA's own names; tensor cores are
+// wmma::fragment, wmma::mma_sync, ... (nvcuda::wmma; TF32 m16n16k8 under the emulation).
 #pragma once
 
 #ifdef __CUDACC__
 #include <cuda_runtime.h>
+#include <mma.h>
 
 #include <stdexcept>
 #include <string>
@@ -29,6 +31,7 @@
 #define D2L_CHECK_LAUNCH(kernel) ::d2l::kernels::cuda::check_launch(#kernel, __FILE__, __LINE__)
 
 namespace d2l::kernels::cuda {
+namespace wmma = nvcuda::wmma;  // tensor cores; the emulation's is kernels/emu/wmma.hpp
 using Stream = cudaStream_t;
 inline void check_launch(const char* kernel, const char* file, int line) {
   cudaError_t e = cudaGetLastError();

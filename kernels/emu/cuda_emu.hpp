@@ -6,6 +6,7 @@
 //   block.hpp     a block: its fibers on one OS thread, barriers, deadlock report, shared memory
 //   shared.hpp    D2L_SHARED / D2L_DYNAMIC_SHARED
 //   builtins.hpp  index variables, barriers, shuffles, atomics, intrinsics, float4
+//   wmma.hpp      tensor cores: nvcuda::wmma's TF32 fragments, as `wmma`
 //   launch.hpp    D2L_LAUNCH's runtime: blocks over the device's threads, the launch log
 // Device code must live inside D2L_CUDA_NS (the built-ins are not in the global namespace).
 #pragma once
@@ -13,6 +14,7 @@
 #include "kernels/emu/builtins.hpp"
 #include "kernels/emu/launch.hpp"
 #include "kernels/emu/shared.hpp"
+#include "kernels/emu/wmma.hpp"
 
 // CUDA qualifiers mean nothing on the CPU. (g++ knows __restrict__ itself.)
 #define __global__
@@ -35,5 +37,6 @@
 
 namespace d2l::kernels::emu {
 using namespace ::d2l::cuda_emu::builtins;
+namespace wmma = ::d2l::cuda_emu::wmma;  // tensor cores (TF32), kernels/emu/wmma.hpp
 using Stream = ::d2l::cuda_emu::Stream;  // the emu device's thread budget; null = calling thread only
 }  // namespace d2l::kernels::emu
