@@ -118,12 +118,29 @@ std::vector<std::string> conv_kernel_names() {
   return names;
 }
 
+void Precision::add_flags(CLI::App& app) {
+  app.add_option("--precision", name,
+                 "the GPU's convolutions and GEMMs: fp32 (exact), tf32 (tensor cores, TF32 inputs, FP32 sums) or auto "
+                 "(tf32 on GPUs of compute capability 8.0 or more, fp32 on emulated ones); CPUs always compute in FP32")
+      ->capture_default_str();
+}
+
+void Precision::apply() const {
+  using kernels::cpu::Precision;
+  if (name == "auto") return kernels::cpu::set_precision(Precision::automatic);
+  if (name == "fp32") return kernels::cpu::set_precision(Precision::fp32);
+  if (name == "tf32") return kernels::cpu::set_precision(Precision::tf32);
+  throw ConfigError("bad --precision '" + name + "': expected auto, fp32 or tf32");
+}
+
 void Conv::add_flags(CLI::App& app) {
   app.add_option("--conv", name, "the convolution kernel: " + conv_choices() +
                                      " (auto: a member per shape; GPUs run blocked as im2col)")->capture_default_str();
+  precision.add_flags(app);
 }
 
 void Conv::apply() const {
+  precision.apply();
   for (const ConvName& c : kConvNames)
     if (name == c.name) {
       kernels::cpu::set_conv2d_kernel(c.kernel);

@@ -55,8 +55,20 @@ struct Trace {
 
 // ---- --conv: the CPU convolution kernel family (kernels/cpu/conv2d.cpp). The names, one line each
 // in harness.cpp's table (conv_kernel_names); "auto", the default, picks one per shape.
+// --precision auto|fp32|tf32 (kernels::cpu::set_precision): the arithmetic of the GPU's convolutions and
+// GEMMs. tf32: tensor cores with TF32 inputs; fp32: exact FP32; auto: tf32 on real GPUs of compute
+// capability 8.0 or more, fp32 on emulated ones. CPU devices always compute in FP32.
+struct Precision {
+  std::string name = "auto";
+
+  void add_flags(CLI::App& app);
+  void apply() const;  // ConfigError "bad --precision 'x': expected auto, fp32 or tf32"
+};
+
+// --conv, and with it --precision.
 struct Conv {
   std::string name = "auto";
+  Precision precision;
 
   void add_flags(CLI::App& app);
   // Checks the name (ConfigError "bad --conv 'x': expected im2col, auto, direct, winograd, winograd2, blocked or implicit") and selects the

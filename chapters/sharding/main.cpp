@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
+#include "chapters/harness/harness.hpp"
 #include "chapters/sharding/report.hpp"
 #include "chapters/sharding/sharding.hpp"
 #include "core/cli.hpp"
@@ -42,9 +43,12 @@ int main(int argc, char** argv) {
   app.add_option("--trace", cfg.trace_file, "part 1: one ZeRO-3 step on all the devices, Chrome-trace JSON (Perfetto)");
   app.add_option("--data-dir", cfg.data_dir, "Fashion-MNIST (or any IDX) directory; default $D2L_DATA_DIR, then Debian's dataset-fashion-mnist");
   app.add_option("--seed", seed, "seed of the initial parameters and of the minibatch order")->capture_default_str();
+  d2l::harness::Precision precision;  // the GPU GEMMs of the nets
+  precision.add_flags(app);
   app.add_flag("--quick", quick, "generated 28x28 images (1024 training, 256 test), batch 64, 10 steps, 2 epochs: seconds");
   d2l::install_interrupt_handlers();  // Ctrl-C / SIGTERM: stop between steps, exit 130 / 143
   return d2l::guarded_main(app, argc, argv, [&] {
+    precision.apply();
     if (seed < 0) throw d2l::ConfigError("bad --seed " + std::to_string(seed) + ": expected a number >= 0");
     cfg.seed = static_cast<uint64_t>(seed);
     sh::Config given = cfg;
