@@ -476,10 +476,10 @@ __device__ __forceinline__ void stash(float* S, const float4 (&r)[kVecs], bool k
 // A_KC, B_KC: op(A), op(B) stored with k contiguous (not ta; tb), which fixes the slices' layouts and
 // so the fragments' (see above). a_vec, b_vec: float4 loads allowed (as kernel4).
 template <bool A_KC, bool B_KC>
-__global__ void __launch_bounds__(kThreads, 2)
-    matmul_kernel6_tf32(int64_t M, int64_t N, int64_t K, float alpha, const float* __restrict__ A, int64_t a_row,
-                        int64_t a_col, const float* __restrict__ B, int64_t b_row, int64_t b_col, float beta,
-                        float* __restrict__ C, bool a_vec, bool b_vec) {
+__launch_bounds__(kThreads, 2)  // at most 128 registers a thread: 2 blocks an SM
+__global__ void matmul_kernel6_tf32(int64_t M, int64_t N, int64_t K, float alpha, const float* __restrict__ A,
+                                    int64_t a_row, int64_t a_col, const float* __restrict__ B, int64_t b_row,
+                                    int64_t b_col, float beta, float* __restrict__ C, bool a_vec, bool b_vec) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800  // TF32 tensor cores: sm_80 and later (the launcher checks)
   using LayoutA = std::conditional_t<A_KC, wmma::row_major, wmma::col_major>;
   using LayoutB = std::conditional_t<B_KC, wmma::col_major, wmma::row_major>;
