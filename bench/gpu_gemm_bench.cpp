@@ -1,8 +1,9 @@
-// gpu_gemm_bench: the GEMM family of kernels/cuda/matmul.cu (naive, tiled, regblock, warptiled) next to cuBLAS
+// gpu_gemm_bench: the GEMM family of kernels/cuda/matmul.cu (naive, tiled, regblock, warptiled, tf32) next to cuBLAS
 // on a real GPU, then the conv2d kernels of kernels/cuda/conv2d.cu and conv2d_winograd.cu. Shapes: square 1024, 2048, 4096,
 // and the im2col GEMMs of the book's LeNet and of the ResNet-18 small-image variant at batch 256
 // (M = OC, N = batch*OH*OW, K = C*KH*KW: the convolution of a whole batch as one GEMM).
-// 1. Validates every kernel against cuBLAS (max |C - C_cublas| / max |C_cublas|), and the conv
+// 1. Validates every kernel against cuBLAS (max |C - C_cublas| / max |C_cublas|; tf32 against cuBLAS with
+//    TF32 tensor cores, CUBLAS_COMPUTE_32F_FAST_TF32, within TF32's tolerance), and the conv
 //    passes against each other: the im2col forward against the direct one, and the backward passes
 //    by the adjoint identity <dy, y> = <dx, x> = <dw, w> (each pass is the same linear map read
 //    another way). Exits 1 when one is wrong.
@@ -11,7 +12,8 @@
 // Napkin math: a GEMM costs 2*M*N*K flops, a conv pass 2*N*OC*K*OH*OW; GFLOP/s and the ratio to
 // cuBLAS (plain FP32, no TF32: the same arithmetic as ours). The targets at 4096: tiled >= 0.3x and
 // regblock >= 0.6x cuBLAS, printed as met or missed (timings are never asserted); warptiled's ratio
-// is printed beside them.
+// is printed beside them. tf32 is measured against cuBLAS TF32 (the same arithmetic as it), its
+// target tf32 >= 0.5x cuBLAS TF32 at 4096.
 // Built without CUDA, or run where there is no GPU, it prints "no GPU" and exits 0.
 //   gpu_gemm_bench
 #include <cstdio>
@@ -126,6 +128,9 @@ double dot(const std::vector<float>& a, const std::vector<float>& b) {
   return s;
 }
 constexpr double kTolerance = 1e-3;  // float sums of up to 4608 products of values in [-1, 1)
+// tf32 vs cuBLAS TF32: both round the inputs to TF32 (2^-11 relative), each element off from the exact
+// product by ~sqrt(K) 2^-11 |a||b| (random roundings), ~1e-3 of max |C| at K = 4096 for the two together.
+constexpr double kTf32Tolerance = 1e-2;
 
 // ---- the shapes
 struct Conv {
@@ -153,45 +158,57 @@ int64_t conv_k(const Conv2dShape& s) { return s.C * s.KH * s.KW; }
 int64_t conv_p(const Conv2dShape& s) { return s.OH() * s.OW(); }
 
 // ---- 1. GEMM: C (M, N) = A (M, K) @ B (K, N), row-major
-const char* const kVersions[] = {"naive", "tiled", "regblock", "warptiled", "cuBLAS"};
+const char* const kVersions[] = {"naive", "tiled", "regblock", "warptiled", "tf32", "cuBLAS", "cuBLAS_TF32"};
 const kc::GemmKernel kKernels[] = {kc::GemmKernel::naive, kc::GemmKernel::tiled, kc::GemmKernel::regblock,
-                                   kc::GemmKernel::warptiled};
-constexpr int kOurs = 4, kCublas = 4;  // versions 0..3 are kKernels; 4 is cuBLAS
+                                   kc::GemmKernel::warptiled, kc::GemmKernel::tf32};
+// Versions 0..4 are kKernels (4, tf32, on tensor cores); 5 is cuBLAS (FP32), 6 cuBLAS with TF32 tensor cores.
+constexpr int kTf32 = 4, kOurs = 5, kCublas = 5, kCublasTf32 = 6;
 
 void gemm(const Gpu& g, int version, int64_t M, int64_t N, int64_t K, const float* A, const float* B, float* C) {
   if (version < kOurs) return kc::gemm(g.stream, kKernels[version], false, false, M, N, K, 1.0f, A, B, 0.0f, C);
   // cuBLAS is column-major: row-major C = A @ B is column-major C^T = B^T @ A^T, so B goes first.
   const float alpha = 1.0f, beta = 0.0f;
+  if (version == kCublasTf32) {
+    CHECK_CUBLAS(cublasGemmEx(g.blas, CUBLAS_OP_N, CUBLAS_OP_N, int(N), int(M), int(K), &alpha, B, CUDA_R_32F, int(N), A,
+                              CUDA_R_32F, int(K), &beta, C, CUDA_R_32F, int(N), CUBLAS_COMPUTE_32F_FAST_TF32,
+                              CUBLAS_GEMM_DEFAULT));
+    return;
+  }
   CHECK_CUBLAS(cublasSgemm(g.blas, CUBLAS_OP_N, CUBLAS_OP_N, int(N), int(M), int(K), &alpha, B, int(N), A, int(K), &beta,
                            C, int(N)));
 }
 
-// Validates and times the five versions; returns each one's GFLOP/s (empty when one is wrong).
+// Validates and times the seven versions; returns each one's GFLOP/s (empty when one is wrong).
 std::vector<double> bench_gemm(const Gpu& g, const char* name, int64_t M, int64_t N, int64_t K) {
   DeviceArray A(M * K, 1), B(K * N, 2), C(M * N), C_ref(M * N);
   gemm(g, kCublas, M, N, K, A.p, B.p, C_ref.p);
   const std::vector<float> ref = C_ref.host();
-  double worst = 0;
+  gemm(g, kCublasTf32, M, N, K, A.p, B.p, C_ref.p);
+  const std::vector<float> ref_tf32 = C_ref.host();
+  double worst = 0, worst_tf32 = 0;
   for (int v = 0; v < kOurs; ++v) {
     CHECK_CUDA(cudaMemset(C.p, 0xff, C.bytes()));  // NaNs: an element the kernel skips shows
     gemm(g, v, M, N, K, A.p, B.p, C.p);
-    const double err = rel_error(ref, C.host());
-    worst = std::max(worst, err);
-    if (!(err <= kTolerance)) {
+    const bool tf32 = v == kTf32;
+    const double err = rel_error(tf32 ? ref_tf32 : ref, C.host());
+    (tf32 ? worst_tf32 : worst) = std::max(tf32 ? worst_tf32 : worst, err);
+    if (!(err <= (tf32 ? kTf32Tolerance : kTolerance))) {
       std::printf("  validation FAILED: %s on %s (%lld x %lld x %lld): max error %.2e relative to max |C|\n",
                   kVersions[v], name, (long long)M, (long long)N, (long long)K, err);
       return {};
     }
   }
   std::vector<double> gflops;
-  for (int v = 0; v <= kCublas; ++v) {
+  for (int v = 0; v <= kCublasTf32; ++v) {
     const Stats t = time_gpu(g, [&] { gemm(g, v, M, N, K, A.p, B.p, C.p); });
     gflops.push_back(2.0 * double(M) * double(N) * double(K) / t.min / 1e9);
   }
-  const double cublas = gflops[kCublas];
-  std::printf("%-34s %5lld %7lld %5lld | %8.0f %8.0f %8.0f %9.0f %8.0f | %5.2fx %5.2fx %5.2fx %5.2fx | %.1e\n", name,
-              (long long)M, (long long)N, (long long)K, gflops[0], gflops[1], gflops[2], gflops[3], cublas,
-              gflops[0] / cublas, gflops[1] / cublas, gflops[2] / cublas, gflops[3] / cublas, worst);
+  const double cublas = gflops[kCublas], cublas_tf32 = gflops[kCublasTf32];
+  std::printf("%-34s %5lld %7lld %5lld | %8.0f %8.0f %8.0f %9.0f %8.0f | %5.2fx %5.2fx %5.2fx %5.2fx | %.1e | %8.0f %8.0f "
+              "%6.2fx | %.1e\n",
+              name, (long long)M, (long long)N, (long long)K, gflops[0], gflops[1], gflops[2], gflops[3], cublas,
+              gflops[0] / cublas, gflops[1] / cublas, gflops[2] / cublas, gflops[3] / cublas, worst, gflops[kTf32],
+              cublas_tf32, gflops[kTf32] / cublas_tf32, worst_tf32);
   return gflops;
 }
 
@@ -278,10 +295,12 @@ int run() {
               blas_version, prop.name, prop.major, prop.minor, prop.multiProcessorCount,
               double(prop.totalGlobalMem) / (1 << 30));
 
-  std::printf("%-34s %5s %7s %5s | %8s %8s %8s %9s %8s | %-27s | %s\n", "GEMM (conv: batch 256)", "M", "N", "K", "naive",
-              "tiled", "regblock", "warptiled", "cuBLAS", "ratio to cuBLAS", "max err");
-  std::printf("%-34s %5s %7s %5s | %8s %8s %8s %9s %8s | %6s %6s %6s %6s | %s\n", "", "", "", "", "GFLOP/s", "GFLOP/s",
-              "GFLOP/s", "GFLOP/s", "GFLOP/s", "naive", "tiled", "regblk", "warp", "vs cuBLAS");
+  std::printf("%-34s %5s %7s %5s | %8s %8s %8s %9s %8s | %-27s | %-7s | %8s %8s %7s | %s\n", "GEMM (conv: batch 256)", "M",
+              "N", "K", "naive", "tiled", "regblock", "warptiled", "cuBLAS", "ratio to cuBLAS", "max err", "tf32",
+              "cuBLAS", "ratio", "max err");
+  std::printf("%-34s %5s %7s %5s | %8s %8s %8s %9s %8s | %6s %6s %6s %6s | %-7s | %8s %8s %7s | %s\n", "", "", "", "",
+              "GFLOP/s", "GFLOP/s", "GFLOP/s", "GFLOP/s", "GFLOP/s", "naive", "tiled", "regblk", "warp", "vs FP32", "GFLOP/s",
+              "TF32", "to TF32", "vs TF32");
   std::vector<double> at4096;
   for (int64_t n : {1024, 2048, 4096}) {
     const std::string name = "square " + std::to_string(n);
@@ -294,7 +313,10 @@ int run() {
   std::printf("\ntargets at 4096: tiled %.2fx cuBLAS (target >= 0.3x): %s; regblock %.2fx cuBLAS (target >= 0.6x): %s\n",
               tiled, tiled >= 0.3 ? "met" : "missed", regblock, regblock >= 0.6 ? "met" : "missed");
   std::printf("warptiled at 4096: %.2fx cuBLAS\n", at4096[3] / at4096[kCublas]);
-  for (int v = 0; v <= kCublas; ++v) b::result(std::string("gpu_gemm4096_gflops_") + kVersions[v], at4096[v]);
+  const double tf32 = at4096[kTf32] / at4096[kCublasTf32];
+  std::printf("tf32 >= 0.5x cuBLAS TF32 at 4096: %s (%.2fx; %.0f vs %.0f GFLOP/s)\n", tf32 >= 0.5 ? "met" : "missed", tf32,
+              at4096[kTf32], at4096[kCublasTf32]);
+  for (int v = 0; v <= kCublasTf32; ++v) b::result(std::string("gpu_gemm4096_gflops_") + kVersions[v], at4096[v]);
 
   std::printf("\n%-34s %8s %8s %8s %8s %8s %8s %8s %8s %8s | %9s %9s\n", "conv2d, batch 256", "fwd", "direct", "bwd_data",
               "bwd_wt", "wino fwd", "wino bwd", "impl fwd", "impl bwd", "impl wt", "fwd+bwd", "fwd+bwd");

@@ -49,12 +49,12 @@ TEST_CASE("nvcc-built GEMM kernels on the GPU match their emulated twins and a d
   };
   const Shape shapes[] = {{1, 1, 1}, {17, 33, 9}, {65, 31, 70}, {130, 200, 129}, {132, 260, 36}};
   const gpu::GemmKernel gk[] = {gpu::GemmKernel::naive, gpu::GemmKernel::tiled, gpu::GemmKernel::regblock,
-                                gpu::GemmKernel::warptiled};
+                                gpu::GemmKernel::warptiled, gpu::GemmKernel::tf32};
   const kemu::GemmKernel ek[] = {kemu::GemmKernel::naive, kemu::GemmKernel::tiled, kemu::GemmKernel::regblock,
-                                 kemu::GemmKernel::warptiled};
+                                 kemu::GemmKernel::warptiled, kemu::GemmKernel::tf32};
   uint32_t seed = 1;
   int failures = 0;
-  for (int v = 0; v < 4; ++v)
+  for (int v = 0; v < 5; ++v)
     for (bool ta : {false, true})
       for (bool tb : {false, true})
         for (const Shape& s : shapes) {
@@ -67,8 +67,16 @@ TEST_CASE("nvcc-built GEMM kernels on the GPU match their emulated twins and a d
           kemu::gemm(nullptr, ek[v], ta, tb, s.M, s.N, s.K, 0.5f, A.data(), B.data(), 2.0f, Cemu.data());
           auto ref = ref_gemm(ta, tb, s.M, s.N, s.K, 0.5, A, B, 2.0, C0);
           const double atol = 1e-5 * static_cast<double>(s.K + 1);  // float accumulation of K terms
-          failures += !close(ref, Cgpu, atol, 1e-5, "gpu vs double");
-          failures += !close(Cemu, Cgpu, 2 * atol, 2e-5, "gpu vs emu");
+          if (gk[v] == gpu::GemmKernel::tf32) {
+            // Both round the same inputs to TF32; only the order of the FP32 sums may differ. Against
+            // double: TF32's bound for |alpha| = 0.5 and sum |a||b| <= K, (K + 2) 2^-11 * 0.5 K.
+            const double tf32 = (s.K + 2) * std::ldexp(1.0, -11) * 0.5 * s.K;
+            failures += !close(ref, Cgpu, tf32, 0.0, "gpu tf32 vs double");
+            failures += !close(Cemu, Cgpu, 2 * atol, 2e-5, "gpu tf32 vs emu");
+          } else {
+            failures += !close(ref, Cgpu, atol, 1e-5, "gpu vs double");
+            failures += !close(Cemu, Cgpu, 2 * atol, 2e-5, "gpu vs emu");
+          }
         }
   CHECK(failures == 0);
 }

@@ -81,7 +81,7 @@ void expect_same_shape(const char* op, const Tensor& a, const Tensor& b);
 // A loss's per-sample values, or their sum or mean (core/ops/sum.cpp).
 Tensor reduce_loss(const Tensor& per_sample, Reduction r);
 // Which GEMM runs on GPUs: "cublas" (the default; on emu(i) the CPU GEMM stands in for it), or
-// "tiled", "naive", "regblock", "warptiled": the hand-written kernels of kernels/cuda/matmul.cu (nvcc-built on
+// "tiled", "naive", "regblock", "warptiled", "tf32": the hand-written kernels of kernels/cuda/matmul.cu (nvcc-built on
 // gpu(i), emulated on emu(i)). cpu(i) always uses its OpenBLAS GEMM. Convolutions on GPU devices
 // follow the same choice (their im2col GEMMs).
 void set_gemm(const std::string& name);

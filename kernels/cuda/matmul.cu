@@ -15,6 +15,9 @@
 //                     each thread an 8x8 tile in registers; the K slices (8 wide) are double-buffered
 //                     in shared memory and loaded with float4 where the addresses allow: 16 shared
 //                     loads (4 float4) feed 64 multiply-adds.
+//   kernel6 tf32      kernel4's block and warp tiles on tensor cores (wmma, m16n16k8): operands rounded
+//                     to TF32 (10-bit mantissa) in shared memory, FP32 accumulators; sm_80 and later.
+//                     Faster, and less precise than FP32: within ~K 2^-11 sum |a| |b| of it.
 //
 // Transposes are strides: op(A)(i, k) = A[i * a_row + k * a_col], op(B)(k, j) = B[k * b_row + j * b_col].
 // Sizes need not be multiples of the tiles: loads past an edge read 0, stores past it are skipped.
@@ -25,6 +28,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 // kernel4's loops over its thread tile, unrolled: acc[m][n] indexed by constants only, so it stays
 // in registers (nvcc: #pragma unroll; g++ for the emulation: #pragma GCC unroll).
@@ -340,6 +344,213 @@ __global__ void matmul_kernel4_warptiled(int64_t M, int64_t N, int64_t K, float 
 }  // namespace warptiled
 using warptiled::matmul_kernel4_warptiled;
 
+// ---- kernel6: grid (ceil(N/128), ceil(M/128)), block 256 (1-D: 8 warps). Tensor cores through the warp
+// matrix API (wmma), TF32 inputs, FP32 accumulation. The tiling is kernel4's with the thread level
+// replaced by the tensor core's own:
+//
+//   block tile   128 x 128 of C per block; K walked in slices of kBK = 16, staged in shared memory
+//                (op(A): 128 x 16, op(B): 16 x 128), double-buffered with the next slice's fetch into
+//                registers as in kernel4.
+//   warp tile    64 x 32 of the block tile per warp, the 8 warps as 2 (down M) x 4 (along N).
+//   fragment     16 x 16 of C: a warp tile is 4 x 2 accumulator fragments. Per 8-wide step of K the
+//                warp loads 4 fragments of op(A) (16 x 8) and 2 of op(B) (8 x 16) and issues 8
+//                mma_sync (m16n16k8): 6 fragment loads feed 8 tensor-core products.
+//
+//        block tile 128 x 128                 warp tile 64 x 32: 4 x 2 fragments
+//     +-------+-------+-------+-------+        +--------+--------+
+//     | warp0 | warp1 | warp2 | warp3 |        | acc 0  | acc 1  |   acc f = op(A) fragment f / 2
+//     |       |       |       |       |        +--------+--------+        @ op(B) fragment f % 2
+//     +-------+-------+-------+-------+        |   ...  |   ...  |
+//     | warp4 | warp5 | warp6 | warp7 |        +--------+--------+
+//     |       |       |       |       |        | acc 6  | acc 7  |
+//     +-------+-------+-------+-------+        +--------+--------+
+//
+// TF32 (sm_80 and later): 1 sign bit, FP32's 8 exponent bits and 10 mantissa bits (FP32 has 23): FP32's
+// range, a relative precision of 2^-11 after rounding. The tensor core multiplies TF32 values and
+// adds the products in FP32. An FP32 input is rounded to the nearest TF32 (ties away from zero,
+// __float_to_tf32) when it is stored to shared memory: once per element, not once per fragment load.
+// Left unrounded, the tensor core would just drop the 13 low bits (truncation: twice the error, and
+// biased). Error bound of one element: |C - C_exact| <~ (K + 2) 2^-11 sum_k |op(A)(i, k)| |op(B)(k, j)|
+// (2 roundings of 2^-11 per product, then FP32 sums), about 1000x FP32's: what --gemm tf32 trades for speed.
+//
+// Shared memory. A slice of op(X) sits in shared memory as the wmma fragment layout that matches
+// its global memory, so that each thread's 4 consecutive global values are one float4 store:
+//   k contiguous in X (A not transposed, B transposed):  S[m][k], rows of kLdK = 16 + 4 floats;
+//                                                        op(A) fragments row_major, op(B) col_major
+//   m contiguous in X (A transposed, B not transposed):  S[k][m], rows of kLdM = 128 + 8 floats;
+//                                                        op(A) fragments col_major, op(B) row_major
+// so the kernel is a template over the two choices (4 instances). The padding: wmma wants ldm a
+// multiple of 4 floats and each fragment's first element 32-byte aligned; its TF32 loads read, in
+// each instruction, 8 rows (or columns) of 4 consecutive values, which without padding would hit the
+// same banks (row strides of 16 or 128 floats are multiples of 32 banks). With 20 the 8 rows start at
+// banks 0, 20, 8, 28, 16, 4, 24, 12; with 136, at 0, 8, 16, 24: the 32 reads fall in 32 banks.
+// Two slices of both operands take 40 KiB; after the last slice the same memory holds each warp's
+// 16 x 16 staging tile for the epilogue.
+//
+// Epilogue: an accumulator's elements sit in lanes in an order CUDA leaves unspecified, so each
+// fragment goes through shared memory (store_matrix_sync into the warp's staging tile), and each
+// lane then writes 8 of its elements as alpha * acc + beta * C, skipping those past M or N (C not
+// read when beta == 0).
+//
+// Tile sizes. The constants are sm_90's and every build uses them (the emulation's 48 KiB of shared
+// memory a block is also CUDA's limit without opting in). None is measured yet: gpu_gemm_bench times
+// this kernel against cuBLAS with TF32 on a GPU.
+//   arch          block tile      threads  warp tile  fragments  why
+//                 BM x BN x BK
+//   sm_90 (H100)  128 x 128 x 16  256      64 x 32    4 x 2      40 KiB of shared memory, ~128 registers a
+//                                                                thread (64 of them accumulators): 2 blocks
+//                                                                an SM. Hopper's own path (wgmma, TMA) is
+//                                                                not reachable through wmma.
+//   sm_80 (A100)  128 x 128 x 32  256      64 x 32    4 x 2      a longer slice with cp.async (global ->
+//                                                                shared memory without registers) over 3
+//                                                                slices in flight, in dynamic shared memory
+//                                                                past 48 KiB (cudaFuncSetAttribute).
+//   sm_75 (T4)    no TF32: Turing's tensor cores take FP16 (or INT8) inputs. The kernel compiles to an
+//                 empty body there and the launcher refuses devices below compute capability 8.0.
+namespace tf32 {
+constexpr int kBM = 128, kBN = 128, kBK = 16;  // block tile of C; the K slice
+constexpr int kWM = 64, kWN = 32;              // warp tile
+constexpr int kF = 16, kStep = 8;              // a fragment of C is 16 x 16; an mma_sync covers 8 of K
+constexpr int kWarpsM = kBM / kWM, kWarpsN = kBN / kWN;  // 2 x 4 warps
+constexpr int kThreads = kWarpsM * kWarpsN * 32;         // 256
+constexpr int kFragsM = kWM / kF, kFragsN = kWN / kF;    // 4 x 2 accumulators per warp
+constexpr int kFrags = kFragsM * kFragsN;
+constexpr int kLdK = kBK + 4, kLdM = kBM + 8;  // padded rows of S[m][k] and of S[k][m]
+constexpr int kSlice = kBM * kLdK > kBK * kLdM ? kBM * kLdK : kBK * kLdM;  // floats of a slice, either layout
+constexpr int kStageLd = kF + 4;                                          // the epilogue's staging tile
+constexpr int kVecs = kBM * kBK / 4 / kThreads;  // float4 of a slice per thread and operand: 2
+static_assert(kBM == kBN, "one loader serves both operands: the slices of op(A) and op(B) have one shape");
+static_assert(kBM * kBK % (4 * kThreads) == 0 && kBK % kStep == 0, "whole float4s per thread, whole mma steps");
+static_assert(kLdK % 4 == 0 && kLdM % 4 == 0 && kStageLd % 4 == 0, "wmma's ldm: a multiple of 4 floats");
+static_assert(kF * kLdK % 8 == 0 && kStep * kLdM % 8 == 0 && kSlice % 8 == 0, "fragments start 32-byte aligned");
+static_assert(kThreads / 32 * kF * kStageLd <= 4 * kSlice, "the staging tiles fit in the slices' memory");
+
+struct alignas(128) Slices {
+  float a[2][kSlice];  // op(A)(row0 + m, k0 + k) at index(a_kc, m, k)
+  float b[2][kSlice];  // op(B)(k0 + k, col0 + n) at index(b_kc, n, k)
+};
+
+// Where X(m, k) of a slice sits in shared memory: S[m][k] when k is contiguous in X, else S[k][m].
+__device__ __forceinline__ int index(bool k_contig, int m, int k) { return k_contig ? m * kLdK + k : k * kLdM + m; }
+
+// fetch: this thread's share of the slice (m0, k0) of X into registers; kernel4's, with 16-wide slices.
+// Group v of this thread: 4 consecutive k at one m when k_contig, else 4 consecutive m at one k.
+__device__ __forceinline__ void slot(int v, bool k_contig, int& m, int& k) {
+  const int e = static_cast<int>(threadIdx.x) + v * kThreads;
+  if (k_contig) m = e / (kBK / 4), k = e % (kBK / 4) * 4;  // 4 threads per m: 64 consecutive bytes
+  else m = e % (kBM / 4) * 4, k = e / (kBM / 4);           // 32 threads per k: 512 consecutive bytes
+}
+__device__ __forceinline__ void fetch(float4 (&r)[kVecs], const float* __restrict__ X, int64_t x_m, int64_t x_k,
+                                      bool k_contig, bool vec, int64_t m0, int64_t M, int64_t k0, int64_t K) {
+  for (int v = 0; v < kVecs; ++v) {
+    int sm, sk;
+    slot(v, k_contig, sm, sk);
+    const int64_t m = m0 + sm, k = k0 + sk;
+    using warptiled::at;
+    if (k_contig) {
+      if (vec && m < M && k + 3 < K) r[v] = __ldg(reinterpret_cast<const float4*>(X + m * x_m + k));
+      else
+        r[v] = make_float4(at(X, x_m, x_k, m, k, M, K), at(X, x_m, x_k, m, k + 1, M, K),
+                           at(X, x_m, x_k, m, k + 2, M, K), at(X, x_m, x_k, m, k + 3, M, K));
+    } else {
+      if (vec && k < K && m + 3 < M) r[v] = __ldg(reinterpret_cast<const float4*>(X + k * x_k + m));
+      else
+        r[v] = make_float4(at(X, x_m, x_k, m, k, M, K), at(X, x_m, x_k, m + 1, k, M, K),
+                           at(X, x_m, x_k, m + 2, k, M, K), at(X, x_m, x_k, m + 3, k, M, K));
+    }
+  }
+}
+
+// stash: the fetched registers, rounded to TF32, into one buffer of the slice: one float4 store each
+// (the 4 values are consecutive in S as in X).
+__device__ __forceinline__ void stash(float* S, const float4 (&r)[kVecs], bool k_contig) {
+  for (int v = 0; v < kVecs; ++v) {
+    int m, k;
+    slot(v, k_contig, m, k);
+    *reinterpret_cast<float4*>(S + index(k_contig, m, k)) =
+        make_float4(wmma::__float_to_tf32(r[v].x), wmma::__float_to_tf32(r[v].y), wmma::__float_to_tf32(r[v].z),
+                    wmma::__float_to_tf32(r[v].w));
+  }
+}
+
+// A_KC, B_KC: op(A), op(B) stored with k contiguous (not ta; tb), which fixes the slices' layouts and
+// so the fragments' (see above). a_vec, b_vec: float4 loads allowed (as kernel4).
+template <bool A_KC, bool B_KC>
+__launch_bounds__(kThreads, 2)  // at most 128 registers a thread: 2 blocks an SM
+__global__ void matmul_kernel6_tf32(int64_t M, int64_t N, int64_t K, float alpha, const float* __restrict__ A,
+                                    int64_t a_row, int64_t a_col, const float* __restrict__ B, int64_t b_row,
+                                    int64_t b_col, float beta, float* __restrict__ C, bool a_vec, bool b_vec) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800  // TF32 tensor cores: sm_80 and later (the launcher checks)
+  using LayoutA = std::conditional_t<A_KC, wmma::row_major, wmma::col_major>;
+  using LayoutB = std::conditional_t<B_KC, wmma::col_major, wmma::row_major>;
+  constexpr unsigned lda = A_KC ? kLdK : kLdM, ldb = B_KC ? kLdK : kLdM;
+  D2L_SHARED(Slices, smem, [1]);
+  Slices& s = smem[0];
+  const int t = threadIdx.x, warp = t / 32, lane = t % 32;
+  const int64_t row0 = int64_t(blockIdx.y) * kBM, col0 = int64_t(blockIdx.x) * kBN;  // block tile in C
+  const int wm = warp / kWarpsN * kWM, wn = warp % kWarpsN * kWN;                    // warp tile in the block tile
+  float4 a_next[kVecs], b_next[kVecs];
+  wmma::fragment<wmma::accumulator, kF, kF, kStep, float> acc[kFrags];
+  D2L_GEMM_UNROLL
+  for (int f = 0; f < kFrags; ++f) wmma::fill_fragment(acc[f], 0.0f);
+  const int64_t slices = (K + kBK - 1) / kBK;
+  if (slices > 0) {  // slice 0 into buffer 0
+    fetch(a_next, A, a_row, a_col, A_KC, a_vec, row0, M, 0, K);
+    fetch(b_next, B, b_col, b_row, B_KC, b_vec, col0, N, 0, K);
+    stash(s.a[0], a_next, A_KC);
+    stash(s.b[0], b_next, B_KC);
+    __syncthreads();
+  }
+  for (int64_t sl = 0; sl < slices; ++sl) {
+    const int cur = static_cast<int>(sl % 2);
+    const bool more = sl + 1 < slices;
+    if (more) {  // slice sl + 1 on its way into registers while this one is computed on
+      fetch(a_next, A, a_row, a_col, A_KC, a_vec, row0, M, (sl + 1) * kBK, K);
+      fetch(b_next, B, b_col, b_row, B_KC, b_vec, col0, N, (sl + 1) * kBK, K);
+    }
+    D2L_GEMM_UNROLL
+    for (int k = 0; k < kBK; k += kStep) {
+      wmma::fragment<wmma::matrix_a, kF, kF, kStep, wmma::precision::tf32, LayoutA> a[kFragsM];
+      wmma::fragment<wmma::matrix_b, kF, kF, kStep, wmma::precision::tf32, LayoutB> b[kFragsN];
+      D2L_GEMM_UNROLL
+      for (int i = 0; i < kFragsM; ++i) wmma::load_matrix_sync(a[i], s.a[cur] + index(A_KC, wm + i * kF, k), lda);
+      D2L_GEMM_UNROLL
+      for (int j = 0; j < kFragsN; ++j) wmma::load_matrix_sync(b[j], s.b[cur] + index(B_KC, wn + j * kF, k), ldb);
+      // Already TF32 (stash rounded them): no conversion loop over the fragments' elements.
+      D2L_GEMM_UNROLL
+      for (int f = 0; f < kFrags; ++f) wmma::mma_sync(acc[f], a[f / kFragsN], b[f % kFragsN], acc[f]);
+    }
+    if (more) {  // into the other buffer: nobody reads it since the last barrier
+      stash(s.a[cur ^ 1], a_next, A_KC);
+      stash(s.b[cur ^ 1], b_next, B_KC);
+    }
+    __syncthreads();  // slice sl + 1 complete, and slice sl consumed, for everyone
+  }
+  // Epilogue: after the last barrier the slices are free; warp w stages its fragments at w's tile.
+  float* stage = &s.a[0][0] + warp * kF * kStageLd;
+  D2L_GEMM_UNROLL  // acc[f] by constants only: in registers, not in local memory
+  for (int f = 0; f < kFrags; ++f) {
+    wmma::store_matrix_sync(stage, acc[f], kStageLd, wmma::mem_row_major);
+    __syncwarp();  // the tile complete before lanes read each other's elements
+    const int64_t i0 = row0 + wm + f / kFragsN * kF, j0 = col0 + wn + f % kFragsN * kF;
+    for (int e = lane; e < kF * kF; e += 32) {  // 2 rows of 16 a pass: 64-byte runs of C
+      const int r = e / kF, c = e % kF;
+      const int64_t i = i0 + r, j = j0 + c;
+      if (i < M && j < N) gemm_store(&C[i * N + j], alpha, stage[r * kStageLd + c], beta);
+    }
+    __syncwarp();  // read before the next fragment overwrites the tile
+  }
+#endif
+}
+
+using Kernel = void (*)(int64_t, int64_t, int64_t, float, const float*, int64_t, int64_t, const float*, int64_t,
+                        int64_t, float, float*, bool, bool);
+inline Kernel instance(bool a_kc, bool b_kc) {
+  if (a_kc) return b_kc ? matmul_kernel6_tf32<true, true> : matmul_kernel6_tf32<true, false>;
+  return b_kc ? matmul_kernel6_tf32<false, true> : matmul_kernel6_tf32<false, false>;
+}
+}  // namespace tf32
+
 // ---- launcher
 namespace {
 unsigned blocks_for(int64_t n, int64_t tile, const char* what) {
@@ -386,6 +597,24 @@ void gemm(Stream stream, GemmKernel kernel, bool ta, bool tb, int64_t M, int64_t
       D2L_LAUNCH(matmul_kernel4_warptiled, grid, block, 0, stream)(M, N, K, alpha, A, a_row, a_col, B, b_row,
                                                                     b_col, beta, C, ta, tb, a_vec, b_vec, c_vec);
       D2L_CHECK_LAUNCH(matmul_kernel4_warptiled);
+      return;
+    }
+    case GemmKernel::tf32: {
+#ifdef __CUDACC__
+      // TF32 tensor cores from compute capability 8.0 (sm_80): older devices would run the empty body.
+      int device = 0, major = 0;
+      cudaGetDevice(&device);
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+      if (major < 8)
+        throw std::invalid_argument("gemm: GemmKernel::tf32 needs TF32 tensor cores (compute capability 8.0 or later)");
+#endif
+      auto vec = [](const float* p, int64_t ld) { return reinterpret_cast<uintptr_t>(p) % 16 == 0 && ld % 4 == 0; };
+      const bool a_vec = vec(A, ta ? M : K), b_vec = vec(B, tb ? K : N);
+      const dim3 grid(blocks_for(N, tf32::kBN, "N"), blocks_for(M, tf32::kBM, "M")), block(tf32::kThreads);
+      const tf32::Kernel matmul_kernel6_tf32 = tf32::instance(!ta, tb);  // k contiguous in A, in B
+      D2L_LAUNCH(matmul_kernel6_tf32, grid, block, 0, stream)(M, N, K, alpha, A, a_row, a_col, B, b_row, b_col, beta,
+                                                               C, a_vec, b_vec);
+      D2L_CHECK_LAUNCH(matmul_kernel6_tf32);
       return;
     }
   }
