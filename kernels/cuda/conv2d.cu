@@ -687,8 +687,10 @@ void launch_tile(Stream stream, bool tf32, const typename T::Pass& pass, float* 
   }
 }
 
+std::atomic<int> g_implicit_tile{0};
+
 // One pass's GEMM (rows M, columns N, depth K; `out` holds out_size floats). The tiles: 128x128 where
-// that still gives two blocks per SM, else 64x64. Split-K where the tiles are fewer than half the
+// that still gives two blocks per SM, else 64x64 (or as set_conv2d_implicit_tile says). Split-K where the tiles are fewer than half the
 // blocks aimed at (4 per SM): as many slices as bring them there, each at least 4 slices of k deep,
 // the workspace at most 2^26 floats.
 template <class P>
@@ -699,7 +701,8 @@ void launch_implicit(Stream stream, const P& pass, float* out, int64_t M, int64_
     throw std::invalid_argument("conv2d implicit GEMM: a GEMM size of 2^31 or more (kernel5 indexes with 32-bit ints)");
   const bool tf32 = implicit_uses_tf32();
   const int64_t BK = tf32 ? 32 : 16, target = 4 * kSMs;
-  const bool big = ((M + 127) / 128) * ((N + 127) / 128) >= 2 * kSMs;
+  const int forced = conv2d_implicit_tile();
+  const bool big = forced ? forced == 128 : ((M + 127) / 128) * ((N + 127) / 128) >= 2 * kSMs;
   const int64_t tile = big ? 128 : 64, tiles = ((M + tile - 1) / tile) * ((N + tile - 1) / tile);
   int64_t splits = 1;
   if (tiles < target / 2)
@@ -717,6 +720,9 @@ void launch_implicit(Stream stream, const P& pass, float* out, int64_t M, int64_
   if (splits > 1) D2L_LAUNCH_OVER(out_size, stream, conv2d_implicit_splitk_sum_kernel, ws.data(), splits, out_size, out);
 }
 }  // namespace
+
+void set_conv2d_implicit_tile(int tile) { g_implicit_tile = tile == 64 || tile == 128 ? tile : 0; }
+int conv2d_implicit_tile() { return g_implicit_tile.load(std::memory_order_relaxed); }
 
 void conv2d_forward_implicit(Stream stream, const Conv2dShape& s, const float* x, const float* w, float* y) {
   const int64_t OH = s.OH(), OW = s.OW(), n = s.N * s.OC * OH * OW;
