@@ -534,8 +534,7 @@ __device__ __forceinline__ void gemm_loop(const typename T::Pass& pass, typename
 // warp's stores are 16 neighbouring rows (neighbouring y or dx). Output (i, j) goes to
 // out[z * slice + row.out + col.out] (slice: the split-K workspace's stride, else 0).
 template <class T>
-__global__ void __launch_bounds__(256) conv2d_implicit_gemm_kernel(typename T::Pass pass, float* out, int64_t slice,
-                                                                   int k_chunk) {
+__global__ void conv2d_implicit_gemm_kernel(typename T::Pass pass, float* out, int64_t slice, int k_chunk) {
   using namespace implicit;
   using Smem = typename T::Smem;
   constexpr int BK = T::BK, TM = T::BM / 16, TN = T::BN / 16;
@@ -578,8 +577,7 @@ __global__ void __launch_bounds__(256) conv2d_implicit_gemm_kernel(typename T::P
 // across the lanes is CUDA's secret, so each fragment goes through the warp's own 16x16 of shared memory
 // (column-major: lane e and e + 1 hold neighbouring rows), then lane e writes elements e, e + 32, ....
 template <class T>
-__global__ void __launch_bounds__(256) conv2d_implicit_tf32_kernel(typename T::Pass pass, float* out, int64_t slice,
-                                                                   int k_chunk) {
+__global__ void conv2d_implicit_tf32_kernel(typename T::Pass pass, float* out, int64_t slice, int k_chunk) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800  // TF32 tensor cores: sm_80 and later
   using namespace implicit;
   using Smem = typename T::Smem;
