@@ -212,14 +212,17 @@ std::vector<double> bench_gemm(const Gpu& g, const char* name, int64_t M, int64_
   return gflops;
 }
 
-// ---- 2. conv2d: forward (im2col + tiled GEMM), direct forward, backward_data, backward_weight, and
-// kernel3 F(4x4, 3x3) forward and backward_data where it fits (3x3 stride 1; backward_data pad <= 2)
+// ---- 2. conv2d: forward (im2col + tiled GEMM), direct forward, backward_data, backward_weight, kernel5's
+// three passes in its fp32 and tf32 variants, and kernel3 F(4x4, 3x3) forward and backward_data where it
+// fits (3x3 stride 1; backward_data pad <= 2)
 struct ConvTimes {
   Stats fwd, direct, data, weight;
   bool wino_fwd = false, wino_data = false;  // kernel3 fits: then wfwd, wdata are its times
   Stats wfwd, wdata;
-  Stats ifwd, idata, iweight;  // kernel5, implicit GEMM: every shape
+  Stats ifwd, idata, iweight;  // kernel5, implicit GEMM, fp32 variant: every shape
+  Stats tfwd, tdata, tweight;  // kernel5's tf32 variant (tensor cores)
 };
+constexpr double kTf32Tolerance = 5e-3;  // TF32 inputs (10-bit mantissa): ~1e-4 relative to max |C| here
 bool bench_conv(const Gpu& g, const Conv& c, ConvTimes& t) {
   const Conv2dShape& s = c.s;
   const int64_t nx = s.N * s.C * s.H * s.W, nw = s.OC * conv_k(s), ny = s.N * s.OC * conv_p(s);
@@ -259,20 +262,29 @@ bool bench_conv(const Gpu& g, const Conv& c, ConvTimes& t) {
     t.wfwd = time_gpu(g, [&] { kc::conv2d_forward_winograd(g.stream, s, x.p, w.p, wy.p); });
     if (t.wino_data) t.wdata = time_gpu(g, [&] { kc::conv2d_backward_data_winograd(g.stream, s, dy.p, w.p, wdx.p); });
   }
-  // kernel5, implicit GEMM: its three passes against the ones above.
+  // kernel5, implicit GEMM: its three passes against the ones above, in each precision (fp32: the SIMT
+  // variant; tf32: the tensor cores' one, to TF32's tolerance), then timed.
+  namespace kcpu = d2l::kernels::cpu;
   DeviceArray iy(ny), idx(nx), idw(nw);
-  for (const DeviceArray* out : {&iy, &idx, &idw}) CHECK_CUDA(cudaMemset(out->p, 0xff, out->bytes()));
-  kc::conv2d_forward_implicit(g.stream, s, x.p, w.p, iy.p);
-  kc::conv2d_backward_data_implicit(g.stream, s, dy.p, w.p, idx.p);
-  kc::conv2d_backward_weight_implicit(g.stream, s, x.p, dy.p, idw.p);
-  const double ierr = std::max({rel_error(hy, iy.host()), rel_error(dx.host(), idx.host()), rel_error(dw.host(), idw.host())});
-  if (!(ierr <= kTolerance)) {
-    std::printf("  validation FAILED: %s: implicit GEMM vs the passes above: %.2e\n", c.name, ierr);
-    return false;
+  for (kcpu::Precision p : {kcpu::Precision::fp32, kcpu::Precision::tf32}) {
+    kcpu::set_precision(p);
+    for (const DeviceArray* out : {&iy, &idx, &idw}) CHECK_CUDA(cudaMemset(out->p, 0xff, out->bytes()));
+    kc::conv2d_forward_implicit(g.stream, s, x.p, w.p, iy.p);
+    kc::conv2d_backward_data_implicit(g.stream, s, dy.p, w.p, idx.p);
+    kc::conv2d_backward_weight_implicit(g.stream, s, x.p, dy.p, idw.p);
+    const double ierr = std::max({rel_error(hy, iy.host()), rel_error(dx.host(), idx.host()), rel_error(dw.host(), idw.host())});
+    const bool tf32 = p == kcpu::Precision::tf32;
+    if (!(ierr <= (tf32 ? kTf32Tolerance : kTolerance))) {
+      std::printf("  validation FAILED: %s: implicit GEMM (%s) vs the passes above: %.2e\n", c.name, tf32 ? "tf32" : "fp32",
+                  ierr);
+      kcpu::set_precision(kcpu::Precision::automatic);
+      return false;
+    }
+    (tf32 ? t.tfwd : t.ifwd) = time_gpu(g, [&] { kc::conv2d_forward_implicit(g.stream, s, x.p, w.p, iy.p); });
+    (tf32 ? t.tdata : t.idata) = time_gpu(g, [&] { kc::conv2d_backward_data_implicit(g.stream, s, dy.p, w.p, idx.p); });
+    (tf32 ? t.tweight : t.iweight) = time_gpu(g, [&] { kc::conv2d_backward_weight_implicit(g.stream, s, x.p, dy.p, idw.p); });
   }
-  t.ifwd = time_gpu(g, [&] { kc::conv2d_forward_implicit(g.stream, s, x.p, w.p, iy.p); });
-  t.idata = time_gpu(g, [&] { kc::conv2d_backward_data_implicit(g.stream, s, dy.p, w.p, idx.p); });
-  t.iweight = time_gpu(g, [&] { kc::conv2d_backward_weight_implicit(g.stream, s, x.p, dy.p, idw.p); });
+  kcpu::set_precision(kcpu::Precision::automatic);
   t.fwd = time_gpu(g, [&] { kc::conv2d_forward(g.stream, s, x.p, w.p, y.p); });
   t.direct = time_gpu(g, [&] { kc::conv2d_forward_direct(g.stream, s, x.p, w.p, y_direct.p); });
   t.data = time_gpu(g, [&] { kc::conv2d_backward_data(g.stream, s, dy.p, w.p, dx.p); });
@@ -318,11 +330,14 @@ int run() {
               at4096[kTf32], at4096[kCublasTf32]);
   for (int v = 0; v <= kCublasTf32; ++v) b::result(std::string("gpu_gemm4096_gflops_") + kVersions[v], at4096[v]);
 
-  std::printf("\n%-34s %8s %8s %8s %8s %8s %8s %8s %8s %8s | %9s %9s\n", "conv2d, batch 256", "fwd", "direct", "bwd_data",
-              "bwd_wt", "wino fwd", "wino bwd", "impl fwd", "impl bwd", "impl wt", "fwd+bwd", "fwd+bwd");
-  std::printf("%-34s %8s %8s %8s %8s %8s %8s %8s %8s %8s | %9s %9s\n", "", "GFLOP/s", "GFLOP/s", "GFLOP/s", "GFLOP/s", "GFLOP/s",
-              "GFLOP/s", "GFLOP/s", "GFLOP/s", "GFLOP/s", "min ms", "med ms");
+  std::printf("\n%-34s %8s %8s %8s %8s %8s %8s %8s %8s %8s %8s %8s %8s | %9s %9s %9s %9s\n", "conv2d, batch 256", "fwd",
+              "direct", "bwd_data", "bwd_wt", "wino fwd", "wino bwd", "impl fwd", "impl bwd", "impl wt", "i32 fwd", "i32 bwd",
+              "i32 wt", "fwd+bwd", "fwd+bwd", "impl", "i32");
+  std::printf("%-34s %8s %8s %8s %8s %8s %8s %8s %8s %8s %8s %8s %8s | %9s %9s %9s %9s\n", "", "GFLOP/s", "GFLOP/s", "GFLOP/s",
+              "GFLOP/s", "GFLOP/s", "GFLOP/s", "GFLOP/s", "GFLOP/s", "GFLOP/s", "GFLOP/s", "GFLOP/s", "GFLOP/s", "min ms", "med ms",
+              "min ms", "min ms");
   double lenet_ms = 0, r18_ms = 0, lenet_wino_ms = 0, r18_wino_ms = 0, lenet_impl_ms = 0, r18_impl_ms = 0;
+  double lenet_tf32_ms = 0, r18_tf32_ms = 0;
   for (const Conv& c : kConvs) {
     ConvTimes t;
     if (!bench_conv(g, c, t)) return 1;
@@ -331,10 +346,15 @@ int run() {
     char wf[16] = "-", wd[16] = "-";  // kernel3's columns: '-' where it does not fit
     if (t.wino_fwd) std::snprintf(wf, sizeof wf, "%.0f", f / t.wfwd.min / 1e9);
     if (t.wino_data) std::snprintf(wd, sizeof wd, "%.0f", f / t.wdata.min / 1e9);
-    std::printf("%-34s %8.0f %8.0f %8.0f %8.0f %8s %8s %8.0f %8.0f %8.0f | %9.3f %9.3f\n", c.name, f / t.fwd.min / 1e9,
-                f / t.direct.min / 1e9, f / t.data.min / 1e9, f / t.weight.min / 1e9, wf, wd, f / t.ifwd.min / 1e9,
-                f / t.idata.min / 1e9, f / t.iweight.min / 1e9, min_ms, 1e3 * (t.fwd.median + t.data.median + t.weight.median));
-    (c.lenet ? lenet_impl_ms : r18_impl_ms) += c.count * 1e3 * (t.ifwd.min + t.idata.min + t.iweight.min);
+    const double impl_ms = 1e3 * (t.ifwd.min + t.idata.min + t.iweight.min);
+    const double tf32_ms = 1e3 * (t.tfwd.min + t.tdata.min + t.tweight.min);
+    std::printf("%-34s %8.0f %8.0f %8.0f %8.0f %8s %8s %8.0f %8.0f %8.0f %8.0f %8.0f %8.0f | %9.3f %9.3f %9.3f %9.3f\n", c.name,
+                f / t.fwd.min / 1e9, f / t.direct.min / 1e9, f / t.data.min / 1e9, f / t.weight.min / 1e9, wf, wd,
+                f / t.ifwd.min / 1e9, f / t.idata.min / 1e9, f / t.iweight.min / 1e9, f / t.tfwd.min / 1e9,
+                f / t.tdata.min / 1e9, f / t.tweight.min / 1e9, min_ms, 1e3 * (t.fwd.median + t.data.median + t.weight.median),
+                impl_ms, tf32_ms);
+    (c.lenet ? lenet_impl_ms : r18_impl_ms) += c.count * impl_ms;
+    (c.lenet ? lenet_tf32_ms : r18_tf32_ms) += c.count * tf32_ms;
     (c.lenet ? lenet_ms : r18_ms) += c.count * min_ms;
     const double wino_ms = 1e3 * ((t.wino_fwd ? t.wfwd.min : t.fwd.min) + (t.wino_data ? t.wdata.min : t.data.min) +
                                   t.weight.min);
@@ -350,11 +370,21 @@ int run() {
   b::result("gpu_conv_resnet18_step_ms", r18_ms);
   b::result("gpu_conv_lenet_step_winograd_ms", lenet_wino_ms);
   b::result("gpu_conv_resnet18_step_winograd_ms", r18_wino_ms);
-  std::printf("  impl = kernel5, implicit GEMM: each pass one GEMM over the whole batch (kernels/cuda/conv2d.cu)\n");
-  std::printf("  all convs of a batch-256 training step with kernel5: LeNet %.2f ms, ResNet-18 %.2f ms\n", lenet_impl_ms,
+  std::printf("  impl = kernel5, implicit GEMM: each pass one GEMM over the whole batch (kernels/cuda/conv2d.cu), fp32\n"
+              "  variant (SIMT); i32 = its tf32 variant (tensor cores, TF32 inputs, FP32 sums); impl, i32 ms = fwd+bwd\n");
+  std::printf("  all convs of a batch-256 training step with kernel5 fp32: LeNet %.2f ms, ResNet-18 %.2f ms\n", lenet_impl_ms,
               r18_impl_ms);
+  std::printf("  all convs of a batch-256 training step with kernel5 tf32: LeNet %.2f ms, ResNet-18 %.2f ms\n", lenet_tf32_ms,
+              r18_tf32_ms);
+  std::printf("  ResNet-18 step: im2col %.2f ms, winograd %.2f ms, kernel5 fp32 %.2f ms, kernel5 tf32 %.2f ms\n", r18_ms,
+              r18_wino_ms, r18_impl_ms, r18_tf32_ms);
+  const double r18_best = std::min({r18_ms, r18_wino_ms, r18_impl_ms, r18_tf32_ms});
+  std::printf("target: all convs of the ResNet-18 batch-256 step <= 40 ms: %s (best %.2f ms)\n",
+              r18_best <= 40.0 ? "met" : "missed", r18_best);
   b::result("gpu_conv_lenet_step_implicit_ms", lenet_impl_ms);
   b::result("gpu_conv_resnet18_step_implicit_ms", r18_impl_ms);
+  b::result("gpu_conv_lenet_step_implicit_tf32_ms", lenet_tf32_ms);
+  b::result("gpu_conv_resnet18_step_implicit_tf32_ms", r18_tf32_ms);
 
   CHECK_CUBLAS(cublasDestroy(g.blas));
   CHECK_CUDA(cudaStreamDestroy(g.stream));

@@ -29,7 +29,17 @@
 #include "kernels/cuda/kernels.hpp"
 #include "kernels/cuda/common.cuh"
 
+#include <algorithm>
 #include <atomic>
+#include <stdexcept>
+
+// kernel5's loops over its register tiles and fragments, unrolled (nvcc: #pragma unroll; g++ for the
+// emulation: #pragma GCC unroll), so the arrays they index stay in registers.
+#ifdef __CUDACC__
+#define D2L_CONV_UNROLL _Pragma("unroll")
+#else
+#define D2L_CONV_UNROLL _Pragma("GCC unroll 8")
+#endif
 
 namespace D2L_CUDA_NS {
 
@@ -270,168 +280,464 @@ void conv2d_backward_weight_im2col(Stream stream, const Conv2dShape& s, const fl
 //                    A(oc, p) = dy[n][oc][oh][ow]
 //                    B(p, j)  = x[n][ci][oh*sh - ph + kh][ow*sw - pw + kw]   (0 in the padding)
 //
-// The GEMM is matmul.cu's kernel3 (regblock): a 256-thread block computes a 64x64 tile of C, each
-// thread a 4x4 micro-tile in registers, from a 16-deep tile of A (64 rows) and of B (64 columns) in
-// shared memory; only the loads (the index arithmetic above) and the store differ per pass. Each
-// output is one thread's sum in a fixed order: the results do not depend on the grid.
+// Two variants compute these GEMMs, with the same tiles' loads and the same stores:
+//   fp32  (SIMT)   a 256-thread block computes a 128x128 (or 64x64) tile of C, each thread an 8x8 (4x4)
+//                  micro-tile in registers (matmul.cu's kernel3/kernel4 idea), from 16-deep tiles of A
+//                  and B in shared memory: plain FP32 multiply-adds, kernel1's accuracy.
+//   tf32  (tensor cores, sm_80 and later)  a 256-thread block (8 warps as 2 x 4) computes a 128x128 (or
+//                  64x64) tile of C from 32-deep tiles; each warp holds 4x2 (2x1) accumulator fragments
+//                  of 16x16 and feeds them with wmma's m16n16k8 TF32 products. The tiles' values are
+//                  rounded to TF32 (10-bit mantissa) as they are stored in shared memory; the sums are
+//                  FP32. Its results differ from FP32's by about 2^-11 of sum |a||b| per output.
+// conv2d_*_implicit run tf32 when kernels::cpu::precision() is tf32, or automatic on a real GPU of
+// compute capability 8.0 or more; else fp32 (automatic under the emulation, or an older GPU).
+//
+// The index arithmetic, once per tile rather than once per element. All sizes are 32-bit ints (the
+// launchers refuse tensors of 2^31 elements or more). A GEMM index is a mixed-radix number:
+//   an output position p = (n, oh, ow) in radices (OH, OW), an input one (n, ih, iw) in (H, W),
+//   a filter tap k = (c, kh, kw) in (KH, KW),  a column j of backward_weight likewise (ci, kh, kw).
+// * Rows and columns: the block's BM rows and BN columns are decomposed once, at the start, into a
+//   table in shared memory (Ctx: the offset of the row's image, its window's corner oh*sh - ph and
+//   ow*sw - pw, and where its output goes); a load then adds a table entry to the tap's part.
+// * The sum index k: each thread loads the same few k offsets of every slice (k0 + kk), so it keeps
+//   them decomposed (KPos: k and its digits hi, mid, lo) and moves each by the slice depth BK from one
+//   slice to the next with carries (advance: BK written once in the same radices, no division).
+// E.g. forward, A(p, k): the row table gives base = n*C*H*W, h = oh*sh - ph, w = ow*sw - pw; the tap
+// gives (ci, kh, kw) = (hi, mid, lo); then ih = h + kh, iw = w + kw, and inside the image the value is
+// x[base + (ci*H + ih)*W + iw].
+//
+// Tiles and loads: a slice is A (BM x BK) and B (BK x BN), stored k-major (As[k][m], Bs[k][n], rows
+// padded by 4 floats). The 8 warps' lanes run along whichever index is contiguous in memory: along
+// the rows for forward's and backward_data's A (neighbouring output or input positions: neighbouring
+// x or dy), along k for backward_weight's A (dy along p) and for every B (w along (c, kh, kw), x along
+// p). The next slice is read into registers while the block computes on this one.
+//
+// backward_weight's Kdim (N*OH*OW: 200704 for 64 channels of 28x28 at batch 256) dwarfs its M x Ncol
+// (64 x 576: 9 tiles of 64x64). Such GEMMs, of few tiles and a long Kdim, are split along k (split-K):
+// block z of the grid's third dimension sums its own contiguous range of k into its own slice of a
+// workspace shaped like the output, and a second kernel adds the slices, in slice order, into the
+// output. The number of slices depends on the shape alone (a few blocks per SM of a 132-SM H100), so
+// every run and every device gives the same bits. Each output is otherwise one thread's (fp32) or one
+// warp's (tf32) sum in a fixed order.
 namespace implicit {
 
-constexpr int kBM = 64, kBN = 64, kBK = 16, kTM = 4, kTN = 4;
-constexpr int kTX = kBN / kTN, kTY = kBM / kTM, kBlock = kTX * kTY;  // 16 x 16 threads
+constexpr int kBlock = 256;  // 8 warps
+constexpr int kSMs = 132;    // an H100: the split-K rule aims at a few blocks per SM
 
-// The coordinates a GEMM index stands for: an output position p = (n, oh, ow), a filter tap
-// k = (c, kh, kw) (c an input channel in forward and backward_weight, an output one in backward_data).
-struct Pos {
-  int64_t n, oh, ow;
+// A row or column of the block's tile, decomposed (see above); base < 0 marks one past the GEMM's edge.
+struct Ctx {
+  int base, h, w, out;
 };
-__device__ __forceinline__ Pos position(int64_t p, int64_t OH, int64_t OW) { return {p / (OW * OH), p / OW % OH, p % OW}; }
-struct Tap {
-  int64_t c, kh, kw;
+// A sum index k and its digits (hi, mid, lo) in the pass's radices (mid_radix, lo_radix).
+struct KPos {
+  int k, hi, mid, lo;
 };
-__device__ __forceinline__ Tap tap(const Conv2dShape& s, int64_t k) { return {k / (s.KW * s.KH), k / s.KW % s.KH, k % s.KW}; }
-
-// x at image n, channel ci, for output (oh, ow) and tap (kh, kw); 0 in the padding.
-__device__ __forceinline__ float x_at(const Conv2dShape& s, const float* x, int64_t n, int64_t ci, int64_t oh,
-                                      int64_t ow, int64_t kh, int64_t kw) {
-  const int64_t ih = oh * s.stride_h - s.pad_h + kh, iw = ow * s.stride_w - s.pad_w + kw;
-  return ih >= 0 && ih < s.H && iw >= 0 && iw < s.W ? x[((n * s.C + ci) * s.H + ih) * s.W + iw] : 0.0f;
+// k written in the radices once; a step of BK written likewise, then added with carries.
+__device__ __forceinline__ KPos kpos(int k, int mid_radix, int lo_radix) {
+  const int q = k / lo_radix;
+  return {k, q / mid_radix, q % mid_radix, k - q * lo_radix};
+}
+__device__ __forceinline__ void advance(KPos& p, const KPos& step, int mid_radix, int lo_radix) {
+  p.k += step.k;
+  p.lo += step.lo;
+  int carry = p.lo >= lo_radix;
+  p.lo -= carry ? lo_radix : 0;
+  p.mid += step.mid + carry;
+  carry = p.mid >= mid_radix;
+  p.mid -= carry ? mid_radix : 0;
+  p.hi += step.hi + carry;
 }
 
+// The convolution's sizes as 32-bit ints (the launchers check they fit).
+struct Geo {
+  int N, C, H, W, OC, KH, KW, sh, sw, ph, pw, OH, OW;
+};
+
+// x at image offset `base` (n*C*H*W), channel ci, row ih, column iw; 0 in the padding.
+__device__ __forceinline__ float x_at(const Geo& g, const float* x, int base, int ci, int ih, int iw) {
+  return unsigned(ih) < unsigned(g.H) && unsigned(iw) < unsigned(g.W) ? x[base + (ci * g.H + ih) * g.W + iw] : 0.0f;
+}
+
+// Each pass: its GEMM's sizes, the radices of its k, the row and column tables, the loads A(row, k)
+// and B(k, col), and where C's (i, j) goes: out[row.out + col.out].
 struct Forward {
-  Conv2dShape s;
-  int64_t OH, OW;
+  Geo g;
   const float* x;
   const float* w;
-  float* y;
-  __device__ int64_t rows() const { return s.N * OH * OW; }
-  __device__ int64_t cols() const { return s.OC; }
-  __device__ int64_t depth() const { return s.C * s.KH * s.KW; }
-  __device__ float a(int64_t p, int64_t k) const {
-    const Pos o = position(p, OH, OW);
-    const Tap t = tap(s, k);
-    return x_at(s, x, o.n, t.c, o.oh, o.ow, t.kh, t.kw);
+  static constexpr bool kAAlongRows = true;  // neighbouring rows p: neighbouring x
+  __device__ int rows() const { return g.N * g.OH * g.OW; }
+  __device__ int cols() const { return g.OC; }
+  __device__ int depth() const { return g.C * g.KH * g.KW; }
+  __device__ int mid_radix() const { return g.KH; }  // k = (ci, kh, kw)
+  __device__ int lo_radix() const { return g.KW; }
+  __device__ Ctx row(int p) const {  // p = (n, oh, ow)
+    const int P = g.OH * g.OW, n = p / P, pix = p - n * P, oh = pix / g.OW, ow = pix - oh * g.OW;
+    return {n * g.C * g.H * g.W, oh * g.sh - g.ph, ow * g.sw - g.pw, n * g.OC * P + pix};
   }
-  __device__ float b(int64_t k, int64_t oc) const { return w[oc * depth() + k]; }
-  __device__ void store(int64_t p, int64_t oc, float v) const {
-    const Pos o = position(p, OH, OW);
-    y[((o.n * s.OC + oc) * OH + o.oh) * OW + o.ow] = v;
-  }
+  __device__ Ctx col(int oc) const { return {oc * depth(), 0, 0, oc * g.OH * g.OW}; }
+  __device__ float a(const Ctx& r, const KPos& k) const { return x_at(g, x, r.base, k.hi, r.h + k.mid, r.w + k.lo); }
+  __device__ float b(const KPos& k, const Ctx& c) const { return w[c.base + k.k]; }
 };
 
 struct BackwardData {
-  Conv2dShape s;
-  int64_t OH, OW;
+  Geo g;
   const float* dy;
   const float* w;
-  float* dx;
-  __device__ int64_t rows() const { return s.N * s.H * s.W; }
-  __device__ int64_t cols() const { return s.C; }
-  __device__ int64_t depth() const { return s.OC * s.KH * s.KW; }
-  __device__ float a(int64_t q, int64_t k) const {
-    const Pos i = position(q, s.H, s.W);  // an input position (n, ih, iw)
-    const Tap t = tap(s, k);              // (oc, kh, kw)
-    const int64_t th = i.oh + s.pad_h - t.kh, tw = i.ow + s.pad_w - t.kw;  // = oh * sh, ow * sw
-    if (th < 0 || tw < 0 || th % s.stride_h != 0 || tw % s.stride_w != 0) return 0.0f;
-    const int64_t oh = th / s.stride_h, ow = tw / s.stride_w;
-    return oh < OH && ow < OW ? dy[((i.n * s.OC + t.c) * OH + oh) * OW + ow] : 0.0f;
+  static constexpr bool kAAlongRows = true;  // neighbouring rows q: neighbouring dy
+  __device__ int rows() const { return g.N * g.H * g.W; }
+  __device__ int cols() const { return g.C; }
+  __device__ int depth() const { return g.OC * g.KH * g.KW; }
+  __device__ int mid_radix() const { return g.KH; }  // k = (oc, kh, kw)
+  __device__ int lo_radix() const { return g.KW; }
+  __device__ Ctx row(int q) const {  // q = (n, ih, iw): h, w hold ih + ph, iw + pw
+    const int HW = g.H * g.W, n = q / HW, pix = q - n * HW, ih = pix / g.W, iw = pix - ih * g.W;
+    return {n * g.OC * g.OH * g.OW, ih + g.ph, iw + g.pw, n * g.C * HW + pix};
   }
-  __device__ float b(int64_t k, int64_t ci) const {
-    const Tap t = tap(s, k);
-    return w[((t.c * s.C + ci) * s.KH + t.kh) * s.KW + t.kw];
+  __device__ Ctx col(int ci) const { return {ci * g.KH * g.KW, 0, 0, ci * g.H * g.W}; }
+  __device__ float a(const Ctx& r, const KPos& k) const {
+    int oh = r.h - k.mid, ow = r.w - k.lo;  // = oh * sh, ow * sw
+    if (oh < 0 || ow < 0) return 0.0f;
+    if (g.sh != 1) {
+      if (oh % g.sh != 0) return 0.0f;
+      oh /= g.sh;
+    }
+    if (g.sw != 1) {
+      if (ow % g.sw != 0) return 0.0f;
+      ow /= g.sw;
+    }
+    return oh < g.OH && ow < g.OW ? dy[r.base + (k.hi * g.OH + oh) * g.OW + ow] : 0.0f;
   }
-  __device__ void store(int64_t q, int64_t ci, float v) const {
-    const Pos i = position(q, s.H, s.W);
-    dx[((i.n * s.C + ci) * s.H + i.oh) * s.W + i.ow] = v;
+  __device__ float b(const KPos& k, const Ctx& c) const {  // w[oc][ci][kh][kw], c.base = ci*KH*KW
+    return w[k.hi * g.C * g.KH * g.KW + c.base + k.mid * g.KW + k.lo];
   }
 };
 
 struct BackwardWeight {
-  Conv2dShape s;
-  int64_t OH, OW;
+  Geo g;
   const float* x;
   const float* dy;
-  float* dw;
-  __device__ int64_t rows() const { return s.OC; }
-  __device__ int64_t cols() const { return s.C * s.KH * s.KW; }
-  __device__ int64_t depth() const { return s.N * OH * OW; }
-  __device__ float a(int64_t oc, int64_t p) const {
-    const Pos o = position(p, OH, OW);
-    return dy[((o.n * s.OC + oc) * OH + o.oh) * OW + o.ow];
+  static constexpr bool kAAlongRows = false;  // neighbouring k = (n, oh, ow): neighbouring dy
+  __device__ int rows() const { return g.OC; }
+  __device__ int cols() const { return g.C * g.KH * g.KW; }
+  __device__ int depth() const { return g.N * g.OH * g.OW; }
+  __device__ int mid_radix() const { return g.OH; }  // k = (n, oh, ow)
+  __device__ int lo_radix() const { return g.OW; }
+  __device__ Ctx row(int oc) const { return {oc * g.OH * g.OW, 0, 0, oc * cols()}; }
+  __device__ Ctx col(int j) const {  // j = (ci, kh, kw): h, w hold kh - ph, kw - pw
+    const int KK = g.KH * g.KW, ci = j / KK, r = j - ci * KK, kh = r / g.KW, kw = r - kh * g.KW;
+    return {ci, kh - g.ph, kw - g.pw, j};
   }
-  __device__ float b(int64_t p, int64_t j) const {
-    const Pos o = position(p, OH, OW);
-    const Tap t = tap(s, j);
-    return x_at(s, x, o.n, t.c, o.oh, o.ow, t.kh, t.kw);
+  __device__ float a(const Ctx& r, const KPos& k) const {
+    return dy[k.hi * g.OC * g.OH * g.OW + r.base + k.mid * g.OW + k.lo];
   }
-  __device__ void store(int64_t oc, int64_t j, float v) const { dw[oc * cols() + j] = v; }
+  __device__ float b(const KPos& k, const Ctx& c) const {
+    return x_at(g, x, k.hi * g.C * g.H * g.W, c.base, k.mid * g.sh + c.h, k.lo * g.sw + c.w);
+  }
 };
+
+// Which element of a slice (E x BK: E rows of A or columns of B) value v of this thread is.
+//   along the rows (E % 32 == 0): lane -> row, warp -> k; the thread's k offsets are warp + 8 s,
+//                                 s < BK / 8, each kept as a KPos
+//   along k (32 % BK == 0):       lane % BK -> k, the rest -> row; one k offset per thread
+template <int E, int BK, bool kAlongRows>
+struct Slots {
+  static constexpr int kCount = E * BK / kBlock;                 // values per thread
+  static constexpr int kKs = kAlongRows ? BK / 8 : 1;            // k offsets per thread
+  static constexpr int kRowsPer = kCount / kKs;                  // rows per k offset
+  static_assert(kAlongRows ? E % 32 == 0 && BK % 8 == 0 : 32 % BK == 0, "whole warps per slice");
+  __device__ static int row(int v) {
+    const int t = threadIdx.x;
+    return kAlongRows ? t % 32 + 32 * (v % kRowsPer) : t / BK + (kBlock / BK) * v;
+  }
+  __device__ static int ks(int v) { return kAlongRows ? v / kRowsPer : 0; }  // which k offset
+  __device__ static int kk(int s) {                                           // offset s in the slice
+    const int t = threadIdx.x;
+    return kAlongRows ? t / 32 + 8 * s : t % BK;
+  }
+};
+
+// A tile configuration: the pass, the block tile BM x BN x BK, and for tf32 the warps' layout.
+template <class P, int BM_, int BN_, int BK_>
+struct Tile {
+  using Pass = P;
+  static constexpr int BM = BM_, BN = BN_, BK = BK_;
+  using SA = Slots<BM, BK, P::kAAlongRows>;
+  using SB = Slots<BN, BK, false>;  // every pass's B is contiguous along k
+  // The block's shared memory: one slice of each operand (k-major, rows padded by 4 floats: 32-byte
+  // aligned fragments for wmma), and the row and column tables.
+  struct alignas(128) Smem {
+    float a[BK][BM + 4];  // a[k][m] = A(row0 + m, k0 + k)
+    float b[BK][BN + 4];  // b[k][n] = B(k0 + k, col0 + n)
+    Ctx rows[BM], cols[BN];
+  };
+};
+
+// The loop both variants share: the tables, then per slice stash (registers -> shared memory, each
+// value through `round`), compute, and meanwhile fetch (global memory -> registers) of the next slice.
+// Block z of the grid sums k in [z * k_chunk, min(K, (z + 1) * k_chunk)): split-K's range.
+template <class T, class Round, class Compute>
+__device__ __forceinline__ void gemm_loop(const typename T::Pass& pass, typename T::Smem& s, int k_chunk, Round round,
+                                          Compute compute) {
+  using SA = typename T::SA;
+  using SB = typename T::SB;
+  constexpr int BM = T::BM, BN = T::BN, BK = T::BK;
+  const int M = pass.rows(), N = pass.cols(), K = pass.depth(), mr = pass.mid_radix(), lr = pass.lo_radix();
+  const int t = threadIdx.x, row0 = int(blockIdx.y) * BM, col0 = int(blockIdx.x) * BN;
+  for (int m = t; m < BM; m += kBlock) s.rows[m] = row0 + m < M ? pass.row(row0 + m) : Ctx{-1, 0, 0, 0};
+  for (int n = t; n < BN; n += kBlock) s.cols[n] = col0 + n < N ? pass.col(col0 + n) : Ctx{-1, 0, 0, 0};
+  const int k_begin = int(blockIdx.z) * k_chunk, k_end = K - k_begin < k_chunk ? K : k_begin + k_chunk;
+  KPos ka[SA::kKs], kb[SB::kKs];  // this thread's k offsets in the slice, decomposed
+  D2L_CONV_UNROLL
+  for (int i = 0; i < SA::kKs; ++i) ka[i] = kpos(k_begin + SA::kk(i), mr, lr);
+  D2L_CONV_UNROLL
+  for (int i = 0; i < SB::kKs; ++i) kb[i] = kpos(k_begin + SB::kk(i), mr, lr);
+  const KPos step = kpos(BK, mr, lr);  // BK in the same radices
+  __syncthreads();                     // tables complete
+  float ra[SA::kCount], rb[SB::kCount];
+  auto fetch = [&] {
+    D2L_CONV_UNROLL
+    for (int v = 0; v < SA::kCount; ++v) {
+      const Ctx r = s.rows[SA::row(v)];
+      const KPos& k = ka[SA::ks(v)];
+      ra[v] = r.base >= 0 && k.k < k_end ? pass.a(r, k) : 0.0f;
+    }
+    D2L_CONV_UNROLL
+    for (int v = 0; v < SB::kCount; ++v) {
+      const Ctx c = s.cols[SB::row(v)];
+      const KPos& k = kb[SB::ks(v)];
+      rb[v] = c.base >= 0 && k.k < k_end ? pass.b(k, c) : 0.0f;
+    }
+  };
+  fetch();
+  for (int k0 = k_begin; k0 < k_end; k0 += BK) {
+    D2L_CONV_UNROLL
+    for (int v = 0; v < SA::kCount; ++v) s.a[SA::kk(SA::ks(v))][SA::row(v)] = round(ra[v]);
+    D2L_CONV_UNROLL
+    for (int v = 0; v < SB::kCount; ++v) s.b[SB::kk(SB::ks(v))][SB::row(v)] = round(rb[v]);
+    __syncthreads();  // slice complete
+    if (k0 + BK < k_end) {  // the next slice on its way into registers while this one is computed on
+      D2L_CONV_UNROLL
+      for (int i = 0; i < SA::kKs; ++i) advance(ka[i], step, mr, lr);
+      D2L_CONV_UNROLL
+      for (int i = 0; i < SB::kKs; ++i) advance(kb[i], step, mr, lr);
+      fetch();
+    }
+    compute(s);
+    __syncthreads();  // slice consumed
+  }
+}
 
 }  // namespace implicit
 
-// Grid (ceil(cols / 64), ceil(rows / 64)), block 256. A tile's loads: 64x16 elements of A, 16x64 of B,
-// 4 per thread each; consecutive threads take consecutive rows of A (neighbouring output positions:
-// neighbouring x or dy addresses) and consecutive depths of B.
-template <class P>
-__global__ void conv2d_implicit_gemm_kernel(P pass) {
+// fp32: grid (ceil(Ncol / BN), ceil(M / BM), slices), block 256 as 16 x 16; thread (tm, tn) = (t % 16,
+// t / 16) owns rows tm + 16 i and columns tn + 16 j of the block tile (i < BM / 16, j < BN / 16): a
+// warp's stores are 16 neighbouring rows (neighbouring y or dx). Output (i, j) goes to
+// out[z * slice + row.out + col.out] (slice: the split-K workspace's stride, else 0).
+template <class T>
+__global__ void conv2d_implicit_gemm_kernel(typename T::Pass pass, float* out, int64_t slice, int k_chunk) {
   using namespace implicit;
-  D2L_SHARED(float, As, [kBK][kBM]);  // As[k][r] = A(row0 + r, k0 + k)
-  D2L_SHARED(float, Bs, [kBK][kBN]);  // Bs[k][c] = B(k0 + k, col0 + c)
-  const int64_t M = pass.rows(), N = pass.cols(), K = pass.depth();
-  const int t = threadIdx.x, tx = t % kTX, ty = t / kTX;
-  const int64_t row0 = int64_t(blockIdx.y) * kBM, col0 = int64_t(blockIdx.x) * kBN;
-  float acc[kTM][kTN] = {};
-  for (int64_t k0 = 0; k0 < K; k0 += kBK) {
-    for (int e = t; e < kBM * kBK; e += kBlock) {
-      const int r = e % kBM, k = e / kBM;
-      As[k][r] = row0 + r < M && k0 + k < K ? pass.a(row0 + r, k0 + k) : 0.0f;
+  using Smem = typename T::Smem;
+  constexpr int BK = T::BK, TM = T::BM / 16, TN = T::BN / 16;
+  D2L_SHARED(Smem, smem, [1]);
+  Smem& s = smem[0];
+  const int tm = threadIdx.x % 16, tn = threadIdx.x / 16;
+  float acc[TM][TN] = {};
+  gemm_loop<T>(pass, s, k_chunk, [](float v) { return v; }, [&](const Smem& sm) {
+    D2L_CONV_UNROLL
+    for (int k = 0; k < BK; ++k) {
+      float a[TM], b[TN];
+      D2L_CONV_UNROLL
+      for (int i = 0; i < TM; ++i) a[i] = sm.a[k][tm + 16 * i];
+      D2L_CONV_UNROLL
+      for (int j = 0; j < TN; ++j) b[j] = sm.b[k][tn + 16 * j];
+      D2L_CONV_UNROLL
+      for (int i = 0; i < TM; ++i) {
+        D2L_CONV_UNROLL
+        for (int j = 0; j < TN; ++j) acc[i][j] += a[i] * b[j];
+      }
     }
-    for (int e = t; e < kBK * kBN; e += kBlock) {
-      const int k = e % kBK, c = e / kBK;
-      Bs[k][c] = k0 + k < K && col0 + c < N ? pass.b(k0 + k, col0 + c) : 0.0f;
+  });
+  out += blockIdx.z * slice;
+  D2L_CONV_UNROLL
+  for (int i = 0; i < TM; ++i) {
+    const Ctx r = s.rows[tm + 16 * i];
+    if (r.base < 0) continue;
+    D2L_CONV_UNROLL
+    for (int j = 0; j < TN; ++j) {
+      const Ctx c = s.cols[tn + 16 * j];
+      if (c.base >= 0) out[r.out + c.out] = acc[i][j];
     }
-    __syncthreads();  // tiles complete
-    for (int k = 0; k < kBK; ++k) {
-      float a[kTM], b[kTN];
-      for (int m = 0; m < kTM; ++m) a[m] = As[k][ty + kTY * m];
-      for (int n = 0; n < kTN; ++n) b[n] = Bs[k][tx + kTX * n];
-      for (int m = 0; m < kTM; ++m)
-        for (int n = 0; n < kTN; ++n) acc[m][n] += a[m] * b[n];
-    }
-    __syncthreads();  // tiles consumed
   }
-  for (int m = 0; m < kTM; ++m)
-    for (int n = 0; n < kTN; ++n) {
-      const int64_t i = row0 + ty + kTY * m, j = col0 + tx + kTX * n;
-      if (i < M && j < N) pass.store(i, j, acc[m][n]);
+}
+
+// tf32: the same grid and loads; warp w computes the (BM / 2) x (BN / 4) part at rows wm = (w / 4) *
+// BM / 2, columns wn = (w % 4) * BN / 4 of the block tile, as FM x FN accumulator fragments of 16x16.
+// Per 8-deep step of a slice it loads FM fragments of A (16 x 8, read column-major from a[k][m]) and FN
+// of B (8 x 16, row-major from b[k][n]) and does FM * FN mma_sync. The epilogue: a fragment's layout
+// across the lanes is CUDA's secret, so each fragment goes through the warp's own 16x16 of shared memory
+// (column-major: lane e and e + 1 hold neighbouring rows), then lane e writes elements e, e + 32, ....
+template <class T>
+__global__ void conv2d_implicit_tf32_kernel(typename T::Pass pass, float* out, int64_t slice, int k_chunk) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800  // TF32 tensor cores: sm_80 and later
+  using namespace implicit;
+  using Smem = typename T::Smem;
+  constexpr int BM = T::BM, BN = T::BN, BK = T::BK, kWarpsN = 4;
+  constexpr int WM = BM / 2, WN = BN / kWarpsN, FM = WM / 16, FN = WN / 16;
+  static_assert(BK % 8 == 0 && FM >= 1 && FN >= 1 && WM % 16 == 0 && WN % 16 == 0, "whole fragments per warp");
+  D2L_SHARED(Smem, smem, [1]);
+  Smem& s = smem[0];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int wm = warp / kWarpsN * WM, wn = warp % kWarpsN * WN;
+  wmma::fragment<wmma::accumulator, 16, 16, 8, float> acc[FM][FN];
+  D2L_CONV_UNROLL
+  for (int i = 0; i < FM; ++i) {
+    D2L_CONV_UNROLL
+    for (int j = 0; j < FN; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
+  }
+  gemm_loop<T>(pass, s, k_chunk, [](float v) { return wmma::__float_to_tf32(v); }, [&](const Smem& sm) {
+    D2L_CONV_UNROLL
+    for (int kk = 0; kk < BK; kk += 8) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::col_major> a[FM];
+      wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::row_major> b[FN];
+      D2L_CONV_UNROLL
+      for (int i = 0; i < FM; ++i) wmma::load_matrix_sync(a[i], &sm.a[kk][wm + 16 * i], BM + 4);
+      D2L_CONV_UNROLL
+      for (int j = 0; j < FN; ++j) wmma::load_matrix_sync(b[j], &sm.b[kk][wn + 16 * j], BN + 4);
+      D2L_CONV_UNROLL
+      for (int i = 0; i < FM; ++i) {
+        D2L_CONV_UNROLL
+        for (int j = 0; j < FN; ++j) wmma::mma_sync(acc[i][j], a[i], b[j], acc[i][j]);
+      }
     }
+  });
+  // The slices are consumed (gemm_loop's last barrier): a[][] becomes the warps' staging tiles.
+  float* stage = &s.a[0][0] + warp * 256;
+  out += blockIdx.z * slice;
+  D2L_CONV_UNROLL
+  for (int i = 0; i < FM; ++i) {
+    D2L_CONV_UNROLL
+    for (int j = 0; j < FN; ++j) {
+      wmma::store_matrix_sync(stage, acc[i][j], 16, wmma::mem_col_major);
+      __syncwarp();
+      for (int e = lane; e < 256; e += 32) {
+        const Ctx r = s.rows[wm + 16 * i + e % 16], c = s.cols[wn + 16 * j + e / 16];
+        if (r.base >= 0 && c.base >= 0) out[r.out + c.out] = stage[e];
+      }
+      __syncwarp();  // stage read before the next fragment overwrites it
+    }
+  }
+#endif
+}
+
+// Split-K's second step: out[i] = the sum of the slices' ws[z * n + i], z = 0, 1, ... in order.
+__global__ void conv2d_implicit_splitk_sum_kernel(const float* __restrict__ ws, int64_t slices, int64_t n,
+                                                  float* __restrict__ out) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    float acc = 0.0f;
+    for (int64_t z = 0; z < slices; ++z) acc += ws[z * n + i];
+    out[i] = acc;
+  }
 }
 
 namespace {
+
+// tf32 or fp32 (see the top of kernel5): precision() tf32, or automatic on a real GPU, where the
+// device is sm_80 or later.
+bool implicit_uses_tf32() {
+  using ::d2l::kernels::cpu::Precision;
+  const Precision p = ::d2l::kernels::cpu::precision();
+  if (p == Precision::fp32) return false;
+#ifdef __CUDACC__
+  int device = 0, major = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess)
+    return false;
+  return major >= 8;
+#else
+  return p == Precision::tf32;
+#endif
+}
+
+// The sizes as ints, or a one-line error: kernel5 indexes with 32-bit ints.
+implicit::Geo geo(const Conv2dShape& s) {
+  const int64_t OH = s.OH(), OW = s.OW(), limit = int64_t{1} << 31;
+  const int64_t sizes[] = {s.N * s.C * s.H * s.W, s.N * s.OC * OH * OW, s.OC * s.C * s.KH * s.KW};
+  for (int64_t n : sizes)
+    if (n >= limit) throw std::invalid_argument("conv2d implicit GEMM: a tensor of 2^31 or more elements (kernel5 indexes with 32-bit ints)");
+  auto i = [](int64_t v) { return static_cast<int>(v); };
+  return {i(s.N), i(s.C), i(s.H), i(s.W), i(s.OC), i(s.KH), i(s.KW), i(s.stride_h), i(s.stride_w), i(s.pad_h), i(s.pad_w), i(OH), i(OW)};
+}
+
+template <class T>
+void launch_tile(Stream stream, bool tf32, const typename T::Pass& pass, float* out, int64_t slice, int64_t M,
+                 int64_t N, int64_t splits, int k_chunk) {
+  const int64_t gx = (N + T::BN - 1) / T::BN, gy = (M + T::BM - 1) / T::BM;
+  if (gy > 65535) throw std::invalid_argument("conv2d implicit GEMM: the shape is too large for one grid");
+  const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(gy), static_cast<unsigned>(splits));
+  const dim3 block(implicit::kBlock);
+  if (tf32) {
+    D2L_LAUNCH(conv2d_implicit_tf32_kernel<T>, grid, block, 0, stream)(pass, out, slice, k_chunk);
+    D2L_CHECK_LAUNCH(conv2d_implicit_tf32_kernel);
+  } else {
+    D2L_LAUNCH(conv2d_implicit_gemm_kernel<T>, grid, block, 0, stream)(pass, out, slice, k_chunk);
+    D2L_CHECK_LAUNCH(conv2d_implicit_gemm_kernel);
+  }
+}
+
+std::atomic<int> g_implicit_tile{0};
+
+// One pass's GEMM (rows M, columns N, depth K; `out` holds out_size floats). The tiles: 128x128 where
+// that still gives two blocks per SM, else 64x64 (or as set_conv2d_implicit_tile says). Split-K where the tiles are fewer than half the
+// blocks aimed at (4 per SM): as many slices as bring them there, each at least 4 slices of k deep,
+// the workspace at most 2^26 floats.
 template <class P>
-void launch_implicit(Stream stream, const P& pass, int64_t rows, int64_t cols) {
-  if (rows <= 0 || cols <= 0) return;
-  const int64_t gx = (cols + implicit::kBN - 1) / implicit::kBN, gy = (rows + implicit::kBM - 1) / implicit::kBM;
-  if (gx > 2147483647 || gy > 65535) throw std::invalid_argument("conv2d implicit GEMM: the shape is too large for one grid");
-  const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(gy)), block(implicit::kBlock);
-  D2L_LAUNCH(conv2d_implicit_gemm_kernel<P>, grid, block, 0, stream)(pass);
-  D2L_CHECK_LAUNCH(conv2d_implicit_gemm_kernel);
+void launch_implicit(Stream stream, const P& pass, float* out, int64_t M, int64_t N, int64_t K, int64_t out_size) {
+  using namespace implicit;
+  if (M <= 0 || N <= 0) return;
+  if (M >= (int64_t{1} << 31) || N >= (int64_t{1} << 31) || K >= (int64_t{1} << 31))
+    throw std::invalid_argument("conv2d implicit GEMM: a GEMM size of 2^31 or more (kernel5 indexes with 32-bit ints)");
+  const bool tf32 = implicit_uses_tf32();
+  const int64_t BK = tf32 ? 32 : 16, target = 4 * kSMs;
+  const int forced = conv2d_implicit_tile();
+  const bool big = forced ? forced == 128 : ((M + 127) / 128) * ((N + 127) / 128) >= 2 * kSMs;
+  const int64_t tile = big ? 128 : 64, tiles = ((M + tile - 1) / tile) * ((N + tile - 1) / tile);
+  int64_t splits = 1;
+  if (tiles < target / 2)
+    splits = std::max<int64_t>(1, std::min({target / tiles, (K + 4 * BK - 1) / (4 * BK), (int64_t{1} << 26) / out_size}));
+  const int64_t k_chunk = ((K + splits - 1) / splits + BK - 1) / BK * BK;  // whole slices
+  splits = (K + k_chunk - 1) / k_chunk;
+  ScratchBuffer<float> ws(stream, splits > 1 ? splits * out_size : 0);
+  float* target_out = splits > 1 ? ws.data() : out;
+  const int64_t slice = splits > 1 ? out_size : 0;
+  const int kc = static_cast<int>(k_chunk);
+  if (tf32 && big) launch_tile<Tile<P, 128, 128, 32>>(stream, true, pass, target_out, slice, M, N, splits, kc);
+  else if (tf32) launch_tile<Tile<P, 64, 64, 32>>(stream, true, pass, target_out, slice, M, N, splits, kc);
+  else if (big) launch_tile<Tile<P, 128, 128, 16>>(stream, false, pass, target_out, slice, M, N, splits, kc);
+  else launch_tile<Tile<P, 64, 64, 16>>(stream, false, pass, target_out, slice, M, N, splits, kc);
+  if (splits > 1) D2L_LAUNCH_OVER(out_size, stream, conv2d_implicit_splitk_sum_kernel, ws.data(), splits, out_size, out);
 }
 }  // namespace
 
+void set_conv2d_implicit_tile(int tile) { g_implicit_tile = tile == 64 || tile == 128 ? tile : 0; }
+int conv2d_implicit_tile() { return g_implicit_tile.load(std::memory_order_relaxed); }
+
 void conv2d_forward_implicit(Stream stream, const Conv2dShape& s, const float* x, const float* w, float* y) {
-  const int64_t OH = s.OH(), OW = s.OW();
-  if (s.C * s.KH * s.KW == 0) return fill(stream, y, s.N * s.OC * OH * OW, 0.0f);
-  launch_implicit(stream, implicit::Forward{s, OH, OW, x, w, y}, s.N * OH * OW, s.OC);
+  const int64_t OH = s.OH(), OW = s.OW(), n = s.N * s.OC * OH * OW;
+  if (s.C * s.KH * s.KW == 0) return fill(stream, y, n, 0.0f);
+  launch_implicit(stream, implicit::Forward{geo(s), x, w}, y, s.N * OH * OW, s.OC, s.C * s.KH * s.KW, n);
 }
 
 void conv2d_backward_data_implicit(Stream stream, const Conv2dShape& s, const float* dy, const float* w, float* dx) {
-  if (s.OC == 0) return fill(stream, dx, s.N * s.C * s.H * s.W, 0.0f);
-  launch_implicit(stream, implicit::BackwardData{s, s.OH(), s.OW(), dy, w, dx}, s.N * s.H * s.W, s.C);
+  const int64_t n = s.N * s.C * s.H * s.W;
+  if (s.OC == 0) return fill(stream, dx, n, 0.0f);
+  launch_implicit(stream, implicit::BackwardData{geo(s), dy, w}, dx, s.N * s.H * s.W, s.C, s.OC * s.KH * s.KW, n);
 }
 
 void conv2d_backward_weight_implicit(Stream stream, const Conv2dShape& s, const float* x, const float* dy, float* dw) {
-  if (s.N == 0) return fill(stream, dw, s.OC * s.C * s.KH * s.KW, 0.0f);  // no images: the gradient is zero
-  launch_implicit(stream, implicit::BackwardWeight{s, s.OH(), s.OW(), x, dy, dw}, s.OC, s.C * s.KH * s.KW);
+  const int64_t n = s.OC * s.C * s.KH * s.KW;
+  if (s.N == 0) return fill(stream, dw, n, 0.0f);  // no images: the gradient is zero
+  launch_implicit(stream, implicit::BackwardWeight{geo(s), x, dy}, dw, s.OC, s.C * s.KH * s.KW, s.N * s.OH() * s.OW(), n);
 }
 
 // ======== the choice: the CPU's, one table ========

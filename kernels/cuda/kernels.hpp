@@ -79,6 +79,10 @@ void conv2d_backward_weight_direct(Stream stream, const Conv2dShape& s, const fl
 void conv2d_forward_implicit(Stream stream, const Conv2dShape& s, const float* x, const float* w, float* y);
 void conv2d_backward_data_implicit(Stream stream, const Conv2dShape& s, const float* dy, const float* w, float* dx);
 void conv2d_backward_weight_implicit(Stream stream, const Conv2dShape& s, const float* x, const float* dy, float* dw);
+// kernel5's block tile: 0 (automatic: 128x128 where that gives two blocks per SM, else 64x64), 64 or
+// 128. Process-wide; tests set it to run both tiles on small shapes.
+void set_conv2d_implicit_tile(int tile);
+int conv2d_implicit_tile();
 // kernel3 (conv2d_winograd.cu): where the shape does not fit, kernel2's pass runs instead.
 void conv2d_forward_winograd(Stream stream, const Conv2dShape& s, const float* x, const float* w, float* y);
 void conv2d_backward_data_winograd(Stream stream, const Conv2dShape& s, const float* dy, const float* w, float* dx);
