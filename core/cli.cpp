@@ -40,20 +40,25 @@ std::vector<Device> choose_devices(const DeviceFlags& f, bool print_note) {
   detail::set_gemm(f.gemm);
   static std::atomic<bool> told{false};  // once a process: the CPU GEMM that runs, and its vector width
   if (print_note && !told.exchange(true)) std::cout << kernels::cpu::gemm_description() << "\n";
-  std::vector<Device> devices;
-  if (!f.devices.empty()) {
-    try {
-      devices = parse_devices(f.devices);
-      for (auto& d : devices) runtime(d);  // unknown or unbuilt backends fail here with one line
-    } catch (const std::exception& e) {
-      throw ConfigError("bad --devices " + f.devices + ": " + e.what());
-    }
-  } else {
-    if (f.num_gpus > 0 && num_gpus() == 0) require_at_most("--num-gpus", f.num_gpus, max_cpu_devices(), "CPU devices (threads)");
-    DeviceChoice c = resolve_num_gpus(f.num_gpus, num_gpus());
-    if (print_note && !c.note.empty()) std::cout << c.note << "\n";
-    devices = c.devices;
+  // The physical GPUs, D2L_LOGICAL_GPUS and a GPU listed twice decide the logical GPUs (core/device.hpp).
+  if (f.devices.empty() && f.num_gpus > 0 && num_gpus() == 0)
+    require_at_most("--num-gpus", f.num_gpus, max_cpu_devices(), "CPU devices (threads)");
+  DevicePlan plan;
+  try {
+    if (!f.devices.empty())  // a kind whose backend is not built says so first
+      for (auto& d : parse_devices(f.devices, true))
+        if (!backend_built(d.kind)) runtime(d);
+    plan = plan_devices(f.devices, f.num_gpus, std::getenv("D2L_LOGICAL_GPUS"), num_physical_gpus());
+    set_gpu_map(plan.gpu_map);
+    if (!f.devices.empty())
+      for (auto& d : plan.devices) runtime(d);  // unknown or unbuilt backends fail here with one line
+  } catch (const std::exception& e) {
+    if (f.devices.empty()) throw;
+    throw ConfigError("bad --devices " + f.devices + ": " + e.what());
   }
+  if (print_note)
+    for (const std::string& note : plan.notes) std::cout << note << "\n";
+  std::vector<Device> devices = plan.devices;
   use_devices(devices);
   return devices;
 }
@@ -243,6 +248,7 @@ int guarded_main(CLI::App& app, int argc, char** argv, const std::function<int()
     app.parse(argc, argv);
     // The environment is checked like a flag.
     if (std::string why = why_num_threads_env_is_bad(); !why.empty()) throw ConfigError(why);
+    if (std::string why = why_logical_gpus_env_is_bad(); !why.empty()) throw ConfigError(why);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {

@@ -25,7 +25,9 @@ void reset_copy_counters() {
   counters.clear();
 }
 
-static int gpu_of(Device d) { return d.kind == DeviceKind::gpu ? d.index : -1; }
+// The physical GPU of a gpu(i) device (logical GPUs share one); -1 for host memory. Two logical
+// GPUs on one physical GPU copy device to device on the stream, with no peer access involved.
+static int gpu_of(Device d) { return d.kind == DeviceKind::gpu ? runtime(d).physical : -1; }
 
 // Moves bytes as a task of a stream of device `on`: a memcpy when both sides are host memory (cpu,
 // emu), otherwise the CUDA layer, queued on that stream's CUDA stream and waited for (a copy task
@@ -38,7 +40,7 @@ static void transfer(void* to, Device to_dev, const void* from, Device from_dev,
 
 void copy_on_device(Device d, const LaunchCtx& c, void* to, const void* from, size_t bytes) {
   if (bytes == 0) return;
-  if (c.cuda_stream) cuda_layer::copy(to, d.index, from, d.index, bytes, c.cuda_stream, false);  // stream-ordered
+  if (c.cuda_stream) cuda_layer::copy(to, gpu_of(d), from, gpu_of(d), bytes, c.cuda_stream, false);  // stream-ordered
   else std::memcpy(to, from, bytes);
 }
 

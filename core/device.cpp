@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <map>
 #include <sstream>
 
 namespace d2l {
@@ -49,7 +50,7 @@ Device parse_device(const std::string& text) {
   return d;
 }
 
-std::vector<Device> parse_devices(const std::string& text) {
+std::vector<Device> parse_devices(const std::string& text, bool gpu_repeats) {
   std::vector<Device> out;
   std::stringstream ss(text);
   std::string item;
@@ -57,7 +58,7 @@ std::vector<Device> parse_devices(const std::string& text) {
   while (std::getline(ss, item, ',')) {
     if (item.empty()) throw ConfigError("bad --devices '" + text + "': empty item in the list");
     Device d = parse_device(item);
-    if (std::find(out.begin(), out.end(), d) != out.end())
+    if (!(gpu_repeats && d.kind == DeviceKind::gpu) && std::find(out.begin(), out.end(), d) != out.end())
       throw ConfigError("bad --devices '" + text + "': " + d.str() + " is listed twice");
     out.push_back(d);
   }
@@ -80,6 +81,81 @@ DeviceChoice resolve_num_gpus(int k, int gpus_present) {
                       " or list devices with --devices (e.g. --devices gpu:0,cpu:0)");
   }
   return c;
+}
+
+int parse_logical_gpus(const char* text) {
+  if (!text) return 1;
+  const std::string t(text);
+  bool digits = !t.empty() && t.size() <= 3 && t.find_first_not_of("0123456789") == std::string::npos;
+  int k = digits ? std::stoi(t) : 0;
+  if (k < 1 || k > 64)
+    throw ConfigError("bad D2L_LOGICAL_GPUS '" + t.substr(0, 40) +
+                      "': expected a whole number of logical GPUs per GPU from 1 to 64 (or unset it)");
+  return k;
+}
+
+std::vector<int> split_gpus(int physical_gpus, int split) {
+  std::vector<int> map;
+  for (int i = 0; i < physical_gpus * split; ++i) map.push_back(i / split);
+  return map;
+}
+
+std::string logical_gpus_note(const std::vector<Device>& devices, const std::vector<int>& gpu_map) {
+  std::map<int, std::vector<Device>> on;  // physical GPU -> the listed logical GPUs on it
+  bool shared = false;
+  for (const Device& d : devices)
+    if (d.kind == DeviceKind::gpu && d.index < static_cast<int>(gpu_map.size())) {
+      auto& v = on[gpu_map[d.index]];
+      v.push_back(d);
+      shared |= v.size() > 1;
+    }
+  if (!shared) return "";
+  std::string s = "note: ";
+  for (auto& [p, ds] : on) {
+    if (s.size() > 6) s += "; ";
+    for (size_t i = 0; i < ds.size(); ++i) s += (i ? ", " : "") + ds[i].str();
+    s += ds.size() == 1 ? " is on" : ds.size() == 2 ? " are logical devices, both on" : " are logical devices, all on";
+    s += " physical GPU " + std::to_string(p);
+  }
+  return s + " (logical devices share their GPU's compute: the run shows the mechanics, not a speed-up)";
+}
+
+DevicePlan plan_devices(const std::string& devices_flag, int num_gpus_flag, const char* logical_gpus_env,
+                        int physical_gpus) {
+  const int split = parse_logical_gpus(logical_gpus_env);
+  DevicePlan plan;
+  plan.gpu_map = split_gpus(physical_gpus, split);
+  const int logical = static_cast<int>(plan.gpu_map.size());
+  if (devices_flag.empty()) {
+    DeviceChoice c = resolve_num_gpus(num_gpus_flag, logical);
+    plan.devices = c.devices;
+    if (!c.note.empty()) plan.notes.push_back(c.note);
+  } else {
+    // With D2L_LOGICAL_GPUS the items name logical GPUs, each at most once; without it a physical
+    // GPU may be listed more than once.
+    plan.devices = parse_devices(devices_flag, split == 1);
+    std::vector<int> listed;  // the physical GPU of each gpu item, in list order
+    for (const Device& d : plan.devices) {
+      if (d.kind != DeviceKind::gpu) continue;
+      if (d.index >= logical)
+        throw ConfigError("no device " + d.str() + ": this machine has " + std::to_string(physical_gpus) + " GPU(s)" +
+                          (split > 1 ? " split into " + std::to_string(logical) + " logical ones by D2L_LOGICAL_GPUS" : "") +
+                          "; list a GPU twice (gpu:0,gpu:0) or set D2L_LOGICAL_GPUS=2 for two logical devices on one, "
+                          "or use cpu or emu devices (e.g. --devices emu:0,emu:1)");
+      listed.push_back(d.index);
+    }
+    std::vector<int> sorted = listed;
+    std::sort(sorted.begin(), sorted.end());
+    if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
+      // A physical GPU listed twice: the gpu items become logical gpu(0), gpu(1), ... in list order.
+      plan.gpu_map = listed;
+      int next = 0;
+      for (Device& d : plan.devices)
+        if (d.kind == DeviceKind::gpu) d.index = next++;
+    }
+  }
+  if (std::string note = logical_gpus_note(plan.devices, plan.gpu_map); !note.empty()) plan.notes.push_back(note);
+  return plan;
 }
 
 }  // namespace d2l

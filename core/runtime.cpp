@@ -32,21 +32,87 @@ int num_cores() {
   return std::max(1, static_cast<int>(std::max(1u, std::thread::hardware_concurrency())) / dist::world().local_size);
 }
 
-static GpuHandles make_gpu_handles(Device d) {
+// ---- The GPU map (core/device.hpp "Logical GPUs"): logical gpu(i) -> physical GPU.
+namespace {
+std::mutex g_map_mu;
+std::vector<int>& map_locked() {  // with g_map_mu held
+  static std::vector<int> map = [] {
+    int split = 1;
+    try {
+      split = parse_logical_gpus(std::getenv("D2L_LOGICAL_GPUS"));
+    } catch (const ConfigError&) {  // guarded_main reports it; here the value is ignored
+    }
+    return split_gpus(num_physical_gpus(), split);
+  }();
+  return map;
+}
+std::map<int, int>& gpus_in_use() {  // logical -> physical of the gpu(i) runtimes created, with g_map_mu held
+  static std::map<int, int> m;
+  return m;
+}
+}  // namespace
+
+std::string why_logical_gpus_env_is_bad() {
+  try {
+    parse_logical_gpus(std::getenv("D2L_LOGICAL_GPUS"));
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::vector<int> gpu_map() {
+  std::lock_guard<std::mutex> lock(g_map_mu);
+  return map_locked();
+}
+
+void set_gpu_map(std::vector<int> map) {
+  std::lock_guard<std::mutex> lock(g_map_mu);
+  for (auto [logical, physical] : gpus_in_use())
+    if (logical >= static_cast<int>(map.size()) || map[logical] != physical)
+      throw ConfigError("gpu(" + std::to_string(logical) + ") already runs on physical GPU " + std::to_string(physical) +
+                        "; a process keeps one GPU map");
+  map_locked() = std::move(map);
+}
+
+int num_gpus() {
+  std::lock_guard<std::mutex> lock(g_map_mu);
+  return static_cast<int>(map_locked().size());
+}
+
+int physical_gpu(int logical) {
+  std::lock_guard<std::mutex> lock(g_map_mu);
+  const auto& map = map_locked();
+  if (logical < 0 || logical >= static_cast<int>(map.size()))
+    throw ConfigError("no device gpu(" + std::to_string(logical) + "): this machine has " + std::to_string(map.size()) +
+                      " GPU(s)");
+  return map[logical];
+}
+
+// The physical GPU of a gpu(i) runtime, recorded: the map may no longer move gpu(i).
+static int claim_physical_gpu(Device d) {
+  if (d.kind != DeviceKind::gpu) return -1;
+  const int p = physical_gpu(d.index);
+  std::lock_guard<std::mutex> lock(g_map_mu);
+  gpus_in_use()[d.index] = p;
+  return p;
+}
+
+// A gpu(i) device's CUDA streams and cuBLAS handle, made on its physical GPU.
+static GpuHandles make_gpu_handles(int physical) {
   GpuHandles h;
-  if (d.kind != DeviceKind::gpu) return h;
-  h.compute = cuda_layer::stream_create(d.index);
-  h.copy = cuda_layer::stream_create(d.index);
-  h.blas = cuda_layer::blas_create(d.index, h.compute);
+  if (physical < 0) return h;
+  h.compute = cuda_layer::stream_create(physical);
+  h.copy = cuda_layer::stream_create(physical);
+  h.blas = cuda_layer::blas_create(physical, h.compute);
   return h;
 }
 
-// A gpu(i) stream's thread makes GPU i current; its fence waits for the CUDA stream behind it.
-static StreamHooks gpu_hooks(Device d, void* cuda_stream) {
-  if (d.kind != DeviceKind::gpu) return {};
-  int i = d.index;
-  return StreamHooks{[i] { cuda_layer::set_device(i); },
-                     [i, cuda_stream] { cuda_layer::stream_synchronize(i, cuda_stream); }};
+// A gpu(i) stream's thread makes gpu(i)'s physical GPU current; its fence waits for the CUDA stream behind it.
+static StreamHooks gpu_hooks(int physical, void* cuda_stream) {
+  if (physical < 0) return {};
+  return StreamHooks{[physical] { cuda_layer::set_device(physical); },
+                     [physical, cuda_stream] { cuda_layer::stream_synchronize(physical, cuda_stream); }};
 }
 
 #ifdef D2L_WITH_CUDA
@@ -57,11 +123,12 @@ static void count_gpu_scratch(kernels::cuda::Stream stream, int64_t bytes);
 
 DeviceRuntime::DeviceRuntime(Device d)
     : pool_(d.kind == DeviceKind::gpu ? 0 : num_cores() - 1),
-      gpu(make_gpu_handles(d)),
+      physical(claim_physical_gpu(d)),
+      gpu(make_gpu_handles(physical)),
       device(d),
-      allocator(std::make_shared<Allocator>(d.str(), SystemMemory{d.kind == DeviceKind::gpu ? d.index : -1})),
-      compute(d.str() + " compute", gpu_hooks(d, gpu.compute)),
-      copy(d.str() + " copy", gpu_hooks(d, gpu.copy)),
+      allocator(std::make_shared<Allocator>(d.str(), SystemMemory{physical})),
+      compute(d.str() + " compute", gpu_hooks(physical, gpu.compute)),
+      copy(d.str() + " copy", gpu_hooks(physical, gpu.copy)),
       threads_(d.kind == DeviceKind::gpu ? 1 : num_cores()) {}
 
 void DeviceRuntime::set_threads(int n) { threads_.store(std::clamp(n, 1, pool_.helpers() + 1)); }
@@ -96,7 +163,8 @@ DeviceRuntime& runtime(Device d) {
   if (d.index < 0) throw ConfigError("bad device " + d.str() + ": index must be >= 0");
   if (d.kind == DeviceKind::gpu && d.index >= num_gpus())
     throw ConfigError("no device " + d.str() + ": this machine has " + std::to_string(num_gpus()) +
-                      " GPU(s); use cpu or emu devices (e.g. --devices emu:0,emu:1)");
+                      " GPU(s); use cpu or emu devices (e.g. --devices emu:0,emu:1), or logical GPUs "
+                      "(--devices gpu:0,gpu:0 or D2L_LOGICAL_GPUS=2)");
   kernels::cpu::check_blas();
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);

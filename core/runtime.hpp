@@ -54,6 +54,7 @@ class DeviceRuntime {
   kernels::cpu::ThreadPool pool_;  // first: destroyed after the streams whose tasks use it
 
  public:
+  const int physical;  // gpu(i): the physical GPU its CUDA calls use (core/device.hpp "Logical GPUs"); else -1
   const GpuHandles gpu;
   explicit DeviceRuntime(Device d);
   Device device;
@@ -89,6 +90,8 @@ int use_devices(const std::vector<Device>& devices);
 // gives the one-line reason, or "").
 std::string why_num_threads_env_is_bad();
 int num_cores();
+// D2L_LOGICAL_GPUS's one-line reason to refuse it (parse_logical_gpus), or "".
+std::string why_logical_gpus_env_is_bad();
 
 // Host waits until every stream of every created device is idle; rethrows the first kept error.
 void waitall();

@@ -42,7 +42,7 @@ Tensor Tensor::empty(const Shape& shape, Device d, DType t) {
   p->storage = std::make_shared<Storage>(rt.allocator, bytes, rt.compute.clock());  // for compute's work
   if (fill_nan() && bytes > 0) {  // NaN everywhere, in stream order (the block's last readers may be queued)
     void* ptr = p->storage->ptr;
-    const int g = d.kind == DeviceKind::gpu ? d.index : -1;
+    const int g = rt.physical;
     rt.compute.enqueue_untraced("fill nan", [ptr, bytes, g] {
       if (g >= 0) cuda_layer::fill_bytes(g, ptr, 0xFF, bytes);
       else std::memset(ptr, 0xFF, bytes);

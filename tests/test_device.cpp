@@ -2,6 +2,8 @@
 #include <cblas.h>
 #include <doctest/doctest.h>
 
+#include <cstdlib>
+
 #include "core/device.hpp"
 #include "core/runtime.hpp"
 #include "kernels/cpu/kernels.hpp"
@@ -40,6 +42,98 @@ TEST_CASE("--num-gpus: GPUs when present, CPU devices with a note when none, an 
   CHECK_THROWS_WITH_AS(resolve_num_gpus(3, 1), doctest::Contains("--devices"), ConfigError);
   CHECK_THROWS_AS(resolve_num_gpus(0, 0), ConfigError);
   CHECK_THROWS_AS(resolve_num_gpus(-1, 0), ConfigError);
+}
+
+// ---- Logical GPUs: plan_devices with a fake physical GPU count and D2L_LOGICAL_GPUS's text.
+
+TEST_CASE("logical GPUs: a physical GPU listed twice gives two logical devices on it") {
+  DevicePlan p = plan_devices("gpu:0,gpu:0", 1, nullptr, 1);
+  CHECK(p.devices == std::vector<Device>{gpu(0), gpu(1)});
+  CHECK(p.gpu_map == std::vector<int>{0, 0});
+  REQUIRE(p.notes.size() == 1);
+  CHECK(p.notes[0].find("gpu(0), gpu(1) are logical devices, both on physical GPU 0") != std::string::npos);
+  // Renumbered in list order, each on the GPU it names; other devices keep their place.
+  DevicePlan q = plan_devices("gpu:1,cpu:0,gpu:1,gpu:0", 1, nullptr, 2);
+  CHECK(q.devices == std::vector<Device>{gpu(0), cpu(0), gpu(1), gpu(2)});
+  CHECK(q.gpu_map == std::vector<int>{1, 1, 0});
+  // Without a repeat the names are the physical GPUs', with no note.
+  DevicePlan r = plan_devices("gpu:1,gpu:0", 1, nullptr, 2);
+  CHECK(r.devices == std::vector<Device>{gpu(1), gpu(0)});
+  CHECK(r.gpu_map == std::vector<int>{0, 1});
+  CHECK(r.notes.empty());
+}
+
+TEST_CASE("logical GPUs: a GPU beyond the physical ones is an error naming it") {
+  CHECK_THROWS_WITH_AS(plan_devices("gpu:0,gpu:1", 1, nullptr, 1), doctest::Contains("no device gpu(1)"), ConfigError);
+  CHECK_THROWS_WITH_AS(plan_devices("gpu:0,gpu:1", 1, nullptr, 1), doctest::Contains("D2L_LOGICAL_GPUS=2"), ConfigError);
+  CHECK_THROWS_WITH_AS(plan_devices("gpu:0,gpu:0", 1, nullptr, 0), doctest::Contains("no device gpu(0)"), ConfigError);
+  CHECK_THROWS_WITH_AS(plan_devices("gpu:0,gpu:2", 1, "2", 1), doctest::Contains("no device gpu(2)"), ConfigError);
+}
+
+TEST_CASE("logical GPUs: D2L_LOGICAL_GPUS=K splits each physical GPU into K") {
+  CHECK(split_gpus(1, 2) == std::vector<int>{0, 0});
+  CHECK(split_gpus(2, 3) == std::vector<int>{0, 0, 0, 1, 1, 1});
+  CHECK(split_gpus(0, 4).empty());
+  DevicePlan p = plan_devices("gpu:0,gpu:1", 1, "2", 1);
+  CHECK(p.devices == std::vector<Device>{gpu(0), gpu(1)});
+  CHECK(p.gpu_map == std::vector<int>{0, 0});
+  REQUIRE(p.notes.size() == 1);
+  CHECK(p.notes[0].find("physical GPU 0") != std::string::npos);
+  // The items name logical GPUs: each at most once.
+  CHECK_THROWS_WITH_AS(plan_devices("gpu:0,gpu:0", 1, "2", 1), doctest::Contains("gpu(0) is listed twice"), ConfigError);
+  // D2L_LOGICAL_GPUS=1 is the default: names are physical.
+  CHECK(plan_devices("gpu:0", 1, "1", 1).gpu_map == std::vector<int>{0});
+  // Logical GPUs on different physical ones share nothing: no note.
+  CHECK(plan_devices("gpu:0,gpu:2", 1, "2", 2).notes.empty());
+}
+
+TEST_CASE("logical GPUs: bad D2L_LOGICAL_GPUS values are one-line errors") {
+  CHECK(parse_logical_gpus(nullptr) == 1);
+  CHECK(parse_logical_gpus("1") == 1);
+  CHECK(parse_logical_gpus("64") == 64);
+  for (const char* bad : {"", "0", "65", "-1", "two", "2.5", " 2", "2 ", "99999999999999999999"}) {
+    CAPTURE(bad);
+    CHECK_THROWS_WITH_AS(parse_logical_gpus(bad), doctest::Contains("bad D2L_LOGICAL_GPUS"), ConfigError);
+    CHECK_THROWS_WITH_AS(plan_devices("", 2, bad, 1), doctest::Contains("from 1 to 64"), ConfigError);
+  }
+}
+
+TEST_CASE("logical GPUs: cpu and emu devices listed twice stay errors") {
+  for (const char* env : {static_cast<const char*>(nullptr), "2"}) {
+    CHECK_THROWS_WITH_AS(plan_devices("cpu:0,cpu:0", 1, env, 1), doctest::Contains("cpu(0) is listed twice"), ConfigError);
+    CHECK_THROWS_WITH_AS(plan_devices("emu:1,gpu:0,emu:1", 1, env, 1), doctest::Contains("emu(1) is listed twice"),
+                         ConfigError);
+  }
+  CHECK_THROWS_AS(parse_devices("gpu:0,gpu:0"), ConfigError);  // repeats only where asked for
+  CHECK(parse_devices("gpu:0,gpu:0", true).size() == 2);
+}
+
+TEST_CASE("logical GPUs: --num-gpus 2 with D2L_LOGICAL_GPUS=2 on one GPU") {
+  DevicePlan p = plan_devices("", 2, "2", 1);
+  CHECK(p.devices == std::vector<Device>{gpu(0), gpu(1)});
+  CHECK(p.gpu_map == std::vector<int>{0, 0});
+  REQUIRE(p.notes.size() == 1);
+  CHECK(p.notes[0].find("both on physical GPU 0") != std::string::npos);
+  CHECK_THROWS_WITH_AS(plan_devices("", 3, "2", 1), doctest::Contains("--num-gpus 3"), ConfigError);
+  // Without the variable one GPU is not two; with no GPU at all CPU devices stand in as before.
+  CHECK_THROWS_AS(plan_devices("", 2, nullptr, 1), ConfigError);
+  DevicePlan none = plan_devices("", 2, "2", 0);
+  CHECK(none.devices == std::vector<Device>{cpu(0), cpu(1)});
+  CHECK(none.notes.size() == 1);
+  CHECK(logical_gpus_note({gpu(0), gpu(1), gpu(2)}, {0, 0, 0}).find("all on physical GPU 0") != std::string::npos);
+  CHECK(logical_gpus_note({gpu(0), gpu(1)}, {0, 1}).empty());
+}
+
+TEST_CASE("the process's GPU map: identity without logical GPUs, refused moves of a GPU in use") {
+  if (std::getenv("D2L_LOGICAL_GPUS")) return;  // the map then splits
+  CHECK(gpu_map() == split_gpus(num_physical_gpus(), 1));
+  CHECK(num_gpus() == num_physical_gpus());
+  const std::vector<int> saved = gpu_map();
+  set_gpu_map({0, 0});
+  CHECK(num_gpus() == 2);
+  CHECK(physical_gpu(1) == 0);
+  CHECK_THROWS_AS(physical_gpu(2), ConfigError);
+  set_gpu_map(saved);
 }
 
 TEST_CASE("backends that are not built say so instead of crashing") {

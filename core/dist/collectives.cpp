@@ -219,7 +219,7 @@ static void allreduce_impl(const Tensor& t, const Group& g, const std::string& a
   if (g.size() == 1 || n == 0) return;
   if (on_gpu(t)) {
     // NCCL's communicator is the world's; a smaller group's sum goes through MPI.
-    if (algorithm == "library" && nccl::built() && g.is_world()) return nccl::allreduce(t, done_out);
+    if (algorithm == "library" && nccl::built() && g.is_world() && nccl::usable(t.device())) return nccl::allreduce(t, done_out);
     // Staged through host memory: the copy back is stream work on t's device, ordered after the
     // collective, so the async form waits here (its result is complete when the compute stream is).
     return via_host(t, [&](const Tensor& h) { allreduce_impl(h, g, algorithm, nullptr); });
@@ -269,7 +269,7 @@ void broadcast(const Tensor& t, int root) {
   const int n = count_of("broadcast", t.numel());
   if (world_size() == 1 || n == 0) return;
   if (on_gpu(t)) {
-    if (nccl::built()) return nccl::broadcast(t, root);
+    if (nccl::usable(t.device())) return nccl::broadcast(t, root);
     return via_host(t, [&](const Tensor& h) { broadcast(h, root); });
   }
 #ifdef D2L_WITH_MPI
@@ -297,7 +297,7 @@ Work allgather_async(const Tensor& in, const Tensor& out) {
     return w;
   }
   if (on_gpu(in) || on_gpu(out)) {
-    if (nccl::built() && on_gpu(in) && in.device() == out.device()) {
+    if (nccl::built() && on_gpu(in) && in.device() == out.device() && nccl::usable(in.device())) {
       nccl::allgather(in, out);
       return w;
     }
@@ -328,7 +328,7 @@ void reduce_scatter(const Tensor& in, const Tensor& out) {
     return;
   }
   if (on_gpu(in) || on_gpu(out)) {
-    if (nccl::built() && on_gpu(in) && in.device() == out.device()) return nccl::reduce_scatter(in, out);
+    if (nccl::built() && on_gpu(in) && in.device() == out.device() && nccl::usable(in.device())) return nccl::reduce_scatter(in, out);
     Tensor h = Tensor::empty(out.shape(), cpu(0));
     reduce_scatter(in.to(cpu(0)), h);
     return h.copyto(out);

@@ -6,9 +6,14 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <unistd.h>
+
 #include <functional>
+#include <iostream>
 #include <memory>
 #include <mutex>
+#include <string>
+#include <vector>
 
 #include "core/dist/collectives.hpp"
 #include "core/dist/process_group.hpp"
@@ -37,6 +42,41 @@ struct Communicator {
 std::mutex g_mu;
 std::unique_ptr<Communicator> g_comm;
 
+// "" when every rank's GPU is a physical GPU of its own; else the line naming two ranks that share
+// one. A gather over MPI: every rank calls it in its first GPU collective.
+std::string shared_gpu_of(Device d) {
+  const int physical = runtime(d).physical;
+  char bus[64] = "?";
+  if (cudaDeviceGetPCIBusId(bus, sizeof bus, physical) != cudaSuccess) cudaGetLastError();
+  char host[256] = "?";
+  ::gethostname(host, sizeof host - 1);
+  // "host|bus id|gpu(i)|physical": the first two identify the physical GPU.
+  const std::vector<std::string> all =
+      gather_strings(std::string(host) + "|" + bus + "|" + d.str() + "|" + std::to_string(physical));
+  for (size_t a = 0; a < all.size(); ++a)
+    for (size_t b = a + 1; b < all.size(); ++b) {
+      auto key = [](const std::string& s) { return s.substr(0, s.find('|', s.find('|') + 1)); };
+      if (key(all[a]) != key(all[b])) continue;
+      auto field = [](const std::string& s, int i) {
+        size_t p = 0;
+        for (int k = 0; k < i; ++k) p = s.find('|', p) + 1;
+        return s.substr(p, s.find('|', p) - p);
+      };
+      return "NCCL cannot put two ranks on one GPU: rank " + std::to_string(a) + "'s " + field(all[a], 2) + " and rank " +
+             std::to_string(b) + "'s " + field(all[b], 2) + " are both physical GPU " + field(all[a], 3) + " of " +
+             field(all[a], 0);
+    }
+  return "";
+}
+
+// Once a process, on every rank together: "" or the reason NCCL cannot run this world.
+std::string shared_gpu_once(Device d) {
+  static std::once_flag once;
+  static std::string why;
+  std::call_once(once, [&] { why = shared_gpu_of(d); });
+  return why;
+}
+
 Communicator& communicator(Device d) {
   std::lock_guard<std::mutex> lock(g_mu);
   if (g_comm) {
@@ -45,12 +85,14 @@ Communicator& communicator(Device d) {
                         " cannot join them (one GPU per process crosses processes: sum the local GPUs first)");
     return *g_comm;
   }
+  if (std::string why = shared_gpu_once(d); !why.empty())
+    throw ConfigError(why + "; use kvstore device/ring or staged MPI");
   ncclUniqueId id{};
   if (rank() == 0) check(ncclGetUniqueId(&id), "ncclGetUniqueId");
   broadcast_bytes(&id, sizeof id, 0);  // over MPI, on the communication thread
   auto c = std::make_unique<Communicator>();
   c->device = d;
-  const int gpu = d.index;
+  const int gpu = runtime(d).physical;
   c->cuda_stream = cuda_layer::stream_create(gpu);
   void* s = c->cuda_stream;
   c->stream = std::make_unique<Stream>(d.str() + " comm", StreamHooks{[gpu] { cuda_layer::set_device(gpu); },
@@ -88,6 +130,17 @@ void on_nccl(const char* op, const std::vector<Tensor>& tensors, std::function<v
 }  // namespace
 
 bool built() { return true; }
+
+bool usable(Device d) {
+  if (world_size() == 1 || d.kind != DeviceKind::gpu) return true;
+  const std::string why = shared_gpu_once(d);
+  if (why.empty()) return true;
+  static std::once_flag told;
+  std::call_once(told, [&] {
+    if (rank() == 0) std::cout << "note: " << why << "; GPU collectives are staged through host memory (MPI) instead\n";
+  });
+  return false;
+}
 
 void allreduce(const Tensor& t, Event* done) {
   float* p = t.data();
@@ -143,6 +196,7 @@ namespace {
 }  // namespace
 
 bool built() { return false; }
+bool usable(Device) { return false; }
 void allreduce(const Tensor&, Event*) { none(); }
 void broadcast(const Tensor&, int) { none(); }
 void allgather(const Tensor&, const Tensor&) { none(); }

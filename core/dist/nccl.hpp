@@ -12,6 +12,14 @@
 namespace d2l::dist::nccl {
 
 bool built();  // false: these throw ConfigError, and collectives.cpp stages GPU tensors through host memory
+// NCCL cannot put two ranks on one physical GPU, which logical GPUs (core/device.hpp) make possible:
+// two processes whose GPUs are logical devices of one GPU (D2L_LOGICAL_GPUS=2, gpu(local_rank)).
+// usable(d): built(), and no two ranks' GPUs (each rank's `d`) are one physical GPU. Asked of every
+// rank together, once (its first GPU collective: a gather over MPI); when they share one, rank 0
+// says once "note: NCCL cannot put two ranks on one GPU: ...; GPU collectives are staged through
+// host memory (MPI) instead" and collectives.cpp takes that path. The collectives below refuse such
+// a world with that one line (a ConfigError) rather than hang in ncclCommInitRank.
+bool usable(Device d);
 // ncclAllReduce, sum. With `done`: the compute stream does not wait; *done marks the end (async).
 void allreduce(const Tensor& t, Event* done = nullptr);
 void broadcast(const Tensor& t, int root);                   // ncclBroadcast

@@ -12,6 +12,9 @@
 
 namespace d2l::cuda_layer {
 
+// Every `gpu` argument here is a physical GPU's ordinal (what cudaSetDevice takes), never a logical
+// gpu(i)'s index: callers pass DeviceRuntime::physical (core/device.hpp "Logical GPUs").
+//
 // Every CUDA and cuBLAS call is checked; a failure throws DeviceError
 // "core/gpu/cuda_layer.cpp:57: cudaMalloc(&p, bytes) failed: out of memory".
 
@@ -32,7 +35,9 @@ void* blas_create(int gpu, void* stream);  // a cuBLAS handle whose work goes to
 // Copies `bytes` from src to dst. A side that is -1 is host memory, otherwise device memory of that
 // GPU. Queued on `stream` (a stream of dst's GPU, or of src's when dst is host memory; null: the
 // legacy default stream). wait = true: returns once the copy is complete. Between two GPUs it uses
-// cudaMemcpyPeerAsync when peer access is available, otherwise stages through pinned host memory.
+// cudaMemcpyPeerAsync when peer access is available, otherwise stages through pinned host memory;
+// dst_gpu == src_gpu (two logical GPUs of one physical GPU, or one device) is a plain
+// device-to-device cudaMemcpyAsync on `stream`.
 void copy(void* dst, int dst_gpu, const void* src, int src_gpu, size_t bytes, void* stream, bool wait);
 
 // C (M, N) = alpha op(A) @ op(B) + beta C, row-major, with cuBLAS on the handle's stream.

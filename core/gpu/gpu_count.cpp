@@ -1,4 +1,4 @@
-// How many real GPUs this process can use. Built against the CUDA runtime when the project is built
+// How many physical GPUs this process can use. Built against the CUDA runtime when the project is built
 // with nvcc (D2L_WITH_CUDA); a machine without a GPU or without a driver answers an error there
 // (35: insufficient driver, 100: no device), which means zero GPUs — never a crash.
 #include "core/device.hpp"
@@ -9,7 +9,7 @@
 
 namespace d2l {
 
-int num_gpus() {
+int num_physical_gpus() {
 #ifdef D2L_WITH_CUDA
   static const int count = [] {
     int n = 0;

@@ -4,6 +4,8 @@
 // machine without a GPU it says so and exits 77, which meson reports as skipped (never as passed).
 // With --kind emu (meson test gpu_ops_emulated): the same checks on emulated GPUs, which run
 // everywhere, so the test itself is known to be right before it meets a real GPU.
+// On a machine with one GPU the two-device cases run on two logical devices of it, gpu(0) and gpu(1)
+// (core/device.hpp "Logical GPUs"): copies between them are device-to-device on one GPU.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
@@ -81,8 +83,9 @@ TEST_CASE("host <-> GPU copies are exact, with byte offsets; the allocator reuse
   CHECK(alloc.stats().reuses > before);
 }
 
-// With one GPU, main() leaves this case out and says so; doctest counts it as skipped.
-const char* const kPeerCopies = "copies between every pair of GPUs (peer or staged) and back to the host are exact";
+// With one GPU it runs on two logical devices of it (main()).
+const char* const kPeerCopies =
+    "copies between every pair of GPUs (peer, staged, or on one GPU between logical devices) and back to the host are exact";
 TEST_CASE(kPeerCopies) {
   int n = device_count();
   REQUIRE(n >= 2);
@@ -90,6 +93,26 @@ TEST_CASE(kPeerCopies) {
   for (int i = 0; i < n; ++i)
     for (int j = 0; j < n; ++j)
       if (i != j) CHECK(Tensor::from_vector(v, {int64_t(v.size())}, dev(i)).to(dev(j)).to_vector() == v);
+}
+
+TEST_CASE("each device has its own streams, cuBLAS handle and allocator, also two logical GPUs of one") {
+  if (device_count() < 2) return;
+  DeviceRuntime &a = runtime(dev(0)), &b = runtime(dev(1));
+  CHECK(a.allocator != b.allocator);
+  CHECK(&a.compute != &b.compute);
+  if (!emulated) {
+    CHECK(a.gpu.compute != b.gpu.compute);
+    CHECK(a.gpu.copy != b.gpu.copy);
+    CHECK(a.gpu.blas != b.gpu.blas);
+    CHECK(a.physical == physical_gpu(0));
+    CHECK(b.physical == physical_gpu(1));
+  }
+  // Work on one waits for an event of the other: a copy queued after a kernel sees its result.
+  auto x = Tensor::from_vector(lcg_data(1 << 16, 11), {1 << 16}, dev(0));
+  auto y = scale(x, 2.0f).to(dev(1));
+  auto want = x.to_vector();
+  for (auto& v : want) v *= 2.0f;
+  CHECK(max_diff(want, scale(y, 1.0f).to_vector()) == 0);
 }
 
 TEST_CASE("matmul on GPU 0: cuBLAS and the hand-written GEMMs match cpu(0)") {
@@ -176,6 +199,10 @@ int main(int argc, char** argv) {
     std::printf("skipped: no GPU (built with CUDA: %s; the CUDA runtime reports 0 devices)\n",
                 built_with_cuda() ? "yes" : "no");
     return 77;
+  }
+  if (!emulated && num_gpus() == 1) {  // two logical devices on the one GPU
+    set_gpu_map({0, 0});
+    std::printf("one GPU: the two-device cases run on gpu(0) and gpu(1), logical devices both on physical GPU 0\n");
   }
   doctest::Context ctx;
   ctx.applyCommandLine(argc, argv);
