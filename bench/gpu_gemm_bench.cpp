@@ -222,7 +222,7 @@ struct ConvTimes {
   Stats ifwd, idata, iweight;  // kernel5, implicit GEMM, fp32 variant: every shape
   Stats tfwd, tdata, tweight;  // kernel5's tf32 variant (tensor cores)
 };
-constexpr double kTf32Tolerance = 5e-3;  // TF32 inputs (10-bit mantissa): ~1e-4 relative to max |C| here
+constexpr double kTf32ConvTolerance = 5e-3;  // TF32 inputs (10-bit mantissa): ~1e-4 relative to max |C| here
 bool bench_conv(const Gpu& g, const Conv& c, ConvTimes& t) {
   const Conv2dShape& s = c.s;
   const int64_t nx = s.N * s.C * s.H * s.W, nw = s.OC * conv_k(s), ny = s.N * s.OC * conv_p(s);
@@ -274,7 +274,7 @@ bool bench_conv(const Gpu& g, const Conv& c, ConvTimes& t) {
     kc::conv2d_backward_weight_implicit(g.stream, s, x.p, dy.p, idw.p);
     const double ierr = std::max({rel_error(hy, iy.host()), rel_error(dx.host(), idx.host()), rel_error(dw.host(), idw.host())});
     const bool tf32 = p == kcpu::Precision::tf32;
-    if (!(ierr <= (tf32 ? kTf32Tolerance : kTolerance))) {
+    if (!(ierr <= (tf32 ? kTf32ConvTolerance : kTolerance))) {
       std::printf("  validation FAILED: %s: implicit GEMM (%s) vs the passes above: %.2e\n", c.name, tf32 ? "tf32" : "fp32",
                   ierr);
       kcpu::set_precision(kcpu::Precision::automatic);

@@ -594,7 +594,7 @@ __global__ void conv2d_implicit_tf32_kernel(typename T::Pass pass, float* out, i
     D2L_CONV_UNROLL
     for (int j = 0; j < FN; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
   }
-  gemm_loop<T>(pass, s, k_chunk, [](float v) { return wmma::__float_to_tf32(v); }, [&](const Smem& sm) {
+  gemm_loop<T>(pass, s, k_chunk, [](float v) { return to_tf32(v); }, [&](const Smem& sm) {
     D2L_CONV_UNROLL
     for (int kk = 0; kk < BK; kk += 8) {
       wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::col_major> a[FM];
@@ -747,9 +747,13 @@ void conv2d_backward_weight_implicit(Stream stream, const Conv2dShape& s, const 
 //   direct              kernel1's three passes
 //   winograd            kernel3 F(4x4, 3x3) forward and backward_data, im2col's backward_weight
 //   winograd2           kernel3 F(2x2, 3x3), likewise
-//   implicit            kernel5's three passes (not automatic's choice until measured on a GPU)
-//   automatic           kernel3 F(4x4, 3x3) where it fits, else im2col: its 36 GEMMs span the whole
-//                       batch's tiles, im2col's GEMM one image (bench/README.md, "GPU GEMMs against cuBLAS")
+//   implicit            kernel5's three passes
+//   automatic           in TF32 (--precision tf32, or auto on a GPU of sm_80 or later): kernel5's three
+//                       passes on tensor cores, as cuDNN's implicit-GEMM algorithms. In FP32: kernel3
+//                       F(4x4, 3x3) forward and backward_data where it fits (its 36 GEMMs span the whole
+//                       batch's tiles; im2col elsewhere), and kernel5's split-K backward_weight, which
+//                       sums over the whole batch in one launch where im2col goes image by image
+//                       (bench/README.md, "GPU GEMMs against cuBLAS")
 //   anything else       kernel2 im2col (im2col itself; blocked, a CPU member, runs it here)
 // kernel3's launchers run im2col themselves for the shapes they do not take (not 3x3 stride 1, or, for
 // backward_data, padding above 2).
@@ -763,8 +767,11 @@ Passes passes(::d2l::kernels::cpu::Conv2dKernel k) {
   switch (k) {
     case Conv2dKernel::direct:
       return {conv2d_forward_direct, conv2d_backward_data_direct, conv2d_backward_weight_direct};
-    case Conv2dKernel::winograd:
     case Conv2dKernel::automatic:
+      if (implicit_uses_tf32())
+        return {conv2d_forward_implicit, conv2d_backward_data_implicit, conv2d_backward_weight_implicit};
+      return {conv2d_forward_winograd, conv2d_backward_data_winograd, conv2d_backward_weight_implicit};
+    case Conv2dKernel::winograd:
       return {conv2d_forward_winograd, conv2d_backward_data_winograd, conv2d_backward_weight_im2col};
     case Conv2dKernel::winograd2:
       return {conv2d_forward_winograd2, conv2d_backward_data_winograd2, conv2d_backward_weight_im2col};

@@ -32,6 +32,15 @@
 
 namespace d2l::kernels::cuda {
 namespace wmma = nvcuda::wmma;  // tensor cores; the emulation's is kernels/emu/wmma.hpp
+// A float rounded to TF32 (wmma::__float_to_tf32, which CUDA declares for sm_80 and later only: TF32
+// kernels compile to empty bodies below that, and this is the identity there).
+__device__ __forceinline__ float to_tf32(float x) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  return wmma::__float_to_tf32(x);
+#else
+  return x;
+#endif
+}
 using Stream = cudaStream_t;
 inline void check_launch(const char* kernel, const char* file, int line) {
   cudaError_t e = cudaGetLastError();

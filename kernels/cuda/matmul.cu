@@ -468,8 +468,8 @@ __device__ __forceinline__ void stash(float* S, const float4 (&r)[kVecs], bool k
     int m, k;
     slot(v, k_contig, m, k);
     *reinterpret_cast<float4*>(S + index(k_contig, m, k)) =
-        make_float4(wmma::__float_to_tf32(r[v].x), wmma::__float_to_tf32(r[v].y), wmma::__float_to_tf32(r[v].z),
-                    wmma::__float_to_tf32(r[v].w));
+        make_float4(to_tf32(r[v].x), to_tf32(r[v].y), to_tf32(r[v].z),
+                    to_tf32(r[v].w));
   }
 }
 
@@ -502,7 +502,7 @@ __global__ void matmul_kernel6_tf32(int64_t M, int64_t N, int64_t K, float alpha
     __syncthreads();
   }
   for (int64_t sl = 0; sl < slices; ++sl) {
-    const int cur = static_cast<int>(sl % 2);
+    const int cur = static_cast<int>(sl & 1);  // the buffer of slice sl
     const bool more = sl + 1 < slices;
     if (more) {  // slice sl + 1 on its way into registers while this one is computed on
       fetch(a_next, A, a_row, a_col, A_KC, a_vec, row0, M, (sl + 1) * kBK, K);

@@ -38,5 +38,6 @@
 namespace d2l::kernels::emu {
 using namespace ::d2l::cuda_emu::builtins;
 namespace wmma = ::d2l::cuda_emu::wmma;  // tensor cores (TF32), kernels/emu/wmma.hpp
+inline float to_tf32(float x) { return wmma::__float_to_tf32(x); }  // as d2l_cuda.cuh's
 using Stream = ::d2l::cuda_emu::Stream;  // the emu device's thread budget; null = calling thread only
 }  // namespace d2l::kernels::emu

@@ -159,7 +159,8 @@ TEST_CASE("conv2d's members on GPU 0 (direct, im2col, winograd, winograd2) match
   };
   kernels::cpu::set_conv2d_kernel(Conv2dKernel::im2col);
   const auto ref = run(cpu(0));
-  for (Conv2dKernel m : {Conv2dKernel::direct, Conv2dKernel::im2col, Conv2dKernel::winograd, Conv2dKernel::winograd2}) {
+  for (Conv2dKernel m : {Conv2dKernel::direct, Conv2dKernel::im2col, Conv2dKernel::winograd, Conv2dKernel::winograd2,
+                         Conv2dKernel::implicit, Conv2dKernel::automatic}) {
     CAPTURE(int(m));
     kernels::cpu::set_conv2d_kernel(m);
     const auto got = run(dev(0));
@@ -172,6 +173,48 @@ TEST_CASE("conv2d's members on GPU 0 (direct, im2col, winograd, winograd2) match
     }
   }
   kernels::cpu::set_conv2d_kernel(Conv2dKernel::automatic);  // the default
+}
+
+// --precision tf32: cuBLAS's tensor-op GEMM and kernel5 on tensor cores (the emulation's wmma on emu(0)),
+// against cpu(0)'s FP32. Inputs rounded to TF32 are within 2^-11 relative, so a sum of K products of
+// values below 1 is within about K * 2^-10 * max|a||b| of FP32's; the values here (K = 45, 144) stay
+// near 1e-3. FP32 would be within 1e-5: the second check sees that TF32 ran on the GPU.
+TEST_CASE("--precision tf32: matmul and conv2d (kernel5, automatic) on GPU 0 within TF32's error of cpu(0)") {
+  using kernels::cpu::Conv2dKernel;
+  using kernels::cpu::Precision;
+  kernels::cpu::set_precision(Precision::tf32);
+  auto A = lcg_data(67 * 45, 1), B = lcg_data(45 * 33, 2);
+  auto ref = matmul(Tensor::from_vector(A, {67, 45}, cpu(0)), Tensor::from_vector(B, {45, 33}, cpu(0)));
+  auto got = matmul(Tensor::from_vector(A, {67, 45}, dev(0)), Tensor::from_vector(B, {45, 33}, dev(0)));
+  const double mm = max_diff(ref.to_vector(), got.to_vector());
+  std::printf("  tf32 matmul (cuBLAS) on %s: within %.1e of cpu(0)\n", emulated ? "emu(0)" : "gpu(0)", mm);
+  CHECK(mm < 1e-2);
+  if (!emulated) CHECK(mm > 1e-6);  // the emulation's cuBLAS stand-in is the CPU GEMM: no TF32 there
+  auto run = [](Device d) {
+    auto x = Tensor::from_vector(lcg_data(2 * 16 * 13 * 11, 5), {2, 16, 13, 11}, d).requires_grad();
+    auto w = Tensor::from_vector(lcg_data(24 * 16 * 3 * 3, 6), {24, 16, 3, 3}, d).requires_grad();
+    auto r = Tensor::from_vector(lcg_data(2 * 24 * 13 * 11, 7), {2, 24, 13, 11}, d);
+    Tensor y = conv2d(x, w, Tensor(), {1, 1}, {1, 1});
+    sum(mul(y, r)).backward();
+    return std::vector<std::vector<float>>{y.to_vector(), x.grad().to_vector(), w.grad().to_vector()};
+  };
+  kernels::cpu::set_conv2d_kernel(Conv2dKernel::im2col);
+  const auto ref_conv = run(cpu(0));
+  for (Conv2dKernel m : {Conv2dKernel::implicit, Conv2dKernel::automatic}) {
+    kernels::cpu::set_conv2d_kernel(m);
+    const auto out = run(dev(0));
+    const char* names[] = {"y", "dx", "dw"};
+    for (size_t i = 0; i < out.size(); ++i) {
+      CAPTURE(int(m));
+      CAPTURE(names[i]);
+      const double diff = max_diff(ref_conv[i], out[i]);
+      std::printf("  tf32 conv2d member %d on %s: %s within %.1e of cpu(0)\n", int(m), emulated ? "emu(0)" : "gpu(0)", names[i], diff);
+      CHECK(diff < 2e-2);
+      CHECK(diff > 1e-6);  // TF32 ran: FP32 gives 1e-6 or less here
+    }
+  }
+  kernels::cpu::set_conv2d_kernel(Conv2dKernel::automatic);
+  kernels::cpu::set_precision(Precision::fp32);
 }
 
 TEST_CASE("the smoke MLP on GPUs gives the CPU devices' losses within 1e-4") {
@@ -204,6 +247,8 @@ int main(int argc, char** argv) {
     set_gpu_map({0, 0});
     std::printf("one GPU: the two-device cases run on gpu(0) and gpu(1), logical devices both on physical GPU 0\n");
   }
+  // The cases compare with cpu(0) in FP32; the TF32 case sets --precision tf32 itself.
+  kernels::cpu::set_precision(kernels::cpu::Precision::fp32);
   doctest::Context ctx;
   ctx.applyCommandLine(argc, argv);
   if (device_count() < 2) {
