@@ -687,8 +687,12 @@ void launch_tile(Stream stream, bool tf32, const typename T::Pass& pass, float* 
 
 std::atomic<int> g_implicit_tile{0};
 
-// One pass's GEMM (rows M, columns N, depth K; `out` holds out_size floats). The tiles: 128x128 where
-// that still gives two blocks per SM, else 64x64 (or as set_conv2d_implicit_tile says). Split-K where the tiles are fewer than half the
+// One pass's GEMM (rows M, columns N, depth K; `out` holds out_size floats). The tiles (unless
+// set_conv2d_implicit_tile says): tf32 always 64x64, fp32 128x128 where that still gives two blocks per SM,
+// else 64x64. On an H200 the ResNet-18 step's convs took 35.3 ms in tf32 with 64x64 tiles everywhere, 39.4 ms
+// with 128x128 everywhere and 40.1 ms with fp32's rule (bench/results/gpu-2026-11-27-H200-2.md): Nsight Compute
+// shows the tf32 kernel bound by shared memory (L1) traffic and latency at a quarter occupancy, which the
+// smaller tile's 4x more blocks hide better. Split-K where the tiles are fewer than half the
 // blocks aimed at (4 per SM): as many slices as bring them there, each at least 4 slices of k deep,
 // the workspace at most 2^26 floats.
 template <class P>
@@ -700,7 +704,7 @@ void launch_implicit(Stream stream, const P& pass, float* out, int64_t M, int64_
   const bool tf32 = implicit_uses_tf32();
   const int64_t BK = tf32 ? 32 : 16, target = 4 * kSMs;
   const int forced = conv2d_implicit_tile();
-  const bool big = forced ? forced == 128 : ((M + 127) / 128) * ((N + 127) / 128) >= 2 * kSMs;
+  const bool big = forced ? forced == 128 : !tf32 && ((M + 127) / 128) * ((N + 127) / 128) >= 2 * kSMs;
   const int64_t tile = big ? 128 : 64, tiles = ((M + tile - 1) / tile) * ((N + tile - 1) / tile);
   int64_t splits = 1;
   if (tiles < target / 2)
