@@ -219,23 +219,26 @@ __device__ __forceinline__ Slot slot(int v, bool k_contig) {
   return {e % (kBM / 4) * 4, e / (kBM / 4)};                // 32 threads per k: 512 consecutive bytes
 }
 
+// The 4 values of X at (m, k .. k + 3) when k_contig, else at (m .. m + 3, k): one float4 load when
+// `vec` allows it and all 4 are inside the M x K matrix, else 4 scalar loads, 0 past the edges.
+__device__ __forceinline__ float4 load4(const float* __restrict__ X, int64_t x_m, int64_t x_k, bool k_contig, bool vec,
+                                        int64_t m, int64_t k, int64_t M, int64_t K) {
+  if (k_contig) {
+    if (vec && m < M && k + 3 < K) return __ldg(reinterpret_cast<const float4*>(X + m * x_m + k));
+    return make_float4(at(X, x_m, x_k, m, k, M, K), at(X, x_m, x_k, m, k + 1, M, K), at(X, x_m, x_k, m, k + 2, M, K),
+                       at(X, x_m, x_k, m, k + 3, M, K));
+  }
+  if (vec && k < K && m + 3 < M) return __ldg(reinterpret_cast<const float4*>(X + k * x_k + m));
+  return make_float4(at(X, x_m, x_k, m, k, M, K), at(X, x_m, x_k, m + 1, k, M, K), at(X, x_m, x_k, m + 2, k, M, K),
+                     at(X, x_m, x_k, m + 3, k, M, K));
+}
+
 // fetch: this thread's share of the slice (m0, k0) of X, from global memory into registers.
 __device__ __forceinline__ void fetch(float4 (&r)[kVecs], const float* __restrict__ X, int64_t x_m, int64_t x_k,
                                       bool k_contig, bool vec, int64_t m0, int64_t M, int64_t k0, int64_t K) {
   for (int v = 0; v < kVecs; ++v) {
     const Slot s = slot(v, k_contig);
-    const int64_t m = m0 + s.m, k = k0 + s.k;
-    if (k_contig) {
-      if (vec && m < M && k + 3 < K) r[v] = __ldg(reinterpret_cast<const float4*>(X + m * x_m + k));
-      else
-        r[v] = make_float4(at(X, x_m, x_k, m, k, M, K), at(X, x_m, x_k, m, k + 1, M, K),
-                           at(X, x_m, x_k, m, k + 2, M, K), at(X, x_m, x_k, m, k + 3, M, K));
-    } else {
-      if (vec && k < K && m + 3 < M) r[v] = __ldg(reinterpret_cast<const float4*>(X + k * x_k + m));
-      else
-        r[v] = make_float4(at(X, x_m, x_k, m, k, M, K), at(X, x_m, x_k, m + 1, k, M, K),
-                           at(X, x_m, x_k, m + 2, k, M, K), at(X, x_m, x_k, m + 3, k, M, K));
-    }
+    r[v] = load4(X, x_m, x_k, k_contig, vec, m0 + s.m, k0 + s.k, M, K);
   }
 }
 
@@ -445,19 +448,7 @@ __device__ __forceinline__ void fetch(float4 (&r)[kVecs], const float* __restric
   for (int v = 0; v < kVecs; ++v) {
     int sm, sk;
     slot(v, k_contig, sm, sk);
-    const int64_t m = m0 + sm, k = k0 + sk;
-    using warptiled::at;
-    if (k_contig) {
-      if (vec && m < M && k + 3 < K) r[v] = __ldg(reinterpret_cast<const float4*>(X + m * x_m + k));
-      else
-        r[v] = make_float4(at(X, x_m, x_k, m, k, M, K), at(X, x_m, x_k, m, k + 1, M, K),
-                           at(X, x_m, x_k, m, k + 2, M, K), at(X, x_m, x_k, m, k + 3, M, K));
-    } else {
-      if (vec && k < K && m + 3 < M) r[v] = __ldg(reinterpret_cast<const float4*>(X + k * x_k + m));
-      else
-        r[v] = make_float4(at(X, x_m, x_k, m, k, M, K), at(X, x_m, x_k, m + 1, k, M, K),
-                           at(X, x_m, x_k, m + 2, k, M, K), at(X, x_m, x_k, m + 3, k, M, K));
-    }
+    r[v] = warptiled::load4(X, x_m, x_k, k_contig, vec, m0 + sm, k0 + sk, M, K);
   }
 }
 

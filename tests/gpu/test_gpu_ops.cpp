@@ -145,25 +145,27 @@ TEST_CASE("every op's forward and backward on GPU 0 matches cpu(0)") {
   }
 }
 
+// A 3x3 stride-1 conv of 2 x 16 x 13 x 11 images to 24 channels and its backward on device d: y, dx, dw.
+static std::vector<std::vector<float>> conv_passes(Device d) {
+  auto x = Tensor::from_vector(lcg_data(2 * 16 * 13 * 11, 5), {2, 16, 13, 11}, d).requires_grad();
+  auto w = Tensor::from_vector(lcg_data(24 * 16 * 3 * 3, 6), {24, 16, 3, 3}, d).requires_grad();
+  auto r = Tensor::from_vector(lcg_data(2 * 24 * 13 * 11, 7), {2, 24, 13, 11}, d);
+  Tensor y = conv2d(x, w, Tensor(), {1, 1}, {1, 1});
+  sum(mul(y, r)).backward();
+  return {y.to_vector(), x.grad().to_vector(), w.grad().to_vector()};
+}
+
 // --conv's members on the GPU (kernels/cuda/conv2d.cu, conv2d_winograd.cu) through the op: a 3x3
 // stride-1 conv and its backward against cpu(0)'s im2col; F(4x4, 3x3) rounds more (bound 1e-3).
 TEST_CASE("conv2d's members on GPU 0 (direct, im2col, winograd, winograd2) match cpu(0)") {
   using kernels::cpu::Conv2dKernel;
-  auto run = [](Device d) {
-    auto x = Tensor::from_vector(lcg_data(2 * 16 * 13 * 11, 5), {2, 16, 13, 11}, d).requires_grad();
-    auto w = Tensor::from_vector(lcg_data(24 * 16 * 3 * 3, 6), {24, 16, 3, 3}, d).requires_grad();
-    auto r = Tensor::from_vector(lcg_data(2 * 24 * 13 * 11, 7), {2, 24, 13, 11}, d);
-    Tensor y = conv2d(x, w, Tensor(), {1, 1}, {1, 1});
-    sum(mul(y, r)).backward();
-    return std::vector<std::vector<float>>{y.to_vector(), x.grad().to_vector(), w.grad().to_vector()};
-  };
   kernels::cpu::set_conv2d_kernel(Conv2dKernel::im2col);
-  const auto ref = run(cpu(0));
+  const auto ref = conv_passes(cpu(0));
   for (Conv2dKernel m : {Conv2dKernel::direct, Conv2dKernel::im2col, Conv2dKernel::winograd, Conv2dKernel::winograd2,
                          Conv2dKernel::implicit, Conv2dKernel::automatic}) {
     CAPTURE(int(m));
     kernels::cpu::set_conv2d_kernel(m);
-    const auto got = run(dev(0));
+    const auto got = conv_passes(dev(0));
     const char* names[] = {"y", "dx", "dw"};
     for (size_t i = 0; i < ref.size(); ++i) {
       CAPTURE(names[i]);
@@ -190,19 +192,11 @@ TEST_CASE("--precision tf32: matmul and conv2d (kernel5, automatic) on GPU 0 wit
   std::printf("  tf32 matmul (cuBLAS) on %s: within %.1e of cpu(0)\n", emulated ? "emu(0)" : "gpu(0)", mm);
   CHECK(mm < 1e-2);
   if (!emulated) CHECK(mm > 1e-6);  // the emulation's cuBLAS stand-in is the CPU GEMM: no TF32 there
-  auto run = [](Device d) {
-    auto x = Tensor::from_vector(lcg_data(2 * 16 * 13 * 11, 5), {2, 16, 13, 11}, d).requires_grad();
-    auto w = Tensor::from_vector(lcg_data(24 * 16 * 3 * 3, 6), {24, 16, 3, 3}, d).requires_grad();
-    auto r = Tensor::from_vector(lcg_data(2 * 24 * 13 * 11, 7), {2, 24, 13, 11}, d);
-    Tensor y = conv2d(x, w, Tensor(), {1, 1}, {1, 1});
-    sum(mul(y, r)).backward();
-    return std::vector<std::vector<float>>{y.to_vector(), x.grad().to_vector(), w.grad().to_vector()};
-  };
   kernels::cpu::set_conv2d_kernel(Conv2dKernel::im2col);
-  const auto ref_conv = run(cpu(0));
+  const auto ref_conv = conv_passes(cpu(0));
   for (Conv2dKernel m : {Conv2dKernel::implicit, Conv2dKernel::automatic}) {
     kernels::cpu::set_conv2d_kernel(m);
-    const auto out = run(dev(0));
+    const auto out = conv_passes(dev(0));
     const char* names[] = {"y", "dx", "dw"};
     for (size_t i = 0; i < out.size(); ++i) {
       CAPTURE(int(m));
