@@ -241,10 +241,9 @@ std::vector<std::vector<Tensor>> Trainer::place_shards_and_gradients(const std::
   return grads;
 }
 
-zero::ShardedState& Trainer::fully_shard() {
-  if (!zero_ || zero_->stage() != 3)
-    throw ConfigError("FullyShardedDataParallel needs a Trainer with zero_stage 3, this one has zero_stage " +
-                      std::to_string(options_.zero_stage));
+// Every parameter's replicas and name, in the Trainer's order; a parameter not yet initialized is a
+// one-line ParameterError (FSDP shards what exists).
+std::pair<std::vector<std::vector<Tensor>>, std::vector<std::string>> Trainer::weights_to_shard() const {
   std::vector<std::vector<Tensor>> weights;
   std::vector<std::string> names;
   for (auto& [name, p] : params_) {
@@ -254,6 +253,14 @@ zero::ShardedState& Trainer::fully_shard() {
     weights.push_back(p->list_data());
     names.push_back(name);
   }
+  return {std::move(weights), std::move(names)};
+}
+
+zero::ShardedState& Trainer::fully_shard() {
+  if (!zero_ || zero_->stage() != 3)
+    throw ConfigError("FullyShardedDataParallel needs a Trainer with zero_stage 3, this one has zero_stage " +
+                      std::to_string(options_.zero_stage));
+  auto [weights, names] = weights_to_shard();
   if (zero_->placed() && !zero_->fits(weights))
     throw ConfigError("Trainer: zero_stage 3 keeps the parameters where they were sharded, " + str(zero_->devices()) +
                       "; they cannot move (reset_ctx) afterwards");
@@ -265,15 +272,7 @@ zero::RankParameterShards& Trainer::fully_shard_over_ranks(const std::vector<std
   if (!zero3_ranks_)
     throw ConfigError("FullyShardedDataParallel over the processes needs a Trainer with zero_stage 3 and kvstore "
                       "dist_sync or dist_sync_ring");
-  std::vector<std::vector<Tensor>> weights;
-  std::vector<std::string> names;
-  for (auto& [name, p] : params_) {
-    if (!p->initialized())
-      throw ParameterError("FullyShardedDataParallel: parameter '" + name +
-                           "' is not initialized; give the layers their input sizes or run one forward pass first");
-    weights.push_back(p->list_data());
-    names.push_back(name);
-  }
+  auto [weights, names] = weights_to_shard();
   zero3_ranks_->shard(weights, names, units, host_state_);
   units_ = units;
   return *zero3_ranks_;

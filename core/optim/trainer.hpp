@@ -34,6 +34,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/dist/buckets.hpp"
@@ -169,6 +170,9 @@ class Trainer {
   void load_state_dict(const std::map<std::string, HostTensor>& state);
 
  private:
+  // fully_shard's and fully_shard_over_ranks' input: every parameter's replicas and its name.
+  std::pair<std::vector<std::vector<Tensor>>, std::vector<std::string>> weights_to_shard() const;
+
   std::vector<std::pair<std::string, nn::ParameterPtr>> params_;  // trainable ones, in order
   std::string optimizer_;
   OptimizerOptions options_;
