@@ -114,6 +114,18 @@ __global__ void shared_probe(uintptr_t* addr, float* unwritten, int* unwritten_i
   reversed[g] = dyn[blockDim.x - 1 - t];
 }
 
+// An over-aligned shared struct after a 4-byte-aligned array, as the TF32 kernels declare theirs (wmma's
+// pointers want 32 bytes; CUDA honours __align__ up to 128): the address each thread sees.
+struct alignas(128) Aligned128 {
+  float v[40];
+};
+__global__ void shared_alignment_probe(uintptr_t* addr) {
+  D2L_SHARED(float, small, [3]);
+  D2L_SHARED(Aligned128, big, [2]);
+  small[threadIdx.x % 3] = 0.0f;
+  addr[threadIdx.x] = reinterpret_cast<uintptr_t>(&big[1]);
+}
+
 __global__ void too_much_shared(float* out) {
   D2L_SHARED(float, big, [13000]);  // 52000 bytes > 48 KiB
   big[threadIdx.x] = 1.0f;
@@ -271,6 +283,12 @@ TEST_CASE("shared memory: one address per block, NaN until written, dynamic byte
     bad += reversed[g] != static_cast<float>(g / t * t + t - 1 - g % t);
   }
   CHECK(bad == 0);
+}
+
+TEST_CASE("shared memory: a declaration's alignas is honoured up to 128 bytes") {
+  std::vector<uintptr_t> addr(32);
+  D2L_LAUNCH(k::shared_alignment_probe, 1, 32, 0, nullptr)(addr.data());
+  for (uintptr_t a : addr) CHECK(a % 128 == 0);
 }
 
 TEST_CASE("bad launches: too many threads, too much shared memory, a launch inside a kernel") {

@@ -282,8 +282,9 @@ std::string BlockRunner::where(int t) const { return "block " + str3(block_idx_)
 void* BlockRunner::shared_static(const void* key, size_t bytes, size_t align) {
   for (const Slot& s : slots_)
     if (s.key == key) return s.ptr;
-  const size_t a = align < 16 ? 16 : align;
-  const size_t offset = (shared_used_ + a - 1) / a * a;
+  const size_t a = align < 16 ? 16 : align;  // the address, not only the offset, aligned to `a`
+  const uintptr_t base = reinterpret_cast<uintptr_t>(arena_);
+  const size_t offset = (base + shared_used_ + a - 1) / a * a - base;
   shared_bytes_ = (shared_bytes_ + a - 1) / a * a + bytes;
   if (shared_bytes_ > kSharedBytes || offset + bytes > kArenaBytes)
     throw std::runtime_error("shared memory needs " + std::to_string(shared_bytes_) +

@@ -114,7 +114,7 @@ class BlockRunner {
 #else
   static constexpr size_t kRedzone = 0, kArenaBytes = kSharedBytes;
 #endif
-  alignas(64) unsigned char arena_[kArenaBytes];
+  alignas(128) unsigned char arena_[kArenaBytes];  // CUDA aligns shared arrays up to 128 bytes (__align__(128))
 };
 
 }  // namespace d2l::cuda_emu
