@@ -11,7 +11,7 @@
 #include <utility>
 
 #include "core/stream.hpp"  // DeviceError
-#include "kernels/cpu/kernels.hpp"  // --precision
+#include "kernels/cuda/gpu.hpp"  // uses_tf32: --precision
 
 namespace d2l::cuda_layer {
 
@@ -143,22 +143,12 @@ void copy(void* dst, int dst_gpu, const void* src, int src_gpu, size_t bytes, vo
   }
 }
 
-// --precision for cuBLAS: TF32 tensor-op math (inputs rounded to TF32, FP32 sums) for tf32, and for
-// automatic on a GPU of compute capability 8.0 or more (the current device's); plain FP32 otherwise.
-static bool cublas_tf32() {
-  using kernels::cpu::Precision;
-  const Precision p = kernels::cpu::precision();
-  if (p != Precision::automatic) return p == Precision::tf32;
-  int dev = 0, major = 0;
-  D2L_CHECK(cudaGetDevice(&dev));
-  D2L_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  return major >= 8;
-}
-
+// --precision for cuBLAS (kernels::cuda::uses_tf32): TF32 tensor-op math (inputs rounded to TF32, FP32
+// sums) for tf32, and for automatic on a GPU of compute capability 8.0 or more; plain FP32 otherwise.
 void sgemm(void* blas, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
            const float* B, float beta, float* C) {
   auto h = static_cast<cublasHandle_t>(blas);
-  D2L_CHECK(cublasSetMathMode(h, cublas_tf32() ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+  D2L_CHECK(cublasSetMathMode(h, kernels::cuda::uses_tf32() ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
   ColMajorGemm g = col_major_gemm(ta, tb, M, N, K);
   D2L_CHECK(cublasSgemm(h, g.trans_first ? CUBLAS_OP_T : CUBLAS_OP_N, g.trans_second ? CUBLAS_OP_T : CUBLAS_OP_N, g.m,
                         g.n, g.k, &alpha, B, g.ld_first, A, g.ld_second, &beta, C, g.ldc));

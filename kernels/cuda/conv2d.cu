@@ -642,23 +642,6 @@ __global__ void conv2d_implicit_splitk_sum_kernel(const float* __restrict__ ws, 
 
 namespace {
 
-// tf32 or fp32 (see the top of kernel5): precision() tf32, or automatic on a real GPU, where the
-// device is sm_80 or later.
-bool implicit_uses_tf32() {
-  using ::d2l::kernels::cpu::Precision;
-  const Precision p = ::d2l::kernels::cpu::precision();
-  if (p == Precision::fp32) return false;
-#ifdef __CUDACC__
-  int device = 0, major = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess)
-    return false;
-  return major >= 8;
-#else
-  return p == Precision::tf32;
-#endif
-}
-
 // The sizes as ints, or a one-line error: kernel5 indexes with 32-bit ints.
 implicit::Geo geo(const Conv2dShape& s) {
   const int64_t OH = s.OH(), OW = s.OW(), limit = int64_t{1} << 31;
@@ -701,7 +684,7 @@ void launch_implicit(Stream stream, const P& pass, float* out, int64_t M, int64_
   if (M <= 0 || N <= 0) return;
   if (M >= (int64_t{1} << 31) || N >= (int64_t{1} << 31) || K >= (int64_t{1} << 31))
     throw std::invalid_argument("conv2d implicit GEMM: a GEMM size of 2^31 or more (kernel5 indexes with 32-bit ints)");
-  const bool tf32 = implicit_uses_tf32();
+  const bool tf32 = uses_tf32();
   const int64_t BK = tf32 ? 32 : 16, target = 4 * kSMs;
   const int forced = conv2d_implicit_tile();
   const bool big = forced ? forced == 128 : !tf32 && ((M + 127) / 128) * ((N + 127) / 128) >= 2 * kSMs;
@@ -772,7 +755,7 @@ Passes passes(::d2l::kernels::cpu::Conv2dKernel k) {
     case Conv2dKernel::direct:
       return {conv2d_forward_direct, conv2d_backward_data_direct, conv2d_backward_weight_direct};
     case Conv2dKernel::automatic:
-      if (implicit_uses_tf32())
+      if (uses_tf32())
         return {conv2d_forward_implicit, conv2d_backward_data_implicit, conv2d_backward_weight_implicit};
       return {conv2d_forward_winograd, conv2d_backward_data_winograd, conv2d_backward_weight_implicit};
     case Conv2dKernel::winograd:

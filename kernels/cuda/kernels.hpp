@@ -18,6 +18,11 @@ namespace D2L_CUDA_NS {
 // not read. Which kernel of the family runs is the caller's choice (--gemm naive|tiled|...).
 // tf32 (kernel6) runs on tensor cores with TF32 inputs (10-bit mantissa): not FP32's result, within
 // ~K 2^-11 sum |a| |b| of it; on a GPU it needs compute capability 8.0 or later (the launcher throws).
+// TF32 (matmul.cu): device_has_tf32, the current device has TF32 tensor cores (compute capability 8.0
+// or later; the emulation's always do); uses_tf32, --precision's rule for the convolutions and cuBLAS:
+// tf32 where the device has them, or automatic on a real GPU that has them (fp32 on emulated ones).
+bool device_has_tf32();
+bool uses_tf32();
 enum class GemmKernel { naive = 1, tiled = 2, regblock = 3, warptiled = 4, tf32 = 6 };
 void gemm(Stream stream, GemmKernel kernel, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
           const float* A, const float* B, float beta, float* C);
@@ -79,8 +84,8 @@ void conv2d_backward_weight_direct(Stream stream, const Conv2dShape& s, const fl
 void conv2d_forward_implicit(Stream stream, const Conv2dShape& s, const float* x, const float* w, float* y);
 void conv2d_backward_data_implicit(Stream stream, const Conv2dShape& s, const float* dy, const float* w, float* dx);
 void conv2d_backward_weight_implicit(Stream stream, const Conv2dShape& s, const float* x, const float* dy, float* dw);
-// kernel5's block tile: 0 (automatic: 128x128 where that gives two blocks per SM, else 64x64), 64 or
-// 128. Process-wide; tests set it to run both tiles on small shapes.
+// kernel5's block tile: 0 (automatic: 64x64 in TF32; in FP32 128x128 where that gives two blocks per SM,
+// else 64x64), 64 or 128. Process-wide; tests set it to run both tiles on small shapes.
 void set_conv2d_implicit_tile(int tile);
 int conv2d_implicit_tile();
 // kernel3 (conv2d_winograd.cu): where the shape does not fit, kernel2's pass runs instead.

@@ -545,6 +545,29 @@ inline Kernel instance(bool a_kc, bool b_kc) {
 }
 }  // namespace tf32
 
+// ---- TF32's availability and --precision's rule (kernels.hpp)
+bool device_has_tf32() {
+#ifdef __CUDACC__
+  int device = 0, major = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess)
+    return false;
+  return major >= 8;
+#else
+  return true;
+#endif
+}
+
+bool uses_tf32() {
+  using ::d2l::kernels::cpu::Precision;
+  const Precision p = ::d2l::kernels::cpu::precision();
+#ifdef __CUDACC__
+  return p != Precision::fp32 && device_has_tf32();
+#else
+  return p == Precision::tf32;  // automatic is fp32 under the emulation
+#endif
+}
+
 // ---- launcher
 namespace {
 unsigned blocks_for(int64_t n, int64_t tile, const char* what) {
@@ -594,14 +617,9 @@ void gemm(Stream stream, GemmKernel kernel, bool ta, bool tb, int64_t M, int64_t
       return;
     }
     case GemmKernel::tf32: {
-#ifdef __CUDACC__
       // TF32 tensor cores from compute capability 8.0 (sm_80): older devices would run the empty body.
-      int device = 0, major = 0;
-      cudaGetDevice(&device);
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-      if (major < 8)
+      if (!device_has_tf32())
         throw std::invalid_argument("gemm: GemmKernel::tf32 needs TF32 tensor cores (compute capability 8.0 or later)");
-#endif
       auto vec = [](const float* p, int64_t ld) { return reinterpret_cast<uintptr_t>(p) % 16 == 0 && ld % 4 == 0; };
       const bool a_vec = vec(A, ta ? M : K), b_vec = vec(B, tb ? K : N);
       const dim3 grid(blocks_for(N, tf32::kBN, "N"), blocks_for(M, tf32::kBM, "M")), block(tf32::kThreads);
