@@ -227,19 +227,21 @@ TEST_CASE("torchvision's own ResNet-50: its state_dict loads, and ours computes 
   loss.backward();
   // Training mode at batch 4: BatchNorm over few values per channel (16 in layer4) makes the
   // gradients sensitive to rounding (PyTorch's float32 gradients differ from its float64 ones by
-  // about 4%), so ours are measured against the float64 ones, beside PyTorch's float32 ones.
-  double dy = rel_diff(values("y"), y.to_vector()), worst_stat = 0;
-  std::vector<double> ours, torch32;  // per gradient: rel diff to float64
+  // about 4%), and the running statistics after the step too (up to 7e-5), so ours are measured
+  // against the float64 ones, beside PyTorch's float32 ones.
+  double dy = rel_diff(values("y"), y.to_vector());
+  std::vector<double> ours, torch32, ours_stat, torch32_stat;  // per tensor: rel diff to float64
   for (auto& [name, p] : net->collect_params()) {
     if (p->differentiable()) {
       ours.push_back(rel_diff(values("grad64/" + name), p->grad(cpu(0)).to_vector()));
       torch32.push_back(rel_diff(values("grad64/" + name), values("grad/" + name)));
     } else {
-      worst_stat = std::max(worst_stat, rel_diff(values("after/" + name), p->data(cpu(0)).to_vector()));
+      ours_stat.push_back(rel_diff(values("after64/" + name), p->data(cpu(0)).to_vector()));
+      torch32_stat.push_back(rel_diff(values("after64/" + name), values("after/" + name)));
     }
   }
-  std::sort(ours.begin(), ours.end());
-  std::sort(torch32.begin(), torch32.end());
+  for (auto* v : {&ours, &torch32, &ours_stat, &torch32_stat}) std::sort(v->begin(), v->end());
+  REQUIRE(ours_stat.size() == 2 * 53);  // running_mean and running_var of ResNet-50's 53 BatchNorms
   Tensor y_eval;
   {
     TrainMode eval(false);
@@ -247,15 +249,18 @@ TEST_CASE("torchvision's own ResNet-50: its state_dict loads, and ours computes 
     y_eval = (*net)(x);
   }
   double de = rel_diff(values("y_eval"), y_eval.to_vector());
+  auto median = [](const std::vector<double>& v) { return v[v.size() / 2]; };
   MESSAGE("ours vs torchvision: output " << dy << ", loss " << loss.item() << " vs " << values("loss")[0]
-          << ", running statistics " << worst_stat << ", evaluation output " << de
-          << "; gradients vs float64, median / max: ours " << ours[ours.size() / 2] << " / " << ours.back()
-          << ", PyTorch float32 " << torch32[torch32.size() / 2] << " / " << torch32.back());
+          << ", evaluation output " << de << "; vs float64, median / max: gradients ours " << median(ours)
+          << " / " << ours.back() << ", PyTorch float32 " << median(torch32) << " / " << torch32.back()
+          << "; running statistics ours " << median(ours_stat) << " / " << ours_stat.back()
+          << ", PyTorch float32 " << median(torch32_stat) << " / " << torch32_stat.back());
   CHECK(dy <= 1e-3);
   CHECK(loss.item() == doctest::Approx(values("loss")[0]).epsilon(1e-4));
-  CHECK(ours[ours.size() / 2] <= 2 * torch32[torch32.size() / 2]);
+  CHECK(median(ours) <= 2 * median(torch32));
   CHECK(ours.back() <= 2 * torch32.back());
-  CHECK(worst_stat <= 1e-4);
+  CHECK(median(ours_stat) <= 2 * median(torch32_stat));
+  CHECK(ours_stat.back() <= 2 * torch32_stat.back());
   CHECK(de <= 1e-4);
   fs::remove_all(dir);
 }

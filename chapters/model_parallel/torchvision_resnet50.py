@@ -9,12 +9,12 @@ Writes into DIR:
                          (4, 10), row i one-hot at (7 i + 3) mod 10; in training mode:
                          y = model(x), loss = nn.MSELoss()(y, target), and after loss.backward()
                          "grad/<name>" for every parameter and "after/<name>" for every BatchNorm
-                         running statistic; "grad64/<name>": the same gradients from a float64 copy
-                         of the model (rounded to float32), the reference both float32
-                         implementations are measured against (training-mode BatchNorm over few
-                         values per channel makes these gradients sensitive to rounding: PyTorch's
-                         own float32 ones differ from them by about 4%); in evaluation mode (after
-                         that step's statistics): y_eval = model(x).
+                         running statistic; "grad64/<name>" and "after64/<name>": the same gradients
+                         and statistics from a float64 copy of the model (rounded to float32), the
+                         reference both float32 implementations are measured against (training-mode
+                         BatchNorm over few values per channel makes these gradients sensitive to
+                         rounding: PyTorch's own float32 ones differ from them by about 4%); in
+                         evaluation mode (after that step's statistics): y_eval = model(x).
 Exit status: 0 written, 77 PyTorch or torchvision missing (the test is skipped).
 """
 import copy
@@ -72,6 +72,9 @@ def main(folder):
     for name, b in model.named_buffers():
         if "running" in name:
             out["after/" + name] = b
+    for name, b in model64.named_buffers():
+        if "running" in name:
+            out["after64/" + name] = b.float()
     model.train(False)
     with torch.no_grad():
         out["y_eval"] = model(x)

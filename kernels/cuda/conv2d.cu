@@ -740,7 +740,8 @@ void conv2d_backward_weight_implicit(Stream stream, const Conv2dShape& s, const 
 //                       F(4x4, 3x3) forward and backward_data where it fits (its 36 GEMMs span the whole
 //                       batch's tiles; im2col elsewhere), and kernel5's split-K backward_weight, which
 //                       sums over the whole batch in one launch where im2col goes image by image
-//                       (bench/README.md, "GPU GEMMs against cuBLAS")
+//                       (bench/README.md, "GPU GEMMs against cuBLAS"); under the emulation, where
+//                       kernel5 is slow, im2col's backward_weight
 //   anything else       kernel2 im2col (im2col itself; blocked, a CPU member, runs it here)
 // kernel3's launchers run im2col themselves for the shapes they do not take (not 3x3 stride 1, or, for
 // backward_data, padding above 2).
@@ -757,7 +758,15 @@ Passes passes(::d2l::kernels::cpu::Conv2dKernel k) {
     case Conv2dKernel::automatic:
       if (uses_tf32())
         return {conv2d_forward_implicit, conv2d_backward_data_implicit, conv2d_backward_weight_implicit};
+#ifdef __CUDACC__
       return {conv2d_forward_winograd, conv2d_backward_data_winograd, conv2d_backward_weight_implicit};
+#else
+      // Under the emulation each of kernel5's emulated threads is a fiber switched at every barrier:
+      // its split-K backward_weight costs seven times im2col's (chapter 1's quick epoch, 39 s against
+      // 5.7 s), so the emulated GPU's FP32 choice keeps im2col there. kernel5 itself stays tested
+      // (tests/test_conv2d.cpp, test_emu_ops_nn.cpp, --conv implicit).
+      return {conv2d_forward_winograd, conv2d_backward_data_winograd, conv2d_backward_weight_im2col};
+#endif
     case Conv2dKernel::winograd:
       return {conv2d_forward_winograd, conv2d_backward_data_winograd, conv2d_backward_weight_im2col};
     case Conv2dKernel::winograd2:
