@@ -328,3 +328,140 @@ TEST_CASE("emulated batch_norm_backward matches finite differences (dx, dgamma, 
     CHECK(grad_check(beta, db, loss_b, {5e-2}, "batch_norm dbeta"));                  // and in beta
   }
 }
+
+// ---- the chunked passes (kernels/cuda/channel_chunks.cuh): a channel's values are cut into chunks of
+// 2048 loads under the emulation (32 threads x 64 loads; a load is a float4 when HW % 4 == 0 and the
+// tensors are 16-byte aligned, else one float). The shapes put several chunks in a channel, with
+// boundaries inside a plane; the partials are combined in chunk order (Chan's formula forward).
+namespace {
+
+struct Chunked {
+  Bn shape;
+  const char* what;
+};
+const Chunked kChunkedShapes[] = {
+    {{24, 2, 784}, "float4 loads, 3 chunks a channel, boundaries inside a 28x28 plane"},
+    {{5000, 2, 1}, "dense (HW 1): scalar loads, 3 chunks"},
+    {{60, 2, 75}, "HW not a multiple of 4: scalar loads, 3 chunks, the last one short"},
+    {{1, 3, 9001}, "N 1, scalar loads, 5 chunks"},
+    {{1, 2, 10000}, "N 1, float4 loads, 2 chunks"},
+    {{1, 2, 1}, "M 1: one value a channel"},
+};
+
+// Everything the emulated training forward and backward write, for one input.
+struct BnRun {
+  BnState fwd;
+  std::vector<float> dx, dgamma, dbeta;
+};
+
+// Input of a chunked case: x with its mean far from 0 and its spread far from 1 (a one-pass sum of
+// squares would lose digits), dy, gamma, beta. `offset` floats before x and dy move them off a
+// 16-byte boundary.
+struct BnInput {
+  std::vector<float> x_buf, dy_buf, gamma, beta;
+  int64_t offset;
+  const float* x() const { return x_buf.data() + offset; }
+  const float* dy() const { return dy_buf.data() + offset; }
+};
+BnInput bn_input(const Bn& b, int64_t offset = 0) {
+  const int64_t n = b.N * b.C * b.HW;
+  BnInput in{lcg_data(n + offset, 70), lcg_data(n + offset, 71), gamma_for(b.C), lcg_data(b.C, 72), offset};
+  for (float& v : in.x_buf) v = 3.0f + 2.0f * v;
+  return in;
+}
+
+BnRun run_emulated(kemu::Stream st, const Bn& b, const BnInput& in, int64_t out_offset = 0) {
+  const int64_t n = b.N * b.C * b.HW;
+  BnRun r{bn_state(b), {}, std::vector<float>(b.C, NAN), std::vector<float>(b.C, NAN)};
+  std::vector<float> y(n + out_offset, NAN), dx(n + out_offset, NAN);
+  kemu::batch_norm_train_forward(st, b.N, b.C, b.HW, in.x(), in.gamma.data(), in.beta.data(), kEps, 0.1f,
+                                 y.data() + out_offset, r.fwd.mean.data(), r.fwd.invstd.data(), r.fwd.rm.data(),
+                                 r.fwd.rv.data());
+  kemu::batch_norm_backward(st, b.N, b.C, b.HW, in.x(), in.dy(), in.gamma.data(), r.fwd.mean.data(),
+                            r.fwd.invstd.data(), dx.data() + out_offset, r.dgamma.data(), r.dbeta.data());
+  r.fwd.y.assign(y.begin() + out_offset, y.end());
+  r.dx.assign(dx.begin() + out_offset, dx.end());
+  return r;
+}
+
+// The emulated run against the CPU's kernels and, forward, against the double loops (ref_train).
+void check_against_cpu(const Bn& b, const BnInput& in, const BnRun& e) {
+  const int64_t n = b.N * b.C * b.HW;
+  BnState c = bn_state(b);
+  cpu::batch_norm_train_forward(cpu::serial_ctx(), b.N, b.C, b.HW, in.x(), in.gamma.data(), in.beta.data(), kEps,
+                                0.1f, c.y.data(), c.mean.data(), c.invstd.data(), c.rm.data(), c.rv.data());
+  CHECK(close(c.y, e.fwd.y, 1e-5, 1e-5, "y"));
+  CHECK(close(c.mean, e.fwd.mean, 1e-6, 1e-6, "mean"));
+  CHECK(close(c.invstd, e.fwd.invstd, 1e-6, 1e-6, "invstd"));
+  CHECK(close(c.rm, e.fwd.rm, 1e-6, 1e-6, "running_mean"));
+  CHECK(close(c.rv, e.fwd.rv, 1e-6, 1e-6, "running_var"));
+
+  const Shape s{b.N, b.C, b.HW};
+  const std::vector<float> x(in.x(), in.x() + n);
+  const auto ref = ref_train(s, to_double(x), to_double(in.gamma), to_double(in.beta));
+  std::vector<double> invstd(b.C);
+  for (int64_t ch = 0; ch < b.C; ++ch) invstd[ch] = 1 / std::sqrt(ref.var[ch] + kEps);
+  CHECK(close(ref.y, e.fwd.y, 1e-5, 1e-5, "y (double loops)"));
+  CHECK(close(ref.mean, e.fwd.mean, 1e-6, 1e-6, "mean (double loops)"));
+  CHECK(close(invstd, e.fwd.invstd, 0, 1e-6, "invstd (double loops)"));
+
+  // Backward from the emulated statistics, so that only the backward kernels differ.
+  std::vector<float> dx(n, NAN), dg(b.C, NAN), db(b.C, NAN);
+  cpu::batch_norm_backward(cpu::serial_ctx(), b.N, b.C, b.HW, in.x(), in.dy(), in.gamma.data(), e.fwd.mean.data(),
+                           e.fwd.invstd.data(), dx.data(), dg.data(), db.data());
+  CHECK(close(dx, e.dx, 1e-5, 1e-5, "dx"));
+  CHECK(close(dg, e.dgamma, 1e-6, 1e-6, "dgamma"));
+  CHECK(close(db, e.dbeta, 1e-6, 1e-6, "dbeta"));
+}
+
+bool same_run(const BnRun& a, const BnRun& b) {
+  bool ok = same_bits(a.fwd.y, b.fwd.y, "y");
+  ok = same_bits(a.fwd.mean, b.fwd.mean, "mean") && ok;
+  ok = same_bits(a.fwd.invstd, b.fwd.invstd, "invstd") && ok;
+  ok = same_bits(a.fwd.rm, b.fwd.rm, "running_mean") && ok;
+  ok = same_bits(a.fwd.rv, b.fwd.rv, "running_var") && ok;
+  ok = same_bits(a.dx, b.dx, "dx") && ok;
+  ok = same_bits(a.dgamma, b.dgamma, "dgamma") && ok;
+  return same_bits(a.dbeta, b.dbeta, "dbeta") && ok;
+}
+
+}  // namespace
+
+TEST_CASE("emulated batch_norm over several chunks a channel matches the CPU and double loops") {
+  for (const Chunked& k : kChunkedShapes) {
+    INFO(k.what << ": N" << k.shape.N << " C" << k.shape.C << " HW" << k.shape.HW);
+    const BnInput in = bn_input(k.shape);
+    check_against_cpu(k.shape, in, run_emulated(nullptr, k.shape, in));
+  }
+}
+
+TEST_CASE("emulated batch_norm with HW a multiple of 4 but tensors off a 16-byte boundary loads floats") {
+  const Bn b{24, 2, 784};
+  for (int64_t offset : {1, 2, 3}) {
+    INFO("offset " << offset << " floats");
+    const BnInput in = bn_input(b, offset);
+    check_against_cpu(b, in, run_emulated(nullptr, b, in, offset));
+  }
+  const BnInput in = bn_input(b);  // x aligned, y and dx not: floats as well
+  check_against_cpu(b, in, run_emulated(nullptr, b, in, 1));
+}
+
+TEST_CASE("emulated batch_norm gives the same bits on a second run") {
+  for (const Chunked& k : kChunkedShapes) {
+    INFO(k.what);
+    const BnInput in = bn_input(k.shape);
+    CHECK(same_run(run_emulated(nullptr, k.shape, in), run_emulated(nullptr, k.shape, in)));
+  }
+}
+
+TEST_CASE("emulated batch_norm gives the same bits on 1, 2 and 3 device threads" * doctest::test_suite("threads")) {
+  d2l::kernels::cpu::ThreadPool pool2{1}, pool3{2};
+  const d2l::kernels::cpu::Ctx two{2, &pool2}, three{3, &pool3};
+  for (const Chunked& k : kChunkedShapes) {
+    INFO(k.what);
+    const BnInput in = bn_input(k.shape);
+    const BnRun one = run_emulated(nullptr, k.shape, in);
+    CHECK(same_run(one, run_emulated(&two, k.shape, in)));
+    CHECK(same_run(one, run_emulated(&three, k.shape, in)));
+  }
+}

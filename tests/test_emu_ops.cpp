@@ -74,11 +74,15 @@ void check_rng(kemu::Stream s) {
   CHECK(same_bits(a, std::vector<float>(b.begin() + 13, b.end()), "normal shifted"));
 }
 
-// (outer, C, inner): dense (inner 1), conv-like, and channels longer than a block (inner > 256).
+// (outer, C, inner): dense (inner 1), conv-like, and channels longer than a block (inner > 256). The
+// backward sums a channel in chunks of 2048 loads under the emulation (kernels/cuda/channel_chunks.cuh:
+// float4 loads where inner % 4 == 0): several chunks with scalar loads ({3, 2, 4099}: 7, {5000, 3, 1}:
+// 3) and with float4 loads ({3, 2, 4100}: 2, the last one of 2 loads).
 struct BiasShape {
   int64_t outer, C, inner;
 };
-const BiasShape kBiasShapes[] = {{1, 1, 1}, {7, 3, 1}, {4, 5, 13}, {2, 3, 1000}, {1000, 7, 1}, {3, 2, 4099}};
+const BiasShape kBiasShapes[] = {{1, 1, 1},    {7, 3, 1},    {4, 5, 13},   {2, 3, 1000},
+                                 {1000, 7, 1}, {3, 2, 4099}, {5000, 3, 1}, {3, 2, 4100}};
 
 void check_bias_add(kemu::Stream s) {
   for (const BiasShape& b : kBiasShapes) {
