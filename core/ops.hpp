@@ -55,6 +55,13 @@ void scale_(const Tensor& x, float alpha);
 
 // ---- op sgd: w -= lr * g, in place, never recorded (the book's sgd, lr pre-divided by the batch size)
 void sgd_update_(const Tensor& w, const Tensor& g, float lr);
+// The Trainer's SGD (MXNet's sgd_mom_update) on lists of tensors of one device, in one kernel launch
+// (multi-tensor: a table of the tensors as the launch's argument, kernels/cuda/multi_tensor.cuh): for each t,
+//   mom[t] = momentum * mom[t] + decay * w[t] + grad_scale * g[t];  w[t] += mom[t]
+// with the bits of scale_(mom, momentum), add_(mom, w, decay), add_(mom, g, grad_scale), add_(w, mom)
+// (optim::sgd_step). Tensor t of every list has one shape. The CPU runs those kernels tensor after tensor.
+void multi_sgd_mom_update_(const std::vector<Tensor>& w, const std::vector<Tensor>& mom, const std::vector<Tensor>& g,
+                           float momentum, float decay, float grad_scale);
 
 // ---- op adam: one step of PyTorch's Adam on w, m, v in place, never recorded (the Trainer's "adam")
 // torch.optim.Adam, weight decay added to the gradient (not AdamW), step t = 1, 2, ...:
@@ -71,6 +78,10 @@ struct AdamStep {
   float bias_correction2_sqrt = 1.0f;  // sqrt(1 - beta2^t)
 };
 void adam_update_(const Tensor& w, const Tensor& m, const Tensor& v, const Tensor& g, const AdamStep& s);
+// adam_update_ on lists of tensors of one device in one kernel launch (as multi_sgd_mom_update_): for each t
+// the bits adam_update_(w[t], m[t], v[t], g[t], s) gives.
+void multi_adam_update_(const std::vector<Tensor>& w, const std::vector<Tensor>& m, const std::vector<Tensor>& v,
+                        const std::vector<Tensor>& g, const AdamStep& s);
 
 // ---- op sum: the sum (and mean) of all elements, a one-element tensor (1)
 Tensor sum(const Tensor& x);

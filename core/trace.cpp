@@ -177,6 +177,35 @@ std::string idle_line(const std::vector<DeviceSummary>& summary) {
   return s;
 }
 
+// ---- time by kind of op ------------------------------------------------------------------------
+
+OpTimes op_times(const std::vector<Record>& events) {
+  static const char* const kOptimizerOps[] = {"sgd_update", "adam_update", "multi_sgd_mom_update",
+                                              "multi_adam_update", "add_", "scale_"};
+  auto starts_with = [](const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; };
+  OpTimes t;
+  for (auto& e : events) {
+    if (e.stream != "compute") continue;
+    const double ms = (e.end_us - e.start_us) * 1e-3;
+    if (starts_with(e.name, "conv2d"))
+      t.convolutions_ms += ms;
+    else if (starts_with(e.name, "batch_norm"))
+      t.batch_norm_ms += ms;
+    else if (std::find(std::begin(kOptimizerOps), std::end(kOptimizerOps), e.name) != std::end(kOptimizerOps))
+      t.optimizer_ms += ms;
+    else
+      t.other_ms += ms;
+  }
+  return t;
+}
+
+std::string op_times_line(const OpTimes& t) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "convolutions %.1f, batch_norm %.1f, optimizer %.1f, other %.1f", t.convolutions_ms,
+                t.batch_norm_ms, t.optimizer_ms, t.other_ms);
+  return buf;
+}
+
 // ---- Chrome-trace JSON -----------------------------------------------------------------------
 
 void check_writable(const std::string& path) {

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "check.hpp"
@@ -41,6 +42,28 @@ struct TwoThreads {
 // Element counts for the elementwise kernels: one element, one partial block, several blocks, and
 // more than the grid (its grid-stride tails).
 inline constexpr int64_t kGridSizes[] = {1, 7, 1000, 4099};
+
+// Lists of tensors for the multi-tensor kernels (sgd's and adam's, kernels/cuda/multi_tensor.cuh):
+//   kListSizes    sizes of one element, a few, an empty tensor, one chunk (4096) and one more
+//   many_sizes()  more tensors than one launch's table holds (kMaxTensorsPerLaunch): two full tables and
+//                 part of a third, of 0 to 8 elements
+// lists_of(sizes, seed): one vector of values per size; pointers(v): their data, as the launchers take it.
+inline const std::vector<int64_t> kListSizes = {1, 3, 0, 1000, 4097};
+inline std::vector<int64_t> many_sizes() {
+  std::vector<int64_t> sizes;
+  for (int64_t t = 0; t < 2 * kemu::kMaxTensorsPerLaunch + 5; ++t) sizes.push_back(t % 9);
+  return sizes;
+}
+inline std::vector<std::vector<float>> lists_of(const std::vector<int64_t>& sizes, uint32_t seed) {
+  std::vector<std::vector<float>> out;
+  for (int64_t n : sizes) out.push_back(lcg_data(n, seed++));
+  return out;
+}
+inline std::vector<float*> pointers(std::vector<std::vector<float>>& v) {
+  std::vector<float*> out;
+  for (auto& x : v) out.push_back(x.data());
+  return out;
+}
 
 // Row shapes (N, K) for the kernels that reduce rows (argmax, softmax_ce): classes fewer than,
 // equal to and more than a warp's 32 lanes.
@@ -79,6 +102,16 @@ bool same_bits(const std::vector<T>& ref, const std::vector<T>& got, const char*
       std::printf("  %s: differs at %zu: ref %.9g got %.9g\n", what, i, double(ref[i]), double(got[i]));
   if (bad) std::printf("  %s: %d of %zu differ\n", what, bad, ref.size());
   return bad == 0;
+}
+
+// How often the emulated kernels whose name starts with `prefix` have been launched since the start (a
+// template kernel is logged with its arguments: "winograd_input_kernel<winograd::F4>"). Tests take the
+// difference around what they run.
+inline int64_t launches(const std::string& prefix) {
+  int64_t count = 0;
+  for (const auto& [kernel, n] : d2l::cuda_emu::launch_log())
+    if (kernel.rfind(prefix, 0) == 0) count += n;
+  return count;
 }
 
 // Finite differences of the emulated forward. Accepted when |numeric - analytic| <= atol + rtol *

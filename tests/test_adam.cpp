@@ -1,7 +1,9 @@
 // adam_update on every backend: the CPU kernel (kernels/cpu/adam.cpp) for four steps against Adam's
 // textbook formula in double (m_hat, v_hat), with and without weight decay, with zero and tiny
 // gradients (where epsilon matters); the emulated CUDA kernel (kernels/cuda/adam.cu) bitwise against
-// the CPU's; the op (core/ops/adam.cpp) against the kernel, and its shape checks. The Trainer's
+// the CPU's; the op (core/ops/adam.cpp) against the kernel, and its shape checks. multi_adam_update (a
+// list of tensors in one launch) bitwise against adam_update tensor by tensor, on the CPU and emulated,
+// for lists of odd sizes and longer than one launch's table; one launch per table; its op. The Trainer's
 // "adam" against PyTorch's torch.optim.Adam is in tests/test_trainer.cpp.
 #include <doctest/doctest.h>
 
@@ -16,6 +18,10 @@
 // (1 - beta1) * gi; v = beta2 * v + (1 - beta2) * gi^2; w -= step_size * (m / (sqrt(v) / bc2_sqrt + eps)).
 D2L_DECLARE_KERNEL(adam_update, float* w, float* m, float* v, const float* g, int64_t n, float grad_scale, float wd,
                    float beta1, float beta2, float eps, float step_size, float bc2_sqrt);
+// The same for each of count tensors t (n[t] elements): the bits adam_update gives tensor t.
+D2L_DECLARE_KERNEL(multi_adam_update, float* const* w, float* const* m, float* const* v, const float* const* g,
+                   const int64_t* n, int64_t count, float grad_scale, float wd, float beta1, float beta2, float eps,
+                   float step_size, float bc2_sqrt);
 
 using namespace d2l::test;
 
@@ -160,4 +166,123 @@ TEST_CASE("adam_update_ runs the kernel on cpu(0) and emu(0); mismatched tensors
   CHECK_THROWS_AS(d2l::adam_update_(a, b, c, Tensor::zeros({n + 1}, d2l::cpu(0)), s), d2l::ShapeError);
   CHECK_THROWS_AS(d2l::adam_update_(a, b, c, Tensor::zeros({n}, d2l::cpu(1)), s), d2l::ShapeError);
   CHECK_THROWS_AS(d2l::adam_update_(a, b, b, c, s), d2l::ShapeError);
+}
+
+// ---- multi_adam_update against adam_update tensor by tensor, on one backend: three steps of both on
+// the same lists, then every w, m and v compared bit for bit.
+namespace {
+
+// A backend's adam_update and multi_adam_update, called with the constants of step t.
+template <class One, class Multi>
+void check_multi_adam(const std::vector<int64_t>& sizes, One one, Multi multi) {
+  for (const Hyper& h : {kNoDecay, kDecay}) {
+    CAPTURE(h.wd);
+    auto w = lists_of(sizes, 10), m = lists_of(sizes, 0), v = lists_of(sizes, 0);
+    for (auto& x : m) x.assign(x.size(), 0.0f);
+    for (auto& x : v) x.assign(x.size(), 0.0f);
+    auto rw = w, rm = m, rv = v;
+    for (int t = 1; t <= 3; ++t) {
+      std::vector<Vec> g;
+      for (int64_t n : sizes) g.push_back(gradient(n, t));
+      for (size_t i = 0; i < sizes.size(); ++i) one(rw[i].data(), rm[i].data(), rv[i].data(), g[i].data(), sizes[i], h, t);
+      std::vector<const float*> gp;
+      for (auto& x : g) gp.push_back(x.data());
+      multi(pointers(w).data(), pointers(m).data(), pointers(v).data(), gp.data(), sizes.data(),
+            static_cast<int64_t>(sizes.size()), h, t);
+    }
+    bool same = true;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      CAPTURE(i);
+      same = same_bits(rw[i], w[i], "multi_adam_update w") && same;
+      same = same_bits(rm[i], m[i], "multi_adam_update m") && same;
+      same = same_bits(rv[i], v[i], "multi_adam_update v") && same;
+    }
+    CHECK(same);
+  }
+}
+
+// kernel(stream or ctx, w, m, v, g, n, the constants): the launchers' common tail of arguments.
+#define D2L_ADAM_ARGS(h, t) float(h.grad_scale), float(h.wd), float(h.beta1), float(h.beta2), float(h.eps), \
+                            step_size(h, t), bc2_sqrt(h, t)
+
+void check_multi_adam_emulated(kemu::Stream s, const std::vector<int64_t>& sizes) {
+  check_multi_adam(
+      sizes,
+      [&](float* w, float* m, float* v, const float* g, int64_t n, const Hyper& h, int t) {
+        kemu::adam_update(s, w, m, v, g, n, D2L_ADAM_ARGS(h, t));
+      },
+      [&](float* const* w, float* const* m, float* const* v, const float* const* g, const int64_t* n, int64_t count,
+          const Hyper& h, int t) { kemu::multi_adam_update(s, w, m, v, g, n, count, D2L_ADAM_ARGS(h, t)); });
+}
+
+void check_multi_emulated(kemu::Stream s) {
+  check_multi_adam_emulated(s, kListSizes);
+  check_multi_adam_emulated(s, many_sizes());
+}
+
+}  // namespace
+
+TEST_CASE("multi_adam_update on the CPU is adam_update tensor by tensor, bit for bit") {
+  for (const auto& sizes : {kListSizes, many_sizes()}) {
+    CAPTURE(sizes.size());
+    for_thread_counts([&](const cpu::Ctx& c) {
+      check_multi_adam(
+          sizes,
+          [&](float* w, float* m, float* v, const float* g, int64_t n, const Hyper& h, int t) {
+            cpu::adam_update(c, w, m, v, g, n, D2L_ADAM_ARGS(h, t));
+          },
+          [&](float* const* w, float* const* m, float* const* v, const float* const* g, const int64_t* n,
+              int64_t count, const Hyper& h, int t) { cpu::multi_adam_update(c, w, m, v, g, n, count, D2L_ADAM_ARGS(h, t)); });
+    });
+  }
+}
+
+D2L_EMULATED_CASES("emulated multi_adam_update is adam_update tensor by tensor, bit for bit",
+                   "emulated multi_adam_update on 2 device threads", check_multi_emulated)
+
+TEST_CASE("multi_adam_update launches once per table of tensors") {
+  for (const auto& sizes : {kListSizes, many_sizes()}) {
+    CAPTURE(sizes.size());
+    auto w = lists_of(sizes, 1), m = lists_of(sizes, 2), v = lists_of(sizes, 3), g = lists_of(sizes, 4);
+    for (auto& x : v) for (float& y : x) y = y * y;  // a second moment is >= 0
+    const int64_t count = static_cast<int64_t>(sizes.size());
+    const int64_t before = launches("multi_adam_update_kernel");
+    kemu::multi_adam_update(nullptr, pointers(w).data(), pointers(m).data(), pointers(v).data(), pointers(g).data(),
+                            sizes.data(), count, D2L_ADAM_ARGS(kDecay, 2));
+    CHECK(launches("multi_adam_update_kernel") - before ==
+          (count + kemu::kMaxTensorsPerLaunch - 1) / kemu::kMaxTensorsPerLaunch);
+  }
+}
+
+// ---- the op: one launch on emu(0) for the whole list, adam_update_'s bits on cpu(0) and emu(0).
+TEST_CASE("multi_adam_update_ is adam_update_ per tensor, in one launch; bad lists are ShapeErrors") {
+  using d2l::Tensor;
+  const Hyper& h = kDecay;
+  const d2l::AdamStep s{float(h.beta1), float(h.beta2), float(h.eps), float(h.wd), float(h.grad_scale),
+                        step_size(h, 1), bc2_sqrt(h, 1)};
+  for (d2l::Device d : {d2l::cpu(0), d2l::emu(0)}) {
+    CAPTURE(d.str());
+    std::vector<Tensor> w, m, v, g, rw, rm, rv;
+    for (size_t t = 0; t < kListSizes.size(); ++t) {
+      const int64_t n = kListSizes[t];
+      for (auto* list : {&w, &rw}) list->push_back(Tensor::from_vector(lcg_data(n, static_cast<uint32_t>(t)), {n}, d));
+      for (auto* list : {&m, &rm, &v, &rv}) list->push_back(Tensor::zeros({n}, d));
+      g.push_back(Tensor::from_vector(gradient(n, 1), {n}, d));
+    }
+    const int64_t before = launches("multi_adam_update_kernel");
+    d2l::multi_adam_update_(w, m, v, g, s);
+    for (size_t t = 0; t < w.size(); ++t) d2l::adam_update_(rw[t], rm[t], rv[t], g[t], s);
+    d2l::waitall();
+    CHECK(launches("multi_adam_update_kernel") - before == (d.kind == d2l::DeviceKind::emu ? 1 : 0));
+    for (size_t t = 0; t < w.size(); ++t) {
+      CHECK(same_bits(rw[t].to_vector(), w[t].to_vector(), "w"));
+      CHECK(same_bits(rm[t].to_vector(), m[t].to_vector(), "m"));
+      CHECK(same_bits(rv[t].to_vector(), v[t].to_vector(), "v"));
+    }
+  }
+  auto z = [](int64_t n) { return Tensor::zeros({n}, d2l::cpu(0)); };
+  CHECK_THROWS_AS(d2l::multi_adam_update_({z(3)}, {z(3)}, {z(3)}, {}, s), d2l::ShapeError);
+  CHECK_THROWS_AS(d2l::multi_adam_update_({z(3)}, {z(3)}, {z(2)}, {z(3)}, s), d2l::ShapeError);
+  const Tensor a = z(3);
+  CHECK_THROWS_AS(d2l::multi_adam_update_({a}, {z(3)}, {a}, {z(3)}, s), d2l::ShapeError);
 }

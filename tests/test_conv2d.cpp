@@ -20,6 +20,7 @@ using d2l::kernels::cpu::Conv2dKernel;
 using d2l::kernels::cpu::Conv2dShape;
 using d2l::kernels::cpu::Ctx;
 using d2l::test::close;
+using d2l::test::launches;
 using d2l::test::lcg_data;
 
 namespace {
@@ -481,15 +482,6 @@ TEST_CASE("conv2d kernel4 (blocked): every vector width this CPU runs matches ke
 namespace {
 
 namespace kemu = d2l::kernels::emu;
-
-// How often the emulated kernels whose name starts with `prefix` have been launched (a template
-// kernel is logged with its arguments: "winograd_input_kernel<winograd::F4>").
-int64_t launches(const std::string& prefix) {
-  int64_t count = 0;
-  for (const auto& [kernel, n] : d2l::cuda_emu::launch_log())
-    if (kernel.rfind(prefix, 0) == 0) count += n;
-  return count;
-}
 
 std::vector<float> gpu_forward(kemu::Stream st, const Conv2dShape& s, const std::vector<float>& x,
                                const std::vector<float>& w, Conv2dKernel m) {

@@ -229,6 +229,22 @@ TEST_CASE("idle_fraction of a hand-made timeline equals the hand-computed value"
   CHECK(trace::idle_line(sum) == "cpu(0) 0.75, cpu(1) 0.90");
 }
 
+TEST_CASE("op_times sums the compute stream's task durations by kind of op") {
+  auto rec = [](const char* name, const char* stream, double a, double b) {
+    return trace::Record{cpu(0), stream, name, "", a, b, std::nullopt};
+  };
+  const std::vector<trace::Record> ev{rec("conv2d", "compute", 0, 1000),         rec("conv2d_backward_data", "compute", 0, 500),
+                                      rec("batch_norm_backward", "compute", 0, 260), rec("multi_sgd_mom_update", "compute", 0, 100),
+                                      rec("add_", "compute", 0, 20),               rec("matmul", "compute", 0, 3000),
+                                      rec("conv2d", "copy", 0, 9000)};  // a copy stream task: not counted
+  const trace::OpTimes t = trace::op_times(ev);
+  CHECK(t.convolutions_ms == doctest::Approx(1.5));
+  CHECK(t.batch_norm_ms == doctest::Approx(0.26));
+  CHECK(t.optimizer_ms == doctest::Approx(0.12));
+  CHECK(t.other_ms == doctest::Approx(3.0));
+  CHECK(trace::op_times_line(t) == "convolutions 1.5, batch_norm 0.3, optimizer 0.1, other 3.0");
+}
+
 TEST_CASE("the Chrome-trace JSON parses and has a process per device and a lane per stream") {
   auto ev = hand_made();
   ev.push_back({cpu(1), "copy", "copy", "say \"hi\"\n\\", 60, 61.5, {}});  // escaping

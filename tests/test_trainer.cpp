@@ -26,6 +26,7 @@
 #include "core/optim/trainer.hpp"
 #include "core/rng.hpp"
 #include "core/runtime.hpp"
+#include "emu_check.hpp"
 
 using namespace d2l;
 using namespace d2l::nn;
@@ -233,6 +234,88 @@ TEST_CASE("on two emulated GPUs the replicas stay equal and follow the CPU run")
     CAPTURE(kv);
     CHECK(close_values(ref, train(c, {emu(0), emu(1)}, kv), 1e-4, 1e-6));
   }
+}
+
+// Trainer.step updates every parameter of a device in one launch (KVStore::update_all: the multi-tensor
+// kernels): a net trained by a Trainer against the same net stepped key by key through the kvstore's
+// update(), one parameter a device a call (the per-tensor kernels), the same gradients: the same bits
+// after every step, for SGD with and without momentum and weight decay and for Adam, on two emulated GPUs,
+// two CPUs and one emulated GPU. On emulated GPUs a step launches the multi-tensor kernel once per device
+// and none of the per-tensor ones.
+TEST_CASE("Trainer.step updates each device's parameters in one launch, with the bits of the per-parameter step") {
+  const Config c;
+  struct Case {
+    std::string optimizer;
+    OptimizerOptions opt;
+    const char* multi_kernel;
+    const char* per_tensor_kernel;
+  };
+  OptimizerOptions adam_opt;
+  adam_opt.learning_rate = 0.01f, adam_opt.wd = 1e-3f;
+  const std::vector<Case> cases{{"sgd", {0.1f, 0.9f, 1e-4f}, "multi_sgd_mom_update_kernel", "scale_kernel"},
+                                {"sgd", {0.1f, 0.0f, 0.0f}, "multi_sgd_mom_update_kernel", "scale_kernel"},
+                                {"adam", adam_opt, "multi_adam_update_kernel", "adam_update_kernel"}};
+  for (const Case& k : cases)
+    for (const std::vector<Device>& devices :
+         {std::vector<Device>{emu(0), emu(1)}, std::vector<Device>{cpu(0), cpu(1)}, std::vector<Device>{emu(0)}}) {
+      CAPTURE(k.optimizer);
+      CAPTURE(k.opt.momentum);
+      CAPTURE(str(devices));
+      std::shared_ptr<Sequential> nets[2];
+      for (auto& net : nets) {  // the same values in both: each drawn from seed 42 at its first forward
+        manual_seed(42);
+        net = small_cnn(c.channels);
+        net->initialize(Init::Xavier(), devices);
+        (*net)(Tensor::zeros({1, 1, c.size, c.size}, devices[0]));
+      }
+      Trainer trainer(nets[0]->collect_params(), k.optimizer, k.opt, "device");
+      auto kv = create_kvstore("device");
+      std::vector<std::vector<std::vector<Tensor>>> state;  // the reference's: per key, slot, replica
+      std::vector<std::vector<std::vector<float>>> host_state;
+      const bool emulated = devices[0].kind == DeviceKind::emu;
+      bool same = true;
+      for (int s = 0; s < 3; ++s) {
+        for (auto& net : nets) {  // the same batch through both nets: the same gradients
+          auto [X, y] = batch_data(c, s);
+          auto Xs = split_and_load(X, {c.batch, 1, c.size, c.size}, devices, false);
+          auto ys = split_and_load(y, {c.batch}, devices, false);
+          for (size_t i = 0; i < Xs.size(); ++i) softmax_cross_entropy((*net)(Xs[i]), ys[i], Reduction::sum).backward();
+        }
+        waitall();
+        const int64_t multi_before = test::launches(k.multi_kernel), plain_before = test::launches(k.per_tensor_kernel);
+        trainer.step(c.batch);
+        waitall();
+        CHECK(test::launches(k.multi_kernel) - multi_before == (emulated ? static_cast<int64_t>(devices.size()) : 0));
+        CHECK(test::launches(k.per_tensor_kernel) == plain_before);
+        // The reference: the Trainer's step constants, then kv->update key by key.
+        const float lr = k.opt.learning_rate;
+        Step step = SGDStep{k.opt.momentum, -lr * k.opt.wd, -lr / static_cast<float>(c.batch)};
+        if (k.optimizer == "adam")
+          step = adam_constants(AdamStep{k.opt.beta1, k.opt.beta2, k.opt.epsilon, k.opt.wd, 1.0f / c.batch}, lr, s + 1);
+        int64_t key = 0;
+        for (auto& [name, p] : nets[1]->collect_params()) {
+          if (!p->differentiable()) continue;
+          const std::vector<Tensor> w = p->list_data();
+          std::vector<Tensor> g;
+          for (auto& x : w) g.push_back(x.grad());
+          if (static_cast<size_t>(key) == state.size()) {
+            state.emplace_back(state_slots(step));
+            host_state.emplace_back();
+            for (auto& slot : state.back())
+              for (auto& x : w) slot.push_back(Tensor::zeros(x.shape(), x.device()));
+          }
+          kv->update(key, w, g, state[key], host_state[key], step);
+          p->zero_grad();
+          ++key;
+        }
+        // Every replica of every parameter: the same bits in both nets.
+        auto a = nets[0]->collect_params(), b = nets[1]->collect_params();
+        for (auto& [name, p] : a)
+          for (size_t i = 0; i < devices.size(); ++i)
+            same = same && p->list_data()[i].to_vector() == b[name].list_data()[i].to_vector();
+      }
+      CHECK(same);
+    }
 }
 
 TEST_CASE("a trainer restored from state_dict continues bit for bit like the original") {

@@ -79,6 +79,7 @@ void Trace::finish() const {
   std::printf("trace: %zu stream tasks over %.2f s written to %s%s\n", events.size(), (t1 - t0) * 1e-6, file.c_str(),
               trace::full() ? " (the first ones: --trace-tasks)" : "");
   std::printf("idle fraction of the compute streams: %s\n", trace::idle_line(trace::summarize(events)).c_str());
+  std::printf("compute ms by kind of op: %s\n", trace::op_times_line(trace::op_times(events)).c_str());
 }
 
 // ---- --conv

@@ -50,6 +50,8 @@ struct Trace {
   // When --trace was given: waits for every device, writes the file and prints
   //   trace: N stream tasks over T s written to FILE
   //   idle fraction of the compute streams: cpu(0) 12%, ...
+  //   compute ms by kind of op: convolutions 812.3, batch_norm 120.4, optimizer 31.0, other 210.5
+  //     (trace::op_times: every device's compute-stream tasks summed by kind)
   void finish() const;
 };
 

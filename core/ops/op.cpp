@@ -39,6 +39,31 @@ Device check_elementwise(const char* op, std::initializer_list<Tensor> inputs) {
   return d;
 }
 
+TensorLists tensor_lists(const char* op, std::initializer_list<const std::vector<Tensor>*> lists) {
+  const std::vector<Tensor>& first = **lists.begin();
+  for (const auto* list : lists)
+    if (list->size() != first.size())
+      fail(op, "the lists hold " + std::to_string(first.size()) + " and " + std::to_string(list->size()) + " tensors");
+  TensorLists out{first.empty() ? Device{} : first[0].device(), {}, {}, {}};
+  out.ptr.resize(lists.size());
+  for (size_t t = 0; t < first.size(); ++t) {
+    std::vector<Tensor> column;  // tensor t of every list
+    for (const auto* list : lists) column.push_back((*list)[t]);
+    if (same_device(op, column) != out.device)
+      fail(op, "tensors live on " + out.device.str() + " and " + column[0].device().str() + "; one device a launch");
+    for (const Tensor& x : column) {
+      expect_f32(op, x, "every tensor");
+      expect_same_shape(op, column[0], x);
+    }
+    for (size_t l = 0; l < column.size(); ++l) {
+      out.ptr[l].push_back(column[l].data());
+      out.keep.push_back(column[l].storage());
+    }
+    out.n.push_back(column[0].numel());
+  }
+  return out;
+}
+
 Tensor elementwise_output(const char* op, std::initializer_list<Tensor> inputs) {
   const Device d = check_elementwise(op, inputs);
   return Tensor::empty(inputs.begin()->shape(), d);

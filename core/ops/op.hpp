@@ -110,6 +110,18 @@ void run(const char* op, std::initializer_list<Tensor> touched, Kernel&& kernel)
   launch(touched.begin()->device(), op, keep(touched), std::forward<Kernel>(kernel));
 }
 
+// The lists of a multi-tensor op (multi_sgd_mom_update_, multi_adam_update_: one kernel launch over many
+// tensors). lists[l][t] is list l's tensor t; check_elementwise holds for tensor t of every list (one
+// shape, float32), every list has as many tensors, and all of them live on one device. The kernels take
+// ptr[l].data() (one array per list) and n.data(); keep holds every tensor's memory until they have run.
+struct TensorLists {
+  Device device;
+  std::vector<std::vector<float*>> ptr;  // ptr[l][t]: tensor t of list l
+  std::vector<int64_t> n;                // n[t]: tensor t's elements
+  std::vector<std::shared_ptr<Storage>> keep;
+};
+TensorLists tensor_lists(const char* op, std::initializer_list<const std::vector<Tensor>*> lists);
+
 // An activation whose backward needs only its output (relu, sigmoid): y = forward(x) elementwise, and
 // in backward gx = backward(y, gy). op and backward_op name the kernels in traces: string literals
 // (streams keep the pointers). forward(c, X, Y, n) and backward(c, Y, G, GX, n) call the kernels.

@@ -59,6 +59,36 @@ void step_on_device(const Tensor& w, const std::vector<Tensor>& state, const Ten
     adam_step(w, state[0], state[1], g, std::get<AdamStep>(s));
 }
 
+void step_on_devices(const std::vector<ReplicaStep>& replicas, const Step& s) {
+  std::vector<Device> devices;  // in order of first appearance
+  for (const ReplicaStep& r : replicas)
+    if (std::find(devices.begin(), devices.end(), r.w.device()) == devices.end()) devices.push_back(r.w.device());
+  for (Device d : devices) {
+    std::vector<const ReplicaStep*> here;
+    for (const ReplicaStep& r : replicas)
+      if (r.w.device() == d) here.push_back(&r);
+    if (here.size() == 1) {  // the plain per-tensor step
+      step_on_device(here[0]->w, here[0]->state, here[0]->g, s);
+      continue;
+    }
+    // list j of the launch: slot j of every replica here (w, g: the weights and gradients)
+    auto list = [&](auto field) {
+      std::vector<Tensor> out;
+      for (const ReplicaStep* r : here) out.push_back(field(*r));
+      return out;
+    };
+    const auto w = list([](const ReplicaStep& r) { return r.w; });
+    const auto g = list([](const ReplicaStep& r) { return r.g; });
+    const auto slot0 = list([](const ReplicaStep& r) { return r.state[0]; });
+    if (auto* sgd = std::get_if<SGDStep>(&s)) {
+      multi_sgd_mom_update_(w, slot0, g, sgd->momentum, sgd->decay, sgd->grad_scale);
+    } else {
+      const auto slot1 = list([](const ReplicaStep& r) { return r.state[1]; });
+      multi_adam_update_(w, slot0, slot1, g, std::get<AdamStep>(s));
+    }
+  }
+}
+
 namespace {
 
 // Step s on host arrays of n floats; state: its slots.
@@ -85,11 +115,12 @@ void check_values(const char* what, const std::vector<Tensor>& values) {
 size_t bytes_of(const Tensor& t) { return static_cast<size_t>(t.numel()) * sizeof(float); }
 
 // Replicas on devices of one kind run the same kernels on the same bits, so updating each in place
-// keeps them equal. Across kinds (a real GPU's fused multiply-add beside a CPU loop) the results
-// could differ in the last bit, so replica `home` updates and the others receive its bits (weights and
-// state). state[j][i]: slot j on replica i.
+// keeps them equal: their steps are added to `batch`, for step_on_devices. Across kinds (a real GPU's
+// fused multiply-add beside a CPU loop) the results could differ in the last bit, so replica `home`
+// updates now and the others receive its bits (weights and state). state[j][i]: slot j on replica i.
 void update_replicas(const std::vector<Tensor>& w, const std::vector<Tensor>& g,
-                     const std::vector<std::vector<Tensor>>& state, const Step& s, size_t home) {
+                     const std::vector<std::vector<Tensor>>& state, const Step& s, size_t home,
+                     std::vector<ReplicaStep>& batch) {
   auto slots_of = [&](size_t i) {
     std::vector<Tensor> out;
     for (auto& slot : state) out.push_back(slot[i]);
@@ -97,7 +128,7 @@ void update_replicas(const std::vector<Tensor>& w, const std::vector<Tensor>& g,
   };
   bool one_kind = std::all_of(w.begin(), w.end(), [&](const Tensor& t) { return t.device().kind == w[0].device().kind; });
   if (one_kind) {
-    for (size_t i = 0; i < w.size(); ++i) step_on_device(w[i], slots_of(i), g[i], s);
+    for (size_t i = 0; i < w.size(); ++i) batch.push_back(ReplicaStep{w[i], slots_of(i), g[i]});
     return;
   }
   step_on_device(w[home], slots_of(home), g[home], s);
@@ -280,10 +311,11 @@ void KVStore::set_buckets(const dist::BucketOptions&) {
   throw ConfigError("gradient buckets (--bucket-mb) need kvstore dist_sync or dist_sync_ring, not '" + type() + "'");
 }
 
-void KVStore::update(int64_t key, const std::vector<Tensor>& weights, const std::vector<Tensor>& grads,
-                     const std::vector<std::vector<Tensor>>& state, std::vector<std::vector<float>>& host_state,
-                     const Step& s, bool summed) {
-  (void)host_state;
+namespace {
+
+// update()'s arguments fit: as many gradients and state tensors per slot as weights, state_slots(s) slots.
+void check_update(const std::vector<Tensor>& weights, const std::vector<Tensor>& grads,
+                  const std::vector<std::vector<Tensor>>& state, const Step& s) {
   check_values("weights", weights);
   bool fits = grads.size() == weights.size() && state.size() == state_slots(s);
   for (auto& slot : state) fits = fits && slot.size() == weights.size();
@@ -292,9 +324,38 @@ void KVStore::update(int64_t key, const std::vector<Tensor>& weights, const std:
                      " gradients and " + std::to_string(state.size()) + " state slots of " +
                      std::to_string(state.empty() ? 0 : state[0].size()) + " tensors (the optimizer needs " +
                      std::to_string(state_slots(s)) + " slots)");
+}
+
+}  // namespace
+
+void KVStore::update(int64_t key, const std::vector<Tensor>& weights, const std::vector<Tensor>& grads,
+                     const std::vector<std::vector<Tensor>>& state, std::vector<std::vector<float>>& host_state,
+                     const Step& s, bool summed) {
+  (void)host_state;
+  check_update(weights, grads, state, s);
   NoGrad no_grad;
   if (!summed) pushpull(key, grads);
-  update_replicas(weights, grads, state, s, home(key, grads));
+  std::vector<ReplicaStep> batch;
+  update_replicas(weights, grads, state, s, home(key, grads), batch);
+  step_on_devices(batch, s);
+}
+
+void KVStore::update_all(const std::vector<std::vector<Tensor>>& weights, const std::vector<std::vector<Tensor>>& grads,
+                         const std::vector<std::vector<std::vector<Tensor>>>& state,
+                         std::vector<std::vector<std::vector<float>>>& host_state, const Step& s, bool summed) {
+  NoGrad no_grad;
+  std::vector<ReplicaStep> batch;  // every key's replicas that update themselves, stepped together below
+  for (size_t k = 0; k < weights.size(); ++k) {
+    const auto key = static_cast<int64_t>(k);
+    if (updates_on_host(weights[k].size())) {
+      update(key, weights[k], grads[k], state[k], host_state[k], s, summed);
+      continue;
+    }
+    check_update(weights[k], grads[k], state[k], s);
+    if (!summed) pushpull(key, grads[k]);
+    update_replicas(weights[k], grads[k], state[k], s, home(key, grads[k]), batch);
+  }
+  step_on_devices(batch, s);
 }
 
 std::unique_ptr<KVStore> create_kvstore(const std::string& name) {

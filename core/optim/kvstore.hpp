@@ -70,6 +70,17 @@ size_t state_slots(const Step& s);
 // Step s on one device: w, g and the state's slots (state_slots(s) tensors) of one shape there.
 void step_on_device(const Tensor& w, const std::vector<Tensor>& state, const Tensor& g, const Step& s);
 
+// One replica's step: its weights, its state's slots and its gradient, on one device.
+struct ReplicaStep {
+  Tensor w;
+  std::vector<Tensor> state;
+  Tensor g;
+};
+// Step s on every replica of the list: each device's replicas in one kernel launch when it has several
+// (multi_sgd_mom_update_ or multi_adam_update_; a table of at most 64 tensors a launch), else
+// step_on_device. The same bits either way: the multi-tensor kernels compute what the per-tensor ones do.
+void step_on_devices(const std::vector<ReplicaStep>& replicas, const Step& s);
+
 class KVStore {
  public:
   virtual ~KVStore() = default;
@@ -94,6 +105,14 @@ class KVStore {
   virtual void update(int64_t key, const std::vector<Tensor>& weights, const std::vector<Tensor>& grads,
                       const std::vector<std::vector<Tensor>>& state, std::vector<std::vector<float>>& host_state,
                       const Step& s, bool summed = false);
+
+  // Trainer::step for every key at once, key k = 0, 1, ... with weights[k], grads[k], state[k] and
+  // host_state[k] as update() takes them: each key's gradients are summed (pushpull, key by key), then
+  // the replicas that update themselves do so together, one launch per device (step_on_devices); the
+  // others (updates_on_host, devices of several kinds) as update() does. The same bits as update() key by key.
+  void update_all(const std::vector<std::vector<Tensor>>& weights, const std::vector<std::vector<Tensor>>& grads,
+                  const std::vector<std::vector<std::vector<Tensor>>>& state,
+                  std::vector<std::vector<std::vector<float>>>& host_state, const Step& s, bool summed = false);
 
   // dist_sync's gradient buckets (core/dist/buckets.hpp, chapter 4): Trainer::step first calls
   // reduce_all with every trainable parameter's replicas (registration order). A kvstore with

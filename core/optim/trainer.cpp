@@ -209,13 +209,14 @@ void Trainer::step(int64_t batch_size) {
     ++num_update_;
     return;
   }
+  // Every key's gradients summed, then every device's parameters updated in one launch (KVStore::update_all).
+  std::vector<std::vector<Tensor>> grads(params_.size());
   for (size_t k = 0; k < params_.size(); ++k) {
-    std::vector<Tensor> grads;
-    for (auto& w : weights[k]) grads.push_back(w.grad().defined() ? w.grad() : Tensor::zeros(w.shape(), w.device()));
+    for (auto& w : weights[k]) grads[k].push_back(w.grad().defined() ? w.grad() : Tensor::zeros(w.shape(), w.device()));
     place_state(k, weights[k]);
-    kv_->update(static_cast<int64_t>(k), weights[k], grads, state_[k], host_state_[k], s, summed);
-    params_[k].second->zero_grad();
   }
+  kv_->update_all(weights, grads, state_, host_state_, s, summed);
+  for (auto& [name, p] : params_) p->zero_grad();
   ++num_update_;
 }
 

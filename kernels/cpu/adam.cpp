@@ -7,6 +7,7 @@
 // The caller gives step t's (t = 1, 2, ...) step_size = lr / (1 - beta1^t) and bc2_sqrt = sqrt(1 - beta2^t),
 // so this is w -= lr * m_hat / (sqrt(v_hat) + eps), m_hat = m / (1 - beta1^t), v_hat = v / (1 - beta2^t),
 // in PyTorch's order of operations.
+// multi_adam_update: the same step on a list of count tensors, tensor t of n[t] elements (w[t], m[t], v[t], g[t]).
 #include <cmath>
 
 #include "kernels.hpp"
@@ -23,6 +24,14 @@ void adam_update(const Ctx& c, float* w, float* m, float* v, const float* g, int
       w[i] -= step_size * (m[i] / (std::sqrt(v[i]) / bc2_sqrt + eps));
     }
   });
+}
+
+// The CPU runs the list as one task on its stream: the kernel above, tensor after tensor.
+void multi_adam_update(const Ctx& c, float* const* w, float* const* m, float* const* v, const float* const* g,
+                       const int64_t* n, int64_t count, float grad_scale, float wd, float beta1, float beta2, float eps,
+                       float step_size, float bc2_sqrt) {
+  for (int64_t t = 0; t < count; ++t)
+    adam_update(c, w[t], m[t], v[t], g[t], n[t], grad_scale, wd, beta1, beta2, eps, step_size, bc2_sqrt);
 }
 
 }  // namespace d2l::kernels::cpu

@@ -12,9 +12,10 @@ __global__ void add_kernel(const float* a, const float* b, float* y, int64_t n) 
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) y[i] = a[i] + b[i];
 }
 
+// y += alpha * x, one FMA on a GPU (axpy_value, common.cuh: written once for the kernels that must match it).
 __global__ void axpy_kernel(float alpha, const float* x, float* y, int64_t n) {
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) y[i] += alpha * x[i];
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) y[i] = axpy_value(alpha, x[i], y[i]);
 }
 
 __global__ void mul_kernel(const float* a, const float* b, float* y, int64_t n) {

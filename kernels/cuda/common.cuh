@@ -2,6 +2,7 @@
 //   grid_for(n)       the grid of an elementwise kernel over n items (256 threads a block)
 //   D2L_LAUNCH_OVER(n, stream, kernel, args...)   an elementwise kernel's launch: nothing when n <= 0,
 //                     else grid_for(n) blocks of kThreads, then the launch check
+//   axpy_value(a, x, y)   y + a * x rounded as axpy_kernel rounds it (one FMA on a GPU)
 //   ScratchBuffer<T>  a temporary device buffer owned by one launcher (conv2d's col, sum's partials)
 #pragma once
 #include <cstdint>
@@ -51,6 +52,19 @@ constexpr int kReduceThreads = 256;
 #else
 constexpr int kReduceThreads = 32;
 #endif
+
+// y + a * x as axpy_kernel (add.cu, add_'s kernel) computes `y += a * x`. nvcc contracts that line to one
+// fused multiply-add (its default, -fmad=true): a * x + y rounded once. g++ (ISO mode, no contraction)
+// rounds the product, then the sum. Kernels that must give add_'s bits (sgd.cu's multi-tensor step, which
+// does in one kernel what add_ does in three) call this, as axpy_kernel does, so the two agree in both
+// builds whatever the compiler would contract in a longer expression.
+__device__ __forceinline__ float axpy_value(float a, float x, float y) {
+#ifdef __CUDACC__
+  return __fmaf_rn(a, x, y);
+#else
+  return y + a * x;
+#endif
+}
 
 inline unsigned grid_for(int64_t n) {
   const int64_t blocks = (n + kThreads - 1) / kThreads;

@@ -39,6 +39,10 @@ void uniform(Stream stream, float* x, int64_t n, uint64_t seed, uint64_t offset,
 // ---- add.cu: axpy: y += alpha * x (add_ and core/comm.cpp's reductions; add and mul are the add op's own)
 void axpy(Stream stream, float alpha, const float* x, float* y, int64_t n);
 
+// ---- multi_tensor.cuh: the multi-tensor optimizer steps of sgd.cu and adam.cu take a list of tensors
+// in one launch; a list longer than this is launched in tables of this many tensors, one launch each.
+constexpr int kMaxTensorsPerLaunch = 64;
+
 // ---- bias_add.cu: x viewed as (outer, C, inner); y = x + b[c]. db[c] = sum over outer and inner of dy.
 void bias_add_forward(Stream stream, const float* x, const float* b, float* y, int64_t outer, int64_t C,
                       int64_t inner);
