@@ -870,6 +870,103 @@ TEST_CASE("GPU kernel5 (emulated): precision automatic runs the fp32 variant") {
   CHECK(implicit_passes(nullptr, s, x, w, r) == got);
 }
 
+// ---- kernel5's strided backward_data (BackwardDataStrided: the input positions grouped by (ih mod sh,
+// iw mod sw), each group a dense GEMM over its own taps, all in one launch), emulated: against kernel1 on
+// the CPU and the double reference in FP32, within TF32's bound in TF32. Odd sizes give classes of
+// different sizes; some shapes leave classes without taps (their dx is 0) or without positions.
+namespace {
+// {N, C, H, W, OC, KH, KW, stride_h, stride_w, pad_h, pad_w}
+const std::vector<NetShape> kGpuStridedShapes = {
+    {"ResNet 3x3 /2, pad 1, 1 image", {1, 5, 8, 8, 6, 3, 3, 2, 2, 1, 1}},
+    {"3x3 /2, pad 1, odd 9x7, 3 images", {3, 4, 9, 7, 5, 3, 3, 2, 2, 1, 1}},
+    {"3x3 /2, pad 1, 4 images of 12x12 (144 rows a class: 3 row tiles)", {4, 3, 12, 12, 5, 3, 3, 2, 2, 1, 1}},
+    {"downsample 1x1 /2, pad 0, odd 7x9 (three classes of zeros)", {2, 6, 7, 9, 4, 1, 1, 2, 2, 0, 0}},
+    {"1x1 /2, pad 1 (the padding makes class (1, 1) the one with a tap)", {1, 3, 6, 5, 4, 1, 1, 2, 2, 1, 1}},
+    {"stem 7x7 /2, pad 3, odd 11x13", {2, 3, 11, 13, 8, 7, 7, 2, 2, 3, 3}},
+    {"stride 3, 3x3, pad 1", {2, 3, 10, 11, 4, 3, 3, 3, 3, 1, 1}},
+    {"stride 3, 5x5, pad 2 (2 or 1 taps a class and axis)", {1, 2, 8, 8, 3, 5, 5, 3, 3, 2, 2}},
+    {"2x2 filter, stride 3 (rows 2 mod 3 meet no tap)", {1, 2, 7, 8, 3, 2, 2, 3, 3, 0, 0}},
+    {"strides (2, 3), 3x5, pad (1, 2)", {2, 4, 9, 10, 5, 3, 5, 2, 3, 1, 2}},
+    {"strides (3, 1), pad (0, 1)", {1, 3, 8, 7, 4, 3, 3, 3, 1, 0, 1}},
+    {"stride 2, pads (0, 1)", {2, 3, 8, 9, 4, 3, 3, 2, 2, 0, 1}},
+    {"stride 2, pads (2, 0), 4x3 filter", {1, 3, 9, 8, 4, 4, 3, 2, 2, 2, 0}},
+    {"1x1 image, 3x3 /2, pad 1 (classes without positions)", {2, 3, 1, 1, 4, 3, 3, 2, 2, 1, 1}},
+};
+
+std::vector<float> implicit_grad_x(kemu::Stream st, const Conv2dShape& s, const std::vector<float>& r,
+                                   const std::vector<float>& w) {
+  std::vector<float> dx(size_t(x_size(s)), -7.0f);  // garbage: every dx element must be written
+  kemu::conv2d_backward_data_implicit(st, s, r.data(), w.data(), dx.data());
+  return dx;
+}
+
+// The most products one dx element sums: OC times its class' taps, at most ceil(KH / sh) * ceil(KW / sw).
+double strided_depth(const Conv2dShape& s) {
+  return double(s.OC * ((s.KH + s.stride_h - 1) / s.stride_h) * ((s.KW + s.stride_w - 1) / s.stride_w));
+}
+}  // namespace
+
+TEST_CASE("GPU kernel5 strided backward_data (emulated): fp32 matches kernel1 and the double reference, one launch") {
+  const Ctx c1 = d2l::kernels::cpu::serial_ctx();
+  for (int tile : {0, 128}) {
+    Kernel5Setting fp32(d2l::kernels::cpu::Precision::fp32, tile);
+    for (const NetShape& ns : kGpuStridedShapes) {
+      const Conv2dShape& s = ns.s;
+      INFO("tile " << tile << ": " << ns.name << ": " << describe(s));
+      auto w = lcg_data(w_size(s), 71), r = lcg_data(y_size(s), 72);
+      const RefPasses ref = ref_passes(s, lcg_data(x_size(s), 70), w, r);
+      const int64_t before = launches("conv2d_implicit_gemm_kernel"), tf32_before = launches("conv2d_implicit_tf32_kernel");
+      const auto dx = implicit_grad_x(nullptr, s, r, w);
+      CHECK(launches("conv2d_implicit_gemm_kernel") == before + 1);  // every class in one launch
+      CHECK(launches("conv2d_implicit_tf32_kernel") == tf32_before);
+      CHECK(worst_vs(grad_x(c1, s, r, w, Conv2dKernel::direct), dx) <= kKernel1Tol);
+      CHECK(worst_error(ref.dx, dx) <= 1e-5);
+      CHECK(worst_scaled(ref.dx, ref.dx_abs, dx) <= strided_depth(s) * std::ldexp(1.0, -22));
+    }
+  }
+}
+
+TEST_CASE("GPU kernel5 strided backward_data (emulated): tf32 within TF32's bound of the double reference") {
+  for (const NetShape& ns : kGpuStridedShapes) {
+    const Conv2dShape& s = ns.s;
+    INFO(ns.name << ": " << describe(s));
+    auto w = lcg_data(w_size(s), 74), r = lcg_data(y_size(s), 75);
+    const RefPasses ref = ref_passes(s, lcg_data(x_size(s), 73), w, r);
+    std::vector<float> fp32, tf32;
+    {
+      Kernel5Setting setting(d2l::kernels::cpu::Precision::fp32, 0);
+      fp32 = implicit_grad_x(nullptr, s, r, w);
+    }
+    {
+      Kernel5Setting setting(d2l::kernels::cpu::Precision::tf32, 0);
+      const int64_t before = launches("conv2d_implicit_tf32_kernel");
+      tf32 = implicit_grad_x(nullptr, s, r, w);
+      CHECK(launches("conv2d_implicit_tf32_kernel") == before + 1);
+    }
+    CHECK(worst_scaled(ref.dx, ref.dx_abs, tf32) <= std::ldexp(1.0, -10) + strided_depth(s) * std::ldexp(1.0, -23));
+    CHECK(worst_vs(fp32, tf32) >= 1e-5);  // TF32 really ran
+  }
+}
+
+// Split-K over the classes: each slice of the workspace holds every class' outputs (a class whose taps end
+// before a slice's range gives that slice zeros), summed in slice order; the same bits on 1 or 2 threads.
+TEST_CASE("GPU kernel5 strided backward_data (emulated): split-K and 2 device threads give the same bits" *
+          doctest::test_suite("threads")) {
+  d2l::test::TwoThreads two;
+  const Conv2dShape s{2, 5, 9, 11, 40, 3, 3, 2, 2, 1, 1};  // Kdim 40 * 2 * 2 = 160: split in slices of 64
+  auto w = lcg_data(w_size(s), 77), r = lcg_data(y_size(s), 78);
+  const RefPasses ref = ref_passes(s, lcg_data(x_size(s), 76), w, r);
+  for (auto p : {d2l::kernels::cpu::Precision::fp32, d2l::kernels::cpu::Precision::tf32}) {
+    Kernel5Setting setting(p, 0);
+    INFO("precision " << int(p));
+    const int64_t before = launches("conv2d_implicit_splitk_sum_kernel");
+    const auto dx = implicit_grad_x(nullptr, s, r, w);
+    CHECK(launches("conv2d_implicit_splitk_sum_kernel") == before + 1);  // split, then summed
+    CHECK(implicit_grad_x(&two.ctx, s, r, w) == dx);
+    CHECK(worst_scaled(ref.dx, ref.dx_abs, dx) <= std::ldexp(1.0, -10) + strided_depth(s) * std::ldexp(1.0, -23));
+  }
+}
+
 // backward_weight's GEMM (M = OC, Ncol = C*KH*KW: a few tiles; Kdim = N*OH*OW) is split along k into
 // slices summed in a fixed order: the same bits on every run and on 1 or 2 device threads, both variants.
 TEST_CASE("GPU kernel5 split-K backward_weight (emulated): the same bits on every run and thread count" *

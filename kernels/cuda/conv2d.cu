@@ -276,6 +276,8 @@ void conv2d_backward_weight_im2col(Stream stream, const Conv2dShape& s, const fl
 //                    A(q, k)  = dy[n][oc][oh][ow] where oh*sh = ih + ph - kh and ow*sw = iw + pw - kw
 //                               (0 where that is no whole output position: kernel1's gathered form)
 //                    B(k, ci) = w[oc][ci][kh][kw]
+//                    (this form for stride 1; a stride above 1 splits it into dense GEMMs, one per parity
+//                    class of (ih, iw), without the zeros: BackwardDataStrided below)
 //   backward_weight  dw: row oc, col j = (ci, kh, kw), sum over p = (n, oh, ow)   M = OC, Kdim = N*OH*OW
 //                    A(oc, p) = dy[n][oc][oh][ow]
 //                    B(p, j)  = x[n][ci][oh*sh - ph + kh][ow*sw - pw + kw]   (0 in the padding)
@@ -359,12 +361,15 @@ __device__ __forceinline__ float x_at(const Geo& g, const float* x, int base, in
 }
 
 // Each pass: its GEMM's sizes, the radices of its k, the row and column tables, the loads A(row, k)
-// and B(k, col), and where C's (i, j) goes: out[row.out + col.out].
+// and B(k, col), and where C's (i, j) goes: out[row.out + col.out]. A launch may hold several GEMMs
+// (classes(): strided backward_data's parity classes, below); for_class(c) is class c's pass.
 struct Forward {
   Geo g;
   const float* x;
   const float* w;
   static constexpr bool kAAlongRows = true;  // neighbouring rows p: neighbouring x
+  __device__ int classes() const { return 1; }  // one GEMM (BackwardDataStrided: one per class)
+  __device__ Forward for_class(int) const { return *this; }
   __device__ int rows() const { return g.N * g.OH * g.OW; }
   __device__ int cols() const { return g.OC; }
   __device__ int depth() const { return g.C * g.KH * g.KW; }
@@ -384,6 +389,8 @@ struct BackwardData {
   const float* dy;
   const float* w;
   static constexpr bool kAAlongRows = true;  // neighbouring rows q: neighbouring dy
+  __device__ int classes() const { return 1; }  // one GEMM (BackwardDataStrided: one per class)
+  __device__ BackwardData for_class(int) const { return *this; }
   __device__ int rows() const { return g.N * g.H * g.W; }
   __device__ int cols() const { return g.C; }
   __device__ int depth() const { return g.OC * g.KH * g.KW; }
@@ -412,11 +419,95 @@ struct BackwardData {
   }
 };
 
+// ---- backward_data with a stride above 1, without the zeros: the parity classes.
+//
+// BackwardData's A(q, k) is 0 wherever ih + ph - kh is no multiple of sh (or iw + pw - kw of sw): for
+// stride 2 that is three quarters of the (input, tap) pairs, gathered and multiplied all the same.
+// Which taps reach an input row depends only on ih mod sh, so group the input positions by
+// (ih mod sh, iw mod sw): each group, a parity class, is a dense GEMM over its own taps.
+//
+// One axis (rows; columns likewise with W, KW, sw, pw). The class of first row `first` (< sh) holds
+//   the input rows  ih = first + sh*i,   i < count = ceil((H - first) / sh)
+// and row ih meets tap kh at output row oh = (ih + ph - kh) / sh when that divides. Here
+// ih + ph - kh = first + ph - kh + sh*i, so sh divides it exactly when kh = first + ph (mod sh): the
+// class' taps are
+//   kh = tap0 + sh*t,   tap0 = (first + ph) % sh,   t < taps = ceil((KH - tap0) / sh)   (0 if tap0 >= KH)
+// and input i meets tap t at output row
+//   oh = (first + ph - tap0) / sh + i - t = shift + i - t        (skipped when outside 0 <= oh < OH).
+//
+// Worked example: 3x3, stride 2, pad 1, H = 5 (OH = 3). Row ih meets tap kh at oh = (ih + 1 - kh) / 2.
+//   first 0: rows ih = 0, 2, 4 (count 3); tap0 = 1 % 2 = 1: taps kh = 1 (taps 1); shift = (0 + 1 - 1)/2 = 0:
+//            ih = 2 (i = 1) meets kh = 1 (t = 0) at oh = 0 + 1 - 0 = 1   [check: (2 + 1 - 1) / 2 = 1]
+//   first 1: rows ih = 1, 3 (count 2);    tap0 = 2 % 2 = 0: taps kh = 0, 2 (taps 2); shift = (1 + 1 - 0)/2 = 1:
+//            ih = 3 (i = 1) meets kh = 2 (t = 1) at oh = 1 + 1 - 1 = 1   [check: (3 + 1 - 2) / 2 = 1]
+// With the columns alike, the four classes (first row, first column) = (0,0), (0,1), (1,0), (1,1) have
+// 1x1, 1x2, 2x1 and 2x2 taps: 9 taps in all, where BackwardData gathers 4 x 9 = 36 per 2x2 block of
+// inputs. A 1x1 stride-2 unpadded conv: tap0 = first % 2, so only class (0,0) has a tap; the other three
+// have none, and their GEMM (depth 0) writes zeros.
+//
+// Class c's GEMM: row q = (n, i, j) in radices (count_h, count_w), col ci, sum over k = (oc, t, u) in
+// radices (taps_h, taps_w):
+//   A(q, k) = dy[n][oc][shift_h + i - t][shift_w + j - u]         (0 outside dy: the edges only)
+//   B(k, ci) = w[oc][ci][tap0_h + sh*t][tap0_w + sw*u]
+//   C(q, ci) -> dx[n][ci][first_h + sh*i][first_w + sw*j]
+// All classes run in one launch: block z of the grid is class z % classes (first_h = c / sw, first_w =
+// c % sw) of split-K's slice z / classes. Every dx element belongs to exactly one class, so each slice of
+// the split-K workspace is written whole and the usual sum finishes it.
+struct ParityAxis {
+  int first, count, tap0, taps, shift;
+};
+__host__ __device__ inline ParityAxis parity_axis(int size, int kernel, int stride, int pad, int first) {
+  const int tap0 = (first + pad) % stride;
+  const int count = (size - first + stride - 1) / stride;  // 0 where first >= size
+  const int taps = kernel > tap0 ? (kernel - tap0 + stride - 1) / stride : 0;
+  return {first, count, tap0, taps, (first + pad - tap0) / stride};
+}
+
+struct BackwardDataStrided {
+  Geo g;
+  const float* dy;
+  const float* w;
+  ParityAxis ah, aw;  // this block's class (for_class), its rows and columns
+  static constexpr bool kAAlongRows = true;  // neighbouring rows q: neighbouring j, neighbouring dy
+  __device__ int classes() const { return g.sh * g.sw; }
+  __device__ BackwardDataStrided for_class(int c) const {
+    BackwardDataStrided p = *this;
+    p.ah = parity_axis(g.H, g.KH, g.sh, g.ph, c / g.sw);
+    p.aw = parity_axis(g.W, g.KW, g.sw, g.pw, c % g.sw);
+    return p;
+  }
+  __device__ int rows() const { return g.N * ah.count * aw.count; }
+  __device__ int cols() const { return g.C; }
+  __device__ int depth() const { return g.OC * ah.taps * aw.taps; }  // 0: a class without taps (zeros)
+  __device__ int mid_radix() const { return ah.taps > 0 ? ah.taps : 1; }  // k = (oc, t, u); never 0
+  __device__ int lo_radix() const { return aw.taps > 0 ? aw.taps : 1; }
+  __device__ Ctx row(int q) const {  // q = (n, i, j): h, w hold shift_h + i, shift_w + j
+    const int per_image = ah.count * aw.count, n = q / per_image, pix = q - n * per_image;
+    const int i = pix / aw.count, j = pix - i * aw.count;
+    const int ih = ah.first + g.sh * i, iw = aw.first + g.sw * j;
+    return {n * g.OC * g.OH * g.OW, ah.shift + i, aw.shift + j, (n * g.C * g.H + ih) * g.W + iw};
+  }
+  __device__ Ctx col(int ci) const {  // base: w[0][ci][tap0_h][tap0_w]
+    return {(ci * g.KH + ah.tap0) * g.KW + aw.tap0, 0, 0, ci * g.H * g.W};
+  }
+  __device__ float a(const Ctx& r, const KPos& k) const {  // k = (oc, t, u) = (hi, mid, lo)
+    const int oh = r.h - k.mid, ow = r.w - k.lo;
+    return unsigned(oh) < unsigned(g.OH) && unsigned(ow) < unsigned(g.OW)
+               ? dy[r.base + (k.hi * g.OH + oh) * g.OW + ow]
+               : 0.0f;
+  }
+  __device__ float b(const KPos& k, const Ctx& c) const {  // w[oc][ci][tap0_h + sh*t][tap0_w + sw*u]
+    return w[k.hi * g.C * g.KH * g.KW + c.base + g.sh * k.mid * g.KW + g.sw * k.lo];
+  }
+};
+
 struct BackwardWeight {
   Geo g;
   const float* x;
   const float* dy;
   static constexpr bool kAAlongRows = false;  // neighbouring k = (n, oh, ow): neighbouring dy
+  __device__ int classes() const { return 1; }  // one GEMM (BackwardDataStrided: one per class)
+  __device__ BackwardWeight for_class(int) const { return *this; }
   __device__ int rows() const { return g.OC; }
   __device__ int cols() const { return g.C * g.KH * g.KW; }
   __device__ int depth() const { return g.N * g.OH * g.OW; }
@@ -474,10 +565,11 @@ struct Tile {
 
 // The loop both variants share: the tables, then per slice stash (registers -> shared memory, each
 // value through `round`), compute, and meanwhile fetch (global memory -> registers) of the next slice.
-// Block z of the grid sums k in [z * k_chunk, min(K, (z + 1) * k_chunk)): split-K's range.
+// The block sums k in [split * k_chunk, min(K, (split + 1) * k_chunk)): split-K's range (empty for a
+// class whose K ends before it: its slice of the output gets zeros).
 template <class T, class Round, class Compute>
-__device__ __forceinline__ void gemm_loop(const typename T::Pass& pass, typename T::Smem& s, int k_chunk, Round round,
-                                          Compute compute) {
+__device__ __forceinline__ void gemm_loop(const typename T::Pass& pass, typename T::Smem& s, int split, int k_chunk,
+                                          Round round, Compute compute) {
   using SA = typename T::SA;
   using SB = typename T::SB;
   constexpr int BM = T::BM, BN = T::BN, BK = T::BK;
@@ -485,7 +577,7 @@ __device__ __forceinline__ void gemm_loop(const typename T::Pass& pass, typename
   const int t = threadIdx.x, row0 = int(blockIdx.y) * BM, col0 = int(blockIdx.x) * BN;
   for (int m = t; m < BM; m += kBlock) s.rows[m] = row0 + m < M ? pass.row(row0 + m) : Ctx{-1, 0, 0, 0};
   for (int n = t; n < BN; n += kBlock) s.cols[n] = col0 + n < N ? pass.col(col0 + n) : Ctx{-1, 0, 0, 0};
-  const int k_begin = int(blockIdx.z) * k_chunk, k_end = K - k_begin < k_chunk ? K : k_begin + k_chunk;
+  const int k_begin = split * k_chunk, k_end = K - k_begin < k_chunk ? K : k_begin + k_chunk;
   KPos ka[SA::kKs], kb[SB::kKs];  // this thread's k offsets in the slice, decomposed
   D2L_CONV_UNROLL
   for (int i = 0; i < SA::kKs; ++i) ka[i] = kpos(k_begin + SA::kk(i), mr, lr);
@@ -527,22 +619,36 @@ __device__ __forceinline__ void gemm_loop(const typename T::Pass& pass, typename
   }
 }
 
+// Block z of the grid: class z % classes of the pass (one class but for strided backward_data), slice
+// z / classes of split-K. True where the block has rows of its class to compute (a smaller class
+// leaves the last row tiles of the grid, sized for the largest, empty: those blocks return at once).
+template <class T>
+struct BlockJob {
+  typename T::Pass pass;
+  int split;
+  __device__ BlockJob(const typename T::Pass& launched)
+      : pass(launched.for_class(int(blockIdx.z) % launched.classes())), split(int(blockIdx.z) / launched.classes()) {}
+  __device__ bool has_rows() const { return int(blockIdx.y) * T::BM < pass.rows(); }
+};
+
 }  // namespace implicit
 
 // fp32: grid (ceil(Ncol / BN), ceil(M / BM), slices), block 256 as 16 x 16; thread (tm, tn) = (t % 16,
 // t / 16) owns rows tm + 16 i and columns tn + 16 j of the block tile (i < BM / 16, j < BN / 16): a
 // warp's stores are 16 neighbouring rows (neighbouring y or dx). Output (i, j) goes to
-// out[z * slice + row.out + col.out] (slice: the split-K workspace's stride, else 0).
+// out[split * slice + row.out + col.out] (slice: the split-K workspace's stride, else 0).
 template <class T>
-__global__ void conv2d_implicit_gemm_kernel(typename T::Pass pass, float* out, int64_t slice, int k_chunk) {
+__global__ void conv2d_implicit_gemm_kernel(typename T::Pass launched, float* out, int64_t slice, int k_chunk) {
   using namespace implicit;
+  const BlockJob<T> job(launched);
+  if (!job.has_rows()) return;
   using Smem = typename T::Smem;
   constexpr int BK = T::BK, TM = T::BM / 16, TN = T::BN / 16;
   D2L_SHARED(Smem, smem, [1]);
   Smem& s = smem[0];
   const int tm = threadIdx.x % 16, tn = threadIdx.x / 16;
   float acc[TM][TN] = {};
-  gemm_loop<T>(pass, s, k_chunk, [](float v) { return v; }, [&](const Smem& sm) {
+  gemm_loop<T>(job.pass, s, job.split, k_chunk, [](float v) { return v; }, [&](const Smem& sm) {
     D2L_CONV_UNROLL
     for (int k = 0; k < BK; ++k) {
       float a[TM], b[TN];
@@ -557,7 +663,7 @@ __global__ void conv2d_implicit_gemm_kernel(typename T::Pass pass, float* out, i
       }
     }
   });
-  out += blockIdx.z * slice;
+  out += job.split * slice;
   D2L_CONV_UNROLL
   for (int i = 0; i < TM; ++i) {
     const Ctx r = s.rows[tm + 16 * i];
@@ -577,9 +683,11 @@ __global__ void conv2d_implicit_gemm_kernel(typename T::Pass pass, float* out, i
 // across the lanes is CUDA's secret, so each fragment goes through the warp's own 16x16 of shared memory
 // (column-major: lane e and e + 1 hold neighbouring rows), then lane e writes elements e, e + 32, ....
 template <class T>
-__global__ void conv2d_implicit_tf32_kernel(typename T::Pass pass, float* out, int64_t slice, int k_chunk) {
+__global__ void conv2d_implicit_tf32_kernel(typename T::Pass launched, float* out, int64_t slice, int k_chunk) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800  // TF32 tensor cores: sm_80 and later
   using namespace implicit;
+  const BlockJob<T> job(launched);
+  if (!job.has_rows()) return;
   using Smem = typename T::Smem;
   constexpr int BM = T::BM, BN = T::BN, BK = T::BK, kWarpsN = 4;
   constexpr int WM = BM / 2, WN = BN / kWarpsN, FM = WM / 16, FN = WN / 16;
@@ -594,7 +702,7 @@ __global__ void conv2d_implicit_tf32_kernel(typename T::Pass pass, float* out, i
     D2L_CONV_UNROLL
     for (int j = 0; j < FN; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
   }
-  gemm_loop<T>(pass, s, k_chunk, [](float v) { return to_tf32(v); }, [&](const Smem& sm) {
+  gemm_loop<T>(job.pass, s, job.split, k_chunk, [](float v) { return to_tf32(v); }, [&](const Smem& sm) {
     D2L_CONV_UNROLL
     for (int kk = 0; kk < BK; kk += 8) {
       wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::col_major> a[FM];
@@ -612,7 +720,7 @@ __global__ void conv2d_implicit_tf32_kernel(typename T::Pass pass, float* out, i
   });
   // The slices are consumed (gemm_loop's last barrier): a[][] becomes the warps' staging tiles.
   float* stage = &s.a[0][0] + warp * 256;
-  out += blockIdx.z * slice;
+  out += job.split * slice;
   D2L_CONV_UNROLL
   for (int i = 0; i < FM; ++i) {
     D2L_CONV_UNROLL
@@ -654,10 +762,11 @@ implicit::Geo geo(const Conv2dShape& s) {
 
 template <class T>
 void launch_tile(Stream stream, bool tf32, const typename T::Pass& pass, float* out, int64_t slice, int64_t M,
-                 int64_t N, int64_t splits, int k_chunk) {
+                 int64_t N, int64_t splits, int64_t classes, int k_chunk) {
   const int64_t gx = (N + T::BN - 1) / T::BN, gy = (M + T::BM - 1) / T::BM;
-  if (gy > 65535) throw std::invalid_argument("conv2d implicit GEMM: the shape is too large for one grid");
-  const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(gy), static_cast<unsigned>(splits));
+  if (gy > 65535 || splits * classes > 65535)
+    throw std::invalid_argument("conv2d implicit GEMM: the shape is too large for one grid");
+  const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(gy), static_cast<unsigned>(splits * classes));
   const dim3 block(implicit::kBlock);
   if (tf32) {
     D2L_LAUNCH(conv2d_implicit_tf32_kernel<T>, grid, block, 0, stream)(pass, out, slice, k_chunk);
@@ -677,9 +786,11 @@ std::atomic<int> g_implicit_tile{0};
 // shows the tf32 kernel bound by shared memory (L1) traffic and latency at a quarter occupancy, which the
 // smaller tile's 4x more blocks hide better. Split-K where the tiles are fewer than half the
 // blocks aimed at (4 per SM): as many slices as bring them there, each at least 4 slices of k deep,
-// the workspace at most 2^26 floats.
+// the workspace at most 2^26 floats. A pass of several classes (strided backward_data) gives its largest
+// class' M and K; its blocks are `classes` times as many.
 template <class P>
-void launch_implicit(Stream stream, const P& pass, float* out, int64_t M, int64_t N, int64_t K, int64_t out_size) {
+void launch_implicit(Stream stream, const P& pass, float* out, int64_t M, int64_t N, int64_t K, int64_t out_size,
+                     int64_t classes = 1) {
   using namespace implicit;
   if (M <= 0 || N <= 0) return;
   if (M >= (int64_t{1} << 31) || N >= (int64_t{1} << 31) || K >= (int64_t{1} << 31))
@@ -687,8 +798,8 @@ void launch_implicit(Stream stream, const P& pass, float* out, int64_t M, int64_
   const bool tf32 = uses_tf32();
   const int64_t BK = tf32 ? 32 : 16, target = 4 * kSMs;
   const int forced = conv2d_implicit_tile();
-  const bool big = forced ? forced == 128 : !tf32 && ((M + 127) / 128) * ((N + 127) / 128) >= 2 * kSMs;
-  const int64_t tile = big ? 128 : 64, tiles = ((M + tile - 1) / tile) * ((N + tile - 1) / tile);
+  const bool big = forced ? forced == 128 : !tf32 && classes * ((M + 127) / 128) * ((N + 127) / 128) >= 2 * kSMs;
+  const int64_t tile = big ? 128 : 64, tiles = classes * ((M + tile - 1) / tile) * ((N + tile - 1) / tile);
   int64_t splits = 1;
   if (tiles < target / 2)
     splits = std::max<int64_t>(1, std::min({target / tiles, (K + 4 * BK - 1) / (4 * BK), (int64_t{1} << 26) / out_size}));
@@ -698,10 +809,10 @@ void launch_implicit(Stream stream, const P& pass, float* out, int64_t M, int64_
   float* target_out = splits > 1 ? ws.data() : out;
   const int64_t slice = splits > 1 ? out_size : 0;
   const int kc = static_cast<int>(k_chunk);
-  if (tf32 && big) launch_tile<Tile<P, 128, 128, 32>>(stream, true, pass, target_out, slice, M, N, splits, kc);
-  else if (tf32) launch_tile<Tile<P, 64, 64, 32>>(stream, true, pass, target_out, slice, M, N, splits, kc);
-  else if (big) launch_tile<Tile<P, 128, 128, 16>>(stream, false, pass, target_out, slice, M, N, splits, kc);
-  else launch_tile<Tile<P, 64, 64, 16>>(stream, false, pass, target_out, slice, M, N, splits, kc);
+  if (tf32 && big) launch_tile<Tile<P, 128, 128, 32>>(stream, true, pass, target_out, slice, M, N, splits, classes, kc);
+  else if (tf32) launch_tile<Tile<P, 64, 64, 32>>(stream, true, pass, target_out, slice, M, N, splits, classes, kc);
+  else if (big) launch_tile<Tile<P, 128, 128, 16>>(stream, false, pass, target_out, slice, M, N, splits, classes, kc);
+  else launch_tile<Tile<P, 64, 64, 16>>(stream, false, pass, target_out, slice, M, N, splits, classes, kc);
   if (splits > 1) D2L_LAUNCH_OVER(out_size, stream, conv2d_implicit_splitk_sum_kernel, ws.data(), splits, out_size, out);
 }
 }  // namespace
@@ -715,10 +826,19 @@ void conv2d_forward_implicit(Stream stream, const Conv2dShape& s, const float* x
   launch_implicit(stream, implicit::Forward{geo(s), x, w}, y, s.N * OH * OW, s.OC, s.C * s.KH * s.KW, n);
 }
 
+// A stride above 1: the parity classes (BackwardDataStrided), all in one launch; stride 1: one GEMM.
 void conv2d_backward_data_implicit(Stream stream, const Conv2dShape& s, const float* dy, const float* w, float* dx) {
   const int64_t n = s.N * s.C * s.H * s.W;
   if (s.OC == 0) return fill(stream, dx, n, 0.0f);
-  launch_implicit(stream, implicit::BackwardData{geo(s), dy, w}, dx, s.N * s.H * s.W, s.C, s.OC * s.KH * s.KW, n);
+  const implicit::Geo g = geo(s);
+  if (g.sh == 1 && g.sw == 1)
+    return launch_implicit(stream, implicit::BackwardData{g, dy, w}, dx, s.N * s.H * s.W, s.C, s.OC * s.KH * s.KW, n);
+  // The largest class: first row and column 0 has the most positions, ceil(KH / sh) x ceil(KW / sw) the
+  // most taps (any class whose tap0 is 0).
+  const implicit::ParityAxis rows = implicit::parity_axis(g.H, g.KH, g.sh, 0, 0);
+  const implicit::ParityAxis cols = implicit::parity_axis(g.W, g.KW, g.sw, 0, 0);
+  const implicit::BackwardDataStrided pass{g, dy, w, {}, {}};
+  launch_implicit(stream, pass, dx, s.N * rows.count * cols.count, s.C, s.OC * rows.taps * cols.taps, n, g.sh * g.sw);
 }
 
 void conv2d_backward_weight_implicit(Stream stream, const Conv2dShape& s, const float* x, const float* dy, float* dw) {
