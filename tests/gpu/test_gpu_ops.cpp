@@ -145,12 +145,15 @@ TEST_CASE("every op's forward and backward on GPU 0 matches cpu(0)") {
   }
 }
 
-// A 3x3 stride-1 conv of 2 x 16 x 13 x 11 images to 24 channels and its backward on device d: y, dx, dw.
-static std::vector<std::vector<float>> conv_passes(Device d) {
+// A 3x3 conv (padding 1, stride 1, or 2 as ResNet's downsampling layers) of 2 x 16 x 13 x 11 images to
+// 24 channels and its backward on device d: y, dx, dw. At stride 2, kernel5's backward_data runs by
+// parity class (kernels/cuda/conv2d.cu, BackwardDataStrided).
+static std::vector<std::vector<float>> conv_passes(Device d, int64_t stride = 1) {
+  const int64_t OH = (13 + 2 - 3) / stride + 1, OW = (11 + 2 - 3) / stride + 1;
   auto x = Tensor::from_vector(lcg_data(2 * 16 * 13 * 11, 5), {2, 16, 13, 11}, d).requires_grad();
   auto w = Tensor::from_vector(lcg_data(24 * 16 * 3 * 3, 6), {24, 16, 3, 3}, d).requires_grad();
-  auto r = Tensor::from_vector(lcg_data(2 * 24 * 13 * 11, 7), {2, 24, 13, 11}, d);
-  Tensor y = conv2d(x, w, Tensor(), {1, 1}, {1, 1});
+  auto r = Tensor::from_vector(lcg_data(2 * 24 * OH * OW, 7), {2, 24, OH, OW}, d);
+  Tensor y = conv2d(x, w, Tensor(), {stride, stride}, {1, 1});
   sum(mul(y, r)).backward();
   return {y.to_vector(), x.grad().to_vector(), w.grad().to_vector()};
 }
@@ -159,19 +162,23 @@ static std::vector<std::vector<float>> conv_passes(Device d) {
 // stride-1 conv and its backward against cpu(0)'s im2col; F(4x4, 3x3) rounds more (bound 1e-3).
 TEST_CASE("conv2d's members on GPU 0 (direct, im2col, winograd, winograd2) match cpu(0)") {
   using kernels::cpu::Conv2dKernel;
-  kernels::cpu::set_conv2d_kernel(Conv2dKernel::im2col);
-  const auto ref = conv_passes(cpu(0));
-  for (Conv2dKernel m : {Conv2dKernel::direct, Conv2dKernel::im2col, Conv2dKernel::winograd, Conv2dKernel::winograd2,
-                         Conv2dKernel::implicit, Conv2dKernel::automatic}) {
-    CAPTURE(int(m));
-    kernels::cpu::set_conv2d_kernel(m);
-    const auto got = conv_passes(dev(0));
-    const char* names[] = {"y", "dx", "dw"};
-    for (size_t i = 0; i < ref.size(); ++i) {
-      CAPTURE(names[i]);
-      const double diff = max_diff(ref[i], got[i]);
-      std::printf("  conv2d member %d on %s: %s within %.1e of cpu(0)\n", int(m), emulated ? "emu(0)" : "gpu(0)", names[i], diff);
-      CHECK(diff < (m == Conv2dKernel::winograd ? 1e-3 : 1e-4));
+  for (int64_t stride : {1, 2}) {
+    CAPTURE(stride);
+    kernels::cpu::set_conv2d_kernel(Conv2dKernel::im2col);
+    const auto ref = conv_passes(cpu(0), stride);
+    for (Conv2dKernel m : {Conv2dKernel::direct, Conv2dKernel::im2col, Conv2dKernel::winograd, Conv2dKernel::winograd2,
+                           Conv2dKernel::implicit, Conv2dKernel::automatic}) {
+      CAPTURE(int(m));
+      kernels::cpu::set_conv2d_kernel(m);
+      const auto got = conv_passes(dev(0), stride);
+      const char* names[] = {"y", "dx", "dw"};
+      for (size_t i = 0; i < ref.size(); ++i) {
+        CAPTURE(names[i]);
+        const double diff = max_diff(ref[i], got[i]);
+        std::printf("  conv2d member %d, stride %d, on %s: %s within %.1e of cpu(0)\n", int(m), int(stride),
+                    emulated ? "emu(0)" : "gpu(0)", names[i], diff);
+        CHECK(diff < (m == Conv2dKernel::winograd ? 1e-3 : 1e-4));
+      }
     }
   }
   kernels::cpu::set_conv2d_kernel(Conv2dKernel::automatic);  // the default
@@ -192,19 +199,23 @@ TEST_CASE("--precision tf32: matmul and conv2d (kernel5, automatic) on GPU 0 wit
   std::printf("  tf32 matmul (cuBLAS) on %s: within %.1e of cpu(0)\n", emulated ? "emu(0)" : "gpu(0)", mm);
   CHECK(mm < 1e-2);
   if (!emulated) CHECK(mm > 1e-6);  // the emulation's cuBLAS stand-in is the CPU GEMM: no TF32 there
-  kernels::cpu::set_conv2d_kernel(Conv2dKernel::im2col);
-  const auto ref_conv = conv_passes(cpu(0));
-  for (Conv2dKernel m : {Conv2dKernel::implicit, Conv2dKernel::automatic}) {
-    kernels::cpu::set_conv2d_kernel(m);
-    const auto out = conv_passes(dev(0));
-    const char* names[] = {"y", "dx", "dw"};
-    for (size_t i = 0; i < out.size(); ++i) {
-      CAPTURE(int(m));
-      CAPTURE(names[i]);
-      const double diff = max_diff(ref_conv[i], out[i]);
-      std::printf("  tf32 conv2d member %d on %s: %s within %.1e of cpu(0)\n", int(m), emulated ? "emu(0)" : "gpu(0)", names[i], diff);
-      CHECK(diff < 2e-2);
-      CHECK(diff > 1e-6);  // TF32 ran: FP32 gives 1e-6 or less here
+  for (int64_t stride : {1, 2}) {
+    CAPTURE(stride);
+    kernels::cpu::set_conv2d_kernel(Conv2dKernel::im2col);
+    const auto ref_conv = conv_passes(cpu(0), stride);
+    for (Conv2dKernel m : {Conv2dKernel::implicit, Conv2dKernel::automatic}) {
+      kernels::cpu::set_conv2d_kernel(m);
+      const auto out = conv_passes(dev(0), stride);
+      const char* names[] = {"y", "dx", "dw"};
+      for (size_t i = 0; i < out.size(); ++i) {
+        CAPTURE(int(m));
+        CAPTURE(names[i]);
+        const double diff = max_diff(ref_conv[i], out[i]);
+        std::printf("  tf32 conv2d member %d, stride %d, on %s: %s within %.1e of cpu(0)\n", int(m), int(stride),
+                    emulated ? "emu(0)" : "gpu(0)", names[i], diff);
+        CHECK(diff < 2e-2);
+        CHECK(diff > 1e-6);  // TF32 ran: FP32 gives 1e-6 or less here
+      }
     }
   }
   kernels::cpu::set_conv2d_kernel(Conv2dKernel::automatic);
