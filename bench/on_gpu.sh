@@ -64,9 +64,11 @@ result_of() {  # result_of NAME KEY
   section "$1" | awk -v key="$2" '$1 == "RESULT" && $2 == key { v = $3 } END { if (v != "") print v }'
 }
 
-# "test acc: A, S sec/epoch on [...]": field 1 (the accuracy) or 2 (the seconds) of step NAME's last such line.
+# Field 1 (the accuracy) or 2 (the seconds) of step NAME's last epoch line: chapter 2's "epoch E, training
+# time: S sec, test_acc A", or chapter 1's "test acc: A, S sec/epoch on [...]".
 epoch_line() {  # epoch_line NAME FIELD
-  section "$1" | sed -n 's/^test acc: \([0-9.]*\), \([0-9.]*\) sec\/epoch.*/\1 \2/p' | tail -1 | cut -d' ' -f"$2"
+  section "$1" | sed -n -e 's/^test acc: \([0-9.]*\), \([0-9.]*\) sec\/epoch.*/\1 \2/p' \
+    -e 's/^epoch [0-9]*, training time: \([0-9.]*\) sec, test_acc \([0-9.]*\).*/\2 \1/p' | tail -1 | cut -d' ' -f"$2"
 }
 
 # The mean of the arguments when every one is a number, else nothing (a seed that did not finish: NA).
