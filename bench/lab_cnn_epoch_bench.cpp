@@ -1,4 +1,4 @@
-// lab_cnn_epoch_bench: seconds per epoch of the Gluon lab's CNN (book/004, chapters/multi_gpu_concise:
+// lab_cnn_epoch_bench: seconds per epoch of the Gluon lab's CNN (chapters/multi_gpu_concise:
 // conv 20@3x3 relu, max pool 2, conv 50@5x5 relu, max pool 2, dense 128 relu, dense 10; Gluon's
 // uniform initialisation, lr 0.3) on real Fashion-MNIST, as the lab's two runs:
 //   1 CPU device x 2 threads and 1 device x 1 thread, batch 64 (938 steps an epoch): run(1, 64, .3)

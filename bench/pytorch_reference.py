@@ -202,7 +202,7 @@ def bench_resnet(args):
     print(f"RESULT pytorch_resnet18_step_peak_rss_mb {peak_mb:.1f}")
 
 
-# ---- the Gluon lab's CNN (book/004; chapters/multi_gpu_concise's lab_cnn)
+# ---- the Gluon lab's CNN (chapters/multi_gpu_concise's lab_cnn)
 # Our names (Conv2D and Dense carry their relu, so the indices skip PyTorch's ReLU modules).
 LAB_NAMES = {"0": "0", "3": "2", "7": "5", "9": "6"}
 

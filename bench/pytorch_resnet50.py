@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """PyTorch reference for bench/model_parallel_bench: the same ResNet-50 training step, timed the same way.
 
-One step of the section's train(model) (book/003) with one batch: torchvision's resnet50(num_classes=1000)
+One step of the section's train(model) (PyTorch's "Single-Machine Model Parallel Best Practices") with one batch: torchvision's resnet50(num_classes=1000)
 on the CPU, a batch of random 3xSxS inputs, one-hot labels over 1000 classes, nn.MSELoss, SGD lr 0.001;
 torch.set_num_threads(T). One warm-up step, then --repeats timed steps; min and median wall time and
 CPU time. Prints "RESULT pytorch_resnet50_step_t<T> <seconds>" (the min).

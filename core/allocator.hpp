@@ -1,4 +1,4 @@
-// A caching allocator per device (DESIGN.md "Memory: stream-ordered reuse"): freed blocks go to a
+// A caching allocator per device (docs/devices-and-streams.md): freed blocks go to a
 // free list and are handed out again without a new system allocation. Counts requested bytes
 // exactly: in use, peak (every buffer, kernels' scratch included).
 //

@@ -1,4 +1,4 @@
-// Graph autograd (DESIGN.md "Tensors, autograd, parameters"). Each result of a differentiable op
+// Graph autograd (README.md "Decisions": autograd frees as it goes). Each result of a differentiable op
 // made while recording is on knows its Node: the op's name, its inputs and its backward. backward()
 // from a scalar walks the graph in reverse topological order; each backward enqueues its kernels on
 // the device where that node's tensors live, so per-device losses run their backward in parallel.

@@ -1,4 +1,4 @@
-// Communication between devices (DESIGN.md "Communication"). data[i] lives on device i; after an
+// Communication between devices (README.md "Processes and machines (MPI)" for the processes). data[i] lives on device i; after an
 // allreduce every data[i] holds the sum over all devices, in place, bitwise equal on every device.
 #pragma once
 #include <cstdint>

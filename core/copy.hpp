@@ -1,4 +1,4 @@
-// Copies between host and devices and between devices (DESIGN.md): a copy into device d runs on
+// Copies between host and devices and between devices (docs/devices-and-streams.md): a copy into device d runs on
 // d's copy stream after an event from the source's compute stream; d's compute stream waits for it
 // before using the result, and the source waits before it may overwrite what is being read.
 #pragma once

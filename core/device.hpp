@@ -1,4 +1,4 @@
-// Devices as the book prints them: cpu(0), gpu(1), emu(0) (DESIGN.md "Devices, streams, memory").
+// Devices as the book prints them: cpu(0), gpu(1), emu(0) (docs/devices-and-streams.md).
 // cpu(i): a compute device whose memory is host memory, run by worker threads.
 // gpu(i): a GPU, logical: on physical GPU physical_gpu(i) (below).  emu(i): a GPU emulated on the CPU (the CUDA kernels, run without a GPU).
 #pragma once

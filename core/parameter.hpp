@@ -1,4 +1,4 @@
-// Gluon-style parameters (DESIGN.md): a Parameter is a replica set, one tensor and gradient per
+// Gluon-style parameters (README.md "The layer"): a Parameter is a replica set, one tensor and gradient per
 // device it was initialised on. initialize(init, devices) makes identical replicas (the same
 // counter-based random numbers on every device); a forward pass uses the replica on the input's
 // device. A shape with a 0 is unknown until the first forward (deferred initialisation).

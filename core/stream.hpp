@@ -1,4 +1,4 @@
-// Streams and events (DESIGN.md "Devices, streams, memory"), CUDA's model on worker threads:
+// Streams and events (docs/devices-and-streams.md), CUDA's model on worker threads:
 // a Stream runs its tasks one after another, in the order they were enqueued, on its own thread;
 // the host thread only enqueues. An Event marks a point in a stream; another stream can wait for it.
 #pragma once

@@ -1,4 +1,4 @@
-// A timeline of every stream task (DESIGN.md "Layers, checkpoints, pipelines"): while recording, each
+// A timeline of every stream task (README.md, `--trace`): while recording, each
 // task a device's compute or copy stream runs becomes a record {device, stream, name, start, end},
 // timed on the stream's own thread by one steady clock, in microseconds since start(). Programs write
 // the records as Chrome-trace JSON (Perfetto, chrome://tracing: one process per device, one thread

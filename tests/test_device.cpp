@@ -1,4 +1,4 @@
-// Device names, --devices lists and --num-gpus resolution (DESIGN.md "Devices, streams, memory").
+// Device names, --devices lists and --num-gpus resolution (docs/devices-and-streams.md).
 #include <cblas.h>
 #include <doctest/doctest.h>
 

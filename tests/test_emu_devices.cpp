@@ -1,4 +1,4 @@
-// Several emulated GPUs side by side (DESIGN.md "Devices, streams, memory"): copies between emu(i)
+// Several emulated GPUs side by side (docs/devices-and-streams.md): copies between emu(i)
 // and the host keep every byte, copies order work across them (event waits: test_stream), the thread budget and
 // the errors behave as on cpu(i), allreduce over three of them gives the host's sum, and conv2d's
 // GEMMs follow --gemm (detail::set_gemm).

@@ -1,5 +1,5 @@
 // Streams really run in parallel across devices, in order within a stream, and events order work
-// across devices (DESIGN.md). Timing only bounds a wait (a deadline), never asserts speed.
+// across devices (docs/devices-and-streams.md). Timing only bounds a wait (a deadline), never asserts speed.
 #include <doctest/doctest.h>
 
 #include <atomic>

@@ -1,4 +1,4 @@
-// The section's experiment (book/003, Steps 3-5): train(model) on random images, timed like
+// The section's experiment (PyTorch's model-parallel tutorial, Steps 3-5): train(model) on random images, timed like
 // timeit.repeat(stmt, setup, number=1, repeat=10) for the model-parallel ResNet-50, the single-device
 // one and the pipelined one, the bar plots mp_vs_rn.png and mp_vs_rn_vs_pp.png, and the split-size
 // sweep split_size_tradeoff.png with the best split size. Beyond the section: the memory each device

@@ -1,4 +1,5 @@
-// model_parallel: "Parallel practice of ResNet model on GPU" (book/003): ToyModel, ModelParallelResNet50,
+// model_parallel: "Parallel practice of ResNet model on GPU" (PyTorch's "Single-Machine Model
+// Parallel Best Practices"): ToyModel, ModelParallelResNet50,
 // PipelineParallelResNet50 and the section's timing experiment with its three plots (and a fourth:
 // memory against micro-batches).
 //   model_parallel --num-gpus 2                              (the section's experiment)

@@ -1,4 +1,4 @@
-// Model parallelism on one machine (book/003, "Parallel practice of ResNet model on GPU"): a toy
+// Model parallelism on one machine (PyTorch's "Single-Machine Model Parallel Best Practices"): a toy
 // model with one layer on each of two devices (Step 1), ResNet-50 cut in two halves on two devices
 // (Step 2), the same cut micro-batched into a pipeline over K devices (Step 4, pipeline_resnet50.hpp),
 // and the timing experiment of Steps 3-5 (experiment.hpp).

@@ -9,7 +9,7 @@
 namespace d2l::mp {
 
 // The sizes, the devices and, for CPU-backed devices, the threads each one gets: the single-device
-// model runs on devices[0] with the per-device count of the multi-device run (DESIGN.md).
+// model runs on devices[0] with the per-device count of the multi-device run (docs/thread-budget.md).
 void print_settings(const Config& cfg);
 
 // Per device of `devices`: the model's parameter bytes there and the bytes in use now; resets the

@@ -1,5 +1,5 @@
 // ResNet-50 in torchvision's layout (torchvision.models.resnet: ResNet(Bottleneck, [3, 4, 6, 3])),
-// the model the section (book/003, "Step 2") splits over two devices. The children carry
+// the model the section (PyTorch's model-parallel tutorial, "Step 2") splits over two devices. The children carry
 // torchvision's names, so the parameter names are its state_dict keys and a torchvision state_dict
 // saved as safetensors loads with io::load_parameters:
 //

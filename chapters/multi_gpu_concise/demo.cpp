@@ -1,5 +1,5 @@
-// The section's cells, in order: book/000 In [3]-[5] (`demo`) and the Gluon lab's In [2]-[5]
-// (book/004, `lab`). Outside training (no autograd.record()) Gluon runs BatchNorm in inference mode,
+// The section's cells, in order: d2l's (Gluon edition) In [3]-[5] (`demo`) and the Gluon lab's
+// In [2]-[5] (`lab`). Outside training (no autograd.record()) Gluon runs BatchNorm in inference mode,
 // so the forward passes here evaluate.
 #include <iostream>
 

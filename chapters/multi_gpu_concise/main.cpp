@@ -1,5 +1,5 @@
-// multi_gpu_concise: d2l "Gluon implementation for multi-GPU computation" (book/000, book/001) and the
-// Gluon lab on training with several GPUs (book/004).
+// multi_gpu_concise: d2l "Gluon implementation for multi-GPU computation" (now "Concise Implementation
+// for Multiple GPUs", 13.6; 8.5 in the Chinese edition) and the Gluon lab on training with several GPUs.
 //   multi_gpu_concise                         (the book's two runs: train(1, 256, 0.1), train(2, 512, 0.2))
 //   multi_gpu_concise --num-gpus 2 --kvstore local --sync-bn
 //   multi_gpu_concise --model lab-cnn         (the lab's runs: run(1, 64, .3), run(2, 128, .3))
@@ -133,7 +133,7 @@ int main(int argc, char** argv) {
                     recipe.lr_per_device, (long long)concise::kBookResNet18.batch_per_device,
                     concise::kBookResNet18.lr_per_device, recipe.num_epochs);
       }
-      if (!one_run && cpu_only && cfg.threads.empty()) {  // one CPU device stands for one GPU in both runs (DESIGN.md)
+      if (!one_run && cpu_only && cfg.threads.empty()) {  // one CPU device stands for one GPU in both runs (docs/thread-budget.md)
         cfg.threads = {std::max(1, d2l::num_cores() / 2)};
         std::printf("each CPU device gets %d kernel thread(s) (%d cores / 2) in both runs, so that one device stands for one GPU\n",
                     cfg.threads[0], d2l::num_cores());

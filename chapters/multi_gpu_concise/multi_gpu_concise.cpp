@@ -1,5 +1,5 @@
-// One minibatch on every device and the test accuracy (book/000 "Multi-GPU Model Training", the
-// lab's forward_backward / train_batch / valid_batch in book/004), and the data they read.
+// One minibatch on every device and the test accuracy (d2l "Concise Implementation for Multiple GPUs",
+// "Training"; the Gluon lab's forward_backward / train_batch / valid_batch), and the data they read.
 #include "chapters/multi_gpu_concise/multi_gpu_concise.hpp"
 
 #include "core/cli.hpp"

@@ -1,5 +1,6 @@
-// Concise multi-GPU training (d2l "Gluon implementation for multi-GPU computation", book/000 and its
-// Chinese edition book/001; the Gluon lab on kvstores and per-device parameters, book/004): the
+// Concise multi-GPU training (d2l "Gluon implementation for multi-GPU computation", now "Concise
+// Implementation for Multiple GPUs", and its Chinese edition, 8.5; the Gluon lab on kvstores and
+// per-device parameters, "Training on multiple GPUs with gluon"): the
 // network is a Block whose parameters live as identical replicas on every device, split_and_load
 // cuts each minibatch into one shard per device, every device runs forward and backward on its
 // shard, and the Trainer sums the gradients through a kvstore and updates every replica.
@@ -30,8 +31,8 @@ std::shared_ptr<nn::Sequential> resnet18(int64_t num_classes, bool sync_bn = fal
 std::shared_ptr<nn::Sequential> lab_cnn();
 // --model: "resnet18" or "lab-cnn" (ConfigError naming the choices otherwise).
 std::shared_ptr<nn::Sequential> make_net(const std::string& model, bool sync_bn = false);
-// The initialisation each source uses: resnet18 init.Normal(sigma=0.01) (book/000), lab-cnn
-// Gluon's default, uniform in [-0.07, 0.07] (book/004).
+// The initialisation each source uses: resnet18 init.Normal(sigma=0.01) (d2l), lab-cnn
+// Gluon's default, uniform in [-0.07, 0.07] (the Gluon lab).
 Init default_init(const std::string& model);
 
 // ---- one minibatch (multi_gpu_concise.cpp)
@@ -61,8 +62,8 @@ struct Recipe {
   bool lr_scales;  // lr x devices (the book's ResNet-18), or the same lr on any count (the lab's CNN)
   int num_epochs;
 };
-inline constexpr Recipe kBookResNet18{256, 0.1f, true, 4};  // book/000
-inline constexpr Recipe kLabCnn{64, 0.3f, false, 5};        // book/004
+inline constexpr Recipe kBookResNet18{256, 0.1f, true, 4};  // d2l's section
+inline constexpr Recipe kLabCnn{64, 0.3f, false, 5};        // the Gluon lab
 // No GPU and no size flags: ResNet-18 on the first kCpuTrainImages / kCpuTestImages images (a CPU
 // took 37 min for one of the book's epochs on one device here), batch 64 per device to take enough
 // steps an epoch to leave the initial plateau.
@@ -143,10 +144,10 @@ ArrayDataset load_data(const Config& cfg, bool train);
 void make_quick(Config& cfg);
 
 // ---- the section's cells (demo.cpp)
-// book/000: resnet18 initialised on two devices, split_and_load of a (4, 1, 28, 28) batch and the
+// d2l's section: resnet18 initialised on two devices, split_and_load of a (4, 1, 28, 28) batch and the
 // net's output on each, weight.data() on the host, then the same values on both devices.
 void demo(const std::vector<Device>& devices);
-// book/004: the lab's CNN on two devices, its output on the first four training images, channel 0
+// the Gluon lab: the lab's CNN on two devices, its output on the first four training images, channel 0
 // of the first conv's weight on each device (equal), then its gradient on each (different).
 void lab(const std::vector<Device>& devices, const Config& data);
 

@@ -1,5 +1,6 @@
-// The section's two networks: the small-image ResNet-18 (book/000, "Initialize Model Parameters on
-// Multiple GPUs") and the Gluon lab's CNN (book/004).
+// The section's two networks: the small-image ResNet-18 (d2l "Concise Implementation for Multiple
+// GPUs", Gluon edition, "Initialize Model Parameters on Multiple GPUs") and the Gluon lab's CNN
+// ("Training on multiple GPUs with gluon").
 #include "chapters/multi_gpu_concise/multi_gpu_concise.hpp"
 
 namespace d2l::concise {

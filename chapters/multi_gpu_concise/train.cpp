@@ -1,4 +1,4 @@
-// The book's train(num_gpus, batch_size, lr) (book/000 "Multi-GPU Model Training"): the net
+// The book's train(num_gpus, batch_size, lr) (d2l "Concise Implementation for Multiple GPUs", "Training"): the net
 // initialised on every device, a Trainer that sums the replicas' gradients, each minibatch split
 // over the devices, recorded, its losses' backward on each device and one trainer.step; the training
 // time and test accuracy after every epoch. What the loop needs around it (checks, data, --resume,

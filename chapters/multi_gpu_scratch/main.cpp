@@ -1,4 +1,4 @@
-// multi_gpu_scratch: d2l "Multi-GPU training" from scratch (book/002).
+// multi_gpu_scratch: d2l "Multi-GPU Training" from scratch (13.5).
 //   multi_gpu_scratch --num-gpus 2 --batch-size 256 --lr 0.2     (the book's train(...))
 //   multi_gpu_scratch demo                                        (get_params, allreduce, split)
 //   multi_gpu_scratch --num-gpus 2 --trace run.json               (the devices' timeline, Perfetto)

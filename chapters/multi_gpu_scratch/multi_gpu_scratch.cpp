@@ -1,4 +1,4 @@
-// d2l "Multi-GPU training" from scratch (book/002), section by section.
+// d2l "Multi-GPU Training" from scratch (13.5), section by section.
 #include "chapters/multi_gpu_scratch/multi_gpu_scratch.hpp"
 
 #include "core/autograd.hpp"

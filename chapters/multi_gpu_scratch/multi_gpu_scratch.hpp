@@ -1,4 +1,4 @@
-// Multi-GPU training from scratch (d2l "Multi-GPU training", book/002): LeNet as a function of a
+// Multi-GPU training from scratch (d2l "Multi-GPU Training", 13.5): LeNet as a function of a
 // list of parameters, copied to every device (get_params), a minibatch split over the devices
 // (split_batch), gradients summed with allreduce, and the same SGD step on every device.
 #pragma once

@@ -1,4 +1,4 @@
-// Gradient buckets, PyTorch DDP's design (Li et al., VLDB 2020; DESIGN.md "Processes and
+// Gradient buckets, PyTorch DDP's design (Li et al., VLDB 2020; README.md "Processes and
 // machines"; chapter 4). The parameters are grouped in reverse registration order (backward produces
 // the last layer's gradients first) into buckets of up to bucket_mb megabytes. An autograd hook
 // (core/autograd.hpp's gradient-ready hooks) counts the gradients as backward completes them; the

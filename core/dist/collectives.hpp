@@ -1,4 +1,4 @@
-// Collectives across the processes of the world (DESIGN.md "Processes and machines"), beside the
+// Collectives across the processes of the world (README.md "Processes and machines (MPI)"), beside the
 // in-process ones of core/comm.hpp. Every rank calls each collective in the same order with tensors
 // of the same shape. They are stream work: the communication thread (core/dist/process_group.hpp)
 // starts after the tensor's compute stream reaches this point, and the compute stream waits for

@@ -1,4 +1,4 @@
-// What every rank checks at start (DESIGN.md "Processes and machines"): ranks that disagree on the
+// What every rank checks at start (README.md "Processes and machines (MPI)"): ranks that disagree on the
 // model, its parameters, the batch size or the algorithms would wait forever in a collective of a
 // different size or order (pytorch/pytorch#78022). Instead the ranks exchange a fingerprint of their
 // configuration first, and a mismatch is one line naming the two ranks and the first difference.

@@ -1,4 +1,4 @@
-// GPU tensors across processes (DESIGN.md "Processes and machines"): NCCL, in a build with nvcc,
+// GPU tensors across processes (README.md "Processes and machines (MPI)"): NCCL, in a build with nvcc,
 // MPI and the toolkit's NCCL (nccl.h, libnccl). core/dist/collectives.cpp sends gpu(i) tensors here.
 // Each process has one communicator, on the first GPU it uses in a collective (typically its
 // gpu(local_rank) or gpu(0)), made by ncclCommInitRank from an ncclUniqueId that rank 0 creates

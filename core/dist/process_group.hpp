@@ -1,4 +1,4 @@
-// The process group (DESIGN.md "Processes and machines"): one process per device group, started by
+// The process group (README.md "Processes and machines (MPI)"): one process per device group, started by
 // mpirun. Each process knows its rank, the world size and its local rank (its place among the
 // processes on the same host). Without mpirun a program is a world of one and behaves exactly as
 // a program of chapters 1-3: no MPI is started at all.

@@ -1,4 +1,4 @@
-// The real CUDA runtime layer of gpu(i) devices (DESIGN.md "Devices, streams, memory"): the only
+// The real CUDA runtime layer of gpu(i) devices (docs/devices-and-streams.md): the only
 // code of the project that needs a GPU to run. It is small on purpose; everything above it (the
 // caching allocator, streams and events, copies, ops) is shared with cpu(i) and emu(i).
 //

@@ -1,4 +1,4 @@
-// Whole-file reads and atomic whole-file writes (DESIGN.md "Layers, checkpoints, pipelines": a
+// Whole-file reads and atomic whole-file writes (README.md "The layer", Files: a
 // checkpoint is written atomically). A write goes to a temporary file in the target's directory,
 // every write() is checked, the file is fsync'ed and renamed over the target, and the directory is
 // fsync'ed so the rename itself survives a crash. A failed write leaves the previous file as it was

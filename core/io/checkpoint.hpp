@@ -1,4 +1,4 @@
-// Training checkpoints (DESIGN.md "Layers, checkpoints, pipelines"): everything needed to go on
+// Training checkpoints (README.md "The layer", Files): everything needed to go on
 // training bit for bit, in ONE safetensors file (core/io/safetensors.hpp), written atomically:
 //   - the parameters under their dotted names, as save_parameters writes them (device 0's replica,
 //     running statistics included), so the file also loads with load_parameters or in PyTorch;

@@ -1,4 +1,4 @@
-// Gluon-style blocks (DESIGN.md "Layers, checkpoints, pipelines"): a Block owns named parameters
+// Gluon-style blocks (README.md "The layer"): a Block owns named parameters
 // and named children; the dotted path of a parameter (`layer1.0.bn1.running_mean`) is its name in
 // collect_params() and in a safetensors file, PyTorch's state_dict key. There is no second naming
 // table: the names come from register_parameter / register_child.

@@ -1,4 +1,4 @@
-// d2l's Residual block and resnet_block, as the book defines them (gluonbook; book/000's ResNet-18):
+// d2l's Residual block and resnet_block, as the book defines them (gluonbook; the ResNet-18 of d2l's "Concise Implementation for Multiple GPUs"):
 //
 //   Y = relu(bn1(conv1(X)))        conv1: 3x3, padding 1, strides
 //   Y = bn2(conv2(Y))              conv2: 3x3, padding 1

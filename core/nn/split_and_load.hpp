@@ -1,4 +1,4 @@
-// Gluon's gluon.utils.split_and_load (book/000, 004): a batch is cut along axis 0 into one shard per
+// Gluon's gluon.utils.split_and_load (d2l "Concise Implementation for Multiple GPUs"; the Gluon lab): a batch is cut along axis 0 into one shard per
 // device and shard i is copied to devices[i]; each device then runs the forward pass on its shard.
 //
 //   auto X_shards = split_and_load(X, {cpu(0), cpu(1)});          // (10, ...) -> (5, ...), (5, ...)

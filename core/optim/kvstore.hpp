@@ -1,4 +1,4 @@
-// Gluon's kvstores (book/000, 004; DESIGN.md "Communication"): how a Trainer sums each parameter's
+// Gluon's kvstores (d2l "Concise Implementation for Multiple GPUs"; the Gluon lab): how a Trainer sums each parameter's
 // gradients over its replicas and where the optimizer's update (SGD or Adam) then runs. A key is a
 // parameter's position in the Trainer; its values are one tensor per replica, on distinct devices, of
 // one shape.

@@ -1,4 +1,4 @@
-// Gluon's Trainer (book/000, 004): trainer.step(batch_size) sums each parameter's gradients over
+// Gluon's Trainer (d2l "Concise Implementation for Multiple GPUs"; the Gluon lab): trainer.step(batch_size) sums each parameter's gradients over
 // its replicas through a kvstore, applies the optimizer (SGD with momentum and weight decay, or Adam)
 // with the gradient scaled by 1 / batch_size, leaves every replica with the same new value, and
 // resets the gradients.

@@ -1,5 +1,5 @@
-// Pipeline parallelism over K stages on K devices (book/003 "Step 4: use pipeline technology";
-// DESIGN.md "Layers, checkpoints, pipelines"). A pipeline is streams and events, not threads of its
+// Pipeline parallelism over K stages on K devices (PyTorch's model-parallel tutorial, "Step 4: use pipeline
+// technology"; chapters/model_parallel/README.md). A pipeline is streams and events, not threads of its
 // own: stage s's work for micro-batch i is enqueued on device s's compute stream, its activation is
 // copied on the next device's copy stream after an event, and the host thread only enqueues, in the
 // order of the schedule (schedule.hpp), so device s works on micro-batch i+1 while device s+1 works

@@ -1,4 +1,4 @@
-// Pipeline schedules as the order in which one host thread enqueues work (DESIGN.md "Layers,
+// Pipeline schedules as the order in which one host thread enqueues work (chapters/model_parallel/README.md;
 // checkpoints, pipelines"). Each device runs the tasks of its compute stream in the order they were
 // enqueued, so a schedule is nothing but that order; the host never waits.
 //

@@ -1,4 +1,4 @@
-// Which OpenBLAS build is loaded (DESIGN.md "Kernels"). The project links the pthreads build and
+// Which OpenBLAS build is loaded (docs/thread-budget.md, "OpenBLAS"). The project links the pthreads build and
 // pins it to one thread per call: each device thread runs a 1-thread sgemm on its own block, and
 // the device threads give the parallelism. Debian's alternatives can swap in another build at run
 // time: the OpenMP one is pinned the same way; the serial one is not thread-safe (its buffer pool

@@ -1,4 +1,4 @@
-// The threads a CPU kernel may use: the device's thread budget (DESIGN.md "Thread budget").
+// The threads a CPU kernel may use: the device's thread budget (docs/thread-budget.md).
 // A kernel receives a Ctx and splits its outer loop with parallel_for; chunk 0 runs on the calling
 // thread (the device's compute stream), the other chunks on the device's helper threads.
 #pragma once

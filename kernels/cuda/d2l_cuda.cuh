@@ -1,5 +1,5 @@
-// What every kernels/cuda/*.cu includes first. Each .cu is compiled twice (DESIGN.md "Running
-// CUDA kernels without a GPU"):
+// What every kernels/cuda/*.cu includes first. Each .cu is compiled twice
+// (docs/emulation.md):
 //   nvcc (real GPUs)         namespace d2l::kernels::cuda, Stream = cudaStream_t
 //   g++ + kernels/emu        namespace d2l::kernels::emu,  Stream = const cpu::Ctx* (thread budget)
 // so both can sit in one binary. Write kernels with the project macros, identical in both:
