@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """PyTorch reference for bench/compare.sh: the same work as our benchmarks, timed the same way.
 
-  lenet   -- d2l "Multi-GPU training from scratch" (book/002) on one CPU device: the book's LeNet
+  lenet   -- d2l "Multi-GPU Training" (section 13.5) on one CPU device: the book's LeNet
              as a function of its parameters (init N(0, 0.01), biases 0), batch 256, lr 0.2, the
              book's sgd (param -= lr * grad / batch_size), real Fashion-MNIST (pixels / 255),
              shuffled each epoch. Times the training steps only (as the book's timer and our
@@ -10,7 +10,7 @@
   resnet  -- one training step of d2l's ResNet-18 small-image variant (conv 64@3x3 + BN + ReLU,
              4 stages of 2 residual blocks, global average pool, dense 10) on a batch of 256
              1x28x28 inputs: forward, softmax cross-entropy, backward, SGD update.
-  labcnn  -- an epoch of the Gluon lab's CNN (book/004, chapters/multi_gpu_concise), batch 64, lr 0.3;
+  labcnn  -- an epoch of the Gluon lab's CNN (chapters/multi_gpu_concise), batch 64, lr 0.3;
              with --save FILE: train it and write it with chapter 2's parameter names (the file
              multi_gpu_concise --model lab-cnn --load-params FILE evaluates).
 

@@ -68,8 +68,8 @@ int main(int argc, char** argv) {
   trace.add_flags(app);
   conv.add_flags(app);
   app.add_flag("--quick", quick, "a generated data set, small images, 3 epochs: seconds on a CPU (tests)");
-  auto* demo = app.add_subcommand("demo", "book/000's cells: resnet18 on two devices, split_and_load, weight.data()");
-  auto* lab = app.add_subcommand("lab", "book/004's cells: the lab's CNN, its weights and gradients on each device");
+  auto* demo = app.add_subcommand("demo", "the section's cells (d2l \"Concise Implementation for Multiple GPUs\"): resnet18 on two devices, split_and_load, weight.data()");
+  auto* lab = app.add_subcommand("lab", "the Gluon lab's cells: the lab's CNN, its weights and gradients on each device");
   demo->fallthrough();
   lab->fallthrough();
   d2l::install_interrupt_handlers();  // Ctrl-C / SIGTERM: stop after the current minibatch, exit 130 / 143
