@@ -1,5 +1,5 @@
-// Minibatch iterator over examples held in host memory (DESIGN: "the data loader yields batches in
-// host memory"); the training code copies each batch to its devices. Mirrors the book's
+// Minibatch iterator over examples held in host memory: the data loader yields batches in host
+// memory, and the training code copies each batch to its devices. Mirrors the book's
 // data.DataLoader(dataset, batch_size, shuffle): the last partial batch is kept, and each pass over
 // a shuffled iterator sees a new order. Orders are deterministic: epoch e uses seed + e.
 #pragma once

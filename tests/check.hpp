@@ -1,4 +1,4 @@
-// One tolerance helper for every numeric test (STYLE.md 3): |ref - x| <= atol + rtol * |ref|.
+// One tolerance helper for every numeric test: |ref - x| <= atol + rtol * |ref|.
 // On failure prints the worst index and the first few mismatches.
 #pragma once
 #include <cmath>

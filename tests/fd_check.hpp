@@ -3,7 +3,7 @@
 //   numeric[i] = (loss(x + h e_i) - loss(x - h e_i)) / (2h)
 // compared with d2l::test::close (|numeric - analytic| <= atol + rtol * |numeric|).
 // The same at the tensor level for ops with autograd (gradcheck), and the thread settings every
-// kernel test runs under. The one finite-difference helper of the tests (STYLE.md 4).
+// kernel test runs under. The one finite-difference helper of the tests.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -78,7 +78,7 @@ inline double dot(const std::vector<double>& y, const std::vector<float>& r) {
 
 inline std::vector<double> to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
 
-// Central differences that allow for relu kinks and max-pool switches (STYLE.md 4): at each sampled
+// Central differences that allow for relu kinks and max-pool switches: at each sampled
 // index, numeric = (f(x+h) - f(x-h)) / 2h must be within atol + rtol |numeric| + bend of the analytic
 // gradient, where bend = |f(x+h) - 2 f(x) + f(x-h)| / 2h. A smooth f bends by O(h^2) there; a kink
 // between x-h and x+h bends it by exactly the error it causes the central difference (for piecewise

@@ -1,4 +1,4 @@
-// Collectives with closed-form data (STYLE.md 7): device i holds i+1; afterwards every device holds
+// Collectives with closed-form data: device i holds i+1; afterwards every device holds
 // the exact sum, bitwise equal across devices. Byte counters show where the data went.
 #include <doctest/doctest.h>
 

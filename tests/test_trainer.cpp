@@ -388,7 +388,7 @@ TEST_CASE("kvstores sum in place, bitwise equal on every device; device and loca
     CHECK(test::close(ref, sums[kv], 1e-6, 1e-6, kv.c_str()));
   }
   CHECK(sums["device"] == sums["local"]);
-  // Closed form (STYLE.md 7): device i holds i + 1; every device must hold exactly 6.
+  // Closed form: device i holds i + 1; every device must hold exactly 6.
   for (auto& kv : kKVStores) {
     std::vector<Tensor> values;
     for (int i = 0; i < 3; ++i) values.push_back(Tensor::full({7}, float(i + 1), devices[i]));
