@@ -29,6 +29,27 @@ bool fill_nan() {
   return on;
 }
 
+const char* memory_tag_name(MemoryTag t) {
+  static const char* names[kMemoryTags] = {"other", "parameters", "gradients", "summed_gradients", "optimizer_state",
+                                           "gathered"};
+  return names[static_cast<int>(t)];
+}
+
+static thread_local MemoryTag g_tag = MemoryTag::other;
+MemoryTagScope::MemoryTagScope(MemoryTag tag) : prev_(g_tag) { g_tag = tag; }
+MemoryTagScope::~MemoryTagScope() { g_tag = prev_; }
+MemoryTag current_memory_tag() { return g_tag; }
+
+// in_use changes by `bytes` (negative: returned) for buffers holding `tag`; a new peak records what it is made of.
+void Allocator::add_in_use(int64_t bytes, MemoryTag tag) {
+  s_.in_use += bytes;
+  s_.by_tag[static_cast<int>(tag)] += bytes;
+  if (s_.in_use > s_.peak) {
+    s_.peak = s_.in_use;
+    std::copy(std::begin(s_.by_tag), std::end(s_.by_tag), std::begin(s_.at_peak));
+  }
+}
+
 size_t Allocator::block_size(size_t bytes) { return bytes == 0 ? 256 : (bytes + 255) / 256 * 256; }
 
 Allocator::~Allocator() {
@@ -106,11 +127,11 @@ void* Allocator::allocate(size_t bytes, AllocFor use) {
   for (auto it = free_.lower_bound(size); it != free_.end() && it->first <= 2 * size; ++it) {
     if (!usable(it->second, use)) continue;
     p = it->second.p;
-    live_[p] = it->first;  // its true size, which may be up to twice `size`
+    live_[p].size = it->first;  // its true size, which may be up to twice `size`
     s_.cached -= static_cast<int64_t>(it->first);
     free_.erase(it);
     ++s_.reuses;
-    if (mem_.gpu < 0) D2L_UNPOISON(p, live_[p]);
+    if (mem_.gpu < 0) D2L_UNPOISON(p, live_[p].size);
     break;
   }
   if (!p) {
@@ -126,13 +147,14 @@ void* Allocator::allocate(size_t bytes, AllocFor use) {
       it = free_.erase(it);
     }
     p = system_alloc(size);
-    live_[p] = size;
+    live_[p].size = size;
     ++s_.system_allocs;
     s_.reserved += static_cast<int64_t>(size);
     s_.reserved_peak = std::max(s_.reserved_peak, s_.reserved);
   }
-  s_.in_use += static_cast<int64_t>(bytes);
-  if (s_.in_use > s_.peak) s_.peak = s_.in_use;
+  const MemoryTag tag = use.in_task ? MemoryTag::other : g_tag;
+  live_[p].bytes = static_cast<int64_t>(bytes), live_[p].tag = tag;
+  add_in_use(static_cast<int64_t>(bytes), tag);
   high_water_ = std::max(high_water_, s_.in_use);
   // Every float a NaN, so reading before writing shows. For a stream's later work the fill is that
   // stream's work too (Tensor::empty queues it): earlier readers of the block may still be queued.
@@ -146,9 +168,10 @@ void* Allocator::allocate(size_t bytes, AllocFor use) {
 void Allocator::deallocate(void* p, size_t bytes, std::vector<StreamPoint> points) {
   std::lock_guard<std::mutex> lock(mu_);
   auto live = live_.find(p);
-  const size_t size = live != live_.end() ? live->second : block_size(bytes);
+  const size_t size = live != live_.end() ? live->second.size : block_size(bytes);
+  const MemoryTag tag = live != live_.end() ? live->second.tag : MemoryTag::other;
   if (live != live_.end()) live_.erase(live);
-  s_.in_use -= static_cast<int64_t>(bytes);
+  add_in_use(-static_cast<int64_t>(bytes), tag);
   Block b{p, std::move(points)};
   if (mem_.gpu < 0) {
     if (usable(b, {})) D2L_POISON(p, size);
@@ -161,8 +184,16 @@ void Allocator::deallocate(void* p, size_t bytes, std::vector<StreamPoint> point
 
 void Allocator::count(int64_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
-  s_.in_use += bytes;
-  if (s_.in_use > s_.peak) s_.peak = s_.in_use;
+  add_in_use(bytes, MemoryTag::other);
+}
+
+void Allocator::retag(void* p, MemoryTag tag) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto live = live_.find(p);
+  if (live == live_.end() || live->second.tag == tag) return;
+  s_.by_tag[static_cast<int>(live->second.tag)] -= live->second.bytes;
+  s_.by_tag[static_cast<int>(tag)] += live->second.bytes;
+  live->second.tag = tag;
 }
 
 MemoryStats Allocator::stats() const {
@@ -173,6 +204,7 @@ MemoryStats Allocator::stats() const {
 void Allocator::reset_peak() {
   std::lock_guard<std::mutex> lock(mu_);
   s_.peak = s_.in_use;
+  std::copy(std::begin(s_.by_tag), std::end(s_.by_tag), std::begin(s_.at_peak));
 }
 
 void Allocator::empty_cache() {

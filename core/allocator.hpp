@@ -28,8 +28,38 @@
 
 namespace d2l {
 
+// What a buffer holds, told to the allocator when it is handed out (MemoryTagScope below), so that
+// memory is measured from the buffers that exist rather than recomputed from a formula: chapter 5
+// prints each device's bytes by tag beside the ZeRO paper's model. Scratch asked for by a running
+// kernel (`in_task`) is always `other`.
+enum class MemoryTag : uint8_t {
+  other,             // activations, kernels' scratch and every temporary
+  parameters,        // a parameter's replicas (and ZeRO-3's parameter shards)
+  gradients,         // the .grad buffers autograd adds into
+  summed_gradients,  // a gradient's sum over the replicas kept apart from .grad (ZeRO-2's and 3's shards)
+  optimizer_state,   // momentum; Adam's m and v
+  gathered,          // ZeRO-3's units made whole for a forward or a backward
+};
+inline constexpr int kMemoryTags = 6;
+const char* memory_tag_name(MemoryTag t);  // "other", "parameters", ...
+
+// While one is alive, the buffers this thread asks for are tagged `tag` (scopes nest).
+class MemoryTagScope {
+ public:
+  explicit MemoryTagScope(MemoryTag tag);
+  ~MemoryTagScope();
+  MemoryTagScope(const MemoryTagScope&) = delete;
+  MemoryTagScope& operator=(const MemoryTagScope&) = delete;
+
+ private:
+  MemoryTag prev_;
+};
+MemoryTag current_memory_tag();
+
 struct MemoryStats {
   int64_t in_use = 0;         // bytes of live tensors and scratch buffers (as requested)
+  int64_t by_tag[kMemoryTags] = {};   // in_use by what the buffers hold ([int(MemoryTag)])
+  int64_t at_peak[kMemoryTags] = {};  // by_tag at the moment of the peak: what the peak is made of
   int64_t peak = 0;           // maximum of in_use since the last reset_peak()
   int64_t cached = 0;         // bytes held in free blocks
   int64_t reserved = 0;       // bytes taken from the system and not returned (blocks in use and cached)
@@ -64,6 +94,8 @@ class Allocator : public std::enable_shared_from_this<Allocator> {
   void empty_cache();  // returns the free blocks whose users are done to the system
   void count(int64_t bytes);  // memory taken (+) or returned (-) elsewhere: gpu(i) kernels' scratch
   static size_t block_size(size_t bytes);  // rounded up to 256 bytes
+  // The live block at p now holds what `tag` says (a temporary kept as a leaf's .grad, say).
+  void retag(void* p, MemoryTag tag);
 
  private:
   struct Block {
@@ -79,7 +111,13 @@ class Allocator : public std::enable_shared_from_this<Allocator> {
   mutable std::mutex mu_;
   std::multimap<size_t, Block> free_;  // block size -> block
   std::vector<std::pair<size_t, Block>> to_poison_;  // ASan: cached, but a reader may still run
-  std::unordered_map<void*, size_t> live_;  // block in use -> its true size (a reused block may be larger)
+  struct Live {
+    size_t size;     // its true size (a reused block may be larger than asked)
+    int64_t bytes;   // as requested
+    MemoryTag tag;
+  };
+  std::unordered_map<void*, Live> live_;  // blocks in use
+  void add_in_use(int64_t bytes, MemoryTag tag);
   int64_t high_water_ = 0;                  // the most bytes ever in use (never reset)
   MemoryStats s_;
 };

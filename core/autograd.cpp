@@ -7,6 +7,7 @@
 #include <unordered_set>
 #include <utility>
 
+#include "core/allocator.hpp"
 #include "core/ops.hpp"
 
 namespace d2l {
@@ -52,7 +53,10 @@ Recompute::~Recompute() { g_recomputing = prev_; }
 // Adds one gradient into a leaf's accumulated gradient (an optimiser or zero_grad() resets it).
 static void add_into_leaf(TensorImpl& leaf, const Tensor& g) {
   if (leaf.grad) add_(Tensor(leaf.grad), g);
-  else leaf.grad = g.clone().ptr();
+  else {
+    MemoryTagScope tag(MemoryTag::gradients);
+    leaf.grad = g.clone().ptr();
+  }
 }
 
 static thread_local DeferWeightGrads* g_defer = nullptr;

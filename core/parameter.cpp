@@ -64,6 +64,7 @@ void Parameter::materialize() {
   }
   uint64_t seed = current_seed(), offset = kind == Init::constant ? 0 : take_offset(static_cast<uint64_t>(n));
   replicas_.clear();
+  MemoryTagScope tag(MemoryTag::parameters);
   for (auto& d : devices_) {
     Tensor t = Tensor::empty(shape_, d);
     float* X = t.data();
@@ -129,6 +130,7 @@ void Parameter::reset_ctx(const std::vector<Device>& devices) {
     return;
   }
   NoGrad no_grad;
+  MemoryTagScope tag(MemoryTag::parameters);
   Tensor source = replicas_[0];
   std::vector<Tensor> moved;
   for (auto& d : devices) {

@@ -139,6 +139,7 @@ float Tensor::item() const {
 Tensor& Tensor::attach_grad() {
   impl().requires_grad = true;
   impl().grad_fn = nullptr;
+  MemoryTagScope tag(MemoryTag::gradients);
   impl().grad = zeros(shape(), device()).ptr();
   return *this;
 }

@@ -287,7 +287,7 @@ TEST_CASE("ZeRO-2: device i holds the summed gradient of its shard, as the devic
   }
 }
 
-TEST_CASE("bytes a step moves between devices: 2(N-1)/N P floats a device at ZeRO-2, 3(N-1)/N P at ZeRO-1") {
+TEST_CASE("bytes a step moves between devices: 2(N-1)/N P floats a device at ZeRO-1 and ZeRO-2, as data parallelism") {
   for (int64_t n : {1, 2, 3, 4}) {
     CAPTURE(n);
     const std::vector<Device> devices = cpus(n);
@@ -309,19 +309,23 @@ TEST_CASE("bytes a step moves between devices: 2(N-1)/N P floats a device at ZeR
     for (size_t i = 0; i < devices.size(); ++i) {
       CAPTURE(i);
       const int64_t psi_i = shard_size(kP, n, static_cast<int64_t>(i));
-      // Stage 2, device i: the reduce-scatter sends the other shards of its gradient (P - P_i) and
-      // receives its own shard from n-1 devices; the all-gather sends its shard to n-1 devices and
-      // receives the other P - P_i elements. In and out: P + (n-2) P_i floats.
-      const CopyCounters& c = moved[2][i];
-      CHECK(c.bytes_out == 4 * (kP + (n - 2) * psi_i));
-      CHECK(c.bytes_in == 4 * (kP + (n - 2) * psi_i));
-      // The formula, 2(N-1)/N Psi a device, up to the shards' rounding (exact when N divides P).
-      CHECK(std::abs(n * c.bytes_out - 4 * 2 * (n - 1) * kP) <= 4 * n * std::max<int64_t>(n - 2, 0));
-      total2 += c.bytes_out;
+      // Device i, stages 1 and 2 alike (stage 1 after backward, stage 2 during it): the reduce-scatter
+      // sends the other shards of its gradient (P - P_i) and receives its own shard from n-1
+      // devices; the all-gather sends its shard to n-1 devices and receives the other P - P_i
+      // elements. In and out: P + (n-2) P_i floats.
+      for (int stage : {1, 2}) {
+        CAPTURE(stage);
+        const CopyCounters& c = moved[stage][i];
+        CHECK(c.bytes_out == 4 * (kP + (n - 2) * psi_i));
+        CHECK(c.bytes_in == 4 * (kP + (n - 2) * psi_i));
+        // The formula, 2(N-1)/N Psi a device, up to the shards' rounding (exact when N divides P).
+        CHECK(std::abs(n * c.bytes_out - 4 * 2 * (n - 1) * kP) <= 4 * n * std::max<int64_t>(n - 2, 0));
+      }
+      total2 += moved[2][i].bytes_out;
       total1 += moved[1][i].bytes_out;
     }
     CHECK(total2 == 4 * 2 * (n - 1) * kP);  // reduce-scatter + all-gather: (n-1) P each
-    CHECK(total1 == 4 * 3 * (n - 1) * kP);  // stage 1: an allreduce (2 (n-1) P) + the all-gather
+    CHECK(total1 == 4 * 2 * (n - 1) * kP);  // the same at stage 1: the paper's 2 Psi, not an allreduce's 3
   }
 }
 

@@ -8,6 +8,7 @@
 #include <sstream>
 #include <string>
 
+#include "core/allocator.hpp"
 #include "core/plot.hpp"
 
 namespace d2l::sharding {
@@ -18,41 +19,49 @@ constexpr size_t kEqualSteps = 10;
 int print_zero(const Config& cfg, const ZeroResult& r) {
   std::printf("\n1. Memory per device: replicated Adam (data parallelism, zero_stage 0) vs ZeRO-1, ZeRO-2 and ZeRO-3 "
               "(FSDP) (zero_stage 1, 2, 3)\n"
-              "MLP 784 -> %lld -> %lld -> 10, Psi = %lld trainable float32 elements, Adam (K = 8 bytes of state an element), "
-              "batch %lld split over the devices, %d timed steps\n",
-              (long long)cfg.zero_hidden, (long long)cfg.zero_hidden, (long long)r.psi, (long long)cfg.batch_size, cfg.steps);
-  std::printf("%2s %5s %-8s %10s %-8s %10s %10s %11s %-8s %10s %10s %-8s %10s %10s %11s %8s\n", "N", "stage", "device",
-              "params B", "formula", "= B", "grads B", "sum grads B", "formula", "= B", "state B", "formula", "= B", "peak B",
-              "sent B/step", "ms/step");
+              "MLP 784 -> %lld (x %d layers of equal width) -> 10, Psi = %lld trainable float32 elements, Adam (K = 8 bytes of "
+              "state an element), batch %lld split over the devices, %d timed steps\n",
+              (long long)cfg.zero_hidden, cfg.zero_layers, (long long)r.psi, (long long)cfg.batch_size, cfg.steps);
+  std::printf("%2s %5s %-8s %10s %-8s %10s %10s %-6s %10s %10s %-8s %10s %10s %-8s %10s %8s %10s %10s %11s %8s\n", "N",
+              "stage", "device", "params B", "formula", "= B", ".grad B", "formula", "= B", "sum B", "formula", "= B",
+              "state B", "formula", "= B", "gather B", "peak B", "act@peak", "sent B/step", "ms/step");
   for (const auto& run : r.runs)
     for (size_t i = 0; i < run.rows.size(); ++i) {
       const MemoryRow& m = run.rows[i];
       const std::string shard = "Psi_" + std::to_string(i);
       const std::string param_formula = m.stage == 3 ? "4*" + shard : "4*Psi";
-      const std::string sum_formula = m.stage >= 2 ? "4*" + shard : "4*Psi";
+      const std::string grad_formula = m.stage >= 2 ? "0" : "4*Psi";
+      const std::string sum_formula = m.stage >= 2 ? "4*" + shard : "0";
       const std::string state_formula = m.stage == 0 ? "8*Psi" : "8*" + shard;
       std::ostringstream device;
       device << m.device;
-      std::printf("%2d %5d %-8s %10lld %-8s %10lld %10lld %11lld %-8s %10lld %10lld %-8s %10lld %10lld %11lld", m.n, m.stage,
-                  device.str().c_str(), (long long)m.parameter_bytes, param_formula.c_str(),
-                  (long long)m.formula_parameter_bytes, (long long)m.gradient_bytes, (long long)m.summed_gradient_bytes,
-                  sum_formula.c_str(), (long long)m.formula_summed_gradient_bytes, (long long)m.state_bytes,
-                  state_formula.c_str(), (long long)m.formula_state_bytes, (long long)m.peak_bytes, (long long)m.sent_bytes);
+      std::printf("%2d %5d %-8s %10lld %-8s %10lld %10lld %-6s %10lld %10lld %-8s %10lld %10lld %-8s %10lld %8lld %10lld %10lld %11lld",
+                  m.n, m.stage, device.str().c_str(), (long long)m.parameter_bytes, param_formula.c_str(),
+                  (long long)m.formula_parameter_bytes, (long long)m.gradient_bytes, grad_formula.c_str(),
+                  (long long)m.formula_gradient_bytes, (long long)m.summed_gradient_bytes, sum_formula.c_str(),
+                  (long long)m.formula_summed_gradient_bytes, (long long)m.state_bytes, state_formula.c_str(),
+                  (long long)m.formula_state_bytes, (long long)m.gathered_bytes, (long long)m.peak_bytes,
+                  (long long)m.peak_by_tag[static_cast<int>(MemoryTag::other)], (long long)m.sent_bytes);
       if (i == 0) std::printf(" %8.2f", 1e3 * run.seconds_per_step);
       std::printf("\n");
     }
-  std::printf("(Psi_i = floor(Psi / N) + 1 for the first Psi mod N shards. params B: the parameters a device keeps between "
-              "steps, its shard at stage 3. grads B: the .grad buffers autograd adds into, 4 Psi at stages 0 and 1, released "
-              "at stages 2 and 3 as soon as backward completes each, once added into the shards. sum grads B: the summed gradient kept after the reduction, the whole "
-              "sum at stages 0 and 1, written into those .grad buffers (the same bytes), the shard's sum at stages 2 and 3, "
-              "a buffer of its own. peak B: the most bytes the device's allocator had handed out at once during the timed "
-              "steps, activations and temporaries included)\n");
+  std::printf("(Measured after the last step from the buffers each device's allocator handed out, by what they hold; "
+              "formula: the ZeRO paper's model, Psi_i = floor(Psi / N) + 1 for the first Psi mod N shards. params: "
+              "the parameters, the shard at stage 3. .grad: the buffers autograd adds into, released at stages 2 and 3 "
+              "once added into the shards. sum: the summed gradient kept apart from them, the shard's at stages 2 and 3 "
+              "(at stages 0 and 1 the sum is written into the .grad buffers). gather: ZeRO-3's units still whole. "
+              "peak: the most bytes in use at once during the timed steps; act@peak: of which activations and "
+              "temporaries)\n");
   int failed = 0;
   for (const auto& run : r.runs) {
     for (const auto& m : run.rows)
-      if (m.parameter_bytes != m.formula_parameter_bytes || m.state_bytes != m.formula_state_bytes ||
-          m.summed_gradient_bytes != m.formula_summed_gradient_bytes)
+      if (m.parameter_bytes != m.formula_parameter_bytes || m.gradient_bytes != m.formula_gradient_bytes ||
+          m.state_bytes != m.formula_state_bytes || m.summed_gradient_bytes != m.formula_summed_gradient_bytes ||
+          m.gathered_bytes != 0) {
+        std::printf("memory check, N=%d, stage %d, %s: the bytes held differ from the paper's model\n", run.n, run.stage,
+                    m.device.str().c_str());
         ++failed;
+      }
     if (run.stage == 0) continue;
     const bool equal = run.max_diff_to_replicated == 0;
     std::printf("ZeRO-%d check, N=%d: after %d steps every replica's parameters %s the replicated run's (largest difference %g)\n",
@@ -61,14 +70,14 @@ int print_zero(const Config& cfg, const ZeroResult& r) {
   }
   // Bytes sent a step, all devices together, against the formula: an allreduce 2(N-1) Psi floats,
   // a reduce-scatter and an all-gather (N-1) Psi each.
-  static const char* what[] = {"allreduce", "allreduce + all-gather", "reduce-scatter + all-gather",
+  static const char* what[] = {"allreduce", "reduce-scatter + all-gather", "reduce-scatter in backward + all-gather",
                                "2 all-gathers + reduce-scatter"};
   for (const auto& run : r.runs) {
     const bool ok = run.sent_bytes == run.formula_sent_bytes;
     std::printf("bytes sent per step, N=%d, stage %d (%s): %lld, formula %d(N-1) * 4 * Psi = %lld%s", run.n, run.stage,
-                what[run.stage], (long long)run.sent_bytes, run.stage == 1 || run.stage == 3 ? 3 : 2,
+                what[run.stage], (long long)run.sent_bytes, run.stage == 3 ? 3 : 2,
                 (long long)run.formula_sent_bytes, ok ? "" : " (DIFFERENT)");
-    if (run.stage == 2 && run.n > 1)  // every device sends Psi + (N-2) Psi_i floats: 2(N-1)/N Psi to the rounding
+    if ((run.stage == 1 || run.stage == 2) && run.n > 1)  // every device sends Psi + (N-2) Psi_i floats: 2(N-1)/N Psi to the rounding
       std::printf("; a device 2(N-1)/N * 4 * Psi = %.0f", 2.0 * (run.n - 1) / run.n * 4.0 * double(r.psi));
     std::printf("\n");
     if (!ok) ++failed;
@@ -83,6 +92,23 @@ int print_zero(const Config& cfg, const ZeroResult& r) {
       std::printf("peak per device, N=%d, stage %d: %lld bytes, %.2fx the replicated run's %lld\n", run.n, run.stage,
                   (long long)peak, double(peak) / double(std::max<int64_t>(1, replicated_peak[run.n])),
                   (long long)replicated_peak[run.n]);
+  }
+  // The ladder: at each N, the peak per device of each stage below the one before.
+  std::map<int, std::map<int, int64_t>> peaks;  // N -> stage -> largest device's peak
+  for (const auto& run : r.runs)
+    for (const auto& m : run.rows) peaks[run.n][run.stage] = std::max(peaks[run.n][run.stage], m.peak_bytes);
+  for (auto& [n, by_stage] : peaks) {
+    if (by_stage.size() < 4) continue;
+    const bool down = by_stage[0] > by_stage[1] && by_stage[1] > by_stage[2] && by_stage[2] > by_stage[3];
+    const char* gt = n == 1 ? "," : " >";
+    std::printf("ladder, N=%d: peak per device replicated %.2f MB%s ZeRO-1 %.2f%s ZeRO-2 %.2f%s ZeRO-3 %.2f MB (%.2fx, %.2fx, "
+                "%.2fx the replicated run's): %s\n",
+                n, by_stage[0] / 1e6, gt, by_stage[1] / 1e6, gt, by_stage[2] / 1e6, gt, by_stage[3] / 1e6,
+                double(by_stage[1]) / double(by_stage[0]), double(by_stage[2]) / double(by_stage[0]),
+                double(by_stage[3]) / double(by_stage[0]),
+                n == 1 ? "one device, nothing to shard: no stage costs more than replication"
+                : down ? "each stage below the one before"
+                       : "NOT each stage below the one before");
   }
   for (const auto& run : r.runs)
     if (run.trace_tasks > 0)

@@ -37,7 +37,11 @@ struct Config {
   int zero_stage = 3;      // the last stage run beside the replicated one (0: the replicated rows only)
   int steps = 20;          // timed Adam steps per run (after one untimed warm-up step)
   float adam_lr = 1e-3f;
-  int64_t zero_hidden = 256;  // the MLP 784 -> hidden -> hidden -> 10
+  // The MLP of part 1: 784 -> zero_hidden, then zero_layers - 1 more Dense(zero_hidden) layers, -> 10:
+  // layers of equal width, so that the units FSDP gathers are of similar size and the optimizer's
+  // bytes dominate (ZeRO's ladder shows; exercise 3 in README.md makes the first layer dominate).
+  int64_t zero_hidden = 512;
+  int zero_layers = 8;
   // Part 2: tensor parallelism.
   int tp_size = 2;         // P, the devices the Megatron MLP is split over
   int64_t d_model = 64;    // the MLP's input and output width
@@ -58,16 +62,21 @@ void validate(const Config& cfg);
 void load_data(Config& cfg);
 
 // ---- Part 1
+// A device's bytes, measured after the last step from the buffers its allocator handed out, by what
+// they hold (core/allocator.hpp's MemoryTag), beside the ZeRO paper's model of them.
 struct MemoryRow {
   int n = 1;           // devices
   int stage = 0;       // zero_stage
   Device device;
-  int64_t parameter_bytes = 0, gradient_bytes = 0, state_bytes = 0;
-  int64_t summed_gradient_bytes = 0;          // the summed gradient kept after the reduction
+  int64_t parameter_bytes = 0, gradient_bytes = 0, state_bytes = 0;  // tags parameters, gradients, optimizer_state
+  int64_t summed_gradient_bytes = 0;          // tag summed_gradients: a sum kept apart from the .grad buffers
+  int64_t gathered_bytes = 0;                 // tag gathered: ZeRO-3's units still whole (0 between steps)
+  int64_t formula_gradient_bytes = 0;         // the .grad buffers: 4 Psi at stages 0 and 1, 0 at 2 and 3
   int64_t formula_parameter_bytes = 0;        // 4 Psi; 4 Psi_i at stage 3
   int64_t formula_state_bytes = 0;            // 8 Psi replicated; 8 Psi_i at stages 1 to 3
-  int64_t formula_summed_gradient_bytes = 0;  // 4 Psi at stages 0 and 1; 4 Psi_i at stages 2 and 3
+  int64_t formula_summed_gradient_bytes = 0;  // 0 at stages 0 and 1 (the sum is written into .grad); 4 Psi_i at 2 and 3
   int64_t peak_bytes = 0;                     // the allocator's peak on the device over the timed steps
+  int64_t peak_by_tag[6] = {};                // what that peak was made of, by MemoryTag
   int64_t sent_bytes = 0;                     // sent to other devices in one step (copy_counters)
 };
 struct ZeroRun {
@@ -78,7 +87,7 @@ struct ZeroRun {
   double max_diff_to_replicated = -1;  // stages 1 to 3: largest |parameter difference| from stage 0 (-1: none)
   int64_t sent_bytes = 0;              // all devices together, one step
   int64_t trace_tasks = 0;             // the stream tasks of the step traced (--trace), 0 when none
-  int64_t formula_sent_bytes = 0;      // 2(N-1) * 4 Psi at stages 0 and 2, 3(N-1) * 4 Psi at stages 1 and 3
+  int64_t formula_sent_bytes = 0;      // 2(N-1) * 4 Psi at stages 0 to 2, 3(N-1) * 4 Psi at stage 3
 };
 struct ZeroResult {
   int64_t psi = 0;  // trainable elements

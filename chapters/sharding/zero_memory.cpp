@@ -4,17 +4,21 @@
 // each N (and at stage 3 the net runs through FullyShardedDataParallel):
 //   stage 0  every device keeps Adam's m and v for all Psi parameters: 8 Psi bytes of state each,
 //            and the allreduce leaves the whole summed gradient (4 Psi) on every device;
-//   stage 1  device i keeps m and v of its shard of Psi_i elements only, updates those, and the
-//            updated shards are all-gathered into every replica: 8 Psi_i bytes, about 8 Psi / N;
+//   stage 1  device i keeps m and v of its shard of Psi_i elements only; after backward the
+//            gradients are reduce-scattered (device i receives its shard's sum), it updates its
+//            shard, and the updated shards are all-gathered into every replica: 8 Psi_i bytes of
+//            state, about 8 Psi / N, and 2(N-1) * 4 Psi bytes sent a step, as the allreduce;
 //   stage 2  as stage 1, but the gradients are reduce-scattered during backward, each the moment it
 //            is complete, and its .grad buffer released: device i keeps only its shard's summed
-//            gradient, 4 Psi_i bytes, and a step sends 2(N-1) * 4 Psi bytes in all, not 3(N-1);
+//            gradient, 4 Psi_i bytes;
 //   stage 3  the parameters are shards too (4 Psi_i a device); each layer is gathered before its
 //            forward and its backward and released after, each gradient added into the shards the
 //            moment it is complete: 16 Psi_i kept, the peak near that plus a layer or two, and
 //            3(N-1) * 4 Psi bytes a step (two all-gathers and a reduce-scatter).
 // At stages 0 and 1 the parameters (4 Psi) and the .grad buffers autograd fills (4 Psi) stay on
-// every device; at stage 2 the parameters.
+// every device; at stage 2 the parameters. What each device holds is measured from its allocator's
+// tags (core/allocator.hpp) and printed beside this model; the net is an MLP of equal-width layers,
+// so that the optimizer's bytes dominate and each stage's peak falls below the one before.
 #include <chrono>
 #include <cmath>
 #include <map>
@@ -39,13 +43,16 @@ namespace d2l::sharding {
 
 namespace {
 
-// A small classifier: flatten -> Dense(hidden, relu) -> Dense(hidden, relu) -> Dense(10).
-std::shared_ptr<nn::Sequential> make_mlp(int64_t features, int64_t hidden) {
+// flatten -> Dense(hidden, relu) x layers -> Dense(10): every hidden layer the same width.
+std::shared_ptr<nn::Sequential> make_mlp(int64_t features, int64_t hidden, int layers) {
   auto net = std::make_shared<nn::Sequential>();
-  net->add(std::make_shared<nn::Flatten>(), std::make_shared<nn::Dense>(hidden, "relu", true, features),
-           std::make_shared<nn::Dense>(hidden, "relu", true, hidden), std::make_shared<nn::Dense>(10, "", true, hidden));
+  net->add(std::make_shared<nn::Flatten>(), std::make_shared<nn::Dense>(hidden, "relu", true, features));
+  for (int l = 1; l < layers; ++l) net->add(std::make_shared<nn::Dense>(hidden, "relu", true, hidden));
+  net->add(std::make_shared<nn::Dense>(10, "", true, hidden));
   return net;
 }
+
+int64_t tagged(const MemoryStats& s, MemoryTag t) { return s.by_tag[static_cast<int>(t)]; }
 
 // Every replica of every trainable parameter, in host memory.
 std::vector<std::vector<float>> replicas(const nn::Block& net) {
@@ -85,7 +92,9 @@ ZeroResult zero_memory(const Config& cfg) {
     for (int stage = 0; stage <= cfg.zero_stage; ++stage) {
       // The same initial parameters and the same minibatches for both stages.
       manual_seed(cfg.seed);
-      auto net = make_mlp(features, cfg.zero_hidden);
+      std::vector<MemoryStats> before;  // what the devices held before this run (its bytes are the difference)
+      for (auto& d : devices) before.push_back(runtime(d).allocator->stats());
+      auto net = make_mlp(features, cfg.zero_hidden, cfg.zero_layers);
       net->initialize(Init::Xavier(), devices, /*force_reinit=*/true);
       optim::Trainer trainer(net->collect_params(), "adam", {.learning_rate = cfg.adam_lr, .zero_stage = stage}, "device");
       // Stage 3: FSDP(net) in place of net, as PyTorch wraps a module; the parameters become shards here.
@@ -127,31 +136,36 @@ ZeroResult zero_memory(const Config& cfg) {
       }
       waitall();
       run.seconds_per_step = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / cfg.steps;
-      const auto memory = trainer.memory_per_device();
       result.psi = 0;
       for (auto& p : net->collect_params().trainable()) result.psi += p->list_data()[0].numel();
       run.trace_tasks = trace_this ? static_cast<int64_t>(trace::events().size()) : 0;
-      // The paper's formulas, float32 Adam (K = 8 bytes of state an element): 8 Psi of state and
-      // 4 Psi of summed gradient replicated; shard i holds floor(Psi / N) elements, one more for the
-      // first Psi mod N shards: 8 Psi_i of state at stages 1 to 3, 4 Psi_i of summed gradient at 2 and 3,
-      // 4 Psi_i of parameters at 3.
-      // The bytes sent were counted over the timed steps, every step the same.
-      for (size_t i = 0; i < memory.size(); ++i) {
+      // Measured: every device's bytes by tag now, between steps, less what it held before the run.
+      // The paper's model beside them, float32 Adam (K = 8 bytes of state an element): shard i holds
+      // Psi_i = floor(Psi / N) elements, one more for the first Psi mod N shards.
+      for (size_t i = 0; i < devices.size(); ++i) {
+        const MemoryStats now = runtime(devices[i]).allocator->stats();
+        auto held = [&](MemoryTag t) { return tagged(now, t) - tagged(before[i], t); };
         const int64_t shard = result.psi / n + (static_cast<int64_t>(i) < result.psi % n ? 1 : 0);
-        MemoryRow row{n, stage, memory[i].device, memory[i].parameter_bytes, memory[i].gradient_bytes,
-                      memory[i].state_bytes, memory[i].summed_gradient_bytes};
+        MemoryRow row{n, stage, devices[i]};
+        row.parameter_bytes = held(MemoryTag::parameters);
+        row.gradient_bytes = held(MemoryTag::gradients);
+        row.summed_gradient_bytes = held(MemoryTag::summed_gradients);
+        row.state_bytes = held(MemoryTag::optimizer_state);
+        row.gathered_bytes = held(MemoryTag::gathered);
         row.formula_parameter_bytes = 4 * (stage == 3 ? shard : result.psi);
+        row.formula_gradient_bytes = stage >= 2 ? 0 : 4 * result.psi;
         row.formula_state_bytes = 8 * (stage == 0 ? result.psi : shard);
-        row.formula_summed_gradient_bytes = 4 * (stage >= 2 ? shard : result.psi);
-        row.peak_bytes = runtime(devices[i]).allocator->stats().peak;
-        row.sent_bytes = copy_counters(devices[i]).bytes_out / cfg.steps;
+        row.formula_summed_gradient_bytes = stage >= 2 ? 4 * shard : 0;
+        row.peak_bytes = now.peak;
+        std::copy(std::begin(now.at_peak), std::end(now.at_peak), std::begin(row.peak_by_tag));
+        row.sent_bytes = copy_counters(devices[i]).bytes_out / cfg.steps;  // counted over the timed steps
         run.sent_bytes += row.sent_bytes;
         run.rows.push_back(row);
       }
       // All devices together: an allreduce sends 2(N-1) Psi floats (the 'device' kvstore's reduce
-      // and broadcast, as the ring), a reduce-scatter or an all-gather (N-1) Psi each; stage 3
-      // all-gathers twice (forward and backward) and reduce-scatters once.
-      run.formula_sent_bytes = (stage == 1 || stage == 3 ? 3 : 2) * (n - 1) * 4 * result.psi;
+      // and broadcast, as the ring), a reduce-scatter or an all-gather (N-1) Psi each: stages 1 and
+      // 2 one of each; stage 3 all-gathers twice (forward and backward) and reduce-scatters once.
+      run.formula_sent_bytes = (stage == 3 ? 3 : 2) * (n - 1) * 4 * result.psi;
       if (stage == 0) {
         replicated = replicas(*net);
       } else if (fsdp) {  // every device's gathered replicas, made whole for the comparison

@@ -34,7 +34,9 @@ void multi_adam_update_(const std::vector<Tensor>& w, const std::vector<Tensor>&
     if (w[t].same(m[t]) || w[t].same(v[t]) || m[t].same(v[t])) fail(op, "w, m and v must be three tensors");
   if (w.empty()) return;
   const Device d = l.device;
-  std::vector<std::shared_ptr<Storage>> keep = l.keep;
+  // The storages go to launch (which keeps those of other streams), not into the kernel's closure:
+  // a buffer the host lets go of is free for its own stream's later work at once, as for every op.
+  std::vector<std::shared_ptr<Storage>> keep = std::move(l.keep);
   launch(d, op, std::move(keep), [=, l = std::move(l)](const LaunchCtx& c) {
     const int64_t count = static_cast<int64_t>(l.n.size());
     D2L_KERNEL(c, multi_adam_update, l.ptr[0].data(), l.ptr[1].data(), l.ptr[2].data(), l.ptr[3].data(), l.n.data(),

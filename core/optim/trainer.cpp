@@ -5,6 +5,7 @@
 #include <set>
 #include <sstream>
 
+#include "core/allocator.hpp"
 #include "core/autograd.hpp"
 #include "core/optim/fsdp_dist.hpp"
 #include "core/optim/kvstore.hpp"
@@ -116,6 +117,7 @@ const std::vector<Tensor>& Trainer::state(const std::string& parameter, const st
 }
 
 void Trainer::place_state(size_t k, const std::vector<Tensor>& weights) {
+  MemoryTagScope tag(MemoryTag::optimizer_state);
   const Shape& shape = weights[0].shape();
   const int64_t n = numel(shape);
   for (size_t j = 0; j < state_names_.size(); ++j) {
@@ -201,9 +203,9 @@ void Trainer::step(int64_t batch_size) {
   }
   if (zero_) {  // ZeRO-1 and 2: device i updates shard i, then the shards are all-gathered (core/optim/zero.hpp)
     if (!params_.empty()) {
-      const auto grads = place_shards_and_gradients(weights, summed);
+      const auto grads = place_shards_and_gradients(weights);
       if (zero_->stage() == 2) zero_->scattered_step(weights, s);
-      else zero_->step(weights, grads, s);
+      else zero_->step(weights, grads, s, summed);
     }
     for (auto& [name, p] : params_) p->zero_grad();
     ++num_update_;
@@ -220,11 +222,9 @@ void Trainer::step(int64_t batch_size) {
   ++num_update_;
 }
 
-// ZeRO-1's gradients are summed on every device, as data parallelism sums them (the kvstore's
-// pushpull); each device then reads only its shard of the sum. ZeRO-2's are reduce-scattered: each
-// device receives only its shard of the sum.
-std::vector<std::vector<Tensor>> Trainer::place_shards_and_gradients(const std::vector<std::vector<Tensor>>& weights,
-                                                                     bool summed) {
+// ZeRO-1's gradients are reduce-scattered by the step (each device receives only its shard of the
+// sum); ZeRO-2's were, during backward.
+std::vector<std::vector<Tensor>> Trainer::place_shards_and_gradients(const std::vector<std::vector<Tensor>>& weights) {
   // First step, parameters moved (reset_ctx) or a state loaded: lay the shards out (again). This
   // checks the devices too, before any gradient is touched.
   const bool loaded = !host_state_[0][0].empty();
@@ -234,11 +234,9 @@ std::vector<std::vector<Tensor>> Trainer::place_shards_and_gradients(const std::
     zero_->place(weights, names, host_state_);
   }
   if (zero_->stage() == 2) return {};  // added into the shards during backward
-  std::vector<std::vector<Tensor>> grads(params_.size());
+  std::vector<std::vector<Tensor>> grads(params_.size());  // each replica's own; the step reduce-scatters them
   for (size_t k = 0; k < params_.size(); ++k)
     for (auto& w : weights[k]) grads[k].push_back(w.grad().defined() ? w.grad() : Tensor::zeros(w.shape(), w.device()));
-  if (zero_->stage() == 1 && !summed)
-    for (size_t k = 0; k < params_.size(); ++k) kv_->pushpull(static_cast<int64_t>(k), grads[k]);
   return grads;
 }
 

@@ -194,10 +194,9 @@ class Trainer {
   std::unique_ptr<zero::RankParameterShards> zero3_ranks_;
   std::vector<std::vector<size_t>> units_;  // the units zero3_ranks_ was laid out for
   // The sharded step's first half: the shards laid out for these replicas when they moved or a state
-  // was loaded, and every parameter's gradients, summed on every device at stage 1 (unless `summed`),
-  // each device's own at stage 2 (the update reduce-scatters them).
-  std::vector<std::vector<Tensor>> place_shards_and_gradients(const std::vector<std::vector<Tensor>>& weights,
-                                                              bool summed);
+  // was loaded, and every replica's own gradient at stage 1 (the step reduce-scatters them), none at
+  // stage 2 (reduce-scattered during backward).
+  std::vector<std::vector<Tensor>> place_shards_and_gradients(const std::vector<std::vector<Tensor>>& weights);
   int64_t num_update_ = 0;
 };
 

@@ -2,11 +2,12 @@
 
 #include <algorithm>
 
+#include "core/allocator.hpp"
 #include "core/autograd.hpp"
-#include "core/comm.hpp"
-#include "core/ops.hpp"
 #include "core/copy.hpp"
+#include "core/ops.hpp"
 #include "core/parameter.hpp"
+#include "core/runtime.hpp"
 
 namespace d2l::optim::zero {
 
@@ -25,6 +26,17 @@ void for_pieces(const ShardLayout& layout, size_t i, F f) {
   }
 }
 
+// Elements [from, from + n) of t (flattened) as a new tensor of `shape` on device d.
+Tensor slice_to(const Tensor& t, int64_t from, int64_t n, const Shape& shape, Device d) {
+  Tensor out = Tensor::empty(shape, d);
+  copy_bytes(t, static_cast<size_t>(from) * kFloat, out, 0, static_cast<size_t>(n) * kFloat);
+  return out;
+}
+
+int64_t bytes_of(const Tensor& t) {
+  return t.defined() && t.impl().storage ? t.numel() * static_cast<int64_t>(kFloat) : 0;
+}
+
 }  // namespace
 
 ShardLayout shard_layout(const std::vector<int64_t>& sizes, size_t n) {
@@ -37,6 +49,8 @@ ShardLayout shard_layout(const std::vector<int64_t>& sizes, size_t n) {
     l.bounds.push_back(l.bounds.back() + total / count + (i < total % count ? 1 : 0));
   return l;
 }
+
+Shape ShardedState::piece_shape(const Piece& p) const { return p.whole ? shapes_[p.k] : Shape{p.b - p.a}; }
 
 bool ShardedState::fits(const std::vector<std::vector<Tensor>>& weights) const {
   if (!placed() || weights.size() + 1 != layout_.offsets.size()) return false;
@@ -55,15 +69,12 @@ std::vector<std::vector<std::vector<float>>> ShardedState::gather() const {
   std::vector<std::vector<std::vector<float>>> out(params, std::vector<std::vector<float>>(slots_));
   for (size_t k = 0; k < params; ++k)
     for (auto& slot : out[k]) slot.resize(static_cast<size_t>(layout_.offsets[k + 1] - layout_.offsets[k]));
-  for (size_t i = 0; i < devices_.size(); ++i)
-    for (size_t j = 0; j < slots_; ++j) {
-      if (layout_.shard_size(i) == 0) continue;
-      const std::vector<float> shard = state_[i][j].to_vector();
-      for_pieces(layout_, i, [&](size_t k, int64_t a, int64_t b) {
-        std::copy(shard.begin() + (a - layout_.bounds[i]), shard.begin() + (b - layout_.bounds[i]),
-                  out[k][j].begin() + (a - layout_.offsets[k]));
-      });
-    }
+  for (auto& pieces : pieces_)
+    for (const Piece& p : pieces)
+      for (size_t j = 0; j < slots_; ++j) {
+        const std::vector<float> v = p.state[j].to_vector();
+        std::copy(v.begin(), v.end(), out[p.k][j].begin() + (p.a - layout_.offsets[p.k]));
+      }
   return out;
 }
 
@@ -71,19 +82,26 @@ void ShardedState::place(const std::vector<std::vector<Tensor>>& weights, const 
                          std::vector<std::vector<std::vector<float>>>& host) {
   // Stages 2 and 3: the pieces may already hold this step's gradients (a state loaded between the
   // backward and the step): the same replicas keep them.
-  const bool keep_pieces = stage_ >= 2 && placed() && fits(weights);
+  const bool keep_sums = stage_ >= 2 && placed() && fits(weights);
   // Parameters moved after some of this step's gradients were added in (a replica kept across
   // reset_ctx reported its gradient to the old layout): the sums so far move to the new one.
   std::vector<float> carried;
-  if (stage_ >= 2 && !keep_pieces && placed() && received_)
+  if (stage_ >= 2 && !keep_sums && placed() && received_)
     for (size_t i = 0; i < devices_.size(); ++i) {
       const std::vector<float> shard = gradient_shard(i);
       carried.insert(carried.end(), shard.begin(), shard.end());
+    }
+  std::vector<std::vector<Tensor>> sums;  // kept: [i][piece]
+  if (keep_sums)
+    for (auto& pieces : pieces_) {
+      sums.emplace_back();
+      for (auto& p : pieces) sums.back().push_back(p.grad);
     }
   // One flat vector needs one list of devices: every parameter on the first one's.
   std::vector<Device> devices;
   for (auto& w : weights[0]) devices.push_back(w.device());
   std::vector<int64_t> sizes;
+  std::vector<Shape> shapes;
   for (size_t k = 0; k < weights.size(); ++k) {
     std::vector<Device> on;
     for (auto& w : weights[k]) on.push_back(w.device());
@@ -91,6 +109,7 @@ void ShardedState::place(const std::vector<std::vector<Tensor>>& weights, const 
       throw ConfigError("Trainer: zero_stage " + std::to_string(stage_) + " needs every trainable parameter on the same devices, in the same order: '" +
                         names[0] + "' is on " + str(devices) + ", '" + names[k] + "' on " + str(on));
     sizes.push_back(weights[k][0].numel());
+    shapes.push_back(weights[k][0].shape());
   }
   // The unsharded values: loaded ones, else what the shards hold so far (a move), else zeros.
   const bool loaded = std::any_of(host.begin(), host.end(), [](auto& slots) { return !slots[0].empty(); });
@@ -102,44 +121,50 @@ void ShardedState::place(const std::vector<std::vector<Tensor>>& weights, const 
                          std::to_string(host[k][j].size()) + " values but the parameter has " +
                          std::to_string(sizes[k]));
 
+  std::vector<std::vector<Tensor>> params;  // stage 3: the parameter pieces already kept
+  for (auto& pieces : pieces_) {
+    params.emplace_back();
+    for (auto& p : pieces) params.back().push_back(p.param);
+  }
   layout_ = shard_layout(sizes, devices.size());
   devices_ = devices;
-  state_.assign(devices.size(), std::vector<Tensor>(slots_));
-  for (size_t i = 0; i < devices.size(); ++i) {
-    const int64_t n = layout_.shard_size(i);
-    if (n == 0) continue;  // more devices than elements: nothing to keep
-    for (size_t j = 0; j < slots_; ++j) {
-      std::vector<float> flat(static_cast<size_t>(n), 0.0f);
-      for_pieces(layout_, i, [&](size_t k, int64_t a, int64_t b) {
-        const auto& from = host[k][j];
-        if (!from.empty())
-          std::copy(from.begin() + (a - layout_.offsets[k]), from.begin() + (b - layout_.offsets[k]),
-                    flat.begin() + (a - layout_.bounds[i]));
-      });
-      state_[i][j] = Tensor::from_vector(flat, {n}, devices[i]);
-    }
-  }
-  for (auto& slots : host)
-    for (auto& slot : slots) slot.clear();
-  // Stages 2 and 3: the replicas (a gradient's parameter and device are found from its leaf), and
-  // per device one summed-gradient piece for each parameter part its shard holds, added into as the
-  // gradients arrive.
-  if (stage_ < 2 || keep_pieces) return;
-  weights_.clear(), pieces_.clear(), replica_.clear();
-  stale_ = false;
-  weights_ = weights;
+  shapes_ = shapes;
   pieces_.assign(devices.size(), {});
+  MemoryTagScope tag(MemoryTag::optimizer_state);
   for (size_t i = 0; i < devices.size(); ++i)
     for_pieces(layout_, i, [&](size_t k, int64_t a, int64_t b) {
-      pieces_[i].push_back(Piece{k, a, b, Tensor::zeros({b - a}, devices[i])});
+      Piece p{k, a, b, a == layout_.offsets[k] && b == layout_.offsets[k + 1], {}, {}, {}};
+      for (size_t j = 0; j < slots_; ++j) {
+        const auto& from = host[k][j];
+        p.state.push_back(from.empty() ? Tensor::zeros(piece_shape(p), devices[i])
+                                       : Tensor::from_vector(std::vector<float>(from.begin() + (a - layout_.offsets[k]),
+                                                                                from.begin() + (b - layout_.offsets[k])),
+                                                             piece_shape(p), devices[i]));
+      }
+      pieces_[i].push_back(std::move(p));
     });
+  for (auto& slots : host)
+    for (auto& slot : slots) slot.clear();
+  if (keep_sums || !params.empty())  // the same layout as before (stage 3 never moves): the kept tensors back
+    for (size_t i = 0; i < pieces_.size() && i < params.size(); ++i)
+      for (size_t q = 0; q < pieces_[i].size() && q < params[i].size(); ++q) {
+        pieces_[i][q].param = params[i][q];
+        if (keep_sums) pieces_[i][q].grad = sums[i][q];
+      }
+  if (stage_ < 2 || keep_sums) return;
+  // Stages 2 and 3: the replicas (a gradient's parameter and device are found from its leaf).
+  stale_ = false;
+  received_ = false;
+  weights_ = weights;
+  replica_.clear();
   for (size_t k = 0; k < weights.size(); ++k)
     for (size_t i = 0; i < devices.size(); ++i) replica_[&weights[k][i].impl()] = {k, i};
   if (carried.empty()) return;
-  for (auto& pieces : pieces_)
-    for (auto& piece : pieces)
-      piece.grad = Tensor::from_vector(std::vector<float>(carried.begin() + piece.a, carried.begin() + piece.b),
-                                       {piece.b - piece.a}, piece.grad.device());
+  MemoryTagScope sum_tag(MemoryTag::summed_gradients);
+  for (size_t i = 0; i < pieces_.size(); ++i)
+    for (auto& p : pieces_[i])
+      p.grad = Tensor::from_vector(std::vector<float>(carried.begin() + p.a, carried.begin() + p.b), piece_shape(p),
+                                   devices_[i]);
   received_ = true;
 }
 
@@ -164,100 +189,138 @@ void ShardedState::scatter_remaining() {
       if (weights_[k][i].grad().defined()) scatter_gradient(k, i);
 }
 
-std::vector<Tensor> ShardedState::summed_gradients() {
-  if (stale_) {  // no gradient since the last step: it is zero
-    for (auto& pieces : pieces_)
-      for (auto& piece : pieces) fill_(piece.grad, 0.0f);
-    stale_ = false;
-  }
-  std::vector<Tensor> g(devices_.size());
-  for (size_t i = 0; i < devices_.size(); ++i) {
-    const int64_t n = layout_.shard_size(i), lo = layout_.bounds[i];
-    if (n == 0) continue;
-    g[i] = Tensor::empty({n}, devices_[i]);
-    for (const Piece& piece : pieces_[i])
-      copy_bytes(piece.grad, 0, g[i], static_cast<size_t>(piece.a - lo) * kFloat,
-                 static_cast<size_t>(piece.b - piece.a) * kFloat);
-  }
-  stale_ = true;  // kept for reading (gradient_shard) until the next gradient arrives
-  received_ = false;
-  return g;
-}
-
 std::vector<float> ShardedState::gradient_shard(size_t i) const {
-  std::vector<float> out(static_cast<size_t>(layout_.shard_size(i)));
-  for (const Piece& piece : pieces_[i]) {
-    const std::vector<float> v = piece.grad.to_vector();
-    std::copy(v.begin(), v.end(), out.begin() + (piece.a - layout_.bounds[i]));
+  std::vector<float> out(static_cast<size_t>(layout_.shard_size(i)), 0.0f);
+  for (const Piece& p : pieces_[i]) {
+    if (!p.grad.defined()) continue;
+    const std::vector<float> v = p.grad.to_vector();
+    std::copy(v.begin(), v.end(), out.begin() + (p.a - layout_.bounds[i]));
   }
   return out;
 }
 
-void ShardedState::step(const std::vector<std::vector<Tensor>>& weights, const std::vector<std::vector<Tensor>>& grads,
-                        const Step& s) {
-  // Stage 1: device i copies its shard of the summed gradient (the same on every device) into a flat buffer.
-  std::vector<Tensor> g(devices_.size());
-  for (size_t i = 0; i < devices_.size(); ++i) {
-    const int64_t n = layout_.shard_size(i), lo = layout_.bounds[i];
-    if (n == 0) continue;
-    g[i] = Tensor::empty({n}, devices_[i]);
-    for_pieces(layout_, i, [&](size_t k, int64_t a, int64_t b) {
-      copy_bytes(grads[k][i], static_cast<size_t>(a - layout_.offsets[k]) * kFloat, g[i],
-                 static_cast<size_t>(a - lo) * kFloat, static_cast<size_t>(b - a) * kFloat);
-    });
+void ShardedState::scatter_gradient(size_t k, size_t i) {
+  const Tensor g = weights_[k][i].grad();
+  if (!g.defined()) return;
+  if (stale_) {  // the first gradient since the last step: the last step's sums go
+    for (auto& pieces : pieces_)
+      for (auto& p : pieces) p.grad = Tensor();
+    stale_ = false;
   }
+  received_ = true;
+  // Reduce-scatter, one contribution at a time: each shard's slice of this gradient is added into
+  // that shard's piece of parameter k, on the shard's device. Contributions arrive in device order
+  // (backward runs device after device), so each sum is g0 + g1 + ... as the 'device' kvstore adds.
+  MemoryTagScope tag(MemoryTag::summed_gradients);
+  for (size_t j = 0; j < devices_.size(); ++j)
+    for (Piece& p : pieces_[j]) {
+      if (p.k != k) continue;
+      const bool local = j == i && p.whole;  // this device's own whole piece: the .grad buffer itself
+      if (!p.grad.defined() && local) {
+        p.grad = g;  // taken over as the sum, no copy
+        runtime(devices_[j]).allocator->retag(g.impl().storage->ptr, MemoryTag::summed_gradients);
+      } else {
+        const Tensor part = local ? g : slice_to(g, p.a - layout_.offsets[k], p.b - p.a, piece_shape(p), devices_[j]);
+        if (p.grad.defined()) add_(p.grad, part);
+        else p.grad = part;
+      }
+    }
+  weights_[k][i].impl().grad.reset();
+}
+
+void ShardedState::step(const std::vector<std::vector<Tensor>>& weights, const std::vector<std::vector<Tensor>>& grads,
+                        const Step& s, bool summed) {
+  // Reduce-scatter: device i adds up its shard's slices of every device's gradient, in device
+  // order. Device 0's own whole piece sums into its .grad buffer in place; every other sum starts
+  // from a copy of device 0's slice on device i.
+  std::vector<std::vector<Tensor>> g(devices_.size());
+  for (size_t i = 0; i < devices_.size(); ++i)
+    for (const Piece& p : pieces_[i]) {
+      const int64_t from = p.a - layout_.offsets[p.k], n = p.b - p.a;
+      auto slice = [&](size_t j) {
+        return p.whole && j == i ? grads[p.k][j] : slice_to(grads[p.k][j], from, n, piece_shape(p), devices_[i]);
+      };
+      if (summed) {  // every device holds the sum already: read its own
+        g[i].push_back(slice(i));
+        continue;
+      }
+      Tensor acc = p.whole && i == 0 ? grads[p.k][0] : slice_to(grads[p.k][0], from, n, piece_shape(p), devices_[i]);
+      for (size_t j = 1; j < devices_.size(); ++j) add_(acc, slice(j));
+      g[i].push_back(acc);
+    }
   update_and_gather(weights, g, s);
 }
 
 void ShardedState::scattered_step(const std::vector<std::vector<Tensor>>& weights, const Step& s) {
   scatter_remaining();  // gradients made before the layout existed (the first step), or not reported
-  update_and_gather(weights, summed_gradients(), s);
+  std::vector<std::vector<Tensor>> g(devices_.size());
+  for (size_t i = 0; i < devices_.size(); ++i)
+    for (Piece& p : pieces_[i]) {
+      if (!p.grad.defined() || stale_) {  // no gradient reached this piece: zero
+        MemoryTagScope tag(MemoryTag::summed_gradients);
+        p.grad = Tensor::zeros(piece_shape(p), devices_[i]);
+      }
+      g[i].push_back(p.grad);
+    }
+  stale_ = true;  // kept for reading (gradient_shard) until the next gradient arrives
+  received_ = false;
+  update_and_gather(weights, g, s);
 }
 
-void ShardedState::update_and_gather(const std::vector<std::vector<Tensor>>& weights, const std::vector<Tensor>& g,
-                                     const Step& s) {
-  // Device i: its shard of the weights in a flat buffer, updated from the shard's summed gradient
-  // g[i] with its own state. Every device's kernels are queued before any waits: the devices run together.
-  std::vector<Tensor> updated(devices_.size());
-  for (size_t i = 0; i < devices_.size(); ++i) {
-    const int64_t n = layout_.shard_size(i), lo = layout_.bounds[i];
-    if (n == 0) continue;
-    Tensor w = Tensor::empty({n}, devices_[i]);
-    for_pieces(layout_, i, [&](size_t k, int64_t a, int64_t b) {
-      copy_bytes(weights[k][i], static_cast<size_t>(a - layout_.offsets[k]) * kFloat, w,
-                 static_cast<size_t>(a - lo) * kFloat, static_cast<size_t>(b - a) * kFloat);
-    });
-    step_on_device(w, state_[i], g[i], s);
-    updated[i] = w;
-  }
-  // All-gather: shard i's new values into every replica, its own device's included.
-  for (size_t i = 0; i < devices_.size(); ++i) {
-    if (!updated[i].defined()) continue;
-    for_pieces(layout_, i, [&](size_t k, int64_t a, int64_t b) {
-      const size_t from = static_cast<size_t>(a - layout_.bounds[i]) * kFloat;
-      const size_t to = static_cast<size_t>(a - layout_.offsets[k]) * kFloat;
-      for (auto& replica : weights[k]) copy_bytes(updated[i], from, replica, to, static_cast<size_t>(b - a) * kFloat);
-    });
-  }
+void ShardedState::update_and_gather(const std::vector<std::vector<Tensor>>& weights,
+                                     const std::vector<std::vector<Tensor>>& g, const Step& s) {
+  // Device i updates its pieces: a whole parameter in its replica on device i, in place; a part of
+  // one through a copy of that part. Every device's kernels are queued before any waits.
+  std::vector<ReplicaStep> whole;
+  struct Part {
+    size_t i;
+    const Piece* p;
+    Tensor w;  // its updated values
+  };
+  std::vector<Part> parts;
+  for (size_t i = 0; i < devices_.size(); ++i)
+    for (size_t q = 0; q < pieces_[i].size(); ++q) {
+      const Piece& p = pieces_[i][q];
+      if (p.whole) {
+        whole.push_back({weights[p.k][i], p.state, g[i][q]});
+        continue;
+      }
+      Tensor w = slice_to(weights[p.k][i], p.a - layout_.offsets[p.k], p.b - p.a, piece_shape(p), devices_[i]);
+      step_on_device(w, p.state, g[i][q], s);
+      parts.push_back({i, &p, w});
+    }
+  step_on_devices(whole, s);
+  for (const Part& part : parts)  // the part back into its own replica
+    copy_bytes(part.w, 0, weights[part.p->k][part.i], static_cast<size_t>(part.p->a - layout_.offsets[part.p->k]) * kFloat,
+               static_cast<size_t>(part.p->b - part.p->a) * kFloat);
+  // All-gather: each piece's new values from its device into every other replica.
+  for (size_t i = 0; i < devices_.size(); ++i)
+    for (const Piece& p : pieces_[i]) {
+      const size_t at = static_cast<size_t>(p.a - layout_.offsets[p.k]) * kFloat, n = static_cast<size_t>(p.b - p.a) * kFloat;
+      for (size_t j = 0; j < devices_.size(); ++j)
+        if (j != i) copy_bytes(weights[p.k][i], at, weights[p.k][j], at, n);
+    }
 }
 
 void ShardedState::shard_parameters(const std::vector<std::vector<Tensor>>& weights,
                                     const std::vector<std::string>& names,
                                     std::vector<std::vector<std::vector<float>>>& host) {
-  const bool first = param_shards_.empty();
+  const bool first = !placed() || pieces_.empty() || pieces_[0].empty() || !pieces_[0][0].param.defined();
   place(weights, names, host);  // the layout, the devices and the state, as at stages 1 and 2
   if (!first) return;
-  param_shards_.assign(devices_.size(), Tensor());
-  for (size_t i = 0; i < devices_.size(); ++i) {
-    const int64_t n = layout_.shard_size(i), lo = layout_.bounds[i];
-    if (n == 0) continue;
-    // Device i's own replica holds the same values as every other: its shard is a local copy.
-    param_shards_[i] = Tensor::empty({n}, devices_[i]);
-    for_pieces(layout_, i, [&](size_t k, int64_t a, int64_t b) {
-      copy_bytes(weights[k][i], static_cast<size_t>(a - layout_.offsets[k]) * kFloat, param_shards_[i],
-                 static_cast<size_t>(a - lo) * kFloat, static_cast<size_t>(b - a) * kFloat);
-    });
-  }
+  // Device i's own replica holds the same values as every other: its pieces are read from it. A
+  // whole piece keeps the replica's buffer itself; a part is copied out.
+  MemoryTagScope tag(MemoryTag::parameters);
+  for (size_t i = 0; i < devices_.size(); ++i)
+    for (Piece& p : pieces_[i]) {
+      if (p.whole) {
+        auto impl = std::make_shared<TensorImpl>();
+        impl->shape = shapes_[p.k], impl->device = devices_[i], impl->storage = weights[p.k][i].impl().storage;
+        p.param = Tensor(impl);
+      } else {
+        p.param = slice_to(weights[p.k][i], p.a - layout_.offsets[p.k], p.b - p.a, piece_shape(p), devices_[i]);
+      }
+    }
   for (size_t k = 0; k < weights_.size(); ++k)
     for (size_t i = 0; i < devices_.size(); ++i) release_parameter(k, i);
 }
@@ -265,15 +328,21 @@ void ShardedState::shard_parameters(const std::vector<std::vector<Tensor>>& weig
 void ShardedState::gather_parameter(size_t k, size_t i) {
   TensorImpl& t = weights_[k][i].impl();
   if (t.storage) return;
-  t.storage = Tensor::empty(t.shape, t.device).storage();  // for its device's compute stream
-  // All-gather, for one replica: from every shard, the part of parameter k it holds.
-  const int64_t lo = layout_.offsets[k], hi = layout_.offsets[k + 1];
-  for (size_t j = 0; j < devices_.size(); ++j) {
-    const int64_t a = std::max(lo, layout_.bounds[j]), b = std::min(hi, layout_.bounds[j + 1]);
-    if (a < b)
-      copy_bytes(param_shards_[j], static_cast<size_t>(a - layout_.bounds[j]) * kFloat, weights_[k][i],
-                 static_cast<size_t>(a - lo) * kFloat, static_cast<size_t>(b - a) * kFloat);
+  for (const Piece& p : pieces_[i])
+    if (p.k == k && p.whole) {  // device i's own piece: the replica is its buffer
+      t.storage = p.param.impl().storage;
+      return;
+    }
+  {
+    MemoryTagScope tag(MemoryTag::gathered);
+    t.storage = Tensor::empty(t.shape, t.device).storage();  // for its device's compute stream
   }
+  // All-gather, for one replica: from every shard, the part of parameter k it holds.
+  for (size_t j = 0; j < devices_.size(); ++j)
+    for (const Piece& p : pieces_[j])
+      if (p.k == k)
+        copy_bytes(p.param, 0, weights_[k][i], static_cast<size_t>(p.a - layout_.offsets[k]) * kFloat,
+                   static_cast<size_t>(p.b - p.a) * kFloat);
 }
 
 void ShardedState::release_parameter(size_t k, size_t i) {
@@ -285,61 +354,56 @@ void ShardedState::release_parameter(size_t k, size_t i) {
 
 bool ShardedState::gathered(size_t k, size_t i) const { return weights_[k][i].impl().storage != nullptr; }
 
-void ShardedState::scatter_gradient(size_t k, size_t i) {
-  const Tensor g = weights_[k][i].grad();
-  if (!g.defined()) return;
-  if (stale_) {  // the first gradient since the last step: the pieces start again from zero
-    for (auto& pieces : pieces_)
-      for (auto& piece : pieces) fill_(piece.grad, 0.0f);
-    stale_ = false;
-  }
-  received_ = true;
-  // Reduce-scatter, one contribution at a time: each shard's part of this gradient is added into
-  // that shard's piece of parameter k, on the shard's device.
-  for (size_t j = 0; j < devices_.size(); ++j)
-    for (Piece& piece : pieces_[j]) {
-      if (piece.k != k) continue;
-      const Tensor recv = Tensor::empty({piece.b - piece.a}, devices_[j]);
-      copy_bytes(g, static_cast<size_t>(piece.a - layout_.offsets[k]) * kFloat, recv, 0,
-                 static_cast<size_t>(piece.b - piece.a) * kFloat);
-      add_(piece.grad, recv);
-    }
-  weights_[k][i].impl().grad.reset();
-}
-
 void ShardedState::step_shards(const Step& s) {
   for (size_t k = 0; k < weights_.size(); ++k)
     for (size_t i = 0; i < devices_.size(); ++i) release_parameter(k, i);
-  const std::vector<Tensor> g = summed_gradients();
+  std::vector<ReplicaStep> steps;
   for (size_t i = 0; i < devices_.size(); ++i)
-    if (g[i].defined()) step_on_device(param_shards_[i], state_[i], g[i], s);
+    for (Piece& p : pieces_[i]) {
+      if (!p.grad.defined() || stale_) {  // no gradient reached this piece: zero
+        MemoryTagScope tag(MemoryTag::summed_gradients);
+        p.grad = Tensor::zeros(piece_shape(p), devices_[i]);
+      }
+      steps.push_back({p.param, p.state, p.grad});
+    }
+  stale_ = true;
+  received_ = false;
+  step_on_devices(steps, s);
 }
 
 std::vector<std::vector<float>> ShardedState::parameters() const {
   std::vector<std::vector<float>> out;
   for (size_t k = 0; k + 1 < layout_.offsets.size(); ++k)
     out.emplace_back(static_cast<size_t>(layout_.offsets[k + 1] - layout_.offsets[k]));
-  for (size_t i = 0; i < param_shards_.size(); ++i) {
-    if (!param_shards_[i].defined()) continue;
-    const std::vector<float> shard = param_shards_[i].to_vector();
-    for_pieces(layout_, i, [&](size_t k, int64_t a, int64_t b) {
-      std::copy(shard.begin() + (a - layout_.bounds[i]), shard.begin() + (b - layout_.bounds[i]),
-                out[k].begin() + (a - layout_.offsets[k]));
-    });
-  }
+  for (auto& pieces : pieces_)
+    for (const Piece& p : pieces) {
+      if (!p.param.defined()) continue;
+      const std::vector<float> v = p.param.to_vector();
+      std::copy(v.begin(), v.end(), out[p.k].begin() + (p.a - layout_.offsets[p.k]));
+    }
   return out;
 }
 
 int64_t ShardedState::parameter_bytes(size_t i) const {
-  return i < param_shards_.size() && param_shards_[i].defined() ? static_cast<int64_t>(kFloat) * param_shards_[i].numel() : 0;
+  int64_t n = 0;
+  if (i < pieces_.size())
+    for (const Piece& p : pieces_[i]) n += bytes_of(p.param);
+  return n;
 }
 
 int64_t ShardedState::bytes(size_t i) const {
-  return placed() ? static_cast<int64_t>(slots_ * kFloat) * layout_.shard_size(i) : 0;
+  int64_t n = 0;
+  if (i < pieces_.size())
+    for (const Piece& p : pieces_[i])
+      for (const Tensor& t : p.state) n += bytes_of(t);
+  return n;
 }
 
 int64_t ShardedState::gradient_bytes(size_t i) const {
-  return i < pieces_.size() ? static_cast<int64_t>(kFloat) * layout_.shard_size(i) : 0;
+  int64_t n = 0;
+  if (i < pieces_.size())
+    for (const Piece& p : pieces_[i]) n += bytes_of(p.grad);
+  return n;
 }
 
 }  // namespace d2l::optim::zero
