@@ -1,14 +1,18 @@
 #!/bin/sh
 # processes_run.sh NP PROGRAM: part 1 of chapter 5 as NP processes under mpirun (memory --quick),
 # checking what rank 0 prints:
-#   the memory table over the ranks, 4 NP rows (stages 0, 1, 2, 3, one row per rank): parameters =
-#     .grad buffers = 4 Psi bytes at stages 0 to 2; the summed gradient kept 4 Psi at stages 0 and 1,
+#   the memory table over the ranks, 4 NP rows (stages 0, 1, 2, 3, one row per rank): parameters
+#     4 Psi bytes at stages 0 to 2, .grad buffers 4 Psi at stages 0 and 1 and none at ZeRO-2 (released
+#     once reduce-scattered); the summed gradient kept 4 Psi at stages 0 and 1,
 #     4 Psi_r at ZeRO-2; the state 8 Psi replicated, 8 Psi_r at ZeRO-1 and ZeRO-2, with
 #     Psi_r = floor(Psi (r+1) / NP) - floor(Psi r / NP) recomputed here from the printed Psi;
 #     at ZeRO-3 parameters 4 Psi'_r, no .grad buffers, summed gradient 4 Psi'_r, state 8 Psi'_r, with
 #     Psi'_r the sum over the layers u of floor(Psi_u (r+1) / NP) - floor(Psi_u r / NP), the layers'
 #     Psi_u recomputed from the printed widths (784 -> H -> H -> 10); the printed formulas the same;
 #     the chunks of every sharded stage add up to one replicated copy;
+#   the bytes sent a step, counted by dist::collective_counters: one row per stage whose total over the
+#     ranks is k (NP-1) 4 Psi (k = 2 at stages 0 to 2, 3 at ZeRO-3), recomputed here from the printed
+#     Psi, and whose mean per rank is (NP-1)/NP of k 4 Psi;
 #   the ZeRO-1, ZeRO-2 and ZeRO-3 check lines: every rank's parameters equal the replicated run's and rank 0's;
 #   --trace: one timeline with every rank's lanes, the ZeRO-3 step's all-gathers and reduce-scatters
 #     on each rank's communication lane, and the line naming it.
@@ -41,7 +45,7 @@ awk -v np="$np" -v q="'" '
       mine = chunk(features * hidden + hidden, r, n) + chunk(hidden * hidden + hidden, r, n) + chunk(hidden * 10 + 10, r, n)
       shard = "Psi" q "_" r; params = 4 * mine; dot_grads = 0
     } else {
-      mine = chunk(psi, r, n); shard = "Psi_" r; params = 4 * psi; dot_grads = 4 * psi
+      mine = chunk(psi, r, n); shard = "Psi_" r; params = 4 * psi; dot_grads = stage == 2 ? 0 : 4 * psi
     }
     grads = stage >= 2 ? 4 * mine : 4 * psi; grads_f = stage >= 2 ? "4*" shard : "4*Psi"
     state = stage == 0 ? 8 * psi : 8 * mine; state_f = stage == 0 ? "8*Psi" : "8*" shard
@@ -55,6 +59,14 @@ awk -v np="$np" -v q="'" '
     if (stage == 3) params_total += $4
     seen[stage " " r]++
   }
+  /^bytes sent a step per rank, counted by dist::collective_counters/ { sent_table = 1; next }
+  sent_table && $1 == np && $2 ~ /^[0-3]$/ && NF == 9 {
+    k = $2 == 3 ? 3 : 2; total = k * (np - 1) * 4 * psi; mean = (np - 1) / np * k * 4 * psi
+    if ($7 != total || $9 != total) { print "FAIL: stage " $2 " sent " $7 " bytes over the ranks a step (printed formula " $9 "), expected " total; bad++ }
+    if ($4 - mean > 0.05 || mean - $4 > 0.05 || $6 - mean > 0.05 || mean - $6 > 0.05) { print "FAIL: stage " $2 " sent " $4 " bytes a rank on average (printed formula " $6 "), expected " mean; bad++ }
+    if ($3 < $4) { print "FAIL: stage " $2 " the largest rank sent " $3 " bytes, under the mean " $4; bad++ }
+    sent_rows++
+  }
   /^ZeRO-[123] check over [0-9]+ processes: .* equal(s| within rounding)? the replicated run.s \(largest difference [^)]*\) and are the same bits as rank 0.s$/ { ok++ }
   END {
     if (psi == 0) { print "FAIL: no Psi line"; bad++ }
@@ -64,7 +76,8 @@ awk -v np="$np" -v q="'" '
     for (s = 1; s <= 3; s++) if (state_total[s] != 8 * psi) { print "FAIL: the chunks of stage " s " add up to " state_total[s] ", expected " 8 * psi; bad++ }
     for (s = 2; s <= 3; s++) if (grads_total[s] != 4 * psi) { print "FAIL: the ZeRO-" s " gradient chunks add up to " grads_total[s] ", expected " 4 * psi; bad++ }
     if (params_total != 4 * psi) { print "FAIL: the ZeRO-3 parameter chunks add up to " params_total ", expected " 4 * psi; bad++ }
+    if (sent_rows != 4) { print "FAIL: " sent_rows + 0 " rows of bytes sent, expected 4 (stages 0 to 3)"; bad++ }
     if (ok != 3) { print "FAIL: " ok + 0 " ZeRO-1/ZeRO-2/ZeRO-3 check lines say equal, expected 3"; bad++ }
     if (bad) exit 1
-    print "ok: memory table over " np " ranks = formula on " rows " rows (Psi = " psi "), ZeRO-1 = ZeRO-2 = ZeRO-3 = replicated on every rank"
+    print "ok: memory table over " np " ranks = formula on " rows " rows (Psi = " psi "), bytes sent = formula at the 4 stages, ZeRO-1 = ZeRO-2 = ZeRO-3 = replicated on every rank"
   }' "$out"

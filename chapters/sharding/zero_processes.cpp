@@ -5,17 +5,23 @@
 // same initial parameters over the same minibatches, each rank taking its rows of every minibatch:
 //   stage 0  kvstore dist_sync: every gradient all-reduced over the ranks, every rank keeps m and v
 //            for all Psi elements and updates them all (8 Psi bytes of state on every rank);
-//   stage 1  the same allreduce; rank r keeps m and v of chunk r (Psi_r elements, dist::chunk_begin's
-//            split), updates it, and dist::allgather gives every rank the whole update (8 Psi_r);
-//   stage 2  dist::reduce_scatter instead of the allreduce: rank r receives chunk r's summed
-//            gradient only (4 Psi_r), then the same update and all-gather;
+//   stage 1  a reduce-scatter at the step instead of the allreduce (MPI_Reduce_scatter, bucket by
+//            bucket): rank r receives chunk r's summed gradient only (Psi_r elements,
+//            dist::chunk_begin's split), keeps m and v of chunk r (8 Psi_r), updates it, and
+//            dist::allgather gives every rank the whole update; the .grad buffers stay (4 Psi);
+//   stage 2  the same reduce-scatter during backward, in buckets of reduce_bucket_mb (25 MiB): each
+//            goes once backward has completed its gradients, whose .grad buffers are then released:
+//            rank r keeps chunk r's summed gradient (4 Psi_r) and no .grad buffer between steps;
 //   stage 3  FSDP (core/optim/fsdp_dist.hpp): each layer's parameters are a flat vector of Psi_u
 //            elements and rank r keeps its chunk of each, Psi'_r elements over the layers: 4 Psi'_r
 //            of parameters, 4 Psi'_r of summed gradient and 8 Psi'_r of state, no .grad buffers
 //            between steps; a layer is all-gathered before its forward and its backward and its
 //            gradients reduce-scattered once complete.
-// Rank 0 prints every rank's row (the figures gathered with dist::sum_over_ranks) and a check line
-// per sharded run: every rank's parameters against its replicated run's, and against rank 0's.
+// Rank 0 prints every rank's row (the figures gathered with dist::sum_over_ranks), the bytes each rank
+// sent a step as dist::collective_counters counts them (a reduce-scatter of n elements sends n - c_r,
+// an all-gather c_r (W-1), an allreduce both) beside the paper's (W-1)/W * 2 * 4 Psi at stages 0 to 2
+// (a reduce-scatter and an all-gather, or an allreduce) and (W-1)/W * 3 * 4 Psi at stage 3, and a
+// check line per sharded run: every rank's parameters against its replicated run's, and against rank 0's.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -90,6 +96,31 @@ int64_t unit_chunks_of_rank(const nn::Sequential& net, int r) {
   return n;
 }
 
+// The bytes each rank sent a step (dist::collective_counters), the largest over the ranks and their
+// total, beside the paper's: per rank (W-1)/W * k * 4 Psi, k = 2 at stages 0 to 2 and 3 at stage 3
+// (with Psi'_r's per-layer chunks; the total k (W-1) 4 Psi is exact whenever the chunks add up).
+// Returns the stages whose total differs from the formula's.
+int print_sent_bytes(const ZeroResult& r) {
+  std::printf("bytes sent a step per rank, counted by dist::collective_counters (the ring's rule: a reduce-scatter of n "
+              "elements sends n - Psi_r, an all-gather Psi_r (N-1), an allreduce both):\n");
+  std::printf("%2s %5s %12s %12s %-18s %12s %12s %-16s %12s\n", "N", "stage", "max rank B", "mean B", "formula",
+              "= B", "total B", "formula", "= B");
+  int failed = 0;
+  for (const auto& run : r.runs) {
+    const int k = run.stage == 3 ? 3 : 2, W = run.n;
+    int64_t most = 0;
+    for (const MemoryRow& m : run.rows) most = std::max(most, m.sent_bytes);
+    const double per_rank = double(W - 1) / W * k * 4.0 * double(r.psi);
+    const int64_t total = int64_t(k) * (W - 1) * 4 * r.psi;
+    const std::string rank_formula = "(N-1)/N*" + std::to_string(k) + "*4*Psi", total_formula = std::to_string(k) + "*(N-1)*4*Psi";
+    std::printf("%2d %5d %12lld %12.1f %-18s %12.1f %12lld %-16s %12lld%s\n", W, run.stage, (long long)most,
+                double(run.sent_bytes) / W, rank_formula.c_str(), per_rank, (long long)run.sent_bytes, total_formula.c_str(),
+                (long long)total, run.sent_bytes == total ? "" : " (DIFFERENT)");
+    if (run.sent_bytes != total) ++failed;
+  }
+  return failed;
+}
+
 }  // namespace
 
 ZeroRanksResult zero_memory_over_ranks(const Config& cfg) {
@@ -116,6 +147,8 @@ ZeroRanksResult zero_memory_over_ranks(const Config& cfg) {
     ZeroRun run;
     run.n = W, run.stage = stage;
     auto start = std::chrono::steady_clock::now();
+    waitall(), dist::synchronize();
+    dist::reset_collective_counters();  // from here, the training steps' collectives only
     int step = 0;
     double last_loss = 0;
     int64_t last_n = 1;
@@ -147,7 +180,8 @@ ZeroRanksResult zero_memory_over_ranks(const Config& cfg) {
         ++step;
       }
     }
-    waitall();
+    waitall(), dist::synchronize();
+    const int64_t sent_per_step = dist::collective_counters().sent_bytes() / step;
     run.seconds_per_step = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / cfg.steps;
     run.final_loss = dist::sum_over_ranks({last_loss})[0] / static_cast<double>(last_n);
     result.psi = 0;
@@ -155,14 +189,17 @@ ZeroRanksResult zero_memory_over_ranks(const Config& cfg) {
     // This rank's figures, then every rank's (ranks' state is what differs between them).
     const optim::DeviceMemory m = trainer.memory_per_device().at(0);
     const std::vector<double> all = from_every_rank({double(m.parameter_bytes), double(m.gradient_bytes),
-                                                     double(m.summed_gradient_bytes), double(m.state_bytes)});
+                                                     double(m.summed_gradient_bytes), double(m.state_bytes),
+                                                     double(sent_per_step)});
     for (int r = 0; r < W; ++r) {
-      const double* f = &all[static_cast<size_t>(r) * 4];
+      const double* f = &all[static_cast<size_t>(r) * 5];
       const int64_t chunk = stage == 3 ? unit_chunks_of_rank(*net, r) : chunk_of_rank(result.psi, r);
       MemoryRow row{W, stage, device, int64_t(f[0]), int64_t(f[1]), int64_t(f[3]), int64_t(f[2])};
       row.formula_parameter_bytes = 4 * (stage == 3 ? chunk : result.psi);
       row.formula_state_bytes = 8 * (stage == 0 ? result.psi : chunk);
       row.formula_summed_gradient_bytes = 4 * (stage >= 2 ? chunk : result.psi);
+      row.sent_bytes = int64_t(f[4]);
+      run.sent_bytes += row.sent_bytes;
       run.rows.push_back(row);
     }
     // Every rank's parameters against its replicated run's, and against rank 0's (broadcast). At
@@ -216,23 +253,27 @@ int print_zero_over_ranks(const Config& cfg, const ZeroRanksResult& ranks) {
       if (i == 0) std::printf(" %10.2f", 1e3 * run.seconds_per_step);
       std::printf("\n");
       if (m.state_bytes != m.formula_state_bytes || m.summed_gradient_bytes != m.formula_summed_gradient_bytes) ++failed;
-      // The parameters: 4 Psi (4 Psi'_r at stage 3, whose .grad buffers are released after each layer's backward).
-      if (m.parameter_bytes != m.formula_parameter_bytes || m.gradient_bytes != (m.stage == 3 ? 0 : m.formula_parameter_bytes))
+      // The parameters: 4 Psi (4 Psi'_r at stage 3). The .grad buffers: 4 Psi at stages 0 and 1; none
+      // at stage 2 (released once reduce-scattered) and 3 (after each layer's backward).
+      if (m.parameter_bytes != m.formula_parameter_bytes || m.gradient_bytes != (m.stage >= 2 ? 0 : m.formula_parameter_bytes))
         ++failed;
     }
   std::printf("(rank r's chunk: Psi_r = floor(Psi (r+1) / N) - floor(Psi r / N) elements, dist::chunk_begin's split, the one "
-              "MPI's allgather and reduce-scatter are given. grads B: the .grad buffers, 4 Psi at stages 0 to 2. sum grads B: "
-              "the summed gradient kept after the reduction, the whole sum at stages 0 and 1, chunk r's sum at stage 2. "
+              "MPI's allgather and reduce-scatter are given. grads B: the .grad buffers, 4 Psi at stages 0 and 1, none at stage 2 "
+              "(released once reduce-scattered). sum grads B: "
+              "the summed gradient kept after the reduction, the whole sum at stage 0, chunk r's sum at stage 2; at stage 1 "
+              "the Trainer counts the .grad buffers, as at stage 0, though chunk r's sum is received apart during the step. "
               "At stage 3 each layer u is a flat vector of Psi_u elements split by the same rule, and Psi'_r = the sum over "
               "the layers of rank r's chunk: params 4*Psi'_r, no .grad buffers between steps, sum grads 4*Psi'_r. "
-              "ms/step: rank 0's. The bytes sent over MPI are not counted)\n");
-  // Stage 1 reads the replicated run's allreduce: the same bits. The reduce-scatters of stages 2 and 3
-  // may add the ranks in another order than the allreduce (from 3 ranks on): equal within float32 rounding.
+              "ms/step: rank 0's)\n");
+  failed += print_sent_bytes(r);
+  // The reduce-scatters of stages 1 to 3 may add the ranks in another order than the allreduce (from 3
+  // ranks on): equal within float32 rounding; on 2 ranks the same bits.
   for (size_t k = 0; k < r.runs.size(); ++k) {
     const ZeroRun& run = r.runs[k];
     if (run.stage == 0) continue;
     const double d = run.max_diff_to_replicated, spread = ranks.diff_to_rank0[k];
-    const bool same_bits = d == 0, close = run.stage >= 2 && d <= 1e-5, ranks_equal = spread == 0;
+    const bool same_bits = d == 0, close = d <= 1e-5, ranks_equal = spread == 0;
     std::printf("ZeRO-%d check over %d processes: after %d steps every rank's parameters %s the replicated run's "
                 "(largest difference %g) and %s rank 0's\n",
                 run.stage, run.n, cfg.steps + 1, same_bits ? "equal" : close ? "equal within rounding" : "DIFFER from", d,

@@ -69,6 +69,28 @@ void on_comm(const char* op, const std::vector<Tensor>& tensors, std::function<v
 std::mutex g_link_mu;
 LinkModel g_link;
 
+// The counters of collectives.hpp: one set per process, from whichever thread calls.
+std::mutex g_count_mu;
+CollectiveCounters g_counts;
+
+// Rank r's chunk of n elements among W ranks (chunk_begin's split, for any group).
+int64_t chunk_in(int64_t n, int W, int r) { return n * (r + 1) / W - n * r / W; }
+
+// One call, `input` elements handed to it and `sent` elements leaving this rank (the rule in collectives.hpp).
+void count(CollectiveCounter CollectiveCounters::*kind, int64_t input, int64_t sent) {
+  std::lock_guard<std::mutex> lock(g_count_mu);
+  CollectiveCounter& c = g_counts.*kind;
+  ++c.calls;
+  c.input_bytes += 4 * input;
+  c.sent_bytes += 4 * sent;
+}
+
+// An allreduce of n elements among W ranks, this rank r: a reduce-scatter, then an all-gather of its chunk.
+void count_allreduce(int64_t n, int W, int r) {
+  const int64_t c = chunk_in(n, W, r);
+  count(&CollectiveCounters::allreduce, n, (n - c) + c * (W - 1));
+}
+
 #ifdef D2L_WITH_MPI
 // Runs a collective over W ranks, then (with a link model) sleeps out what the model says it would have taken.
 void modeled(double bytes, const std::string& algorithm, int W, const std::function<void()>& collective) {
@@ -207,6 +229,16 @@ double modeled_allreduce_seconds(const LinkModel& m, double bytes, const std::st
   return messages * (m.latency_us * 1e-6 + (bytes_per_s > 0 ? per_message / bytes_per_s : 0));
 }
 
+CollectiveCounters collective_counters() {
+  std::lock_guard<std::mutex> lock(g_count_mu);
+  return g_counts;
+}
+
+void reset_collective_counters() {
+  std::lock_guard<std::mutex> lock(g_count_mu);
+  g_counts = CollectiveCounters{};
+}
+
 void Work::wait() const {
   if (pending) runtime(device).compute.wait(done);
 }
@@ -219,12 +251,16 @@ static void allreduce_impl(const Tensor& t, const Group& g, const std::string& a
   if (g.size() == 1 || n == 0) return;
   if (on_gpu(t)) {
     // NCCL's communicator is the world's; a smaller group's sum goes through MPI.
-    if (algorithm == "library" && nccl::built() && g.is_world() && nccl::usable(t.device())) return nccl::allreduce(t, done_out);
+    if (algorithm == "library" && nccl::built() && g.is_world() && nccl::usable(t.device())) {
+      count_allreduce(n, g.size(), g.rank());
+      return nccl::allreduce(t, done_out);
+    }
     // Staged through host memory: the copy back is stream work on t's device, ordered after the
     // collective, so the async form waits here (its result is complete when the compute stream is).
     return via_host(t, [&](const Tensor& h) { allreduce_impl(h, g, algorithm, nullptr); });
   }
 #ifdef D2L_WITH_MPI
+  count_allreduce(n, g.size(), g.rank());
   float* p = t.data();
   const double bytes = 4.0 * n;
   const MPI_Comm c = comm_of(g);
@@ -268,11 +304,16 @@ void broadcast(const Tensor& t, int root) {
     throw ConfigError("dist::broadcast: root " + std::to_string(root) + " outside [0, " + std::to_string(world_size()) + ")");
   const int n = count_of("broadcast", t.numel());
   if (world_size() == 1 || n == 0) return;
+  const int64_t sent = rank() == root ? int64_t{n} * (world_size() - 1) : 0;
   if (on_gpu(t)) {
-    if (nccl::usable(t.device())) return nccl::broadcast(t, root);
+    if (nccl::usable(t.device())) {
+      count(&CollectiveCounters::broadcast, n, sent);
+      return nccl::broadcast(t, root);
+    }
     return via_host(t, [&](const Tensor& h) { broadcast(h, root); });
   }
 #ifdef D2L_WITH_MPI
+  count(&CollectiveCounters::broadcast, n, sent);
   float* p = t.data();
   on_comm("MPI_Ibcast", {t}, [p, n, root] {
     MPI_Request q;
@@ -296,8 +337,10 @@ Work allgather_async(const Tensor& in, const Tensor& out) {
     if (n > 0) in.copyto(out);
     return w;
   }
+  const int64_t mine = in.numel();
   if (on_gpu(in) || on_gpu(out)) {
     if (nccl::built() && on_gpu(in) && in.device() == out.device() && nccl::usable(in.device())) {
+      count(&CollectiveCounters::allgather, mine, mine * (world_size() - 1));
       nccl::allgather(in, out);
       return w;
     }
@@ -307,6 +350,7 @@ Work allgather_async(const Tensor& in, const Tensor& out) {
     return w;
   }
 #ifdef D2L_WITH_MPI
+  count(&CollectiveCounters::allgather, mine, mine * (world_size() - 1));
   const float* src = in.data();
   float* dst = out.data();
   on_comm("MPI_Iallgatherv", {in, out}, [src, dst, n] {
@@ -327,13 +371,18 @@ void reduce_scatter(const Tensor& in, const Tensor& out) {
     if (n > 0) in.copyto(out);
     return;
   }
+  const int64_t sent = n - out.numel();  // every chunk but this rank's
   if (on_gpu(in) || on_gpu(out)) {
-    if (nccl::built() && on_gpu(in) && in.device() == out.device() && nccl::usable(in.device())) return nccl::reduce_scatter(in, out);
+    if (nccl::built() && on_gpu(in) && in.device() == out.device() && nccl::usable(in.device())) {
+      count(&CollectiveCounters::reduce_scatter, n, sent);
+      return nccl::reduce_scatter(in, out);
+    }
     Tensor h = Tensor::empty(out.shape(), cpu(0));
     reduce_scatter(in.to(cpu(0)), h);
     return h.copyto(out);
   }
 #ifdef D2L_WITH_MPI
+  count(&CollectiveCounters::reduce_scatter, n, sent);
   const float* src = in.data();
   float* dst = out.data();
   on_comm("MPI_Ireduce_scatter", {in, out}, [src, dst, n] {
@@ -372,6 +421,7 @@ Work reduce_scatter_async(const Tensor& in, const Tensor& out, int64_t out_offse
 #ifdef D2L_WITH_MPI
   std::vector<int> c;
   for (int64_t n : counts) c.push_back(count_of("reduce_scatter", n));
+  count(&CollectiveCounters::reduce_scatter, total, total - mine);
   const float* src = in.data();
   float* dst = out.data() + out_offset;
   on_comm("MPI_Ireduce_scatter", {in, out}, [src, dst, c] {

@@ -78,6 +78,37 @@ void reduce_scatter(const Tensor& in, const Tensor& out);
 // reduce-scatter during backward, core/optim/zero_dist.hpp). GPU tensors go through host memory,
 // and then the compute stream waits.
 Work reduce_scatter_async(const Tensor& in, const Tensor& out, int64_t out_offset, const std::vector<int64_t>& counts);
+// What this process handed to the collectives on tensors, counted per kind since the last reset
+// (calls that communicate only: a world or group of one, or an empty tensor, counts nothing). For a
+// call on n elements (4 n bytes) among W ranks, c_r this rank's chunk (chunk_begin's split):
+//   input_bytes  the bytes of the send buffer this rank gave the call: 4 n for allreduce and
+//                reduce-scatter, 4 c_r for all-gather, 4 n for broadcast (every rank's buffer);
+//   sent_bytes   the bytes that leave this rank when the collective runs as the ring does, every
+//                element of a chunk crossing each link once:
+//                  reduce-scatter  4 (n - c_r): every chunk but its own goes out, once;
+//                  all-gather      4 c_r (W-1): its own chunk, to each of the others;
+//                  allreduce       a reduce-scatter, then an all-gather: 4 (n - c_r) + 4 c_r (W-1);
+//                  broadcast       4 n (W-1) from the root (it sends the tensor to each rank), 0 from the others.
+// Over the ranks the c_r add up to n, so the total sent is (W-1) 4 n for a reduce-scatter or an
+// all-gather of n elements and 2 (W-1) 4 n for an allreduce: per rank on average (W-1)/W of 4 n and
+// of 2 * 4 n, the paper's volumes (Rajbhandari et al., SC20, section 7: data parallelism and ZeRO
+// stages 1 and 2 move 2 Psi per step, stage 3 3 Psi, times (W-1)/W). Whatever the library really
+// does (MPI_Allreduce's own algorithms, NCCL's), these are the sizes handed to it, per this rule.
+// The host-value collectives (sum_over_ranks, broadcast_bytes, gather_strings, barrier) are not counted.
+struct CollectiveCounter {
+  int64_t calls = 0;
+  int64_t input_bytes = 0;
+  int64_t sent_bytes = 0;
+};
+struct CollectiveCounters {
+  CollectiveCounter allreduce, reduce_scatter, allgather, broadcast;
+  int64_t sent_bytes() const {
+    return allreduce.sent_bytes + reduce_scatter.sent_bytes + allgather.sent_bytes + broadcast.sent_bytes;
+  }
+};
+CollectiveCounters collective_counters();
+void reset_collective_counters();
+
 // Returns when every rank has called it (the host waits; devices are not involved).
 void barrier();
 void barrier(const Group& group);

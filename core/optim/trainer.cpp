@@ -83,7 +83,7 @@ Trainer::Trainer(const nn::ParameterDict& params, const std::string& optimizer, 
     if (processes && options_.zero_stage == 3)
       zero3_ranks_ = std::make_unique<zero::RankParameterShards>(state_names_.size());
     else if (processes)
-      zero_ranks_ = std::make_unique<zero::RankShardedState>(state_names_.size(), options_.zero_stage);
+      zero_ranks_ = std::make_unique<zero::RankShardedState>(state_names_.size(), options_.zero_stage, options_.reduce_bucket_mb);
     else if (kv_->type() != "device" && kv_->type() != "ring")
       throw ConfigError("Trainer: zero_stage " + stage + " shards the optimizer state over the devices of one process "
                         "and needs kvstore 'device' or 'ring', not '" + kv_->type() + "'");

@@ -66,18 +66,25 @@ struct OptimizerOptions {
   //   needs kvstore 'device' or 'ring' and every trainable parameter on the same devices.
   //   With kvstore 'dist_sync' or 'dist_sync_ring', the shards are the processes: rank r of W keeps
   //   the state of chunk r (dist::chunk_begin's split) on its one device (core/optim/zero_dist.hpp;
-  //   a process with several devices is a ConfigError at the first step), updates it after the
-  //   allreduce (or the buckets'), then dist::allgather; state_dict() is then a collective.
+  //   a process with several devices is a ConfigError at the first step), updates it after a
+  //   reduce-scatter (or the buckets' allreduce), then dist::allgather; state_dict() is then a collective.
   // 2 ZeRO stage 2: as 1, and the gradients are reduce-scattered (core/comm.hpp), not all-reduced:
   //   device i receives the summed gradient of shard i only. The same kvstores and devices as 1;
-  //   over the processes each gradient is reduce-scattered during backward (dist::reduce_scatter_async),
-  //   giving rank r chunk r's sum (no gradient buckets).
+  //   over the processes the gradients are reduce-scattered during backward in buckets of
+  //   reduce_bucket_mb (dist::reduce_scatter_async), giving rank r chunk r's sum, and each .grad
+  //   buffer is released once packed into its bucket (DDP's all-reducing buckets are refused).
   // 3 ZeRO stage 3 (FSDP): the parameters sharded too; the net runs through
   //   optim::FullyShardedDataParallel (core/optim/fsdp.hpp), which gathers each layer's parameters
   //   just before its forward and its backward and adds each gradient into the shards that own it.
   //   With kvstore 'dist_sync' or 'dist_sync_ring' the shards are the ranks, one device each: rank r
   //   keeps chunk r of each unit's flat vector (core/optim/fsdp_dist.hpp); state_dict() is a collective.
   int zero_stage = 0;
+  // Stages 1 and 2 over the processes (kvstore dist_sync or dist_sync_ring): the gradients are
+  // reduce-scattered in buckets of this many MiB, consecutive parameters from the last one back
+  // (DeepSpeed's reduce_bucket_size, DDP's bucket_cap_mb; 0: one reduce-scatter per parameter);
+  // at stage 2 each bucket goes during backward once its gradients are complete
+  // (core/optim/zero_dist.hpp). Every bucket size gives the same bits. >= 0.
+  double reduce_bucket_mb = 25;
 };
 using SGDOptions = OptimizerOptions;  // its name while SGD was the only optimizer
 

@@ -1,12 +1,14 @@
 #include "core/optim/zero_dist.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 
 #include "core/autograd.hpp"
 #include "core/copy.hpp"
 #include "core/dist/collectives.hpp"
 #include "core/dist/process_group.hpp"
+#include "core/ops.hpp"
 
 namespace d2l::optim::zero {
 
@@ -33,6 +35,15 @@ void copy_flat(const ShardLayout& layout, const std::vector<Tensor>& tensors, in
     if (into_params) copy_bytes(flat, in_flat, tensors[k], in_param, bytes);
     else copy_bytes(tensors[k], in_param, flat, in_flat, bytes);
   });
+}
+
+// dst's elements [at, at + src.numel()) += src's (gradient accumulation: a bucket packed or sent twice).
+void add_at(const Tensor& dst, int64_t at, const Tensor& src) {
+  const size_t bytes = static_cast<size_t>(src.numel()) * kFloatBytes, offset = static_cast<size_t>(at) * kFloatBytes;
+  Tensor part = Tensor::empty(src.shape(), dst.device());
+  copy_bytes(dst, offset, part, 0, bytes);
+  add_(part, src);
+  copy_bytes(part, 0, dst, offset, bytes);
 }
 
 }  // namespace
@@ -95,7 +106,13 @@ void RankShardedState::place(const std::vector<std::vector<Tensor>>& weights, co
       if (!slot.empty() && static_cast<int64_t>(slot.size()) != sizes[k])
         throw ShapeError("Trainer: a slot of the optimizer state of '" + names[k] + "' has " +
                          std::to_string(slot.size()) + " values but the parameter has " + std::to_string(sizes[k]));
-  layout_ = rank_layout(sizes);
+  // A loaded state for the same parameters keeps the buckets, and what backward already sent into them.
+  const ShardLayout layout = rank_layout(sizes);
+  const bool same_layout = placed_ && layout.offsets == layout_.offsets && device_ == weights[0][0].device();
+  if (!same_layout && (!pending_.empty() || std::find(packed_.begin(), packed_.end(), true) != packed_.end()))
+    throw ConfigError("Trainer: zero_stage " + stage + ": the parameters changed between backward and the step, whose "
+                      "gradients are already reduce-scattered and released: step before moving them");
+  layout_ = layout;
   device_ = weights[0][0].device();
   const int64_t n = chunk(), first = lo();
   state_.assign(slots_, Tensor());
@@ -110,23 +127,27 @@ void RankShardedState::place(const std::vector<std::vector<Tensor>>& weights, co
   }
   for (auto& slots : host)
     for (auto& slot : slots) slot.clear();
-  grad_shard_ = stage_ == 2 ? Tensor::empty({n}, device_) : Tensor();
-  for (auto& w : pending_) w.wait();  // launched into the old layout: redone at the step
-  pending_.clear();
   replicas_.clear(), index_.clear();
   for (size_t k = 0; k < weights.size(); ++k) {
     replicas_.push_back(weights[k][0]);
     index_[&weights[k][0].impl()] = k;
   }
-  scattered_.assign(weights.size(), false);
+  if (!same_layout) {
+    grad_shard_ = stage_ == 2 ? Tensor::empty({n}, device_) : Tensor();
+    make_buckets();
+  }
   placed_ = true;
 }
 
-RankShardedState::RankShardedState(size_t slots, int stage) : slots_(slots), stage_(stage) {
-  if (stage_ == 2)
+RankShardedState::RankShardedState(size_t slots, int stage, double reduce_bucket_mb)
+    : slots_(slots), stage_(stage), bucket_mb_(reduce_bucket_mb) {
+  if (!(reduce_bucket_mb >= 0) || !std::isfinite(reduce_bucket_mb))
+    throw ConfigError("Trainer: reduce_bucket_mb must be finite and >= 0 (0: one reduce-scatter per parameter), got " +
+                      std::to_string(reduce_bucket_mb));
+  if (stage_ == 2)  // backward packs each gradient the moment it is complete, and sends full buckets
     hook_ = add_grad_ready_hook([this](TensorImpl& leaf) {
       auto it = index_.find(&leaf);
-      if (placed_ && it != index_.end()) scatter(it->second);
+      if (placed_ && it != index_.end()) pack(it->second, true);
     });
 }
 
@@ -134,53 +155,119 @@ RankShardedState::~RankShardedState() {
   if (hook_ >= 0) remove_grad_ready_hook(hook_);
 }
 
-void RankShardedState::scatter(size_t k) {
-  // Parameter k's elements [a, b) of the flat vector: rank r receives those inside its chunk.
+void RankShardedState::make_buckets() {
+  // From the last parameter back, each bucket closing once it holds bucket_mb_ MiB (DDP's rule).
+  const size_t params = layout_.offsets.size() - 1;
+  const double cap = bucket_mb_ * 1024 * 1024;
+  buckets_.clear();
+  bucket_of_.assign(params, 0);
+  packed_.assign(params, false);
+  for (size_t last = params; last > 0;) {
+    Bucket b;
+    b.first = b.last = last;
+    double bytes = 0;
+    do {
+      --b.first;
+      bytes += static_cast<double>(kFloatBytes) * static_cast<double>(layout_.offsets[b.first + 1] - layout_.offsets[b.first]);
+    } while (b.first > 0 && bytes < cap);
+    for (size_t k = b.first; k < b.last; ++k) bucket_of_[k] = buckets_.size();
+    buckets_.push_back(b);
+    last = b.first;
+  }
+}
+
+void RankShardedState::pack(size_t k, bool release) {
+  // Parameter k's gradient (zeros if it has none) into its place in the bucket; at stage 2 the .grad
+  // buffer goes (the allocator takes it back once the queued copy has read it).
+  Bucket& b = buckets_[bucket_of_[k]];
+  TensorImpl& leaf = replicas_[k].impl();
+  const Tensor g = replicas_[k].grad().defined() ? replicas_[k].grad() : Tensor::zeros(replicas_[k].shape(), device_);
+  const int64_t at = layout_.offsets[k] - layout_.offsets[b.first];
+  if (b.last - b.first == 1) {  // a lone parameter: its gradient is the bucket
+    if (packed_[k]) add_(b.packed, g);
+    else b.packed = g;
+  } else {
+    if (!b.packed.defined()) b.packed = Tensor::empty({layout_.offsets[b.last] - layout_.offsets[b.first]}, device_);
+    if (packed_[k]) add_at(b.packed, at, g);
+    else copy_bytes(g, 0, b.packed, static_cast<size_t>(at) * kFloatBytes, static_cast<size_t>(g.numel()) * kFloatBytes);
+  }
+  if (release) leaf.grad.reset();
+  if (!packed_[k]) packed_[k] = true, ++b.arrived;
+  if (b.arrived == b.last - b.first) send(b);
+}
+
+void RankShardedState::send(Bucket& b) {
+  // The bucket is elements [a, b) of the flat vector: rank r receives those inside its chunk, one
+  // range of it, which starts at element max(a, lo) - lo of grad_shard_.
   const int W = dist::world_size();
-  const int64_t a = layout_.offsets[k], b = layout_.offsets[k + 1];
+  const int64_t a = layout_.offsets[b.first], end = layout_.offsets[b.last];
   std::vector<int64_t> counts;
   for (int r = 0; r < W; ++r)
-    counts.push_back(std::max<int64_t>(0, std::min(b, layout_.bounds[r + 1]) - std::max(a, layout_.bounds[r])));
-  const Tensor& w = replicas_[k];
-  const Tensor g = w.grad().defined() ? w.grad() : Tensor::zeros(w.shape(), w.device());
-  pending_.push_back(dist::reduce_scatter_async(g, grad_shard_, std::clamp<int64_t>(a - lo(), 0, chunk()), counts));
-  scattered_[k] = true;
+    counts.push_back(std::max<int64_t>(0, std::min(end, layout_.bounds[r + 1]) - std::max(a, layout_.bounds[r])));
+  const int64_t at = std::clamp<int64_t>(a - lo(), 0, chunk()), mine = counts[static_cast<size_t>(dist::rank())];
+  if (b.sent == 0) {
+    pending_.push_back(dist::reduce_scatter_async(b.packed, grad_shard_, at, counts));
+  } else {  // sent before in this step: received apart, added into the sum once there
+    Late late{{}, Tensor::empty({std::max<int64_t>(mine, 1)}, device_), at};
+    late.work = dist::reduce_scatter_async(b.packed, late.recv, 0, counts);
+    if (mine > 0) late_.push_back(late);
+    else late.work.wait();
+  }
+  b.packed = Tensor();  // the communication thread holds it until the reduce-scatter has read it
+  for (size_t k = b.first; k < b.last; ++k) packed_[k] = false;
+  b.arrived = 0;
+  ++b.sent;
+}
+
+void RankShardedState::reduce_scatter_rest(bool release) {
+  // The buckets backward has not sent (every one at stage 1, and at the first step), in bucket
+  // order: the gradients not packed yet are taken from the .grad buffers, zeros where there are none.
+  for (Bucket& b : buckets_) {
+    if (b.sent > 0 && b.arrived == 0) continue;  // sent, and nothing added since
+    std::vector<size_t> missing;
+    for (size_t k = b.first; k < b.last; ++k)
+      if (!packed_[k]) missing.push_back(k);
+    for (size_t k : missing) pack(k, release);  // the last one sends the bucket
+  }
+}
+
+void RankShardedState::wait_for_sums() {
+  for (auto& work : pending_) work.wait();
+  for (auto& late : late_) {
+    late.work.wait();
+    add_at(grad_shard_, late.at, late.recv);
+  }
+  pending_.clear(), late_.clear();
+  for (Bucket& b : buckets_) b.sent = 0;
 }
 
 void RankShardedState::step(const std::vector<std::vector<Tensor>>& weights, const std::vector<std::string>& names,
-                            std::vector<std::vector<std::vector<float>>>& host, KVStore& kv, bool summed, const Step& s) {
+                            std::vector<std::vector<std::vector<float>>>& host, KVStore& /*kv*/, bool summed,
+                            const Step& s) {
   NoGrad no_grad;
   const bool loaded = std::any_of(host.begin(), host.end(), [](auto& slots) { return !slots[0].empty(); });
   if (loaded || !fits(weights)) place(weights, names, host);  // checks the devices before any collective
   if (stage_ == 2 && summed)
     throw ConfigError("Trainer: zero_stage 2 reduce-scatters the gradients, but the gradient buckets already all-reduced "
                       "them: use zero_stage 1 with buckets");
-  std::vector<Tensor> params, grads;
-  for (auto& replicas : weights) {
-    const Tensor& w = replicas[0];
-    params.push_back(w);
-    grads.push_back(w.grad().defined() ? w.grad() : Tensor::zeros(w.shape(), w.device()));
-  }
+  std::vector<Tensor> params;
+  for (auto& replicas : weights) params.push_back(replicas[0]);
   const int64_t P = layout_.total(), n = chunk(), first = lo();
-  Tensor flat = Tensor::empty({P}, device_);  // stage 2's packed gradients, then the gathered weights
   Tensor g;
-  if (stage_ == 1) {
-    // Data parallelism's allreduce (dist_sync's pushpull, unless the buckets did it during backward),
-    // of which this rank reads chunk r only.
-    if (!summed)
-      for (size_t k = 0; k < grads.size(); ++k) kv.pushpull(static_cast<int64_t>(k), {grads[k]});
+  if (stage_ == 1 && summed) {
+    // DDP's buckets all-reduced every gradient during backward: this rank reads chunk r of the sum.
+    std::vector<Tensor> grads;
+    for (const Tensor& w : params) grads.push_back(w.grad().defined() ? w.grad() : Tensor::zeros(w.shape(), w.device()));
     g = Tensor::empty({n}, device_);
     copy_flat(layout_, grads, first, n, g, false);
   } else {
-    // Chunk r's sum arrives here, no other: most gradients were reduce-scattered during backward;
-    // the others (all of them at the first step, any backward did not reach) go now, in parameter
-    // order, the same on every rank.
-    for (size_t k = 0; k < scattered_.size(); ++k)
-      if (!scattered_[k]) scatter(k);
-    for (auto& work : pending_) work.wait();
-    pending_.clear();
-    scattered_.assign(scattered_.size(), false);
+    // Chunk r's sum arrives in grad_shard_, no other. Stage 1 reduce-scatters every bucket now and
+    // keeps the .grad buffers; at stage 2 backward sent most of them and released their gradients.
+    if (stage_ == 1) grad_shard_ = Tensor::empty({n}, device_);
+    reduce_scatter_rest(stage_ == 2);
+    wait_for_sums();
     g = grad_shard_;
+    if (stage_ == 1) grad_shard_ = Tensor();  // the step's g keeps it until the update is done
   }
   Tensor w = Tensor::empty({n}, device_);
   copy_flat(layout_, params, first, n, w, false);
@@ -190,6 +277,7 @@ void RankShardedState::step(const std::vector<std::vector<Tensor>>& weights, con
     throw DeviceError("injected failure inside the ZeRO-" + std::to_string(stage_) + " all-gather of step 2 "
                       "(D2L_FAIL_RANK_IN_ALLGATHER=" + std::getenv("D2L_FAIL_RANK_IN_ALLGATHER") + ")");
   // All-gather: every rank's updated chunk into every rank's flat vector, then into the parameters.
+  Tensor flat = Tensor::empty({P}, device_);
   dist::allgather(w, flat);
   copy_flat(layout_, params, 0, P, flat, true);
 }
@@ -213,7 +301,13 @@ int64_t RankShardedState::bytes() const {
 }
 
 int64_t RankShardedState::gradient_bytes() const {
-  return grad_shard_.defined() ? static_cast<int64_t>(kFloatBytes) * grad_shard_.numel() : 0;
+  return stage_ == 2 && grad_shard_.defined() ? static_cast<int64_t>(kFloatBytes) * grad_shard_.numel() : 0;
+}
+
+std::vector<std::pair<size_t, size_t>> RankShardedState::buckets() const {
+  std::vector<std::pair<size_t, size_t>> out;
+  for (const Bucket& b : buckets_) out.emplace_back(b.first, b.last);
+  return out;
 }
 
 }  // namespace d2l::optim::zero

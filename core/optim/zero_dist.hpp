@@ -7,21 +7,41 @@
 // vector of P elements, cut into W chunks by dist::chunk_begin (rank r keeps
 // [P r / W, P (r+1) / W), the split core/dist/collectives.hpp's allgather and reduce_scatter use, so
 // the chunks go to MPI as they are). Rank r keeps the optimizer state of chunk r only, and a step is
-//   stage 1 (P_os)    the gradients all-reduced over the ranks as in data parallelism (the
-//                     kvstore's pushpull, or DDP's buckets during backward); rank r copies chunk r of
-//                     the weights and of the summed gradient into flat buffers, runs the optimizer on
-//                     them with its flat state, then dist::allgather of the updated chunks gives every
-//                     rank the whole updated vector, which is copied back into the parameters;
-//   stage 2 (P_os+g)  each parameter's gradient reduce-scattered during backward, the moment autograd
-//                     completes it (the gradient-ready hook DDP's buckets use), asynchronously on the
-//                     communication thread: the part of it that lies in chunk r goes to rank r
-//                     (MPI_Reduce_scatter with uneven counts), so rank r receives the summed gradient of
-//                     chunk r alone (a buffer of the chunk's size it keeps) while backward goes on;
-//                     the step waits for them, then the same update and all-gather. (The first step's
+//   stage 1 (P_os)    at the step, the gradients reduce-scattered (MPI_Reduce_scatter with uneven
+//                     counts, bucket by bucket, below): rank r receives the summed gradient of chunk r
+//                     only, into a buffer of the chunk's size; the .grad buffers stay (4 Psi, what
+//                     tells stage 1 from 2). Rank r copies chunk r of the weights into a flat buffer,
+//                     runs the optimizer on it with its flat state, then dist::allgather of the updated
+//                     chunks gives every rank the whole updated vector, copied back into the parameters;
+//   stage 2 (P_os+g)  the same reduce-scatter, during backward: each bucket goes on the communication
+//                     thread the moment autograd has completed its last gradient (the gradient-ready
+//                     hook DDP's buckets use), while backward goes on, and each .grad buffer is released
+//                     once packed into its bucket, the bucket's buffer once the reduce-scatter has read
+//                     it: between steps a rank keeps chunk r's sum (4 Psi_r), no .grad buffer. The step
+//                     waits for the buckets, then the same update and all-gather. (The first step's
 //                     backward runs before the chunks are laid out: its gradients go at the step.)
+// Sent per rank and step (dist::collective_counters' rule): a reduce-scatter of Psi elements and an
+// all-gather of chunk r, 4 (Psi - Psi_r) + 4 Psi_r (W-1) bytes, over the ranks 2 (W-1) 4 Psi: on
+// average (W-1)/W of 2 * 4 Psi, data parallelism's volume (the paper's section 7). Stage 1 with DDP's
+// buckets (`summed`: every gradient all-reduced during backward) reads chunk r of that sum instead
+// and then all-gathers: an allreduce and an all-gather, 3 Psi (W-1)/W per rank.
+//
+// Buckets (DeepSpeed's reduce_bucket_size, DDP's bucket_cap_mb): the parameters taken from the last
+// one back (backward completes them roughly in that order), consecutive ones in one bucket until it
+// holds reduce_bucket_mb MiB of gradients (0: one parameter a bucket). A bucket's parameters are
+// consecutive in the flat vector, so the elements rank r receives from it are one range of chunk r,
+// and one MPI_Reduce_scatter with uneven counts serves the whole bucket. Its gradients are packed end
+// to end into one buffer (a lone parameter's gradient is sent as it is). MPI adds the W contributions
+// of an element in the same rank order whatever the bucket around it: every bucket size gives the
+// same bits. Every rank launches the buckets in the same order: the order backward completes them,
+// the same on every rank when the nets are, and at the step those still waiting in bucket order.
+// Gradient accumulation (several backward passes before a step) works at stage 2: a bucket sent
+// again in the same step is received into a buffer of its own and added into the chunk's sum.
+//
 // Each element is updated once, on one rank, by the same elementwise kernels as at stage 0, so every
 // rank ends with the same bits, and those of the replicated run wherever the sums are the same bits
-// (stage 1 always: it reads the replicated run's allreduce).
+// (2 ranks always: a + b = b + a; from 3 ranks on the reduce-scatter may add the ranks in another
+// order than the allreduce).
 //
 // Fault injection, for tests: D2L_FAIL_RANK_IN_ALLGATHER=R makes rank R throw (a DeviceError) in
 // the all-gather of its second step, after its update and before it joins the collective, which the
@@ -32,6 +52,7 @@
 #include <cstdint>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "core/dist/collectives.hpp"
@@ -50,7 +71,8 @@ ShardLayout rank_layout(const std::vector<int64_t>& sizes);
 
 class RankShardedState {
  public:
-  RankShardedState(size_t slots, int stage);
+  // reduce_bucket_mb: the buckets' size in MiB (above), >= 0; a ConfigError otherwise.
+  RankShardedState(size_t slots, int stage, double reduce_bucket_mb = 25);
   ~RankShardedState();
   RankShardedState(const RankShardedState&) = delete;
   RankShardedState& operator=(const RankShardedState&) = delete;
@@ -59,6 +81,7 @@ class RankShardedState {
   // the parameters moved), then stage 1's or stage 2's step above. weights[k] must be one replica
   // (this process's one device, the same for every parameter): a ConfigError otherwise, raised
   // before any collective. summed: the gradients already hold the sum (buckets; stage 1 only).
+  // kv: not used (the reduce-scatter replaces the kvstore's pushpull); the Trainer passes its own.
   void step(const std::vector<std::vector<Tensor>>& weights, const std::vector<std::string>& names,
             std::vector<std::vector<std::vector<float>>>& host, KVStore& kv, bool summed, const Step& s);
 
@@ -72,8 +95,12 @@ class RankShardedState {
   std::vector<std::vector<std::vector<float>>> gather() const;
   // Bytes of state this rank holds: slots * 4 * its chunk's size (Adam: 8 * chunk).
   int64_t bytes() const;
-  // Stage 2: the bytes of the chunk's summed gradient it keeps, 4 * chunk (0 at stage 1).
+  // Stage 2: the bytes of the chunk's summed gradient it keeps, 4 * chunk (0 at stage 1, whose
+  // buffer for it lives during the step only).
   int64_t gradient_bytes() const;
+  // The buckets' parameter ranges [first, last) in the Trainer's order, in launch order at the step
+  // (empty before the first step).
+  std::vector<std::pair<size_t, size_t>> buckets() const;
 
  private:
   size_t slots_;
@@ -82,16 +109,36 @@ class RankShardedState {
   ShardLayout layout_;
   Device device_;
   std::vector<Tensor> state_;  // per slot, the chunk's state, flat
-  Tensor grad_shard_;          // stage 2: the chunk's summed gradient
+  Tensor grad_shard_;          // the chunk's summed gradient (stage 1: during the step only)
   int64_t steps_ = 0;          // steps taken, for the fault injection
-  // Stage 2 during backward: each parameter's gradient, the moment autograd completes it, is
-  // reduce-scattered into grad_shard_ (its part of chunk r to rank r) on the communication thread.
+  double bucket_mb_;
+  // Parameters [first, last), consecutive in the flat vector, reduce-scattered in one call.
+  struct Bucket {
+    size_t first = 0, last = 0;
+    Tensor packed;       // their gradients end to end (a lone parameter's: its gradient itself)
+    size_t arrived = 0;  // parameters packed since the bucket was last sent
+    int sent = 0;        // times sent this step
+  };
+  // A bucket sent again in one step (gradient accumulation): its part of chunk r lands in `recv`,
+  // added into grad_shard_ from element `at` once the reduce-scatter is done.
+  struct Late {
+    dist::Work work;
+    Tensor recv;
+    int64_t at = 0;
+  };
+  std::vector<Bucket> buckets_;                           // in launch order at the step
+  std::vector<size_t> bucket_of_;                         // per parameter
+  std::vector<bool> packed_;                              // per parameter: in its bucket, not yet sent
   std::vector<Tensor> replicas_;                          // per parameter, this rank's replica
   std::unordered_map<const TensorImpl*, size_t> index_;  // replica -> parameter
-  std::vector<bool> scattered_;                           // per parameter, this step
   std::vector<dist::Work> pending_;                       // the reduce-scatters launched this step
+  std::vector<Late> late_;
   int hook_ = -1;
-  void scatter(size_t k);
+  void make_buckets();
+  void pack(size_t k, bool release);
+  void send(Bucket& b);
+  void reduce_scatter_rest(bool release);
+  void wait_for_sums();
   bool fits(const std::vector<std::vector<Tensor>>& weights) const;
   void place(const std::vector<std::vector<Tensor>>& weights, const std::vector<std::string>& names,
              std::vector<std::vector<std::vector<float>>>& host);
