@@ -16,6 +16,25 @@ namespace d2l::sharding {
 // The steps from the same weights whose losses must agree to float32's rounding.
 constexpr size_t kEqualSteps = 10;
 
+void print_ladder(const ZeroResult& r) {
+  std::map<int, std::map<int, int64_t>> peaks;  // N -> stage -> largest device's peak
+  for (const auto& run : r.runs)
+    for (const auto& m : run.rows) peaks[run.n][run.stage] = std::max(peaks[run.n][run.stage], m.peak_bytes);
+  for (auto& [n, by_stage] : peaks) {
+    if (by_stage.size() < 4) continue;
+    const bool down = by_stage[0] > by_stage[1] && by_stage[1] > by_stage[2] && by_stage[2] > by_stage[3];
+    const char* gt = n == 1 ? "," : " >";
+    std::printf("ladder, N=%d: peak per device replicated %.2f MB%s ZeRO-1 %.2f%s ZeRO-2 %.2f%s ZeRO-3 %.2f MB (%.2fx, %.2fx, "
+                "%.2fx the replicated run's): %s\n",
+                n, by_stage[0] / 1e6, gt, by_stage[1] / 1e6, gt, by_stage[2] / 1e6, gt, by_stage[3] / 1e6,
+                double(by_stage[1]) / double(by_stage[0]), double(by_stage[2]) / double(by_stage[0]),
+                double(by_stage[3]) / double(by_stage[0]),
+                n == 1 ? "one device, nothing to shard: no stage costs more than replication"
+                : down ? "each stage below the one before"
+                       : "NOT each stage below the one before");
+  }
+}
+
 int print_zero(const Config& cfg, const ZeroResult& r) {
   std::printf("\n1. Memory per device: replicated Adam (data parallelism, zero_stage 0) vs ZeRO-1, ZeRO-2 and ZeRO-3 "
               "(FSDP) (zero_stage 1, 2, 3)\n"
@@ -93,23 +112,7 @@ int print_zero(const Config& cfg, const ZeroResult& r) {
                   (long long)peak, double(peak) / double(std::max<int64_t>(1, replicated_peak[run.n])),
                   (long long)replicated_peak[run.n]);
   }
-  // The ladder: at each N, the peak per device of each stage below the one before.
-  std::map<int, std::map<int, int64_t>> peaks;  // N -> stage -> largest device's peak
-  for (const auto& run : r.runs)
-    for (const auto& m : run.rows) peaks[run.n][run.stage] = std::max(peaks[run.n][run.stage], m.peak_bytes);
-  for (auto& [n, by_stage] : peaks) {
-    if (by_stage.size() < 4) continue;
-    const bool down = by_stage[0] > by_stage[1] && by_stage[1] > by_stage[2] && by_stage[2] > by_stage[3];
-    const char* gt = n == 1 ? "," : " >";
-    std::printf("ladder, N=%d: peak per device replicated %.2f MB%s ZeRO-1 %.2f%s ZeRO-2 %.2f%s ZeRO-3 %.2f MB (%.2fx, %.2fx, "
-                "%.2fx the replicated run's): %s\n",
-                n, by_stage[0] / 1e6, gt, by_stage[1] / 1e6, gt, by_stage[2] / 1e6, gt, by_stage[3] / 1e6,
-                double(by_stage[1]) / double(by_stage[0]), double(by_stage[2]) / double(by_stage[0]),
-                double(by_stage[3]) / double(by_stage[0]),
-                n == 1 ? "one device, nothing to shard: no stage costs more than replication"
-                : down ? "each stage below the one before"
-                       : "NOT each stage below the one before");
-  }
+  print_ladder(r);
   for (const auto& run : r.runs)
     if (run.trace_tasks > 0)
       std::printf("trace: one ZeRO-3 step on %d devices, %lld stream tasks (the gathers and the gradients' copies on the "

@@ -5,6 +5,8 @@
 namespace d2l::sharding {
 
 int print_zero(const Config& cfg, const ZeroResult& r);
+// The ladder: at each N, the largest peak per device (or rank) of every stage, each below the one before.
+void print_ladder(const ZeroResult& r);
 void print_tensor_parallel_title(const Config& cfg);
 int print_tensor_parallel(const Config& cfg, const TensorParallelResult& r);
 

@@ -18,12 +18,17 @@
 //                    run of one process.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "core/device.hpp"
 #include "datasets/data_iter.hpp"
+
+namespace d2l::nn {
+class Sequential;
+}
 
 namespace d2l::sharding {
 
@@ -101,6 +106,8 @@ struct ZeroRanksResult {
 };
 ZeroRanksResult zero_memory_over_ranks(const Config& cfg);
 int print_zero_over_ranks(const Config& cfg, const ZeroRanksResult& r);
+// Part 1's net: flatten -> Dense(zero_hidden, relu) x zero_layers -> Dense(10) (zero_memory.cpp).
+std::shared_ptr<nn::Sequential> zero_mlp(int64_t features, const Config& cfg);
 // The device counts of part 1: 1, 2, 4, ... up to the devices given, and their number.
 std::vector<int> zero_device_counts(size_t available);
 ZeroResult zero_memory(const Config& cfg);

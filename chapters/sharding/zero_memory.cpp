@@ -43,15 +43,6 @@ namespace d2l::sharding {
 
 namespace {
 
-// flatten -> Dense(hidden, relu) x layers -> Dense(10): every hidden layer the same width.
-std::shared_ptr<nn::Sequential> make_mlp(int64_t features, int64_t hidden, int layers) {
-  auto net = std::make_shared<nn::Sequential>();
-  net->add(std::make_shared<nn::Flatten>(), std::make_shared<nn::Dense>(hidden, "relu", true, features));
-  for (int l = 1; l < layers; ++l) net->add(std::make_shared<nn::Dense>(hidden, "relu", true, hidden));
-  net->add(std::make_shared<nn::Dense>(10, "", true, hidden));
-  return net;
-}
-
 int64_t tagged(const MemoryStats& s, MemoryTag t) { return s.by_tag[static_cast<int>(t)]; }
 
 // Every replica of every trainable parameter, in host memory.
@@ -74,6 +65,17 @@ double max_abs_diff(const std::vector<std::vector<float>>& a, const std::vector<
 
 }  // namespace
 
+// flatten -> Dense(hidden, relu) x layers -> Dense(10): every hidden layer the same width.
+std::shared_ptr<nn::Sequential> zero_mlp(int64_t features, const Config& cfg) {
+  const int64_t hidden = cfg.zero_hidden;
+  const int layers = cfg.zero_layers;
+  auto net = std::make_shared<nn::Sequential>();
+  net->add(std::make_shared<nn::Flatten>(), std::make_shared<nn::Dense>(hidden, "relu", true, features));
+  for (int l = 1; l < layers; ++l) net->add(std::make_shared<nn::Dense>(hidden, "relu", true, hidden));
+  net->add(std::make_shared<nn::Dense>(10, "", true, hidden));
+  return net;
+}
+
 std::vector<int> zero_device_counts(size_t available) {
   std::vector<int> ns;
   for (size_t n = 1; n <= available; n *= 2) ns.push_back(static_cast<int>(n));
@@ -94,7 +96,7 @@ ZeroResult zero_memory(const Config& cfg) {
       manual_seed(cfg.seed);
       std::vector<MemoryStats> before;  // what the devices held before this run (its bytes are the difference)
       for (auto& d : devices) before.push_back(runtime(d).allocator->stats());
-      auto net = make_mlp(features, cfg.zero_hidden, cfg.zero_layers);
+      auto net = zero_mlp(features, cfg);
       net->initialize(Init::Xavier(), devices, /*force_reinit=*/true);
       optim::Trainer trainer(net->collect_params(), "adam", {.learning_rate = cfg.adam_lr, .zero_stage = stage}, "device");
       // Stage 3: FSDP(net) in place of net, as PyTorch wraps a module; the parameters become shards here.

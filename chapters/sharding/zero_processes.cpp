@@ -30,13 +30,13 @@
 #include <sstream>
 
 #include "chapters/harness/harness.hpp"
+#include "chapters/sharding/report.hpp"
 #include "chapters/sharding/sharding.hpp"
+#include "core/allocator.hpp"
 #include "core/autograd.hpp"
 #include "core/cli.hpp"
 #include "core/dist/collectives.hpp"
 #include "core/dist/process_group.hpp"
-#include "core/nn/dense.hpp"
-#include "core/nn/flatten.hpp"
 #include "core/nn/sequential.hpp"
 #include "core/ops.hpp"
 #include "core/optim/fsdp.hpp"
@@ -49,13 +49,7 @@ namespace d2l::sharding {
 
 namespace {
 
-// zero_memory.cpp's classifier: flatten -> Dense(hidden, relu) -> Dense(hidden, relu) -> Dense(10).
-std::shared_ptr<nn::Sequential> ranks_mlp(int64_t features, int64_t hidden) {
-  auto net = std::make_shared<nn::Sequential>();
-  net->add(std::make_shared<nn::Flatten>(), std::make_shared<nn::Dense>(hidden, "relu", true, features),
-           std::make_shared<nn::Dense>(hidden, "relu", true, hidden), std::make_shared<nn::Dense>(10, "", true, hidden));
-  return net;
-}
+int64_t tagged(const MemoryStats& s, MemoryTag t) { return s.by_tag[static_cast<int>(t)]; }
 
 // The trainable parameters end to end, as the Trainer lays them out.
 std::vector<float> flat_parameters(const nn::Block& net) {
@@ -135,7 +129,8 @@ ZeroRanksResult zero_memory_over_ranks(const Config& cfg) {
   std::vector<float> replicated;  // stage 0's parameters after its steps, on this rank
   for (int stage = 0; stage <= cfg.zero_stage; ++stage) {
     manual_seed(cfg.seed);
-    auto net = ranks_mlp(features, cfg.zero_hidden);
+    const MemoryStats before = runtime(device).allocator->stats();  // this run's bytes are the difference
+    auto net = zero_mlp(features, cfg);
     net->initialize(Init::Xavier(), {device}, /*force_reinit=*/true);
     optim::Trainer trainer(net->collect_params(), "adam", {.learning_rate = cfg.adam_lr, .zero_stage = stage}, "dist_sync");
     // Stage 3: the parameters become this rank's chunks here, and the net runs through FSDP.
@@ -156,7 +151,7 @@ ZeroRanksResult zero_memory_over_ranks(const Config& cfg) {
       for (const Batch& b : train_iter.epoch(epoch)) {
         if (step > cfg.steps) break;
         check_interrupt();
-        if (step == 1) waitall(), start = std::chrono::steady_clock::now();
+        if (step == 1) waitall(), runtime(device).allocator->reset_peak(), start = std::chrono::steady_clock::now();
         const bool tracing = trace_this && step == cfg.steps;
         if (tracing) waitall(), dist::barrier(), trace::start();
         // Rank r's rows of the minibatch: [n r / W, n (r + 1) / W).
@@ -186,19 +181,27 @@ ZeroRanksResult zero_memory_over_ranks(const Config& cfg) {
     run.final_loss = dist::sum_over_ranks({last_loss})[0] / static_cast<double>(last_n);
     result.psi = 0;
     for (auto& p : net->collect_params().trainable()) result.psi += p->list_data()[0].numel();
-    // This rank's figures, then every rank's (ranks' state is what differs between them).
-    const optim::DeviceMemory m = trainer.memory_per_device().at(0);
-    const std::vector<double> all = from_every_rank({double(m.parameter_bytes), double(m.gradient_bytes),
-                                                     double(m.summed_gradient_bytes), double(m.state_bytes),
-                                                     double(sent_per_step)});
+    // This rank's bytes by tag, measured from its device's allocator, then every rank's.
+    const MemoryStats now = runtime(device).allocator->stats();
+    auto held = [&](MemoryTag t) { return double(tagged(now, t) - tagged(before, t)); };
+    const std::vector<double> all = from_every_rank(
+        {held(MemoryTag::parameters), held(MemoryTag::gradients), held(MemoryTag::summed_gradients),
+         held(MemoryTag::optimizer_state), held(MemoryTag::gathered), double(now.peak),
+         double(now.at_peak[static_cast<int>(MemoryTag::other)]), double(sent_per_step)});
+    constexpr size_t kFigures = 8;
     for (int r = 0; r < W; ++r) {
-      const double* f = &all[static_cast<size_t>(r) * 5];
+      const double* f = &all[static_cast<size_t>(r) * kFigures];
       const int64_t chunk = stage == 3 ? unit_chunks_of_rank(*net, r) : chunk_of_rank(result.psi, r);
-      MemoryRow row{W, stage, device, int64_t(f[0]), int64_t(f[1]), int64_t(f[3]), int64_t(f[2])};
+      MemoryRow row{W, stage, device};
+      row.parameter_bytes = int64_t(f[0]), row.gradient_bytes = int64_t(f[1]);
+      row.summed_gradient_bytes = int64_t(f[2]), row.state_bytes = int64_t(f[3]), row.gathered_bytes = int64_t(f[4]);
+      row.peak_bytes = int64_t(f[5]);
+      row.peak_by_tag[static_cast<int>(MemoryTag::other)] = int64_t(f[6]);
       row.formula_parameter_bytes = 4 * (stage == 3 ? chunk : result.psi);
+      row.formula_gradient_bytes = stage >= 2 ? 0 : 4 * result.psi;
       row.formula_state_bytes = 8 * (stage == 0 ? result.psi : chunk);
-      row.formula_summed_gradient_bytes = 4 * (stage >= 2 ? chunk : result.psi);
-      row.sent_bytes = int64_t(f[4]);
+      row.formula_summed_gradient_bytes = stage >= 2 ? 4 * chunk : 0;
+      row.sent_bytes = int64_t(f[7]);
       run.sent_bytes += row.sent_bytes;
       run.rows.push_back(row);
     }
@@ -232,40 +235,47 @@ int print_zero_over_ranks(const Config& cfg, const ZeroRanksResult& ranks) {
   const int W = r.runs.empty() ? 1 : r.runs[0].n;
   std::printf("\n1. Memory per rank over %d processes, one device each: replicated Adam (kvstore dist_sync, zero_stage 0) "
               "vs ZeRO-1, ZeRO-2 and ZeRO-3 (FSDP) over the ranks (zero_stage 1, 2, 3)\n"
-              "MLP 784 -> %lld -> %lld -> 10, Psi = %lld trainable float32 elements, Adam (K = 8 bytes of state an element), "
-              "batch %lld split over the ranks, %d timed steps\n",
-              W, (long long)cfg.zero_hidden, (long long)cfg.zero_hidden, (long long)r.psi, (long long)cfg.batch_size, cfg.steps);
-  std::printf("%2s %5s %-10s %12s %12s %12s %-10s %12s %12s %-10s %12s %10s\n", "N", "stage", "rank", "params B", "grads B",
-              "sum grads B", "formula", "= B", "state B", "formula", "= B", "ms/step");
+              "MLP 784 -> %lld (x %d layers of equal width) -> 10, Psi = %lld trainable float32 elements, Adam (K = 8 bytes "
+              "of state an element), batch %lld split over the ranks, %d timed steps\n",
+              W, (long long)cfg.zero_hidden, cfg.zero_layers, (long long)r.psi, (long long)cfg.batch_size, cfg.steps);
+  std::printf("%2s %5s %-10s %10s %-9s %10s %10s %-6s %10s %10s %-9s %10s %10s %-9s %10s %8s %10s %10s %10s\n", "N",
+              "stage", "rank", "params B", "formula", "= B", ".grad B", "formula", "= B", "sum B", "formula", "= B",
+              "state B", "formula", "= B", "gather B", "peak B", "act@peak", "ms/step");
   int failed = 0;
   for (const auto& run : r.runs)
     for (size_t i = 0; i < run.rows.size(); ++i) {
       const MemoryRow& m = run.rows[i];
       const std::string shard = (m.stage == 3 ? "Psi'_" : "Psi_") + std::to_string(i);
-      const std::string sum_formula = m.stage >= 2 ? "4*" + shard : "4*Psi";
+      const std::string param_formula = m.stage == 3 ? "4*" + shard : "4*Psi";
+      const std::string grad_formula = m.stage >= 2 ? "0" : "4*Psi";
+      const std::string sum_formula = m.stage >= 2 ? "4*" + shard : "0";
       const std::string state_formula = m.stage == 0 ? "8*Psi" : "8*" + shard;
       std::ostringstream where;
       where << i << ":" << m.device;
-      std::printf("%2d %5d %-10s %12lld %12lld %12lld %-10s %12lld %12lld %-10s %12lld", m.n, m.stage, where.str().c_str(),
-                  (long long)m.parameter_bytes, (long long)m.gradient_bytes, (long long)m.summed_gradient_bytes,
-                  sum_formula.c_str(), (long long)m.formula_summed_gradient_bytes, (long long)m.state_bytes,
-                  state_formula.c_str(), (long long)m.formula_state_bytes);
+      std::printf("%2d %5d %-10s %10lld %-9s %10lld %10lld %-6s %10lld %10lld %-9s %10lld %10lld %-9s %10lld %8lld %10lld %10lld",
+                  m.n, m.stage, where.str().c_str(), (long long)m.parameter_bytes, param_formula.c_str(),
+                  (long long)m.formula_parameter_bytes, (long long)m.gradient_bytes, grad_formula.c_str(),
+                  (long long)m.formula_gradient_bytes, (long long)m.summed_gradient_bytes, sum_formula.c_str(),
+                  (long long)m.formula_summed_gradient_bytes, (long long)m.state_bytes, state_formula.c_str(),
+                  (long long)m.formula_state_bytes, (long long)m.gathered_bytes, (long long)m.peak_bytes,
+                  (long long)m.peak_by_tag[static_cast<int>(MemoryTag::other)]);
       if (i == 0) std::printf(" %10.2f", 1e3 * run.seconds_per_step);
       std::printf("\n");
-      if (m.state_bytes != m.formula_state_bytes || m.summed_gradient_bytes != m.formula_summed_gradient_bytes) ++failed;
-      // The parameters: 4 Psi (4 Psi'_r at stage 3). The .grad buffers: 4 Psi at stages 0 and 1; none
-      // at stage 2 (released once reduce-scattered) and 3 (after each layer's backward).
-      if (m.parameter_bytes != m.formula_parameter_bytes || m.gradient_bytes != (m.stage >= 2 ? 0 : m.formula_parameter_bytes))
+      if (m.parameter_bytes != m.formula_parameter_bytes || m.gradient_bytes != m.formula_gradient_bytes ||
+          m.summed_gradient_bytes != m.formula_summed_gradient_bytes || m.state_bytes != m.formula_state_bytes ||
+          m.gathered_bytes != 0) {
+        std::printf("memory check, stage %d, rank %zu: the bytes held differ from the paper's model\n", m.stage, i);
         ++failed;
+      }
     }
-  std::printf("(rank r's chunk: Psi_r = floor(Psi (r+1) / N) - floor(Psi r / N) elements, dist::chunk_begin's split, the one "
-              "MPI's allgather and reduce-scatter are given. grads B: the .grad buffers, 4 Psi at stages 0 and 1, none at stage 2 "
-              "(released once reduce-scattered). sum grads B: "
-              "the summed gradient kept after the reduction, the whole sum at stage 0, chunk r's sum at stage 2; at stage 1 "
-              "the Trainer counts the .grad buffers, as at stage 0, though chunk r's sum is received apart during the step. "
-              "At stage 3 each layer u is a flat vector of Psi_u elements split by the same rule, and Psi'_r = the sum over "
-              "the layers of rank r's chunk: params 4*Psi'_r, no .grad buffers between steps, sum grads 4*Psi'_r. "
-              "ms/step: rank 0's)\n");
+  std::printf("(Measured after the last step from the buffers each rank's allocator handed out, by what they hold. Rank "
+              "r's chunk: Psi_r = floor(Psi (r+1) / N) - floor(Psi r / N) elements, dist::chunk_begin's split. .grad: "
+              "4 Psi at stages 0 and 1, none at stage 2 (each released once its bucket is reduce-scattered) and 3. sum: "
+              "chunk r's summed gradient kept apart from them, at stages 2 and 3 (at stage 1 it lives only during the "
+              "step). At stage 3 each layer u is a flat vector of Psi_u elements split by the same rule, and Psi'_r = "
+              "the sum over the layers of rank r's chunk. peak: the most bytes in use at once during the timed steps; "
+              "act@peak: of which activations and temporaries. ms/step: rank 0's)\n");
+  print_ladder(r);
   failed += print_sent_bytes(r);
   // The reduce-scatters of stages 1 to 3 may add the ranks in another order than the allreduce (from 3
   // ranks on): equal within float32 rounding; on 2 ranks the same bits.

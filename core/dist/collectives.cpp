@@ -365,6 +365,47 @@ Work allgather_async(const Tensor& in, const Tensor& out) {
   return w;
 }
 
+Work allgather_async(const Tensor& in, int64_t in_offset, const Tensor& out, const std::vector<int64_t>& counts) {
+  check_f32("allgather", in);
+  check_f32("allgather", out);
+  const int W = world_size(), me = rank();
+  int64_t total = 0;
+  for (int64_t c : counts) total += c;
+  const int64_t mine = static_cast<int>(counts.size()) == W ? counts[static_cast<size_t>(me)] : -1;
+  if (static_cast<int>(counts.size()) != W || total != out.numel() || in_offset < 0 || mine < 0 ||
+      in_offset + mine > in.numel())
+    throw ShapeError("dist::allgather: " + std::to_string(counts.size()) + " counts adding up to " + std::to_string(total) +
+                     " for " + std::to_string(W) + " ranks and an output of " + std::to_string(out.numel()) +
+                     " elements, or this rank's part outside the input");
+  Work w;
+  w.device = out.device();
+  if (W == 1) {
+    if (mine > 0) copy_bytes(in, static_cast<size_t>(in_offset) * 4, out, 0, static_cast<size_t>(mine) * 4);
+    return w;
+  }
+  if (on_gpu(in) || on_gpu(out)) {  // through host memory
+    Tensor part = Tensor::empty({std::max<int64_t>(mine, 1)}, cpu(0)), h = Tensor::empty(out.shape(), cpu(0));
+    if (mine > 0) copy_bytes(in, static_cast<size_t>(in_offset) * 4, part, 0, static_cast<size_t>(mine) * 4);
+    allgather_async(part, 0, h, counts).wait();
+    h.copyto(out);
+    return w;
+  }
+#ifdef D2L_WITH_MPI
+  count(&CollectiveCounters::allgather, mine, mine * (W - 1));
+  const float* src = in.data() + in_offset;
+  float* dst = out.data();
+  std::vector<int> n(counts.begin(), counts.end()), at(counts.size(), 0);
+  for (size_t r = 1; r < counts.size(); ++r) at[r] = at[r - 1] + n[r - 1];
+  on_comm("MPI_Iallgatherv", {in, out}, [src, dst, n, at, me] {
+    MPI_Request q;
+    MPI_Iallgatherv(src, n[static_cast<size_t>(me)], MPI_FLOAT, dst, n.data(), at.data(), MPI_FLOAT, MPI_COMM_WORLD, &q);
+    wait(q);
+  }, &w.done);
+  w.pending = true;
+#endif
+  return w;
+}
+
 void reduce_scatter(const Tensor& in, const Tensor& out) {
   const int64_t n = check_chunk("reduce_scatter", in, out, "output");
   if (world_size() == 1) {

@@ -70,6 +70,11 @@ void allgather(const Tensor& in, const Tensor& out);
 // The same all-gather without making the compute stream wait for it (FSDP's prefetch, core/optim/fsdp_dist.hpp):
 // `out` holds the result once work.wait() has been called. GPU tensors: as allgather (nothing pending).
 Work allgather_async(const Tensor& in, const Tensor& out);
+// The all-gather with the split given (MPI_Allgatherv): counts[r] elements (summing to out's) come
+// from rank r, this rank's read from `in` at element in_offset on; out is their concatenation in
+// rank order. ZeRO over the ranks gathers each parameter straight into its tensor with it
+// (core/optim/zero_dist.hpp). GPU tensors go through host memory, and then the compute stream waits.
+Work allgather_async(const Tensor& in, int64_t in_offset, const Tensor& out, const std::vector<int64_t>& counts);
 // out (rank r: chunk r's elements) becomes the sum over the ranks of chunk r of `in` (N elements).
 void reduce_scatter(const Tensor& in, const Tensor& out);
 // The same with the split given: counts[r] elements (summing to in's) go to rank r, this rank's into

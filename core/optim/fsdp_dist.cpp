@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "core/allocator.hpp"
 #include "core/autograd.hpp"
 #include "core/copy.hpp"
 #include "core/dist/process_group.hpp"
@@ -62,12 +63,18 @@ void RankParameterShards::shard(const std::vector<std::vector<Tensor>>& weights,
     unit.lo = dist::chunk_begin(P, r);
     unit.n = dist::chunk_begin(P, r + 1) - unit.lo;
     // This rank's replica holds the same values as every other rank's: its chunk is a local copy.
-    unit.param = Tensor::empty({unit.n}, device_);
+    unit.param = [&] {
+      MemoryTagScope tag(MemoryTag::parameters);
+      return Tensor::empty({unit.n}, device_);
+    }();
     each_unit_piece(unit.offsets, unit.lo, unit.lo + unit.n, [&](size_t i, int64_t a, int64_t b) {
       copy_bytes(weights_[params[i]], static_cast<size_t>(a - unit.offsets[i]) * kBytesPerFloat, unit.param,
                  static_cast<size_t>(a - unit.lo) * kBytesPerFloat, static_cast<size_t>(b - a) * kBytesPerFloat);
     });
-    unit.grad = Tensor::zeros({unit.n}, device_);
+    {
+      MemoryTagScope tag(MemoryTag::summed_gradients);
+      unit.grad = Tensor::zeros({unit.n}, device_);
+    }
     laid.push_back(std::move(unit));
   }
   units_ = std::move(laid);
@@ -92,6 +99,7 @@ void RankParameterShards::place_state(const std::vector<std::string>& names,
         if (!from.empty())
           std::copy(from.begin() + (a - unit.offsets[i]), from.begin() + (b - unit.offsets[i]), flat.begin() + (a - unit.lo));
       });
+      MemoryTagScope tag(MemoryTag::optimizer_state);
       unit.state[j] = Tensor::from_vector(flat, {unit.n}, device_);
     }
   }
@@ -111,6 +119,7 @@ void RankParameterShards::start_gather(size_t u) {
     released_.pop_front();
   }
   // All-gather: every rank's chunk of the unit, end to end, into a buffer of P_u on every rank.
+  MemoryTagScope tag(MemoryTag::gathered);
   unit.gathering = Tensor::empty({unit.offsets.back()}, device_);
   unit.work = dist::allgather_async(unit.param, unit.gathering);
 }
@@ -120,6 +129,7 @@ void RankParameterShards::gather(size_t u) {
   if (!unit.params.empty() && gathered(unit.params[0])) return;
   start_gather(u);
   unit.work.wait();  // this device's compute stream waits for the all-gather here, not before
+  MemoryTagScope tag(MemoryTag::gathered);
   for (size_t i = 0; i < unit.params.size(); ++i) {
     TensorImpl& t = weights_[unit.params[i]].impl();
     t.storage = Tensor::empty(t.shape, t.device).storage();  // for its device's compute stream

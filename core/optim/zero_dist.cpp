@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "core/allocator.hpp"
 #include "core/autograd.hpp"
 #include "core/copy.hpp"
 #include "core/dist/collectives.hpp"
@@ -123,6 +124,7 @@ void RankShardedState::place(const std::vector<std::vector<Tensor>>& weights, co
       if (!from.empty())
         std::copy(from.begin() + (a - layout_.offsets[k]), from.begin() + (b - layout_.offsets[k]), flat.begin() + (a - first));
     });
+    MemoryTagScope tag(MemoryTag::optimizer_state);
     state_[j] = Tensor::from_vector(flat, {n}, device_);
   }
   for (auto& slots : host)
@@ -133,6 +135,7 @@ void RankShardedState::place(const std::vector<std::vector<Tensor>>& weights, co
     index_[&weights[k][0].impl()] = k;
   }
   if (!same_layout) {
+    MemoryTagScope tag(MemoryTag::summed_gradients);
     grad_shard_ = stage_ == 2 ? Tensor::empty({n}, device_) : Tensor();
     make_buckets();
   }
@@ -156,9 +159,10 @@ RankShardedState::~RankShardedState() {
 }
 
 void RankShardedState::make_buckets() {
-  // From the last parameter back, each bucket closing once it holds bucket_mb_ MiB (DDP's rule).
+  // From the last parameter back, each bucket closing once it holds bucket_mb_ MiB (DDP's rule). At
+  // stage 1 every .grad buffer stays anyway: each is sent as it is, one parameter a bucket, no packing.
   const size_t params = layout_.offsets.size() - 1;
-  const double cap = bucket_mb_ * 1024 * 1024;
+  const double cap = stage_ == 1 ? 0.0 : bucket_mb_ * 1024 * 1024;
   buckets_.clear();
   bucket_of_.assign(params, 0);
   packed_.assign(params, false);
@@ -252,7 +256,7 @@ void RankShardedState::step(const std::vector<std::vector<Tensor>>& weights, con
                       "them: use zero_stage 1 with buckets");
   std::vector<Tensor> params;
   for (auto& replicas : weights) params.push_back(replicas[0]);
-  const int64_t P = layout_.total(), n = chunk(), first = lo();
+  const int64_t n = chunk(), first = lo();
   Tensor g;
   if (stage_ == 1 && summed) {
     // DDP's buckets all-reduced every gradient during backward: this rank reads chunk r of the sum.
@@ -276,10 +280,17 @@ void RankShardedState::step(const std::vector<std::vector<Tensor>>& weights, con
   if (steps_ == 2 && fails_in_allgather(stage_))
     throw DeviceError("injected failure inside the ZeRO-" + std::to_string(stage_) + " all-gather of step 2 "
                       "(D2L_FAIL_RANK_IN_ALLGATHER=" + std::getenv("D2L_FAIL_RANK_IN_ALLGATHER") + ")");
-  // All-gather: every rank's updated chunk into every rank's flat vector, then into the parameters.
-  Tensor flat = Tensor::empty({P}, device_);
-  dist::allgather(w, flat);
-  copy_flat(layout_, params, 0, P, flat, true);
+  // All-gather, parameter by parameter straight into its tensor: rank r gives the part of it that
+  // lies in its chunk (MPI_Allgatherv's counts), so no rank holds a second whole copy.
+  std::vector<dist::Work> gathers;
+  for (size_t k = 0; k < params.size(); ++k) {
+    const int64_t a = layout_.offsets[k], b = layout_.offsets[k + 1];
+    std::vector<int64_t> counts;
+    for (int r = 0; r < dist::world_size(); ++r)
+      counts.push_back(std::max<int64_t>(0, std::min(b, layout_.bounds[r + 1]) - std::max(a, layout_.bounds[r])));
+    gathers.push_back(dist::allgather_async(w, std::clamp<int64_t>(a - first, 0, n), params[k], counts));
+  }
+  for (auto& work : gathers) work.wait();
 }
 
 std::vector<std::vector<std::vector<float>>> RankShardedState::gather() const {
