@@ -65,6 +65,17 @@ void validate(const Config& cfg);
 // The training and test sets, before any work: the generated ones (--quick) or Fashion-MNIST read into
 // train_data and test_data (a ConfigError naming the directory when it is missing or empty).
 void load_data(Config& cfg);
+// Each part's own flags, checked only when the part runs (one ConfigError line naming the flag):
+// part 1 (the stage; as one process, `processes` = 1: a batch every device gets a part of, devices of
+// one kind, --trace only with a ZeRO-3 run), part 2 (--tp-size against the devices and --hidden).
+void validate_memory(const Config& cfg, int processes);
+void validate_tp(const Config& cfg);
+// Part 1 as one process, after load_data: a short last minibatch that the steps reach must still give
+// every device an example.
+void validate_short_batch(const Config& cfg);
+// The bytes part 2 (grid = false) or the grid over `processes` needs for its nets and a minibatch's
+// activations, for d2l::require_memory_of before any of them is allocated.
+double classifier_bytes(const Config& cfg, int64_t features, int processes, bool grid);
 
 // ---- Part 1
 // A device's bytes, measured after the last step from the buffers its allocator handed out, by what
