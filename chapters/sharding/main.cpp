@@ -74,6 +74,7 @@ int main(int argc, char** argv) {
   auto* steps = app.add_option("--steps", cfg.steps, "part 1: timed Adam steps per run (after one warm-up step)")->capture_default_str();
   app.add_option("--zero-stage", cfg.zero_stage, "part 1: the last stage run beside the replicated one: 3 (ZeRO-1, ZeRO-2 and ZeRO-3), 2, 1 or 0 (the replicated rows only)")->capture_default_str();
   app.add_option("--adam-lr", cfg.adam_lr, "part 1: Adam's learning rate")->capture_default_str();
+  app.add_option("--reduce-bucket-mb", cfg.reduce_bucket_mb, "part 1 under mpirun: MiB of gradients ZeRO-2 packs into one reduce-scatter during backward (DeepSpeed's reduce_bucket_size, DDP's bucket_cap_mb; 0: one per parameter, unpacked)")->capture_default_str();
   app.add_option("--lr", cfg.lr, "part 2 and the grid: SGD's learning rate")->capture_default_str();
   auto* epochs = app.add_option("--num-epochs", cfg.num_epochs, "part 2 and the grid: epochs of each run")->capture_default_str();
   app.add_option("--tp-size", cfg.tp_size, "part 2: devices the Megatron MLP is split over (the first of --devices); grid: processes per tp group (dividing the processes)")->capture_default_str();
@@ -117,6 +118,9 @@ int main(int argc, char** argv) {
         d2l::require_positive("--steps", cfg.steps);
         d2l::require_at_most("--steps", cfg.steps, 1e6, "steps");
         d2l::require_positive("--adam-lr", cfg.adam_lr);
+        if (!(cfg.reduce_bucket_mb >= 0))
+          throw d2l::ConfigError("bad --reduce-bucket-mb " + std::to_string(cfg.reduce_bucket_mb) + ": expected a number >= 0");
+        d2l::require_at_most("--reduce-bucket-mb", cfg.reduce_bucket_mb, 1e4, "MiB");
       }
       if (run_tp || run_grid) {
         d2l::require_positive("--lr", cfg.lr);

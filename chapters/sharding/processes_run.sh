@@ -1,15 +1,15 @@
 #!/bin/sh
 # processes_run.sh NP PROGRAM: part 1 of chapter 5 as NP processes under mpirun (memory --quick),
 # checking what rank 0 prints:
-#   the memory table over the ranks, 4 NP rows (stages 0, 1, 2, 3, one row per rank): parameters
-#     4 Psi bytes at stages 0 to 2, .grad buffers 4 Psi at stages 0 and 1 and none at ZeRO-2 (released
-#     once reduce-scattered); the summed gradient kept 4 Psi at stages 0 and 1,
-#     4 Psi_r at ZeRO-2; the state 8 Psi replicated, 8 Psi_r at ZeRO-1 and ZeRO-2, with
-#     Psi_r = floor(Psi (r+1) / NP) - floor(Psi r / NP) recomputed here from the printed Psi;
-#     at ZeRO-3 parameters 4 Psi'_r, no .grad buffers, summed gradient 4 Psi'_r, state 8 Psi'_r, with
-#     Psi'_r the sum over the layers u of floor(Psi_u (r+1) / NP) - floor(Psi_u r / NP), the layers'
-#     Psi_u recomputed from the printed widths (784 -> H -> H -> 10); the printed formulas the same;
-#     the chunks of every sharded stage add up to one replicated copy;
+#   the memory table over the ranks, 4 NP rows (stages 0, 1, 2, 3, one row per rank), each rank's
+#     bytes measured from its allocator's tags: parameters 4 Psi at stages 0 to 2, .grad buffers
+#     4 Psi at stages 0 and 1 and none at ZeRO-2 (released once reduce-scattered) and ZeRO-3, a
+#     summed gradient of its own 4 Psi_r at ZeRO-2, the state 8 Psi replicated, 8 Psi_r at ZeRO-1
+#     and ZeRO-2, with Psi_r = floor(Psi (r+1) / NP) - floor(Psi r / NP) from the printed Psi; at
+#     ZeRO-3 parameters, summed gradient and state 4, 4 and 8 Psi'_r, with Psi'_r the sum over the
+#     layers u of floor(Psi_u (r+1) / NP) - floor(Psi_u r / NP), the layers' Psi_u from the printed
+#     widths (784 -> H x L -> 10); no gathered unit left; the printed formulas the same; the chunks
+#     of every sharded stage add up to one replicated copy;
 #   the bytes sent a step, counted by dist::collective_counters: one row per stage whose total over the
 #     ranks is k (NP-1) 4 Psi (k = 2 at stages 0 to 2, 3 at ZeRO-3), recomputed here from the printed
 #     Psi, and whose mean per rank is (NP-1)/NP of k 4 Psi;
@@ -37,25 +37,29 @@ done
 awk -v np="$np" -v q="'" '
   function chunk(p, r, n) { return int(p * (r + 1) / n) - int(p * r / n) }
   /Psi = [0-9]+ trainable/ { for (i = 1; i <= NF; i++) if ($i == "Psi" && $(i + 1) == "=") psi = $(i + 2)
-                             if ($1 == "MLP") { features = $2; hidden = $4 } }
+                             if ($1 == "MLP") { features = $2; hidden = $4; layers = $6 } }
   /^1\. Memory per rank over [0-9]+ processes/ { if ($6 != np) { print "FAIL: the title says " $6 " processes, expected " np; bad++ } }
   $1 ~ /^[0-9]+$/ && ($2 == "0" || $2 == "1" || $2 == "2" || $2 == "3") && $3 ~ /^[0-9]+:(cpu|emu|gpu)\(/ {
     n = $1; stage = $2; r = $3; sub(/:.*/, "", r); r += 0; rows++
-    if (stage == 3) {  # per layer: 784 -> H, H -> H, H -> 10, weights and biases
-      mine = chunk(features * hidden + hidden, r, n) + chunk(hidden * hidden + hidden, r, n) + chunk(hidden * 10 + 10, r, n)
-      shard = "Psi" q "_" r; params = 4 * mine; dot_grads = 0
+    if (stage == 3) {  # per layer: 784 -> H, (L - 1) x H -> H, H -> 10, weights and biases
+      mine = chunk(features * hidden + hidden, r, n) + (layers - 1) * chunk(hidden * hidden + hidden, r, n) + chunk(hidden * 10 + 10, r, n)
+      params = 4 * mine
     } else {
-      mine = chunk(psi, r, n); shard = "Psi_" r; params = 4 * psi; dot_grads = stage == 2 ? 0 : 4 * psi
+      mine = chunk(psi, r, n); params = 4 * psi
     }
-    grads = stage >= 2 ? 4 * mine : 4 * psi; grads_f = stage >= 2 ? "4*" shard : "4*Psi"
-    state = stage == 0 ? 8 * psi : 8 * mine; state_f = stage == 0 ? "8*Psi" : "8*" shard
+    dot_grads = stage >= 2 ? 0 : 4 * psi
+    sums = stage >= 2 ? 4 * mine : 0
+    state = stage == 0 ? 8 * psi : 8 * mine
     where = "stage " stage " rank " r ": "
     if (n != np) { print "FAIL: " where "N = " n ", expected " np; bad++ }
-    if ($4 != params || $5 != dot_grads) { print "FAIL: " where "params/grads " $4 "/" $5 ", expected " params "/" dot_grads; bad++ }
-    if ($6 != grads || $8 != grads || $7 != grads_f) { print "FAIL: " where "summed gradient " $6 " (printed formula " $7 " " $8 "), expected " grads; bad++ }
-    if ($9 != state || $11 != state || $10 != state_f) { print "FAIL: " where "state " $9 " (printed formula " $10 " " $11 "), expected " state; bad++ }
-    if (stage > 0) state_total[stage] += $9
-    if (stage >= 2) grads_total[stage] += $6
+    # measured (allocator tags) against this model, and the printed formula the same
+    if ($4 != params || $6 != params) { print "FAIL: " where "params " $4 " (formula " $6 "), expected " params; bad++ }
+    if ($7 != dot_grads || $9 != dot_grads) { print "FAIL: " where ".grad " $7 " (formula " $9 "), expected " dot_grads; bad++ }
+    if ($10 != sums || $12 != sums) { print "FAIL: " where "summed gradient " $10 " (formula " $12 "), expected " sums; bad++ }
+    if ($13 != state || $15 != state) { print "FAIL: " where "state " $13 " (formula " $15 "), expected " state; bad++ }
+    if ($16 != 0) { print "FAIL: " where $16 " bytes of gathered units left between steps"; bad++ }
+    if (stage > 0) state_total[stage] += $13
+    if (stage >= 2) grads_total[stage] += $10
     if (stage == 3) params_total += $4
     seen[stage " " r]++
   }
@@ -70,7 +74,7 @@ awk -v np="$np" -v q="'" '
   /^ZeRO-[123] check over [0-9]+ processes: .* equal(s| within rounding)? the replicated run.s \(largest difference [^)]*\) and are the same bits as rank 0.s$/ { ok++ }
   END {
     if (psi == 0) { print "FAIL: no Psi line"; bad++ }
-    if (hidden == 0 || features * hidden + hidden + hidden * hidden + hidden + hidden * 10 + 10 != psi) { print "FAIL: the layers 784 -> H -> H -> 10 (H = " hidden ") do not add up to Psi = " psi; bad++ }
+    if (hidden == 0 || features * hidden + hidden + (layers - 1) * (hidden * hidden + hidden) + hidden * 10 + 10 != psi) { print "FAIL: the layers 784 -> H x L -> 10 (H = " hidden ", L = " layers ") do not add up to Psi = " psi; bad++ }
     if (rows != 4 * np) { print "FAIL: " rows + 0 " memory rows, expected " 4 * np " (four stages, one row per rank)"; bad++ }
     for (s = 0; s <= 3; s++) for (r = 0; r < np; r++) if (seen[s " " r] != 1) { print "FAIL: stage " s " rank " r " has " seen[s " " r] + 0 " rows"; bad++ }
     for (s = 1; s <= 3; s++) if (state_total[s] != 8 * psi) { print "FAIL: the chunks of stage " s " add up to " state_total[s] ", expected " 8 * psi; bad++ }

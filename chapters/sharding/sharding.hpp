@@ -42,6 +42,7 @@ struct Config {
   int zero_stage = 3;      // the last stage run beside the replicated one (0: the replicated rows only)
   int steps = 20;          // timed Adam steps per run (after one untimed warm-up step)
   float adam_lr = 1e-3f;
+  double reduce_bucket_mb = 0.5;  // under mpirun: ZeRO-2's reduce-scatter bucket (0: one per parameter)
   // The MLP of part 1: 784 -> zero_hidden, then zero_layers - 1 more Dense(zero_hidden) layers, -> 10:
   // layers of equal width, so that the units FSDP gathers are of similar size and the optimizer's
   // bytes dominate (ZeRO's ladder shows; exercise 3 in README.md makes the first layer dominate).

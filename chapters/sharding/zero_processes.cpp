@@ -9,7 +9,7 @@
 //            bucket): rank r receives chunk r's summed gradient only (Psi_r elements,
 //            dist::chunk_begin's split), keeps m and v of chunk r (8 Psi_r), updates it, and
 //            dist::allgather gives every rank the whole update; the .grad buffers stay (4 Psi);
-//   stage 2  the same reduce-scatter during backward, in buckets of reduce_bucket_mb (25 MiB): each
+//   stage 2  the same reduce-scatter during backward, in buckets of reduce_bucket_mb (the Trainer's default 25 MiB, --reduce-bucket-mb): each
 //            goes once backward has completed its gradients, whose .grad buffers are then released:
 //            rank r keeps chunk r's summed gradient (4 Psi_r) and no .grad buffer between steps;
 //   stage 3  FSDP (core/optim/fsdp_dist.hpp): each layer's parameters are a flat vector of Psi_u
@@ -132,7 +132,7 @@ ZeroRanksResult zero_memory_over_ranks(const Config& cfg) {
     const MemoryStats before = runtime(device).allocator->stats();  // this run's bytes are the difference
     auto net = zero_mlp(features, cfg);
     net->initialize(Init::Xavier(), {device}, /*force_reinit=*/true);
-    optim::Trainer trainer(net->collect_params(), "adam", {.learning_rate = cfg.adam_lr, .zero_stage = stage}, "dist_sync");
+    optim::Trainer trainer(net->collect_params(), "adam", {.learning_rate = cfg.adam_lr, .zero_stage = stage, .reduce_bucket_mb = cfg.reduce_bucket_mb}, "dist_sync");
     // Stage 3: the parameters become this rank's chunks here, and the net runs through FSDP.
     std::unique_ptr<optim::FullyShardedDataParallel> fsdp;
     if (stage == 3) fsdp = std::make_unique<optim::FullyShardedDataParallel>(net, trainer);

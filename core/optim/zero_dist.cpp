@@ -211,6 +211,13 @@ void RankShardedState::send(Bucket& b) {
   const int64_t at = std::clamp<int64_t>(a - lo(), 0, chunk()), mine = counts[static_cast<size_t>(dist::rank())];
   if (b.sent == 0) {
     pending_.push_back(dist::reduce_scatter_async(b.packed, grad_shard_, at, counts));
+    if (stage_ == 2 && pending_.back().pending) {
+      in_flight_.push_back(pending_.back().done);
+      while (in_flight_.size() > kInFlight) {
+        in_flight_.front().synchronize();
+        in_flight_.pop_front();
+      }
+    }
   } else {  // sent before in this step: received apart, added into the sum once there
     Late late{{}, Tensor::empty({std::max<int64_t>(mine, 1)}, device_), at};
     late.work = dist::reduce_scatter_async(b.packed, late.recv, 0, counts);
@@ -241,7 +248,7 @@ void RankShardedState::wait_for_sums() {
     late.work.wait();
     add_at(grad_shard_, late.at, late.recv);
   }
-  pending_.clear(), late_.clear();
+  pending_.clear(), late_.clear(), in_flight_.clear();
   for (Bucket& b : buckets_) b.sent = 0;
 }
 

@@ -50,6 +50,7 @@
 // (R:3, ZeRO-3's, core/optim/fsdp_dist.hpp).
 #pragma once
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -132,6 +133,11 @@ class RankShardedState {
   std::vector<Tensor> replicas_;                          // per parameter, this rank's replica
   std::unordered_map<const TensorImpl*, size_t> index_;  // replica -> parameter
   std::vector<dist::Work> pending_;                       // the reduce-scatters launched this step
+  // Stage 2's rate limiter (FSDP's limit_all_gathers, for gradients): a released .grad buffer is still
+  // in use until its reduce-scatter has read it, so backward waits once more than kInFlight buckets
+  // are on their way; without it a host running ahead of the devices holds every gradient at once.
+  static constexpr size_t kInFlight = 2;
+  std::deque<Event> in_flight_;
   std::vector<Late> late_;
   int hook_ = -1;
   void make_buckets();
