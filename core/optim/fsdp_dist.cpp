@@ -27,6 +27,17 @@ void each_unit_piece(const std::vector<int64_t>& offsets, int64_t lo, int64_t hi
   }
 }
 
+// Per rank, how many of parameter i's elements lie in that rank's chunk of the unit's flat vector
+// (P_u elements, dist::chunk_begin's split): the counts of its all-gather and reduce-scatter.
+std::vector<int64_t> counts_of(const std::vector<int64_t>& offsets, size_t i) {
+  const int64_t P = offsets.back();
+  std::vector<int64_t> counts;
+  for (int r = 0; r < dist::world_size(); ++r)
+    counts.push_back(std::max<int64_t>(
+        0, std::min(offsets[i + 1], dist::chunk_begin(P, r + 1)) - std::max(offsets[i], dist::chunk_begin(P, r))));
+  return counts;
+}
+
 }  // namespace
 
 void RankParameterShards::shard(const std::vector<std::vector<Tensor>>& weights, const std::vector<std::string>& names,
@@ -109,7 +120,7 @@ void RankParameterShards::place_state(const std::vector<std::string>& names,
 
 void RankParameterShards::start_gather(size_t u) {
   Unit& unit = units_[u];
-  if (unit.gathering.defined() || (!unit.params.empty() && gathered(unit.params[0]))) return;
+  if (!unit.gathering.empty() || (!unit.params.empty() && gathered(unit.params[0]))) return;
   if (steps_ == 1 && fails_in_allgather(3))
     throw DeviceError("injected failure inside the ZeRO-3 all-gather of step 2 (D2L_FAIL_RANK_IN_ALLGATHER=" +
                       std::string(std::getenv("D2L_FAIL_RANK_IN_ALLGATHER")) + ")");
@@ -118,25 +129,24 @@ void RankParameterShards::start_gather(size_t u) {
     released_.front().synchronize();
     released_.pop_front();
   }
-  // All-gather: every rank's chunk of the unit, end to end, into a buffer of P_u on every rank.
+  // All-gather, parameter by parameter: every rank gives the part of it that lies in its chunk, and
+  // the result lands in the buffer that becomes the replica, so no second copy of the unit is made.
   MemoryTagScope tag(MemoryTag::gathered);
-  unit.gathering = Tensor::empty({unit.offsets.back()}, device_);
-  unit.work = dist::allgather_async(unit.param, unit.gathering);
+  for (size_t i = 0; i < unit.params.size(); ++i) {
+    const Tensor& w = weights_[unit.params[i]];
+    unit.gathering.push_back(Tensor::empty(w.shape(), device_));
+    const int64_t in_chunk = std::clamp<int64_t>(unit.offsets[i] - unit.lo, 0, unit.n);
+    unit.works.push_back(dist::allgather_async(unit.param, in_chunk, unit.gathering.back(), counts_of(unit.offsets, i)));
+  }
 }
 
 void RankParameterShards::gather(size_t u) {
   Unit& unit = units_[u];
   if (!unit.params.empty() && gathered(unit.params[0])) return;
   start_gather(u);
-  unit.work.wait();  // this device's compute stream waits for the all-gather here, not before
-  MemoryTagScope tag(MemoryTag::gathered);
-  for (size_t i = 0; i < unit.params.size(); ++i) {
-    TensorImpl& t = weights_[unit.params[i]].impl();
-    t.storage = Tensor::empty(t.shape, t.device).storage();  // for its device's compute stream
-    copy_bytes(unit.gathering, static_cast<size_t>(unit.offsets[i]) * kBytesPerFloat, weights_[unit.params[i]], 0,
-               static_cast<size_t>(unit.offsets[i + 1] - unit.offsets[i]) * kBytesPerFloat);
-  }
-  unit.gathering = Tensor();  // handed back once the copies have read it
+  for (auto& work : unit.works) work.wait();  // this device's compute stream waits for them here, not before
+  for (size_t i = 0; i < unit.params.size(); ++i) weights_[unit.params[i]].impl().storage = unit.gathering[i].storage();
+  unit.gathering.clear(), unit.works.clear();
 }
 
 void RankParameterShards::release(size_t u) {
@@ -154,20 +164,18 @@ void RankParameterShards::release(size_t u) {
 void RankParameterShards::reduce_scatter_gradients(size_t u) {
   Unit& unit = units_[u];
   NoGrad no_grad;
-  // The unit's gradients end to end (zeros for a parameter that got none), reduce-scattered: rank r
-  // receives the sum over the ranks of its chunk alone.
-  bool all = true;
-  for (size_t k : unit.params) all = all && weights_[k].grad().defined();
-  const Tensor flat = all ? Tensor::empty({unit.offsets.back()}, device_) : Tensor::zeros({unit.offsets.back()}, device_);
-  for (size_t i = 0; i < unit.params.size(); ++i) {
-    const Tensor g = weights_[unit.params[i]].grad();
-    if (g.defined())
-      copy_bytes(g, 0, flat, static_cast<size_t>(unit.offsets[i]) * kBytesPerFloat,
-                 static_cast<size_t>(unit.offsets[i + 1] - unit.offsets[i]) * kBytesPerFloat);
-    weights_[unit.params[i]].impl().grad.reset();
-  }
+  // Each gradient reduce-scattered from its .grad buffer (zeros for a parameter that got none): rank
+  // r receives the sum over the ranks of the part of it that lies in its chunk, at that part's place.
   const Tensor mine = Tensor::empty({unit.n}, device_);
-  dist::reduce_scatter(flat, mine);
+  std::vector<dist::Work> works;
+  for (size_t i = 0; i < unit.params.size(); ++i) {
+    const Tensor& w = weights_[unit.params[i]];
+    const Tensor g = w.grad().defined() ? w.grad() : Tensor::zeros(w.shape(), device_);
+    const int64_t at = std::clamp<int64_t>(unit.offsets[i] - unit.lo, 0, unit.n);
+    works.push_back(dist::reduce_scatter_async(g, mine, at, counts_of(unit.offsets, i)));
+    weights_[unit.params[i]].impl().grad.reset();  // the communication thread holds it until it is read
+  }
+  for (auto& work : works) work.wait();
   if (unit.n > 0) add_(unit.grad, mine);  // accumulated: several backward passes before a step add up
 }
 
@@ -175,7 +183,8 @@ void RankParameterShards::step(const Step& s) {
   NoGrad no_grad;
   for (size_t u = 0; u < units_.size(); ++u) {
     Unit& unit = units_[u];
-    if (unit.gathering.defined()) unit.work.wait(), unit.gathering = Tensor();  // a prefetch never used
+    for (auto& work : unit.works) work.wait();  // a prefetch never used
+    unit.gathering.clear(), unit.works.clear();
     release(u);
     if (unit.n == 0) continue;
     step_on_device(unit.param, unit.state, unit.grad, s);

@@ -69,15 +69,17 @@ class RankParameterShards {
   Device device() const { return device_; }
   const Tensor& replica(size_t k) const { return weights_[k]; }
 
-  // Collectives (every rank calls them in the same order): the unit's all-gather queued (nothing when
-  // already queued or whole); the unit whole (its all-gather waited for, copied into the replicas).
+  // Collectives (every rank calls them in the same order): the unit's all-gather queued, one per
+  // parameter straight into the buffer that becomes its replica (nothing when already queued or
+  // whole); the unit whole (its all-gathers waited for, the buffers handed to the replicas).
   void start_gather(size_t u);
   void gather(size_t u);
   // The replicas' memory and gradients handed back (in stream order: queued kernels still read them).
   void release(size_t u);
   bool gathered(size_t k) const { return weights_[k].impl().storage != nullptr; }
-  // The unit's gradients, complete: packed, reduce-scattered, this rank's chunk of the sum added into
-  // the chunk's summed gradient; the gradients released. A collective.
+  // The unit's gradients, complete: each reduce-scattered from its .grad buffer as it is (no packing),
+  // this rank's chunk of the sum added into the chunk's summed gradient; the gradients released. A
+  // collective.
   void reduce_scatter_gradients(size_t u);
   // Rank r updates its chunks in place, then zeroes their summed gradient. Every replica is released first.
   void step(const Step& s);
@@ -102,8 +104,8 @@ class RankParameterShards {
     int64_t lo = 0, n = 0;         // this rank's chunk: [lo, lo + n)
     Tensor param, grad;            // the chunk's parameters and summed gradient (n elements)
     std::vector<Tensor> state;     // per slot, n elements
-    Tensor gathering;              // P_u elements an all-gather is writing (queued, not yet waited for)
-    dist::Work work;
+    std::vector<Tensor> gathering;  // per parameter, the buffer its all-gather is writing (queued, not yet waited for)
+    std::vector<dist::Work> works;
   };
   size_t slots_;
   Device device_;
