@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -98,11 +99,20 @@ std::string plot_png(const PlotSpec& spec, const std::string& png_path) {
      << quote(spec.ylabel) << "\nset grid\nset key " << spec.key << "\n";
   if (spec.logx) gp << "set logscale x 2\n";
   if (spec.ymin != 0 || spec.ymax != 0) gp << "set yrange [" << spec.ymin << ":" << spec.ymax << "]\n";
-  for (auto& s : spec.series)
-    if (!s.yerr.empty()) {  // room around the points so the end bars are not cut off
-      gp << "set offsets graph 0.03, graph 0.03, graph 0.05, graph 0.05\n";
-      break;
+  if (!spec.xtics.empty()) {  // set xtics ("1" 1, "2" 2, "4" 4): these ticks only
+    gp << "set xtics (";
+    for (size_t i = 0; i < spec.xtics.size(); ++i) {
+      std::ostringstream label;
+      label << spec.xtics[i];
+      gp << (i ? ", " : "") << quote(label.str()) << " " << spec.xtics[i];
     }
+    gp << ")\n";
+  }
+  bool yerr = false;
+  for (auto& s : spec.series) yerr = yerr || !s.yerr.empty();
+  // Room around the points so the end bars, or the points on the end ticks, are not cut off.
+  if (yerr) gp << "set offsets graph 0.03, graph 0.03, graph 0.05, graph 0.05\n";
+  else if (!spec.xtics.empty()) gp << "set offsets graph 0.03, graph 0.03, 0, 0\n";
   gp << "plot ";
   for (size_t i = 0; i < spec.series.size(); ++i) {
     gp << (i ? ", " : "") << "'-' using 1:2 with linespoints lw 2 title " << quote(spec.series[i].name);
@@ -146,6 +156,48 @@ std::string bar_png(const BarSpec& spec, const std::string& png_path) {
     }
     gp << "e\n";
   }
+  return render(gp.str(), png_path);
+}
+
+// Why `spec` cannot be drawn, or "".
+static std::string stacked_bar_problem(const StackedBarSpec& spec) {
+  const size_t bars = spec.labels.size(), layers = spec.layers.size();
+  if (bars == 0 || layers == 0) return std::to_string(bars) + " bars of " + std::to_string(layers) + " layers: nothing to draw";
+  if (spec.values.size() != layers)
+    return std::to_string(layers) + " layers but values for " + std::to_string(spec.values.size());
+  for (size_t l = 0; l < layers; ++l) {
+    if (spec.values[l].size() != bars)
+      return "layer " + quote(spec.layers[l]) + " has " + std::to_string(spec.values[l].size()) + " values for " +
+             std::to_string(bars) + " bars";
+    for (size_t b = 0; b < bars; ++b)
+      if (!std::isfinite(spec.values[l][b]) || spec.values[l][b] < 0)
+        return "layer " + quote(spec.layers[l]) + ", bar " + quote(spec.labels[b]) + ": " +
+               std::to_string(spec.values[l][b]) + " is not a finite value >= 0";
+  }
+  for (auto& label : spec.labels)  // written "label" in the data
+    if (label.find_first_of("\"\n") != std::string::npos) return "the label " + quote(label) + " holds a \" or a newline";
+  return "";
+}
+
+std::string stacked_bar_png(const StackedBarSpec& spec, const std::string& png_path) {
+  const std::string why = stacked_bar_problem(spec);
+  if (!why.empty()) return "stacked_bar_png: " + why + "; no plot drawn";
+  std::ostringstream gp;
+  // The legend inverted: top to bottom as the segments are stacked.
+  gp << "set title " << quote(spec.title) << "\nset ylabel " << quote(spec.ylabel) << "\n"
+     << "set grid ytics\nset key top right invert reverse Left\nset yrange [0:*]\n"
+     << "set style data histograms\nset style histogram rowstacked\nset style fill solid border -1\nset boxwidth 0.75\n";
+  // The data: a row per bar, its label then one column per layer.
+  gp << "$data << EOD\n";
+  for (size_t b = 0; b < spec.labels.size(); ++b) {
+    gp << '"' << spec.labels[b] << '"';
+    for (auto& layer : spec.values) gp << " " << layer[b];
+    gp << "\n";
+  }
+  gp << "EOD\nplot ";
+  for (size_t l = 0; l < spec.layers.size(); ++l)
+    gp << (l ? ", " : "") << "$data using " << l + 2 << (l ? "" : ":xtic(1)") << " title " << quote(spec.layers[l]);
+  gp << "\n";
   return render(gp.str(), png_path);
 }
 

@@ -80,7 +80,7 @@ int main(int argc, char** argv) {
   app.add_option("--tp-size", cfg.tp_size, "part 2: devices the Megatron MLP is split over (the first of --devices); grid: processes per tp group (dividing the processes)")->capture_default_str();
   app.add_option("--hidden", cfg.hidden, "part 2 and the grid: the MLP's hidden width, split over --tp-size devices")->capture_default_str()->check(whole);
   app.add_option("--d-model", cfg.d_model, "part 2 and the grid: the MLP's input and output width")->capture_default_str()->check(whole);
-  app.add_option("--out-dir", cfg.plot_dir, std::string("part 1 as one process: write ") + sh::kMemoryPlot + " and " + sh::kStepTimePlot + " here ('' for none)");
+  app.add_option("--out-dir", cfg.plot_dir, std::string("part 1 as one process: write ") + sh::kMemoryPlot + ", " + sh::kStepTimePlot + " and " + sh::kHeldPlot + " here ('' for none)");
   app.add_option("--trace", cfg.trace_file, "part 1 only, Chrome-trace JSON (Perfetto): as one process one ZeRO-3 step on all the devices (--zero-stage 3); under mpirun the last timed step of the last stage run, every rank in one timeline");
   app.add_option("--data-dir", cfg.data_dir, "Fashion-MNIST (or any IDX) directory; default $D2L_DATA_DIR, then Debian's dataset-fashion-mnist");
   app.add_option("--seed", seed, "seed of the initial parameters and of the minibatch order (0 to 2^63 - 1)")->capture_default_str()->check(in_int64_range("0 to 2^63 - 1"));
@@ -139,12 +139,12 @@ int main(int argc, char** argv) {
                                (W > 1 ? "which this run (under mpirun) draws none of" : "which this run does not run"));
       if (run_grid) sh::validate_grid(cfg);  // one device per process: --tp-size against the processes
     });
-    for (const char* plot : {sh::kMemoryPlot, sh::kStepTimePlot})
+    for (const char* plot : {sh::kMemoryPlot, sh::kStepTimePlot, sh::kHeldPlot})
       if (!cfg.plot_dir.empty() && !cfg.trace_file.empty() && same_file(cfg.trace_file, cfg.plot_dir + "/" + plot))
         throw d2l::ConfigError("bad --trace " + cfg.trace_file + ": the plot " + plot + " of --out-dir would overwrite it");
     // An example's 784 features and the activations of the widest net: well under 16 kB.
     d2l::require_memory("--batch-size", static_cast<double>(cfg.batch_size), 16e3 * static_cast<double>(cfg.batch_size));
-    d2l::check_output_dir("--out-dir", cfg.plot_dir, {sh::kMemoryPlot, sh::kStepTimePlot});
+    d2l::check_output_dir("--out-dir", cfg.plot_dir, {sh::kMemoryPlot, sh::kStepTimePlot, sh::kHeldPlot});
     d2l::check_output_path("--trace", cfg.trace_file);
     cfg.devices = d2l::choose_devices(dev, d2l::dist::rank() == 0);
     d2l::dist::check_same_config({{"devices per process", std::to_string(cfg.devices.size())}});

@@ -126,7 +126,19 @@ void plot_zero(const Config& cfg, const ZeroResult& r) {
   static const char* names[] = {"replicated (DDP)", "ZeRO-1", "ZeRO-2", "ZeRO-3 (FSDP)"};
   PlotSpec memory{"Peak memory per device, Adam, Psi = " + std::to_string(r.psi), "devices N", "MB (allocator peak, largest device)", {}};
   PlotSpec time{"Time of a step, Adam, batch " + std::to_string(cfg.batch_size), "devices N", "ms per step", {}};
-  memory.key = time.key = "top right";
+  memory.key = "bottom left";  // the peaks fall from the top left
+  time.key = "top left";
+  // The paper's Figure 1 at the largest N: a bar per stage, what its largest device held at its peak.
+  int n_max = 0;
+  for (const auto& run : r.runs) n_max = std::max(n_max, run.n);
+  StackedBarSpec held{"What a device holds at its peak, N = " + std::to_string(n_max) +
+                          " (the ZeRO paper's Figure 1, measured)",
+                      "MB (allocator peak, largest device)", {}, {}, {}};
+  const MemoryTag tags[] = {MemoryTag::parameters, MemoryTag::gradients, MemoryTag::summed_gradients,
+                            MemoryTag::optimizer_state, MemoryTag::gathered, MemoryTag::other};
+  held.layers = {"parameters", ".grad", "summed gradients", "optimizer state", "gathered units",
+                 "activations and temporaries"};
+  held.values.resize(held.layers.size());
   for (int stage = 0; stage <= 3; ++stage) {
     Series m{names[stage], {}, {}, {}}, t{names[stage], {}, {}, {}};
     for (const auto& run : r.runs) {
@@ -135,17 +147,29 @@ void plot_zero(const Config& cfg, const ZeroResult& r) {
       for (const auto& row : run.rows) peak = std::max(peak, row.peak_bytes);
       m.x.push_back(run.n), m.y.push_back(double(peak) / 1e6);
       t.x.push_back(run.n), t.y.push_back(1e3 * run.seconds_per_step);
+      if (run.n != n_max || run.rows.empty()) continue;
+      const auto& largest = *std::max_element(run.rows.begin(), run.rows.end(), [](const MemoryRow& a, const MemoryRow& b) {
+        return a.peak_bytes < b.peak_bytes;
+      });
+      held.labels.push_back(names[stage]);
+      for (size_t l = 0; l < held.layers.size(); ++l)
+        held.values[l].push_back(double(largest.peak_by_tag[static_cast<int>(tags[l])]) / 1e6);
     }
     if (m.x.empty()) continue;
     memory.series.push_back(m);
     time.series.push_back(t);
   }
-  for (auto& [spec, file] : {std::pair{&memory, kMemoryPlot}, std::pair{&time, kStepTimePlot}}) {
+  for (const auto& run : r.runs)  // whole numbers of devices on x: a tick at each N run
+    if (std::find(memory.xtics.begin(), memory.xtics.end(), run.n) == memory.xtics.end()) memory.xtics.push_back(run.n);
+  time.xtics = memory.xtics;
+  auto report = [&](const char* file, const std::string& why) {
     const std::string path = cfg.plot_dir + "/" + file;
-    const std::string why = plot_png(*spec, path);
     if (why.empty()) std::printf("plot: %s\n", path.c_str());
     else std::printf("plot %s not drawn: %s\n", path.c_str(), why.c_str());
-  }
+  };
+  for (auto& [spec, file] : {std::pair{&memory, kMemoryPlot}, std::pair{&time, kStepTimePlot}})
+    report(file, plot_png(*spec, cfg.plot_dir + "/" + file));
+  report(kHeldPlot, stacked_bar_png(held, cfg.plot_dir + "/" + kHeldPlot));
 }
 
 void print_tensor_parallel_title(const Config& cfg) {

@@ -123,10 +123,12 @@ std::shared_ptr<nn::Sequential> zero_mlp(int64_t features, const Config& cfg);
 // The device counts of part 1: 1, 2, 4, ... up to the devices given, and their number.
 std::vector<int> zero_device_counts(size_t available);
 ZeroResult zero_memory(const Config& cfg);
-// The memory and step-time plots of part 1 into cfg.plot_dir (--out-dir): kMemoryPlot and
-// kStepTimePlot; a line per plot, naming it or saying why it could not be drawn.
+// The plots of part 1 into cfg.plot_dir (--out-dir): memory and step time against N (kMemoryPlot,
+// kStepTimePlot) and, at the largest N, what a device holds at its peak per stage (kHeldPlot, the
+// ZeRO paper's Figure 1); a line per plot, naming it or saying why it could not be drawn.
 inline constexpr const char* kMemoryPlot = "zero_memory.png";
 inline constexpr const char* kStepTimePlot = "zero_step_time.png";
+inline constexpr const char* kHeldPlot = "zero_held.png";
 void plot_zero(const Config& cfg, const ZeroResult& r);
 
 // ---- Part 2
