@@ -231,6 +231,17 @@ TEST_CASE("clip_grad_norm over the ranks: ZeRO-1 and ZeRO-2 clip by the whole su
         CHECK(same_on_every_rank({{"norms", std::vector<float>(got->norms.begin(), got->norms.end())}}));
       }
       CHECK(ref.params != alone(plain).params);  // clipping changed the run
+      // DDP's buckets sum during backward: the step reads the sum (replicated) or its chunk (ZeRO-1).
+      for (int stage : {0, 1}) {
+        CAPTURE(stage);
+        auto net = mlp_43();
+        Trainer trainer(net->collect_params(), u.optimizer, at_stage(u.opt, stage), kv);
+        trainer.set_buckets({0.0001, "library", true});
+        std::vector<double> norms;
+        train_steps(*net, trainer, 0, 20, &norms);
+        CHECK(test::close(ref.reference, norms, 0, 1e-5, "norm with buckets"));
+        CHECK(close_maps(ref.params, params_of(net->collect_params())));
+      }
       CHECK(stage1.params == stage2.params);
       if (dist::world_size() <= 2 || kv == "dist_sync") CHECK(stage1.params == replicated.params);
       if (dist::rank() == 0)

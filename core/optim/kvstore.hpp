@@ -119,7 +119,7 @@ class KVStore {
   // weights[i] holds the same bits. The state has state_slots(s) slots: state[j][i] is slot j on
   // replica i (on its device) or, when updates_on_host, host_state[j] (numel floats). grads are left
   // holding the sum (local: unchanged); the Trainer zeroes them.
-  // summed: the gradients already hold the sum (reduce_all did it); only the step runs.
+  // summed: the gradients already hold the sum (reduce_all or pushpull did it); only the step runs.
   virtual void update(int64_t key, const std::vector<Tensor>& weights, const std::vector<Tensor>& grads,
                       const std::vector<std::vector<Tensor>>& state, std::vector<std::vector<float>>& host_state,
                       const Step& s, bool summed = false);

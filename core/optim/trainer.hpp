@@ -64,7 +64,8 @@ struct OptimizerOptions {
   // gradient the optimizer uses, (sum over replicas) / batch_size, over every trainable parameter (at
   // every stage the whole sum's, read from its shards, over the processes too); where clip_coef =
   // clip_grad_norm / (total_norm + 1e-6) is below 1 the step uses the gradient times clip_coef.
-  // 0: off (the step as without it); a finite number >= 0.
+  // 0: off (the step as without it); a finite number >= 0. Tensor parallelism's split layers
+  // (core/tensor_parallel) are not added up over their shards: each replica's own gradient counts.
   float clip_grad_norm = 0.0f;
   // Where the state lives, for either optimizer (DeepSpeed's zero_optimization.stage):
   // 0 every device keeps the whole state of its replica (data parallelism);
