@@ -5,10 +5,11 @@
 // every device; between the units' uses no replica holds memory; the bytes each device keeps
 // against 16 Psi_i (Adam), the peak the allocator measured falling as the device count grows, and
 // the bytes a step moves against 3(N-1) * 4 Psi; gradient accumulation; state_dict in the unsharded
-// layout; the errors. tests/mutants runs this file against a zero.cpp that adds each gradient
+// layout; clip_grad_norm over the shards; the errors. tests/mutants runs this file against a zero.cpp that adds each gradient
 // piece from the wrong place of the gradient: it must fail.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <map>
 
 #include "check.hpp"
@@ -77,7 +78,24 @@ struct Result {
   Params params;
   std::vector<DeviceMemory> memory;
   std::map<std::string, HostTensor> state;
+  // With clip_grad_norm: last_grad_norm() after every step and, replicated, the norm of the summed
+  // gradient / batch computed here in double from every replica's .grad before the step.
+  std::vector<double> norms, reference;
 };
+
+double summed_gradient_norm(const ParameterDict& params, int64_t batch) {
+  double squares = 0;
+  for (auto& p : params.trainable()) {
+    std::vector<double> sum;
+    for (auto& w : p->list_data()) {
+      const std::vector<float> g = w.grad().to_vector();
+      sum.resize(g.size(), 0.0);
+      for (size_t j = 0; j < g.size(); ++j) sum[j] += g[j];
+    }
+    for (double v : sum) squares += v * v;
+  }
+  return std::sqrt(squares) / static_cast<double>(batch);
+}
 
 // The replicated run (stage 0, `device` kvstore, net(Xs)) or the sharded one (stage 3 through FSDP).
 Result train(const Run& r, const std::vector<Device>& devices, int stage) {
@@ -91,15 +109,18 @@ Result train(const Run& r, const std::vector<Device>& devices, int stage) {
   if (stage == 3) fsdp = std::make_unique<FullyShardedDataParallel>(net, trainer, FsdpOptions{r.prefetch});
   auto run = [&](const std::vector<Tensor>& xs) { return fsdp ? (*fsdp)(xs) : (*net)(xs); };
   bool released = true;
+  Result out;
   for (int s = 0; s < r.steps; ++s) {
     for (int p = 0; p < r.passes; ++p) forward_backward(run, s, p, devices);
+    if (r.opt.clip_grad_norm > 0 && stage == 0)
+      out.reference.push_back(summed_gradient_norm(net->collect_params(), kBatch * r.passes));
     trainer.step(kBatch * r.passes);
+    out.norms.push_back(trainer.last_grad_norm());
     if (stage == 3)
       for (size_t k = 0; k < trainer.num_parameters(); ++k)
         for (size_t i = 0; i < devices.size(); ++i) released = released && !trainer.sharded_state()->gathered(k, i);
   }
   CHECK_MESSAGE(released, "a replica still holds memory after a step");
-  Result out;
   if (stage == 3) {
     out.params = trainer.sharded_state()->parameters();
   } else {
@@ -141,6 +162,30 @@ TEST_CASE("ZeRO-3 equals the replicated run over 20 steps: 1, 2 and 4 CPU device
         r.prefetch = prefetch;
         compare(r, cpus(n));
       }
+}
+
+TEST_CASE("clip_grad_norm: ZeRO-3 clips by the norm of the whole summed gradient, as the replicated run, over 20 steps") {
+  for (int n : {1, 2, 4})
+    for (const Run& base : {Run{}, adam()}) {
+      CAPTURE(n);
+      CAPTURE(base.optimizer);
+      Run loose = base;  // a max_norm above every norm: the unclipped run, bit for bit
+      loose.opt.clip_grad_norm = 1e30f;
+      CHECK(train(loose, cpus(n), 3).params == train(base, cpus(n), 3).params);
+      Run probe = loose;
+      probe.steps = 1;
+      Run r = base;
+      r.opt.clip_grad_norm = static_cast<float>(0.1 * train(probe, cpus(n), 0).norms[0]);  // the steps clip
+      const Result plain = train(r, cpus(n), 0), sharded = train(r, cpus(n), 3);
+      CHECK(plain.norms[0] > 5 * r.opt.clip_grad_norm);
+      CHECK(test::close(plain.reference, plain.norms, 0, 1e-5, "replicated norm"));
+      CHECK(test::close(plain.reference, sharded.norms, 0, 1e-5, "ZeRO-3 norm"));
+      CHECK(close_params(plain.params, sharded.params));
+      CHECK(plain.params != train(base, cpus(n), 0).params);  // clipping changed the run
+      if (n == 1) CHECK(plain.params == sharded.params);
+      MESSAGE(base.optimizer << " clipped on " << n << " device(s): ZeRO-3 and replicated have "
+                             << std::string(plain.params == sharded.params ? "the same bits" : "different last bits"));
+    }
 }
 
 TEST_CASE("ZeRO-3 on two emulated GPUs equals the replicated run, SGD with momentum and Adam") {

@@ -14,7 +14,8 @@
 // gradient accumulation (two backward passes a step); state_dict in the unsharded layout, and loaded
 // with the parameters of step 10 into a new net and Trainer continuing as 20 steps straight; the peak
 // the allocator measured below the replicated run's (tests/dist/fsdp_peak.sh compares it between
-// 2 and 4 ranks); the configuration errors. tests/mutants runs this file as 2 processes against a
+// 2 and 4 ranks); clip_grad_norm over every unit's chunk against the unsharded run's norm computed
+// here; the configuration errors. tests/mutants runs this file as 2 processes against a
 // fsdp_dist.cpp whose reduce-scatter overwrites the summed gradient instead of adding into it, and
 // one whose gather never receives the other ranks' chunks: both must fail.
 #include <doctest/doctest.h>
@@ -86,6 +87,9 @@ struct Result {
   std::vector<DeviceMemory> memory;
   std::map<std::string, HostTensor> state;
   bool released = true;  // no replica held memory after any step (stage 3)
+  // With clip_grad_norm: last_grad_norm() after every step; alone, also the norm of .grad (the whole
+  // global batch's gradient, the sum) / the batch computed here in double before each step.
+  std::vector<double> norms, reference;
 };
 
 Params params_of(Sequential& net) {
@@ -107,7 +111,14 @@ Result train(const Setup& u, int stage, bool alone = false, int steps = 20) {
   Result out;
   for (int s = 0; s < steps; ++s) {
     for (int p = 0; p < u.passes; ++p) backward_rows(run, s, p, kGlobal * r / W, kGlobal * (r + 1) / W);
+    if (alone && u.opt.clip_grad_norm > 0) {
+      double squares = 0;
+      for (auto& p : net->collect_params().trainable())
+        for (float g : p->list_data()[0].grad().to_vector()) squares += double(g) * g;
+      out.reference.push_back(std::sqrt(squares) / double(kGlobal * u.passes));
+    }
     trainer.step(kGlobal * u.passes);
+    out.norms.push_back(trainer.last_grad_norm());
     if (stage == 3)
       for (auto& p : net->collect_params().trainable()) out.released = out.released && !p->list_data()[0].storage();
   }
@@ -204,6 +215,28 @@ TEST_CASE("ZeRO-3 over the ranks with gradient accumulation: two backward passes
   for (Setup u : {Setup{}, adam_setup()}) {
     u.passes = 2;
     compare(u);
+  }
+}
+
+TEST_CASE("clip_grad_norm: ZeRO-3 over the ranks clips by the norm of the whole summed gradient, every unit's chunk on every rank") {
+  for (const Setup& base : {Setup{}, adam_setup()}) {
+    CAPTURE(base.optimizer);
+    Setup loose = base;  // a max_norm above every norm: the unclipped run, bit for bit
+    loose.opt.clip_grad_norm = 1e30f;
+    CHECK(train(loose, 3).params == train(base, 3).params);
+    Setup u = base;
+    u.opt.clip_grad_norm = static_cast<float>(0.1 * train(loose, 0, true, 1).norms[0]);  // a tenth of step 1's: it clips
+    const Result alone = train(u, 0, true), replicated = train(u, 0), sharded = train(u, 3);
+    CHECK(alone.norms[0] > 5 * u.opt.clip_grad_norm);
+    CHECK(test::close(alone.reference, alone.norms, 0, 1e-5, "unsharded norm"));
+    CHECK(test::close(alone.reference, replicated.norms, 0, 1e-5, "replicated norm"));
+    CHECK(test::close(alone.reference, sharded.norms, 0, 1e-5, "ZeRO-3 norm"));
+    CHECK(same_on_every_rank({std::vector<float>(sharded.norms.begin(), sharded.norms.end())}));
+    CHECK(close_params(alone.params, sharded.params));
+    CHECK(close_params(replicated.params, sharded.params));
+    CHECK(alone.params != train(base, 0, true).params);  // clipping changed the run
+    if (dist::world_size() <= 2) CHECK(sharded.params == replicated.params);
+    CHECK(same_on_every_rank(sharded.params));
   }
 }
 

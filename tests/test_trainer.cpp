@@ -195,6 +195,63 @@ TEST_CASE("momentum 0 is plain SGD with weight decay: w -= lr * (g / batch + wd 
                     p->data(cpu(0)).to_vector(), 1e-6, 1e-6));
 }
 
+TEST_CASE("clip_grad_norm: one SGD step is w - lr * g * min(1, max_norm / (||g|| + 1e-6)), g = sum / batch") {
+  // Two parameters: the norm is over both. Device 1 (when there) adds its own gradient into the sum.
+  const float lr = 0.5f;
+  const std::vector<float> a0{1, -2}, b0{0.5f, 3, -1}, ga{3, -1}, gb{0.5f, 2, -1}, ha{1, 1}, hb{-2, 0.25f, 4};
+  for (float max_norm : {0.3f, 1e3f})
+    for (const std::vector<Device>& devices : {std::vector<Device>{cpu(0)}, std::vector<Device>{cpu(0), cpu(1)}})
+      for (auto& kv : kKVStores) {
+        CAPTURE(max_norm);
+        CAPTURE(str(devices));
+        CAPTURE(kv);
+        ParameterDict dict;
+        auto a = std::make_shared<Parameter>("a", Shape{2}), b = std::make_shared<Parameter>("b", Shape{3});
+        for (auto& [p, w] : {std::pair{a, a0}, std::pair{b, b0}}) {
+          p->initialize(devices);
+          p->set_data(Tensor::from_vector(w, p->shape(), cpu(0)));
+          dict.add(p->name(), p);
+        }
+        Trainer trainer(dict, "sgd", {.learning_rate = lr, .clip_grad_norm = max_norm}, kv);
+        CHECK(std::isnan(trainer.last_grad_norm()));
+        const int batch = 4;
+        Tensor::from_vector(ga, {2}, devices[0]).copyto(a->grad(devices[0]));
+        Tensor::from_vector(gb, {3}, devices[0]).copyto(b->grad(devices[0]));
+        if (devices.size() == 2) {
+          Tensor::from_vector(ha, {2}, devices[1]).copyto(a->grad(devices[1]));
+          Tensor::from_vector(hb, {3}, devices[1]).copyto(b->grad(devices[1]));
+        }
+        trainer.step(batch);
+        // In double: g = sum over the devices / batch, one norm over a and b.
+        auto g = [&](const std::vector<float>& x, const std::vector<float>& y) {
+          std::vector<double> out;
+          for (size_t i = 0; i < x.size(); ++i) out.push_back((x[i] + (devices.size() == 2 ? y[i] : 0.0)) / batch);
+          return out;
+        };
+        const std::vector<double> g_a = g(ga, ha), g_b = g(gb, hb);
+        double squares = 0;
+        for (double v : g_a) squares += v * v;
+        for (double v : g_b) squares += v * v;
+        const double norm = std::sqrt(squares), coef = std::min(1.0, max_norm / (norm + 1e-6));
+        CHECK(trainer.last_grad_norm() == doctest::Approx(norm).epsilon(1e-6));
+        CHECK((max_norm < norm) == (coef < 1));  // 0.3 clips, 1e3 does not
+        std::vector<double> want_a, want_b;
+        for (size_t i = 0; i < a0.size(); ++i) want_a.push_back(a0[i] - lr * g_a[i] * coef);
+        for (size_t i = 0; i < b0.size(); ++i) want_b.push_back(b0[i] - lr * g_b[i] * coef);
+        for (auto& d : devices) {
+          CHECK(test::close(want_a, a->data(d).to_vector(), 1e-6, 1e-6, "a"));
+          CHECK(test::close(want_b, b->data(d).to_vector(), 1e-6, 1e-6, "b"));
+        }
+      }
+  // The option's errors.
+  auto p = std::make_shared<Parameter>("w", Shape{2});
+  ParameterDict dict;
+  dict.add("w", p);
+  for (float bad : {-1.0f, std::nanf(""), INFINITY})
+    CHECK_THROWS_WITH_AS(Trainer(dict, "adam", {.clip_grad_norm = bad}),
+                         doctest::Contains("Trainer: clip_grad_norm must be a finite number >= 0 (0: off)"), ConfigError);
+}
+
 TEST_CASE("a CNN trained on 2 and 3 devices with uneven shards equals the 1-device run, for every kvstore") {
   Config c;  // batch 11: shards 6/5 and 4/4/3
   const Values ref = train(c, {cpu(0)}, "device");

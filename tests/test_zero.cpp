@@ -5,11 +5,14 @@
 // after every step; the reduce-scatter (core/comm.hpp) against a plain sum; the state and summed
 // gradient bytes per device against the formula; the bytes a step moves between devices against
 // the formula; state_dict in the unsharded layout, independent of the device count; the parameters
-// moved by reset_ctx; the configuration errors. tests/mutants runs this file against a zero.cpp that
-// skips the all-gather, one that updates each shard twice, and a comm.cpp whose reduce-scatter
-// drops the last device's contribution: all must fail.
+// moved by reset_ctx; clip_grad_norm over the shards against the replicated run and a norm computed
+// here; the configuration errors. tests/mutants runs this file against a zero.cpp that
+// skips the all-gather, one that updates each shard twice, one that takes clip_grad_norm's norm from
+// device 0's shard alone, and a comm.cpp whose reduce-scatter drops the last device's contribution:
+// all must fail.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <map>
 
 #include "check.hpp"
@@ -133,6 +136,50 @@ Values compare_with_replicated(const Run& r, const std::vector<Device>& devices)
   return stage2;
 }
 
+// The 2-norm of the gradient the optimizer uses, (sum over the replicas of .grad) / kBatch, computed here
+// in double from every replica's .grad before the step (they are there at stage 0).
+double summed_gradient_norm(const ParameterDict& params) {
+  double squares = 0;
+  for (auto& [name, p] : params) {
+    if (!p->differentiable()) continue;
+    std::vector<double> sum;
+    for (auto& w : p->list_data()) {
+      const std::vector<float> g = w.grad().to_vector();
+      sum.resize(g.size(), 0.0);
+      for (size_t j = 0; j < g.size(); ++j) sum[j] += g[j];
+    }
+    for (double v : sum) squares += v * v;
+  }
+  return std::sqrt(squares) / kBatch;
+}
+
+// A run with clip_grad_norm (torch.nn.utils.clip_grad_norm_): the final parameters, last_grad_norm()
+// after every step and, at stage 0, summed_gradient_norm() before it.
+struct Clipped {
+  Values values;
+  std::vector<double> norms, reference;
+};
+
+Clipped train_clipped(const Run& r, const std::vector<Device>& devices, int stage) {
+  manual_seed(42);
+  auto net = small_mlp();
+  net->initialize(Init::Xavier(), devices);
+  Trainer trainer(net->collect_params(), r.optimizer, with_stage(r.opt, stage), r.kvstore);
+  CHECK(std::isnan(trainer.last_grad_norm()));  // no clipped step yet
+  Clipped out;
+  bool equal = true;
+  for (int s = 0; s < r.steps; ++s) {
+    forward_backward(*net, s, devices);
+    if (stage == 0) out.reference.push_back(summed_gradient_norm(net->collect_params()));
+    trainer.step(kBatch);
+    out.norms.push_back(trainer.last_grad_norm());
+    equal = equal && replicas_equal(net->collect_params());
+  }
+  CHECK_MESSAGE(equal, "replicas differ after a clipped step: zero_stage ", stage, ", ", r.optimizer, " on ", str(devices));
+  out.values = values_of(net->collect_params());
+  return out;
+}
+
 // Shard i's size for P elements over n devices: P / n, one element more for the first P mod n shards.
 int64_t shard_size(int64_t P, int64_t n, int64_t i) { return P / n + (i < P % n ? 1 : 0); }
 
@@ -179,6 +226,37 @@ TEST_CASE("ZeRO-1 and ZeRO-2 on one device are the replicated run, bit for bit")
       REQUIRE(sharded_memory.size() == 1);
       CHECK(sharded_memory[0].state_bytes == plain_memory[0].state_bytes);
       CHECK(sharded_memory[0].summed_gradient_bytes == 4 * kP);  // one shard holds the whole sum
+    }
+}
+
+TEST_CASE("clip_grad_norm: ZeRO-1 and ZeRO-2 clip by the norm of the whole summed gradient, as the replicated run, over 20 steps") {
+  for (const Run& base : {Run{}, adam()})
+    for (int64_t n : {1, 2, 4}) {
+      const std::vector<Device> devices = cpus(n);
+      CAPTURE(base.optimizer);
+      CAPTURE(str(devices));
+      // A max_norm above every norm clips nothing: the unclipped run, bit for bit, at every stage.
+      Run loose = base;
+      loose.opt.clip_grad_norm = 1e30f;
+      for (int stage : {0, 1, 2}) CHECK(train(loose, devices, stage).first == train(base, devices, stage).first);
+      // max_norm: a tenth of step 1's norm, so that the steps clip.
+      Run probe = loose;
+      probe.steps = 1;
+      Run r = base;
+      r.opt.clip_grad_norm = static_cast<float>(0.1 * train_clipped(probe, devices, 0).norms[0]);
+      const Clipped plain = train_clipped(r, devices, 0);
+      CHECK(test::close(plain.reference, plain.norms, 0, 1e-5, "replicated norm"));
+      CHECK(plain.norms[0] > 5 * r.opt.clip_grad_norm);
+      CHECK(plain.values != train(base, devices, 0).first);  // clipping changed the run
+      for (int stage : {1, 2}) {
+        CAPTURE(stage);
+        const Clipped sharded = train_clipped(r, devices, stage);
+        CHECK(test::close(plain.reference, sharded.norms, 0, 1e-5, "sharded norm"));
+        CHECK(close_values(plain.values, sharded.values));
+        if (n == 1) CHECK(plain.values == sharded.values);
+        MESSAGE(base.optimizer << " clipped on " << str(devices) << ": ZeRO-" << stage << " and replicated have "
+                               << std::string(plain.values == sharded.values ? "the same bits" : "different last bits"));
+      }
     }
 }
 

@@ -14,7 +14,8 @@
 // at stage 1; the bytes sent per rank, read from dist::collective_counters, against the paper's
 // (W-1)/W * 2 * 4 P; state_dict in the unsharded layout equal to the alone
 // run's and the replicated run's; a checkpoint taken after 10 steps and loaded by a new Trainer
-// continuing to 20 steps equal to 20 steps straight; the configuration errors. tests/mutants runs
+// continuing to 20 steps equal to 20 steps straight; clip_grad_norm over the ranks against the
+// unsharded run's norm computed here; the configuration errors. tests/mutants runs
 // this file as 2 processes against a zero_dist.cpp that skips the all-gather into the parameters and
 // one that updates each chunk twice: both must fail.
 #include <doctest/doctest.h>
@@ -91,12 +92,13 @@ void backward_rows(Sequential& net, int s, int64_t lo, int64_t hi) {
   softmax_cross_entropy(net(Xt), yt, Reduction::sum).backward();
 }
 
-// This rank's rows of every global batch, steps [from, to).
-void train_steps(Sequential& net, Trainer& trainer, int from, int to) {
+// This rank's rows of every global batch, steps [from, to); norms: last_grad_norm() after each step.
+void train_steps(Sequential& net, Trainer& trainer, int from, int to, std::vector<double>* norms = nullptr) {
   const int W = dist::world_size(), r = dist::rank();
   for (int s = from; s < to; ++s) {
     backward_rows(net, s, kGlobalBatch * r / W, kGlobalBatch * (r + 1) / W);
     trainer.step(kGlobalBatch);
+    if (norms) norms->push_back(trainer.last_grad_norm());
   }
 }
 
@@ -104,25 +106,35 @@ struct Result {
   Values params;
   std::vector<DeviceMemory> memory;
   std::map<std::string, HostTensor> state;
+  // With clip_grad_norm: last_grad_norm() after every step; alone(), also the norm of .grad (the whole
+  // global batch's gradient, the sum) / kGlobalBatch computed here in double before each step.
+  std::vector<double> norms, reference;
 };
 
 // A run over the ranks at this stage, 20 steps.
 Result over_ranks(const Setup& u, int stage, int steps = 20, double bucket_mb = OptimizerOptions{}.reduce_bucket_mb) {
   auto net = mlp_43();
   Trainer trainer(net->collect_params(), u.optimizer, at_stage(u.opt, stage, bucket_mb), u.kvstore);
-  train_steps(*net, trainer, 0, steps);
-  return {params_of(net->collect_params()), trainer.memory_per_device(), trainer.state_dict()};
+  std::vector<double> norms;
+  train_steps(*net, trainer, 0, steps, &norms);
+  return {params_of(net->collect_params()), trainer.memory_per_device(), trainer.state_dict(), norms, {}};
 }
 
 // The unsharded reference: the whole global batch on one device of this process, no collectives.
 Result alone(const Setup& u, int steps = 20) {
   auto net = mlp_43();
   Trainer trainer(net->collect_params(), u.optimizer, u.opt, "device");
+  std::vector<double> norms, reference;
   for (int s = 0; s < steps; ++s) {
     backward_rows(*net, s, 0, kGlobalBatch);
+    double squares = 0;
+    for (auto& p : net->collect_params().trainable())
+      for (float g : p->list_data()[0].grad().to_vector()) squares += double(g) * g;
+    reference.push_back(std::sqrt(squares) / kGlobalBatch);
     trainer.step(kGlobalBatch);
+    norms.push_back(trainer.last_grad_norm());
   }
-  return {params_of(net->collect_params()), trainer.memory_per_device(), trainer.state_dict()};
+  return {params_of(net->collect_params()), trainer.memory_per_device(), trainer.state_dict(), norms, reference};
 }
 
 bool close_maps(const Values& ref, const Values& got) {
@@ -193,6 +205,48 @@ TEST_CASE("ZeRO-1 and ZeRO-2 over the ranks equal the unsharded run over 20 step
           REQUIRE(s->count(key));
           CHECK(s->at(key).shape == t.shape);
         }
+    }
+}
+
+TEST_CASE("clip_grad_norm over the ranks: ZeRO-1 and ZeRO-2 clip by the whole summed gradient's norm, as the unsharded run") {
+  for (const Setup& base : {Setup{}, adam_setup()})
+    for (const std::string kv : {"dist_sync", "dist_sync_ring"}) {
+      Setup loose = base;  // a max_norm above every norm clips nothing: the unclipped run, bit for bit
+      loose.kvstore = kv;
+      loose.opt.clip_grad_norm = 1e30f;
+      Setup plain = loose;
+      plain.opt.clip_grad_norm = 0;
+      CAPTURE(base.optimizer);
+      CAPTURE(kv);
+      for (int stage : {0, 1, 2}) CHECK(over_ranks(loose, stage).params == over_ranks(plain, stage).params);
+      Setup u = plain;
+      u.opt.clip_grad_norm = static_cast<float>(0.1 * alone(loose, 1).norms[0]);  // a tenth of step 1's norm: it clips
+      const Result ref = alone(u), replicated = over_ranks(u, 0), stage1 = over_ranks(u, 1), stage2 = over_ranks(u, 2);
+      CHECK(ref.norms[0] > 5 * u.opt.clip_grad_norm);
+      CHECK(test::close(ref.reference, ref.norms, 0, 1e-5, "unsharded norm"));
+      for (const Result* got : {&replicated, &stage1, &stage2}) {
+        CHECK(test::close(ref.reference, got->norms, 0, 1e-5, "norm over the ranks"));
+        CHECK(close_maps(ref.params, got->params));
+        CHECK(same_on_every_rank(got->params));
+        CHECK(same_on_every_rank({{"norms", std::vector<float>(got->norms.begin(), got->norms.end())}}));
+      }
+      CHECK(ref.params != alone(plain).params);  // clipping changed the run
+      // DDP's buckets sum during backward: the step reads the sum (replicated) or its chunk (ZeRO-1).
+      for (int stage : {0, 1}) {
+        CAPTURE(stage);
+        auto net = mlp_43();
+        Trainer trainer(net->collect_params(), u.optimizer, at_stage(u.opt, stage), kv);
+        trainer.set_buckets({0.0001, "library", true});
+        std::vector<double> norms;
+        train_steps(*net, trainer, 0, 20, &norms);
+        CHECK(test::close(ref.reference, norms, 0, 1e-5, "norm with buckets"));
+        CHECK(close_maps(ref.params, params_of(net->collect_params())));
+      }
+      CHECK(stage1.params == stage2.params);
+      if (dist::world_size() <= 2 || kv == "dist_sync") CHECK(stage1.params == replicated.params);
+      if (dist::rank() == 0)
+        MESSAGE(u.optimizer << " clipped, " << kv << ", " << dist::world_size() << " ranks: ZeRO-2 and replicated have "
+                            << std::string(stage2.params == replicated.params ? "the same bits" : "different last bits"));
     }
 }
 

@@ -43,6 +43,7 @@ struct Config {
   int steps = 20;          // timed Adam steps per run (after one untimed warm-up step)
   float adam_lr = 1e-3f;
   double reduce_bucket_mb = 0.5;  // under mpirun: ZeRO-2's reduce-scatter bucket (0: one per parameter)
+  float clip_grad_norm = 0;  // clip_grad_norm_'s max_norm over every shard (0: off)
   // The MLP of part 1: 784 -> zero_hidden, then zero_layers - 1 more Dense(zero_hidden) layers, -> 10:
   // layers of equal width, so that the units FSDP gathers are of similar size and the optimizer's
   // bytes dominate (ZeRO's ladder shows; exercise 3 in README.md makes the first layer dominate).

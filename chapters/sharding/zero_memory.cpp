@@ -98,7 +98,7 @@ ZeroResult zero_memory(const Config& cfg) {
       for (auto& d : devices) before.push_back(runtime(d).allocator->stats());
       auto net = zero_mlp(features, cfg);
       net->initialize(Init::Xavier(), devices, /*force_reinit=*/true);
-      optim::Trainer trainer(net->collect_params(), "adam", {.learning_rate = cfg.adam_lr, .zero_stage = stage}, "device");
+      optim::Trainer trainer(net->collect_params(), "adam", {.learning_rate = cfg.adam_lr, .clip_grad_norm = cfg.clip_grad_norm, .zero_stage = stage}, "device");
       // Stage 3: FSDP(net) in place of net, as PyTorch wraps a module; the parameters become shards here.
       std::unique_ptr<optim::FullyShardedDataParallel> fsdp;
       if (stage == 3) fsdp = std::make_unique<optim::FullyShardedDataParallel>(net, trainer);

@@ -132,7 +132,7 @@ ZeroRanksResult zero_memory_over_ranks(const Config& cfg) {
     const MemoryStats before = runtime(device).allocator->stats();  // this run's bytes are the difference
     auto net = zero_mlp(features, cfg);
     net->initialize(Init::Xavier(), {device}, /*force_reinit=*/true);
-    optim::Trainer trainer(net->collect_params(), "adam", {.learning_rate = cfg.adam_lr, .zero_stage = stage, .reduce_bucket_mb = cfg.reduce_bucket_mb}, "dist_sync");
+    optim::Trainer trainer(net->collect_params(), "adam", {.learning_rate = cfg.adam_lr, .clip_grad_norm = cfg.clip_grad_norm, .zero_stage = stage, .reduce_bucket_mb = cfg.reduce_bucket_mb}, "dist_sync");
     // Stage 3: the parameters become this rank's chunks here, and the net runs through FSDP.
     std::unique_ptr<optim::FullyShardedDataParallel> fsdp;
     if (stage == 3) fsdp = std::make_unique<optim::FullyShardedDataParallel>(net, trainer);

@@ -6,6 +6,7 @@
 #include "core/allocator.hpp"
 #include "core/autograd.hpp"
 #include "core/copy.hpp"
+#include "core/dist/collectives.hpp"
 #include "core/dist/process_group.hpp"
 #include "core/ops.hpp"
 #include "core/runtime.hpp"
@@ -179,8 +180,14 @@ void RankParameterShards::reduce_scatter_gradients(size_t u) {
   if (unit.n > 0) add_(unit.grad, mine);  // accumulated: several backward passes before a step add up
 }
 
-void RankParameterShards::step(const Step& s) {
+void RankParameterShards::step(const Step& step, GradClip* clip) {
   NoGrad no_grad;
+  Step s = step;
+  if (clip) {  // clip_grad_norm_: every unit's chunk's squares, added over the ranks
+    double squares = 0;
+    for (const Unit& unit : units_) squares += unit.n > 0 ? sum_of_squares(unit.grad) : 0.0;
+    s = clip->apply(step, dist::sum_over_ranks({squares})[0]);
+  }
   for (size_t u = 0; u < units_.size(); ++u) {
     Unit& unit = units_[u];
     for (auto& work : unit.works) work.wait();  // a prefetch never used

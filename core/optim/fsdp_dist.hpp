@@ -82,7 +82,9 @@ class RankParameterShards {
   // collective.
   void reduce_scatter_gradients(size_t u);
   // Rank r updates its chunks in place, then zeroes their summed gradient. Every replica is released first.
-  void step(const Step& s);
+  // clip: clip_grad_norm_ (GradClip) over every unit's chunk on every rank (dist::sum_over_ranks, a
+  // collective); null: off.
+  void step(const Step& s, GradClip* clip = nullptr);
 
   // The unsharded parameters ([k] flattened) and state ([k][j]), every chunk all-gathered: collectives,
   // every rank gets all of it. Empty before shard() (then no rank communicates).

@@ -89,6 +89,22 @@ void step_on_devices(const std::vector<ReplicaStep>& replicas, const Step& s) {
   }
 }
 
+Step GradClip::apply(const Step& s, double squares) {
+  total_norm = std::sqrt(squares) / static_cast<double>(batch_size);
+  const double coef = static_cast<double>(max_norm) / (total_norm + 1e-6);
+  if (coef >= 1) return s;  // clip_grad_norm_ clamps the coefficient at 1
+  Step out = s;
+  std::visit([&](auto& step) { step.grad_scale *= static_cast<float>(coef); }, out);
+  return out;
+}
+
+double sum_of_squares(const Tensor& t) {
+  double out = 0;
+  if (t.numel() == 0) return out;
+  for (float v : t.to_vector()) out += static_cast<double>(v) * static_cast<double>(v);
+  return out;
+}
+
 namespace {
 
 // Step s on host arrays of n floats; state: its slots.
@@ -279,7 +295,7 @@ class LocalKVStore : public KVStore {
       throw ShapeError("kvstore 'local': weights " + str(weights[0].shape()) + ", gradients " + str(grads[0].shape()) +
                        " and the optimizer state (" + std::to_string(host_state.size()) + " slots of " +
                        std::to_string(host_state.empty() ? 0 : host_state[0].size()) + ") do not match");
-    std::vector<float> g = host_sum(grads), w(static_cast<size_t>(n));
+    std::vector<float> g = summed ? grads[0].to_vector() : host_sum(grads), w(static_cast<size_t>(n));
     copy_to_host(weights[0], w.data(), bytes_of(weights[0]));
     step_on_host(w.data(), host_state, g.data(), n, s);
     for (auto& t : weights) copy_from_host(w.data(), bytes_of(t), t);

@@ -70,6 +70,24 @@ size_t state_slots(const Step& s);
 // Step s on one device: w, g and the state's slots (state_slots(s) tensors) of one shape there.
 void step_on_device(const Tensor& w, const std::vector<Tensor>& state, const Tensor& g, const Step& s);
 
+// torch.nn.utils.clip_grad_norm_ on the gradient the optimizer uses, g = (sum over replicas) / batch_size
+// (the Trainer's clip_grad_norm): total_norm = ||g||_2 over every trainable element, clip_coef =
+// max_norm / (total_norm + 1e-6), and where clip_coef < 1 the step's grad_scale is multiplied by it
+// (the gradients themselves are not touched: no pass over them beyond the norm's).
+struct GradClip {
+  float max_norm = 0.0f;  // > 0
+  int64_t batch_size = 1;
+  double total_norm = 0;  // what the last apply() found
+  // s for the summed gradient whose squares add up to sum_of_squares (over every shard, every rank).
+  Step apply(const Step& s, double sum_of_squares);
+};
+// The sum of the squares of t's elements (float32), read to host memory and added in double: a
+// teaching framework's choice, not a fast one (a copy to the host per step). A float's square is exact
+// in double and the double sums of the shards differ from the unsharded one by about 1e-16, far below
+// a float's step: every stage finds the float norm, and the bits, of the replicated run (a sum in
+// float on the device would round differently for every cut).
+double sum_of_squares(const Tensor& t);
+
 // One replica's step: its weights, its state's slots and its gradient, on one device.
 struct ReplicaStep {
   Tensor w;
@@ -101,7 +119,7 @@ class KVStore {
   // weights[i] holds the same bits. The state has state_slots(s) slots: state[j][i] is slot j on
   // replica i (on its device) or, when updates_on_host, host_state[j] (numel floats). grads are left
   // holding the sum (local: unchanged); the Trainer zeroes them.
-  // summed: the gradients already hold the sum (reduce_all did it); only the step runs.
+  // summed: the gradients already hold the sum (reduce_all or pushpull did it); only the step runs.
   virtual void update(int64_t key, const std::vector<Tensor>& weights, const std::vector<Tensor>& grads,
                       const std::vector<std::vector<Tensor>>& state, std::vector<std::vector<float>>& host_state,
                       const Step& s, bool summed = false);

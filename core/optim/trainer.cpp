@@ -26,6 +26,8 @@ void check_options(const std::string& optimizer, const OptimizerOptions& o) {
   if (!std::isfinite(o.learning_rate) || o.learning_rate < 0)
     throw ConfigError("Trainer: learning_rate must be a finite number >= 0, got " + num(o.learning_rate));
   if (!std::isfinite(o.wd) || o.wd < 0) throw ConfigError("Trainer: wd must be a finite number >= 0, got " + num(o.wd));
+  if (!std::isfinite(o.clip_grad_norm) || o.clip_grad_norm < 0)
+    throw ConfigError("Trainer: clip_grad_norm must be a finite number >= 0 (0: off), got " + num(o.clip_grad_norm));
   if (o.zero_stage < 0 || o.zero_stage > 3)
     throw ConfigError("Trainer: zero_stage must be 0 (optimizer state replicated), 1 (ZeRO-1: optimizer state sharded "
                       "over the devices), 2 (ZeRO-2: optimizer state and summed gradients sharded) or 3 (ZeRO-3: "
@@ -64,7 +66,7 @@ float scalar_of(const std::map<std::string, HostTensor>& state, const std::strin
 
 Trainer::Trainer(const nn::ParameterDict& params, const std::string& optimizer, OptimizerOptions options,
                  const std::string& kvstore)
-    : optimizer_(optimizer), options_(options) {
+    : optimizer_(optimizer), options_(options), last_grad_norm_(std::nanf("")) {
   if (optimizer == "sgd")
     state_names_ = {"momentum"};
   else if (optimizer == "adam")
@@ -174,12 +176,17 @@ void Trainer::step(int64_t batch_size) {
     AdamStep a{options_.beta1, options_.beta2, options_.epsilon, options_.wd, 1.0f / static_cast<float>(batch_size)};
     s = adam_constants(a, lr, num_update_ + 1);
   }
+  // clip_grad_norm_: each path below hands `clip` the summed gradient's squares, and steps with the
+  // grad_scale it returns.
+  GradClip clipping{options_.clip_grad_norm, batch_size};
+  GradClip* clip = options_.clip_grad_norm > 0 ? &clipping : nullptr;
   if (zero_ && zero_->stage() == 3) {  // ZeRO-3: each device updates its shard; the next forward gathers
     if (!zero_->placed())
       throw ConfigError("Trainer: zero_stage 3 shards the parameters themselves: run the net through "
                         "optim::FullyShardedDataParallel(net, trainer) from its first forward on");
     if (!host_state_.empty() && !host_state_[0][0].empty()) fully_shard();  // a loaded state waits
-    zero_->step_shards(s);
+    zero_->step_shards(s, clip);
+    if (clip) last_grad_norm_ = static_cast<float>(clip->total_norm);
     ++num_update_;
     return;
   }
@@ -188,15 +195,17 @@ void Trainer::step(int64_t batch_size) {
       throw ConfigError("Trainer: zero_stage 3 shards the parameters themselves: run the net through "
                         "optim::FullyShardedDataParallel(net, trainer) from its first forward on");
     if (!host_state_.empty() && !host_state_[0][0].empty()) fully_shard_over_ranks(units_);  // a loaded state waits
-    zero3_ranks_->step(s);
+    zero3_ranks_->step(s, clip);
+    if (clip) last_grad_norm_ = static_cast<float>(clip->total_norm);
     ++num_update_;
     return;
   }
-  const bool summed = kv_->reduce_all(weights);  // dist_sync with buckets: every gradient summed already
+  bool summed = kv_->reduce_all(weights);  // dist_sync with buckets: every gradient summed already
   if (zero_ranks_) {  // ZeRO-1 and 2 over the ranks: rank r updates chunk r, then dist::allgather (zero_dist.hpp)
     std::vector<std::string> names;
     for (auto& [name, p] : params_) names.push_back(name);
-    if (!params_.empty()) zero_ranks_->step(weights, names, host_state_, *kv_, summed, s);
+    if (!params_.empty()) zero_ranks_->step(weights, names, host_state_, *kv_, summed, s, clip);
+    if (clip && !params_.empty()) last_grad_norm_ = static_cast<float>(clip->total_norm);
     for (auto& [name, p] : params_) p->zero_grad();
     ++num_update_;
     return;
@@ -204,8 +213,9 @@ void Trainer::step(int64_t batch_size) {
   if (zero_) {  // ZeRO-1 and 2: device i updates shard i, then the shards are all-gathered (core/optim/zero.hpp)
     if (!params_.empty()) {
       const auto grads = place_shards_and_gradients(weights);
-      if (zero_->stage() == 2) zero_->scattered_step(weights, s);
-      else zero_->step(weights, grads, s, summed);
+      if (zero_->stage() == 2) zero_->scattered_step(weights, s, clip);
+      else zero_->step(weights, grads, s, summed, clip);
+      if (clip) last_grad_norm_ = static_cast<float>(clip->total_norm);
     }
     for (auto& [name, p] : params_) p->zero_grad();
     ++num_update_;
@@ -216,6 +226,14 @@ void Trainer::step(int64_t batch_size) {
   for (size_t k = 0; k < params_.size(); ++k) {
     for (auto& w : weights[k]) grads[k].push_back(w.grad().defined() ? w.grad() : Tensor::zeros(w.shape(), w.device()));
     place_state(k, weights[k]);
+  }
+  if (clip) {  // update_all sums and steps in one go: here the sums first, their norm, then the step
+    for (size_t k = 0; k < params_.size() && !summed; ++k) kv_->pushpull(static_cast<int64_t>(k), grads[k]);
+    summed = true;
+    double squares = 0;
+    for (auto& replicas : grads) squares += sum_of_squares(replicas[0]);  // every replica holds the sum
+    s = clip->apply(s, squares);
+    last_grad_norm_ = static_cast<float>(clip->total_norm);
   }
   kv_->update_all(weights, grads, state_, host_state_, s, summed);
   for (auto& [name, p] : params_) p->zero_grad();

@@ -60,6 +60,13 @@ struct OptimizerOptions {
   float beta1 = 0.9f;     // Adam's: the decay of the first moment m, in [0, 1)
   float beta2 = 0.999f;   //         of the second moment v, in [0, 1)
   float epsilon = 1e-8f;  //         added to sqrt(v_hat), >= 0
+  // Either optimizer: torch.nn.utils.clip_grad_norm_ before the update. total_norm = the 2-norm of the
+  // gradient the optimizer uses, (sum over replicas) / batch_size, over every trainable parameter (at
+  // every stage the whole sum's, read from its shards, over the processes too); where clip_coef =
+  // clip_grad_norm / (total_norm + 1e-6) is below 1 the step uses the gradient times clip_coef.
+  // 0: off (the step as without it); a finite number >= 0. Tensor parallelism's split layers
+  // (core/tensor_parallel) are not added up over their shards: each replica's own gradient counts.
+  float clip_grad_norm = 0.0f;
   // Where the state lives, for either optimizer (DeepSpeed's zero_optimization.stage):
   // 0 every device keeps the whole state of its replica (data parallelism);
   // 1 ZeRO stage 1: device i of N keeps, and updates, the state of shard i only (core/optim/zero.hpp);
@@ -131,6 +138,8 @@ class Trainer {
   void set_buckets(const dist::BucketOptions& options);
   KVStore& kvstore() { return *kv_; }
   int64_t num_update() const { return num_update_; }
+  // With clip_grad_norm: the last step's total_norm (before clipping); NaN before the first such step.
+  float last_grad_norm() const { return last_grad_norm_; }
 
   // The optimizer's state, per trainable parameter, in slots: state_names() lists them, "momentum"
   // for sgd, "exp_avg" and "exp_avg_sq" (PyTorch's names for m and v) for adam. state(parameter,
@@ -205,6 +214,7 @@ class Trainer {
   // stage 2 (reduce-scattered during backward).
   std::vector<std::vector<Tensor>> place_shards_and_gradients(const std::vector<std::vector<Tensor>>& weights);
   int64_t num_update_ = 0;
+  float last_grad_norm_;  // NaN until a step with clip_grad_norm
 };
 
 }  // namespace d2l::optim

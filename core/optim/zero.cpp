@@ -228,8 +228,16 @@ void ShardedState::scatter_gradient(size_t k, size_t i) {
   weights_[k][i].impl().grad.reset();
 }
 
+Step ShardedState::clipped(const std::vector<std::vector<Tensor>>& g, const Step& s, GradClip* clip) {
+  if (!clip) return s;
+  double squares = 0;
+  for (size_t i = 0; i < g.size(); ++i)  // device by device
+    for (const Tensor& piece : g[i]) squares += sum_of_squares(piece);
+  return clip->apply(s, squares);
+}
+
 void ShardedState::step(const std::vector<std::vector<Tensor>>& weights, const std::vector<std::vector<Tensor>>& grads,
-                        const Step& s, bool summed) {
+                        const Step& s, bool summed, GradClip* clip) {
   // Reduce-scatter: device i adds up its shard's slices of every device's gradient, in device
   // order. Device 0's own whole piece sums into its .grad buffer in place; every other sum starts
   // from a copy of device 0's slice on device i.
@@ -248,10 +256,10 @@ void ShardedState::step(const std::vector<std::vector<Tensor>>& weights, const s
       for (size_t j = 1; j < devices_.size(); ++j) add_(acc, slice(j));
       g[i].push_back(acc);
     }
-  update_and_gather(weights, g, s);
+  update_and_gather(weights, g, clipped(g, s, clip));
 }
 
-void ShardedState::scattered_step(const std::vector<std::vector<Tensor>>& weights, const Step& s) {
+void ShardedState::scattered_step(const std::vector<std::vector<Tensor>>& weights, const Step& s, GradClip* clip) {
   scatter_remaining();  // gradients made before the layout existed (the first step), or not reported
   std::vector<std::vector<Tensor>> g(devices_.size());
   for (size_t i = 0; i < devices_.size(); ++i)
@@ -264,7 +272,7 @@ void ShardedState::scattered_step(const std::vector<std::vector<Tensor>>& weight
     }
   stale_ = true;  // kept for reading (gradient_shard) until the next gradient arrives
   received_ = false;
-  update_and_gather(weights, g, s);
+  update_and_gather(weights, g, clipped(g, s, clip));
 }
 
 void ShardedState::update_and_gather(const std::vector<std::vector<Tensor>>& weights,
@@ -354,10 +362,11 @@ void ShardedState::release_parameter(size_t k, size_t i) {
 
 bool ShardedState::gathered(size_t k, size_t i) const { return weights_[k][i].impl().storage != nullptr; }
 
-void ShardedState::step_shards(const Step& s) {
+void ShardedState::step_shards(const Step& s, GradClip* clip) {
   for (size_t k = 0; k < weights_.size(); ++k)
     for (size_t i = 0; i < devices_.size(); ++i) release_parameter(k, i);
   std::vector<ReplicaStep> steps;
+  std::vector<std::vector<Tensor>> g(devices_.size());
   for (size_t i = 0; i < devices_.size(); ++i)
     for (Piece& p : pieces_[i]) {
       if (!p.grad.defined() || stale_) {  // no gradient reached this piece: zero
@@ -365,10 +374,11 @@ void ShardedState::step_shards(const Step& s) {
         p.grad = Tensor::zeros(piece_shape(p), devices_[i]);
       }
       steps.push_back({p.param, p.state, p.grad});
+      if (clip) g[i].push_back(p.grad);
     }
   stale_ = true;
   received_ = false;
-  step_on_devices(steps, s);
+  step_on_devices(steps, clipped(g, s, clip));
 }
 
 std::vector<std::vector<float>> ShardedState::parameters() const {

@@ -97,7 +97,8 @@ class ShardedState {
   void scatter_gradient(size_t k, size_t i);
   // Stage 3: device i updates its parameter shard in place from its summed gradient (its pieces laid
   // end to end), then the pieces are zeroed for the next step. Every replica is released first.
-  void step_shards(const Step& s);
+  // clip: clip_grad_norm_ over the summed gradients of every device's pieces (clipped()); null: off.
+  void step_shards(const Step& s, GradClip* clip = nullptr);
   // Stage 3: the unsharded parameters, [k] flattened, read from the shards.
   std::vector<std::vector<float>> parameters() const;
   // Stage 3: bytes of parameters device i keeps between layers, from the tensors it keeps.
@@ -105,12 +106,18 @@ class ShardedState {
 
   // Stage 1: grads[k][i] is replica i's own gradient of parameter k (its .grad); the reduce-scatter,
   // each device's update of its shard, the all-gather. summed: the grads hold the sum already.
+  // clip: as step_shards', over the reduce-scattered sums.
   void step(const std::vector<std::vector<Tensor>>& weights, const std::vector<std::vector<Tensor>>& grads,
-            const Step& s, bool summed = false);
+            const Step& s, bool summed = false, GradClip* clip = nullptr);
   // Stage 2: the replicas' gradients were added into the shards during backward (any still in a
   // .grad buffer, as before the first step laid the shards out, is added now); then stage 1's
   // update and all-gather.
-  void scattered_step(const std::vector<std::vector<Tensor>>& weights, const Step& s);
+  void scattered_step(const std::vector<std::vector<Tensor>>& weights, const Step& s, GradClip* clip = nullptr);
+
+  // torch.nn.utils.clip_grad_norm_ over the shards: g[i] device i's summed-gradient pieces; the sum of
+  // their squares per device, added over the devices in device order, is the unsharded sum's.
+  // s as clip->apply() scales it (clip null: s).
+  static Step clipped(const std::vector<std::vector<Tensor>>& g, const Step& s, GradClip* clip);
 
   bool placed() const { return !devices_.empty(); }
   const ShardLayout& layout() const { return layout_; }

@@ -254,7 +254,7 @@ void RankShardedState::wait_for_sums() {
 
 void RankShardedState::step(const std::vector<std::vector<Tensor>>& weights, const std::vector<std::string>& names,
                             std::vector<std::vector<std::vector<float>>>& host, KVStore& /*kv*/, bool summed,
-                            const Step& s) {
+                            const Step& step, GradClip* clip) {
   NoGrad no_grad;
   const bool loaded = std::any_of(host.begin(), host.end(), [](auto& slots) { return !slots[0].empty(); });
   if (loaded || !fits(weights)) place(weights, names, host);  // checks the devices before any collective
@@ -280,6 +280,8 @@ void RankShardedState::step(const std::vector<std::vector<Tensor>>& weights, con
     g = grad_shard_;
     if (stage_ == 1) grad_shard_ = Tensor();  // the step's g keeps it until the update is done
   }
+  // clip_grad_norm_: this rank's chunk's squares, added over the ranks (the same norm on every rank).
+  const Step s = clip ? clip->apply(step, dist::sum_over_ranks({sum_of_squares(g)})[0]) : step;
   Tensor w = Tensor::empty({n}, device_);
   copy_flat(layout_, params, first, n, w, false);
   if (n > 0) step_on_device(w, state_, g, s);

@@ -83,8 +83,11 @@ class RankShardedState {
   // (this process's one device, the same for every parameter): a ConfigError otherwise, raised
   // before any collective. summed: the gradients already hold the sum (buckets; stage 1 only).
   // kv: not used (the reduce-scatter replaces the kvstore's pushpull); the Trainer passes its own.
+  // clip: clip_grad_norm_ (GradClip) over every rank's chunk of the sum (dist::sum_over_ranks of the
+  // chunks' squares, a collective); null: off.
   void step(const std::vector<std::vector<Tensor>>& weights, const std::vector<std::string>& names,
-            std::vector<std::vector<std::vector<float>>>& host, KVStore& kv, bool summed, const Step& s);
+            std::vector<std::vector<std::vector<float>>>& host, KVStore& kv, bool summed, const Step& s,
+            GradClip* clip = nullptr);
 
   bool placed() const { return placed_; }
   int stage() const { return stage_; }
