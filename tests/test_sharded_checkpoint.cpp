@@ -1,0 +1,267 @@
+// Sharded checkpoints (core/io/sharded_checkpoint.hpp), run as 1, 2 and 4 processes
+// (tests/dist/mpirun.sh). The small MLP of test_zero_dist.cpp (P = 43, uneven chunks, parameters
+// straddling them), rank r taking its rows of every global batch.
+//   - at stages 0, 1 and 2, SGD with momentum and Adam: 5 steps, save, 5 more steps is the reference;
+//     a fresh net and Trainer that load the directory and take the same 5 steps match it bit for bit
+//     (parameters and state_dict), and the epoch comes back;
+//   - resharding: a directory written at W ranks by ZeRO-2 loads into a replicated Trainer of one
+//     process's view (kvstore 'device'): the same state_dict as the sharded Trainer's gathered one,
+//     and the same parameters;
+//   - the files: one per rank, an index naming them;
+//   - bad directories (a rank's file missing, truncated, stale, from another save; a net with other
+//     parameters; no index): every rank throws the same one-line ConfigError naming the file, and
+//     the trainer and the parameters are unchanged. (A hang would fail the mpirun wrapper's time limit.)
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <functional>
+#include <fstream>
+#include <map>
+
+#include "check.hpp"
+#include "core/dist/collectives.hpp"
+#include "core/dist/process_group.hpp"
+#include "core/io/sharded_checkpoint.hpp"
+#include "core/nn/nn.hpp"
+#include "core/ops.hpp"
+#include "core/optim/trainer.hpp"
+#include "core/rng.hpp"
+
+using namespace d2l;
+using namespace d2l::nn;
+using namespace d2l::optim;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr int64_t kIn = 4, kHidden = 5, kOut = 3;
+constexpr int64_t kGlobalBatch = 8;
+
+std::shared_ptr<Sequential> mlp_43() {
+  auto net = std::make_shared<Sequential>();
+  net->add(std::make_shared<Dense>(kHidden, "relu", true, kIn), std::make_shared<Dense>(kOut, "", true, kHidden));
+  manual_seed(42);
+  net->initialize(Init::Xavier(), {cpu(0)});
+  return net;
+}
+
+struct Setup {
+  std::string optimizer = "sgd";
+  OptimizerOptions opt{.learning_rate = 0.1f, .momentum = 0.9f, .wd = 1e-3f};
+};
+Setup adam_setup() { return Setup{"adam", {.learning_rate = 0.01f, .wd = 1e-3f}}; }
+
+OptimizerOptions at_stage(OptimizerOptions o, int stage) {
+  o.zero_stage = stage;
+  return o;
+}
+
+using Values = std::map<std::string, std::vector<float>>;
+
+Values params_of(const ParameterDict& params) {
+  Values out;
+  for (auto& [name, p] : params) out[name] = p->list_data()[0].to_vector();
+  return out;
+}
+
+Values state_values(const std::map<std::string, HostTensor>& state) {
+  Values out;
+  for (auto& [key, t] : state) out[key] = t.values;
+  return out;
+}
+
+void backward_rows(Sequential& net, int s, int64_t lo, int64_t hi) {
+  const auto X = test::lcg_data(kGlobalBatch * kIn, 700 + static_cast<uint32_t>(s));
+  std::vector<float> rows(X.begin() + lo * kIn, X.begin() + hi * kIn);
+  std::vector<int32_t> y;
+  for (int64_t i = lo; i < hi; ++i) y.push_back((X[i * kIn] > 0) + (X[i * kIn + 1] > 0));
+  Tensor Xt = Tensor::from_vector(rows, {hi - lo, kIn}, cpu(0));
+  Tensor yt = Tensor::from_vector(y, {hi - lo}, cpu(0));
+  softmax_cross_entropy(net(Xt), yt, Reduction::sum).backward();
+}
+
+void train_steps(Sequential& net, Trainer& trainer, int from, int to) {
+  const int W = dist::world_size(), r = dist::rank();
+  for (int s = from; s < to; ++s) {
+    backward_rows(net, s, kGlobalBatch * r / W, kGlobalBatch * (r + 1) / W);
+    trainer.step(kGlobalBatch);
+  }
+}
+
+// A directory every rank agrees on: rank 0's process id in the system's temporary directory.
+std::string shared_dir(const std::string& tag) {
+  int64_t pid = static_cast<int64_t>(::getpid());
+  dist::broadcast_bytes(&pid, sizeof pid, 0);
+  return (fs::temp_directory_path() / ("d2l_sharded_" + std::to_string(pid) + "_" + tag)).string();
+}
+
+void remove_dir(const std::string& dir) {
+  dist::barrier();
+  if (dist::rank() == 0) fs::remove_all(dir);
+  dist::barrier();
+}
+
+}  // namespace
+
+TEST_CASE("a sharded checkpoint after 5 steps, loaded by a fresh net and Trainer, continues bit for bit") {
+  const int W = dist::world_size();
+  for (const Setup& u : {Setup{}, adam_setup()})
+    for (int stage : {0, 1, 2}) {
+      CAPTURE(u.optimizer);
+      CAPTURE(stage);
+      const std::string dir = shared_dir("continue");
+      auto net = mlp_43();
+      Trainer trainer(net->collect_params(), u.optimizer, at_stage(u.opt, stage), "dist_sync");
+      train_steps(*net, trainer, 0, 5);
+      io::save_sharded_checkpoint(dir, *net, trainer, 3);
+      train_steps(*net, trainer, 5, 10);
+      const Values ref_params = params_of(net->collect_params());
+      const Values ref_state = state_values(trainer.state_dict());
+
+      for (int q = 0; q < W; ++q)
+        CHECK(fs::exists(fs::path(dir) / ("rank-" + std::to_string(q) + "-of-" + std::to_string(W) + ".safetensors")));
+      CHECK(fs::exists(fs::path(dir) / "index.json"));
+      CHECK(fs::exists(fs::path(dir) / "parameters.safetensors"));
+
+      auto fresh = mlp_43();
+      Trainer second(fresh->collect_params(), u.optimizer, at_stage(u.opt, stage), "dist_sync");
+      CHECK(io::load_sharded_checkpoint(dir, *fresh, second) == 3);
+      CHECK(second.num_update() == 5);
+      train_steps(*fresh, second, 5, 10);
+      CHECK(params_of(fresh->collect_params()) == ref_params);
+      CHECK(state_values(second.state_dict()) == ref_state);
+      remove_dir(dir);
+    }
+}
+
+TEST_CASE("resharding: written at W ranks by ZeRO-2, loaded by a replicated Trainer, the gathered state") {
+  for (const Setup& u : {Setup{}, adam_setup()}) {
+    CAPTURE(u.optimizer);
+    const std::string dir = shared_dir("reshard");
+    auto net = mlp_43();
+    Trainer sharded(net->collect_params(), u.optimizer, at_stage(u.opt, 2), "dist_sync");
+    train_steps(*net, sharded, 0, 6);
+    io::save_sharded_checkpoint(dir, *net, sharded, 1);
+    const Values gathered = state_values(sharded.state_dict());
+    const Values params = params_of(net->collect_params());
+
+    // One process's view: the whole state on one device, no communication in its steps.
+    auto alone = mlp_43();
+    Trainer replicated(alone->collect_params(), u.optimizer, u.opt, "device");
+    CHECK(io::load_sharded_checkpoint(dir, *alone, replicated) == 1);
+    CHECK(state_values(replicated.state_dict()) == gathered);
+    CHECK(params_of(alone->collect_params()) == params);
+
+    // And into ZeRO-1 over the same ranks: placed into its chunks at the next step, as the sharded run continues.
+    auto again = mlp_43();
+    Trainer stage1(again->collect_params(), u.optimizer, at_stage(u.opt, 1), "dist_sync");
+    io::load_sharded_checkpoint(dir, *again, stage1);
+    train_steps(*net, sharded, 6, 8);
+    train_steps(*again, stage1, 6, 8);
+    CHECK(params_of(again->collect_params()) == params_of(net->collect_params()));
+    CHECK(state_values(stage1.state_dict()) == state_values(sharded.state_dict()));
+    remove_dir(dir);
+  }
+}
+
+TEST_CASE("bad sharded checkpoints: every rank throws one ConfigError naming the file, nothing changes") {
+  const int W = dist::world_size(), r = dist::rank();
+  const Setup u = adam_setup();
+  const std::string dir = shared_dir("bad"), pristine = shared_dir("pristine"), old_dir = shared_dir("old"),
+                    other_dir = shared_dir("other");
+  auto net = mlp_43();
+  Trainer trainer(net->collect_params(), u.optimizer, at_stage(u.opt, 1), "dist_sync");
+  train_steps(*net, trainer, 0, 3);
+  io::save_sharded_checkpoint(old_dir, *net, trainer, 0);  // step 3
+  train_steps(*net, trainer, 3, 5);
+  io::save_sharded_checkpoint(dir, *net, trainer, 1);  // step 5
+  io::save_sharded_checkpoint(other_dir, *net, trainer, 1);  // step 5, another save
+  dist::barrier();
+  if (r == 0) fs::copy(dir, pristine, fs::copy_options::recursive | fs::copy_options::overwrite_existing);
+
+  // The trainer being loaded into has its own state, which must survive every failed load.
+  auto target = mlp_43();
+  Trainer victim(target->collect_params(), u.optimizer, at_stage(u.opt, 1), "dist_sync");
+  train_steps(*target, victim, 0, 2);
+  const Values state_before = state_values(victim.state_dict());
+  const Values params_before = params_of(target->collect_params());
+
+  const std::string last = "rank-" + std::to_string(W - 1) + "-of-" + std::to_string(W) + ".safetensors";
+  const fs::path victim_file = fs::path(dir) / last;
+  struct Case {
+    std::string name, expect;
+    std::function<void()> damage;
+  };
+  const std::vector<Case> cases = {
+      {"missing", victim_file.string() + ": missing", [&] { fs::remove(victim_file); }},
+      {"truncated", victim_file.string() + ": truncated",
+       [&] { fs::resize_file(victim_file, fs::file_size(victim_file) - 10); }},
+      {"stale", victim_file.string() + ": stale: step 5 in the index, 3 in the file",
+       [&] { fs::copy_file(fs::path(old_dir) / last, victim_file, fs::copy_options::overwrite_existing); }},
+      {"another save", victim_file.string() + ": from another run",
+       [&] { fs::copy_file(fs::path(other_dir) / last, victim_file, fs::copy_options::overwrite_existing); }},
+      {"damaged", victim_file.string() + ": damaged",
+       [&] {
+         std::fstream f(victim_file, std::ios::in | std::ios::out | std::ios::binary);
+         f.seekp(static_cast<std::streamoff>(fs::file_size(victim_file)) - 1);
+         f.put('\x7f');
+       }},
+      {"no index", (fs::path(dir) / "index.json").string() + ": missing", [&] { fs::remove(fs::path(dir) / "index.json"); }},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.name);
+    dist::barrier();
+    if (r == 0) {
+      fs::remove_all(dir);
+      fs::copy(pristine, dir, fs::copy_options::recursive);
+      c.damage();
+    }
+    dist::barrier();
+    std::string message;
+    try {
+      io::load_sharded_checkpoint(dir, *target, victim);
+    } catch (const ConfigError& e) {
+      message = e.what();
+    }
+    CHECK(message.find("checkpoint " + c.expect) != std::string::npos);
+    CHECK(message.find('\n') == std::string::npos);
+    const auto all = dist::gather_strings(message);
+    for (auto& m : all) CHECK(m == message);  // the same line on every rank
+    CHECK(state_values(victim.state_dict()) == state_before);
+    CHECK(params_of(target->collect_params()) == params_before);
+  }
+
+  // A net with other parameters: the index names the counts.
+  {
+    dist::barrier();
+    if (r == 0) {
+      fs::remove_all(dir);
+      fs::copy(pristine, dir, fs::copy_options::recursive);
+    }
+    dist::barrier();
+    auto bigger = std::make_shared<Sequential>();
+    bigger->add(std::make_shared<Dense>(kHidden, "relu", true, kIn), std::make_shared<Dense>(kHidden, "relu", true, kHidden),
+                std::make_shared<Dense>(kOut, "", true, kHidden));
+    bigger->initialize(Init::Xavier(), {cpu(0)});
+    Trainer t(bigger->collect_params(), u.optimizer, at_stage(u.opt, 1), "dist_sync");
+    CHECK_THROWS_WITH_AS(io::load_sharded_checkpoint(dir, *bigger, t),
+                         doctest::Contains("index.json: written for 4 parameters, this net has 6"), ConfigError);
+  }
+  CHECK(io::load_sharded_checkpoint(dir, *target, victim) == 1);  // the pristine copy loads
+  CHECK(victim.num_update() == 5);
+  CHECK(params_of(target->collect_params()) == params_of(net->collect_params()));
+  for (auto& d : {dir, pristine, old_dir, other_dir}) remove_dir(d);
+}
+
+TEST_CASE("save_sharded_checkpoint refuses ZeRO-3 and a negative epoch before any collective") {
+  auto net = mlp_43();
+  Trainer trainer(net->collect_params(), "sgd", {.learning_rate = 0.1f}, "dist_sync");
+  CHECK_THROWS_AS(io::save_sharded_checkpoint("/nonexistent/x", *net, trainer, -1), ConfigError);
+  Trainer stage3(net->collect_params(), "sgd", {.learning_rate = 0.1f, .zero_stage = 3}, "dist_sync");
+  CHECK_THROWS_WITH_AS(io::save_sharded_checkpoint("/nonexistent/x", *net, stage3, 0), doctest::Contains("zero_stage 3"),
+                       ConfigError);
+  CHECK_THROWS_WITH_AS(io::load_sharded_checkpoint("/nonexistent/x", *net, stage3), doctest::Contains("zero_stage 3"),
+                       ConfigError);
+}
