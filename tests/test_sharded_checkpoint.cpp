@@ -115,7 +115,9 @@ TEST_CASE("a sharded checkpoint after 5 steps, loaded by a fresh net and Trainer
       auto net = mlp_43();
       Trainer trainer(net->collect_params(), u.optimizer, at_stage(u.opt, stage), "dist_sync");
       train_steps(*net, trainer, 0, 5);
+      dist::reset_collective_counters();
       io::save_sharded_checkpoint(dir, *net, trainer, 3);
+      CHECK(dist::collective_counters().allgather.calls == 0);  // each rank writes the chunk it keeps
       train_steps(*net, trainer, 5, 10);
       const Values ref_params = params_of(net->collect_params());
       const Values ref_state = state_values(trainer.state_dict());
@@ -158,6 +160,14 @@ TEST_CASE("resharding: written at W ranks by ZeRO-2, loaded by a replicated Trai
     auto again = mlp_43();
     Trainer stage1(again->collect_params(), u.optimizer, at_stage(u.opt, 1), "dist_sync");
     io::load_sharded_checkpoint(dir, *again, stage1);
+    // Saved again before its next step (the loaded state not yet placed in its chunks): the same state.
+    const std::string dir2 = shared_dir("reshard2");
+    io::save_sharded_checkpoint(dir2, *again, stage1, 1);
+    auto alone2 = mlp_43();
+    Trainer replicated2(alone2->collect_params(), u.optimizer, u.opt, "device");
+    io::load_sharded_checkpoint(dir2, *alone2, replicated2);
+    CHECK(state_values(replicated2.state_dict()) == gathered);
+    remove_dir(dir2);
     train_steps(*net, sharded, 6, 8);
     train_steps(*again, stage1, 6, 8);
     CHECK(params_of(again->collect_params()) == params_of(net->collect_params()));

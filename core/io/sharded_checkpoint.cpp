@@ -13,6 +13,7 @@
 #include "core/dist/collectives.hpp"
 #include "core/dist/process_group.hpp"
 #include "core/io/parameters_file.hpp"
+#include "core/optim/zero_dist.hpp"
 
 namespace d2l::io {
 
@@ -116,8 +117,30 @@ void save_sharded_checkpoint(const std::string& dir, const nn::Block& net, const
     throw ConfigError(what + ": zero_stage 3 is not supported (the parameters are sharded too); save at stages 0 to 2");
   const Flat f = flat_layout(net, trainer, what);
   const int W = dist::world_size(), r = dist::rank();
-  const auto state = trainer.state_dict();  // a collective: every chunk gathered
   const auto& slots = trainer.state_names();
+  const int64_t lo = bound(f.total, r, W), hi = bound(f.total, r + 1, W);
+  // ZeRO-1 and ZeRO-2 over the ranks: this rank's chunk is the file's, read without communication.
+  // Otherwise (stage 0, no step yet, a loaded state not yet placed) from state_dict(): the same choice
+  // on every rank, as they run in step; a collective when sharded (every chunk gathered).
+  const optim::zero::RankShardedState* own = trainer.rank_sharded_state();
+  if (own) {
+    std::vector<int64_t> bounds, offsets = f.offsets;
+    for (int q = 0; q <= W; ++q) bounds.push_back(bound(f.total, q, W));
+    offsets.push_back(f.total);
+    if (!own->placed() || trainer.loaded_state_waiting() || own->layout().bounds != bounds || own->layout().offsets != offsets)
+      own = nullptr;
+  }
+  const std::vector<std::vector<float>> chunk = own ? own->chunk_state() : std::vector<std::vector<float>>{};
+  const auto state = own ? std::map<std::string, optim::HostTensor>{} : trainer.state_dict();
+  // Elements [a, b) of parameter k's slot j (inside this rank's chunk).
+  auto piece = [&](size_t k, size_t j, int64_t a, int64_t b) {
+    if (own) {
+      auto from = chunk[j].begin() + (f.offsets[k] + a - lo);
+      return std::vector<float>(from, from + (b - a));
+    }
+    const auto& v = state.at(slots[j] + "/" + f.names[k]).values;
+    return std::vector<float>(v.begin() + a, v.begin() + b);
+  };
   const int64_t step = trainer.num_update();
 
   // The run token, rank 0's, and the directory; the old index goes before any file is written.
@@ -137,16 +160,12 @@ void save_sharded_checkpoint(const std::string& dir, const nn::Block& net, const
   const std::string run_id(run, 16);
 
   // This rank's file: its chunk of every slot of every parameter.
-  const int64_t lo = bound(f.total, r, W), hi = bound(f.total, r + 1, W);
   SafetensorsFile file;
   for (size_t k = 0; k < f.names.size(); ++k) {
     const int64_t a = std::max(lo, f.offsets[k]) - f.offsets[k], b = std::min(hi, f.offsets[k] + f.sizes[k]) - f.offsets[k];
     if (a >= b) continue;
-    for (auto& slot : slots) {
-      const auto& v = state.at(slot + "/" + f.names[k]).values;
-      file.tensors[tensor_name(slot, f.names[k], a)] =
-          FileTensor::from_floats({b - a}, std::vector<float>(v.begin() + a, v.begin() + b));
-    }
+    for (size_t j = 0; j < slots.size(); ++j)
+      file.tensors[tensor_name(slots[j], f.names[k], a)] = FileTensor::from_floats({b - a}, piece(k, j, a, b));
   }
   file.metadata = {{"format", kFormat},          {"version", std::to_string(kVersion)},
                    {"rank", std::to_string(r)},  {"world", std::to_string(W)},

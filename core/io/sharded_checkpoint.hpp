@@ -20,8 +20,10 @@
 //                                 is written, so a save that dies midway leaves no index at all, never
 //                                 one that points at half-written files. Every file is written
 //                                 atomically (core/io/atomic_file.hpp).
-// Saving takes the state through Trainer::state_dict() (a collective that gathers every chunk), then
-// each rank writes its own chunk only. Stage 3 (the parameters sharded too) is refused for now.
+// At ZeRO-1 and ZeRO-2 over the ranks each rank writes the chunk it keeps, with no all-gather
+// (RankShardedState::chunk_state); at stage 0, before the first step, or with a loaded state not yet
+// placed, the state comes from Trainer::state_dict() (then gathered). Stage 3 (the parameters sharded
+// too) is refused for now.
 //
 // Loading is a collective. Every rank reads index.json and EVERY file (simple, and fine for a
 // teaching framework's sizes) and checks everything before anything changes: format and version, the

@@ -345,6 +345,14 @@ std::vector<DeviceMemory> Trainer::memory_per_device() const {
   return out;
 }
 
+bool Trainer::loaded_state_waiting() const {
+  if (kvstore_type() == "local") return false;  // its state lives in host memory: nothing waits
+  for (auto& slots : host_state_)
+    for (auto& h : slots)
+      if (!h.empty()) return true;
+  return false;
+}
+
 // num_update is kept as a float: exact up to 2^24 steps.
 std::map<std::string, HostTensor> Trainer::state_dict() const {
   std::map<std::string, HostTensor> out;

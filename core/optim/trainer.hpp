@@ -169,6 +169,9 @@ class Trainer {
   size_t num_parameters() const { return params_.size(); }  // trainable ones
   // zero_stage 1 or 2 with a dist kvstore: this rank's chunk and the layout over the ranks (else null).
   const zero::RankShardedState* rank_sharded_state() const { return zero_ranks_.get(); }
+  // Whether a state given to load_state_dict waits for the next step to be placed (then the shards,
+  // sharded_state() and rank_sharded_state(), still hold the old one; state_dict() has the loaded one).
+  bool loaded_state_waiting() const;
   // zero_stage 3 with a dist kvstore: the chunks of every unit kept by this rank (else null), and the
   // sharding itself, for FullyShardedDataParallel (units: per unit, the indices of its parameters).
   const zero::RankParameterShards* rank_parameter_shards() const { return zero3_ranks_.get(); }

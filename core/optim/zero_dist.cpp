@@ -316,6 +316,13 @@ std::vector<std::vector<std::vector<float>>> RankShardedState::gather() const {
   return out;
 }
 
+std::vector<std::vector<float>> RankShardedState::chunk_state() const {
+  std::vector<std::vector<float>> out;
+  if (!placed_) return out;
+  for (size_t j = 0; j < slots_; ++j) out.push_back(chunk() > 0 ? state_[j].to_vector() : std::vector<float>{});
+  return out;
+}
+
 int64_t RankShardedState::bytes() const {
   return placed_ ? static_cast<int64_t>(slots_ * kFloatBytes) * chunk() : 0;
 }

@@ -97,6 +97,10 @@ class RankShardedState {
   // all-gathered: a collective, every rank calls it and every rank gets the whole state. Empty
   // before the first step (then no rank communicates).
   std::vector<std::vector<std::vector<float>>> gather() const;
+  // This rank's chunk of the state, without communication: per slot the values of elements
+  // [layout().bounds[rank], layout().bounds[rank + 1]) of the flat vector (sharded checkpoints,
+  // core/io/sharded_checkpoint.hpp). Empty before the first step.
+  std::vector<std::vector<float>> chunk_state() const;
   // Bytes of state this rank holds: slots * 4 * its chunk's size (Adam: 8 * chunk).
   int64_t bytes() const;
   // Stage 2: the bytes of the chunk's summed gradient it keeps, 4 * chunk (0 at stage 1, whose
