@@ -8,9 +8,9 @@
 //     process's view (kvstore 'device'): the same state_dict as the sharded Trainer's gathered one,
 //     and the same parameters;
 //   - the files: one per rank, an index naming them;
-//   - bad directories (a rank's file missing, truncated, stale, from another save; a net with other
-//     parameters; no index): every rank throws the same one-line ConfigError naming the file, and
-//     the trainer and the parameters are unchanged. (A hang would fail the mpirun wrapper's time limit.)
+//   - bad directories (a rank's file missing, truncated, stale, from another save, damaged; the
+//     parameters file of another save; a net with other parameters; no index): every rank throws the
+//     same one-line ConfigError naming the file, and the trainer and the parameters are unchanged. (A hang would fail the mpirun wrapper's time limit.)
 #include <doctest/doctest.h>
 
 #include <unistd.h>
@@ -217,6 +217,11 @@ TEST_CASE("bad sharded checkpoints: every rank throws one ConfigError naming the
          std::fstream f(victim_file, std::ios::in | std::ios::out | std::ios::binary);
          f.seekp(static_cast<std::streamoff>(fs::file_size(victim_file)) - 1);
          f.put('\x7f');
+       }},
+      {"parameters of another save", (fs::path(dir) / "parameters.safetensors").string() + ": damaged or from another save",
+       [&] {
+         fs::copy_file(fs::path(old_dir) / "parameters.safetensors", fs::path(dir) / "parameters.safetensors",
+                       fs::copy_options::overwrite_existing);
        }},
       {"no index", (fs::path(dir) / "index.json").string() + ": missing", [&] { fs::remove(fs::path(dir) / "index.json"); }},
   };

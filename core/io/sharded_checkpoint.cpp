@@ -173,10 +173,15 @@ void save_sharded_checkpoint(const std::string& dir, const nn::Block& net, const
                    {"parameters", std::to_string(f.names.size())}};
   const std::string bytes = safetensors_bytes(file);
   const std::string name = rank_file(r, W);
+  std::string params_info;  // rank 0's: "<bytes> <checksum>" of the parameters file
   err.clear();
   try {
     write_file_atomic(join(dir, name), {bytes});
-    if (r == 0) save_parameters(net, join(dir, kParameters));
+    if (r == 0) {
+      save_parameters(net, join(dir, kParameters));
+      const std::string written = read_file(join(dir, kParameters));
+      params_info = std::to_string(written.size()) + " " + checksum(written);
+    }
   } catch (const std::exception& e) {
     err = std::string("checkpoint: ") + e.what();
   }
@@ -202,7 +207,10 @@ void save_sharded_checkpoint(const std::string& dir, const nn::Block& net, const
       std::vector<int64_t> bounds;
       for (int q = 0; q <= W; ++q) bounds.push_back(bound(f.total, q, W));
       index["bounds"] = bounds;
-      index["parameters_file"] = kParameters;
+      const size_t space = params_info.find(' ');
+      index["parameters_file"] = {{"name", kParameters},
+                                  {"bytes", std::stoll(params_info.substr(0, space))},
+                                  {"fnv1a64", params_info.substr(space + 1)}};
       index["files"] = json::array();
       for (int q = 0; q < W; ++q) {
         const std::string& info = infos[static_cast<size_t>(q)];
@@ -350,10 +358,17 @@ int64_t load_sharded_checkpoint(const std::string& dir, nn::Block& net, optim::T
       state["num_update"] = optim::HostTensor{{1}, {static_cast<float>(step)}};
       state["learning_rate"] = optim::HostTensor{{1}, {lr}};
 
-      const std::string params_path = join(dir, index.value("parameters_file", kParameters));
+      const auto& pentry = index.at("parameters_file");
+      const std::string params_path = join(dir, pentry.at("name").get<std::string>());
       if (!std::filesystem::exists(params_path)) fail(params_path, "missing");
+      const std::string params_bytes = read_file(params_path);
+      const auto params_recorded = pentry.at("bytes").get<uint64_t>();
+      if (params_bytes.size() != params_recorded || checksum(params_bytes) != pentry.at("fnv1a64").get<std::string>())
+        fail(params_path, "damaged or from another save: " + std::to_string(params_bytes.size()) + " bytes, checksum " +
+                              checksum(params_bytes) + "; the index records " + std::to_string(params_recorded) +
+                              " bytes, checksum " + pentry.at("fnv1a64").get<std::string>());
       try {
-        params_file = load_safetensors(params_path);
+        params_file = parse_safetensors(params_bytes, params_path);
         matched = match_parameters(net.collect_params(), params_file, params_path);
       } catch (const std::exception& e) {
         throw Problem(std::string("checkpoint ") + e.what());

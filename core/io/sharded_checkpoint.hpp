@@ -11,7 +11,8 @@
 //                                 file at every stage; at stage 0 (state replicated) and in a world of
 //                                 one the same split applies (one process: one file holding everything).
 //   parameters.safetensors        the parameters (save_parameters' file, running statistics included),
-//                                 written once by rank 0: at stages 0 to 2 every rank holds them whole.
+//                                 written once by rank 0: at stages 0 to 2 every rank holds them whole;
+//                                 its size and checksum are in the index too.
 //   index.json                    written by rank 0 LAST, after every file is written and a barrier:
 //                                 format "d2l-sharded-checkpoint", version 1, world, step (num_update),
 //                                 learning_rate, epoch, run, the flat layout (parameter names and sizes,
@@ -27,13 +28,14 @@
 //
 // Loading is a collective. Every rank reads index.json and EVERY file (simple, and fine for a
 // teaching framework's sizes) and checks everything before anything changes: format and version, the
-// parameter names and sizes against this net, the layout, each file present, not truncated, of this
-// save (its step and run agree with the index: "stale: step 40 in the index, 20 in the file"),
-// its size and checksum, and holding exactly the tensors it should, finite. Any problem on any rank
+// parameter names and sizes against this net, the layout, each rank's file present, not truncated,
+// of this save (its step and run agree with the index: "stale: step 40 in the index, 20 in the
+// file"), its size and checksum, holding exactly the tensors it should, finite; the parameters
+// file's size and checksum, and its tensors as load_parameters checks them. Any problem on any rank
 // reaches every rank (the messages are gathered) and every rank throws the same one-line ConfigError
 // naming the file ("checkpoint ck/rank-1-of-2.safetensors: missing"). Then the unsharded state goes
 // through Trainer::load_state_dict, which a sharded Trainer places into its own chunks at its next
-// step, at any number of ranks and at any stage: that is the resharding. Returns the epoch.
+// step, at any number of ranks and at stages 0 to 2: that is the resharding. Returns the epoch.
 #pragma once
 #include <cstdint>
 #include <string>
