@@ -60,6 +60,7 @@ struct MemoryStats {
   int64_t in_use = 0;         // bytes of live tensors and scratch buffers (as requested)
   int64_t by_tag[kMemoryTags] = {};   // in_use by what the buffers hold ([int(MemoryTag)])
   int64_t at_peak[kMemoryTags] = {};  // by_tag at the moment of the peak: what the peak is made of
+  int64_t held(MemoryTag t) const { return by_tag[static_cast<int>(t)]; }
   int64_t peak = 0;           // maximum of in_use since the last reset_peak()
   int64_t cached = 0;         // bytes held in free blocks
   int64_t reserved = 0;       // bytes taken from the system and not returned (blocks in use and cached)

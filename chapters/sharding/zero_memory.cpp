@@ -43,8 +43,6 @@ namespace d2l::sharding {
 
 namespace {
 
-int64_t tagged(const MemoryStats& s, MemoryTag t) { return s.by_tag[static_cast<int>(t)]; }
-
 // Every replica of every trainable parameter, in host memory.
 std::vector<std::vector<float>> replicas(const nn::Block& net) {
   std::vector<std::vector<float>> out;
@@ -146,7 +144,7 @@ ZeroResult zero_memory(const Config& cfg) {
       // Psi_i = floor(Psi / N) elements, one more for the first Psi mod N shards.
       for (size_t i = 0; i < devices.size(); ++i) {
         const MemoryStats now = runtime(devices[i]).allocator->stats();
-        auto held = [&](MemoryTag t) { return tagged(now, t) - tagged(before[i], t); };
+        auto held = [&](MemoryTag t) { return now.held(t) - before[i].held(t); };
         const int64_t shard = result.psi / n + (static_cast<int64_t>(i) < result.psi % n ? 1 : 0);
         MemoryRow row{n, stage, devices[i]};
         row.parameter_bytes = held(MemoryTag::parameters);

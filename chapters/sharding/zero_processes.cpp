@@ -49,8 +49,6 @@ namespace d2l::sharding {
 
 namespace {
 
-int64_t tagged(const MemoryStats& s, MemoryTag t) { return s.by_tag[static_cast<int>(t)]; }
-
 // The trainable parameters end to end, as the Trainer lays them out.
 std::vector<float> flat_parameters(const nn::Block& net) {
   std::vector<float> out;
@@ -183,7 +181,7 @@ ZeroRanksResult zero_memory_over_ranks(const Config& cfg) {
     for (auto& p : net->collect_params().trainable()) result.psi += p->list_data()[0].numel();
     // This rank's bytes by tag, measured from its device's allocator, then every rank's.
     const MemoryStats now = runtime(device).allocator->stats();
-    auto held = [&](MemoryTag t) { return double(tagged(now, t) - tagged(before, t)); };
+    auto held = [&](MemoryTag t) { return double(now.held(t) - before.held(t)); };
     const std::vector<double> all = from_every_rank(
         {held(MemoryTag::parameters), held(MemoryTag::gradients), held(MemoryTag::summed_gradients),
          held(MemoryTag::optimizer_state), held(MemoryTag::gathered), double(now.peak),
