@@ -35,6 +35,12 @@ class Parameter {
   const std::string& name() const { return name_; }
   void set_name(std::string name) { name_ = std::move(name); }  // blocks give it its dotted path
   bool differentiable() const { return differentiable_; }
+  // A slice of a layer split over the ranks of a tensor-parallel process group (core/tensor_parallel;
+  // Megatron-LM's tensor_model_parallel attribute): each rank of the group holds a different part.
+  // A gradient norm adds such slices over the group and counts every other parameter once
+  // (OptimizerOptions::tp_group, core/optim/trainer.hpp).
+  bool split_over_ranks() const { return split_over_ranks_; }
+  void mark_split_over_ranks() { split_over_ranks_ = true; }
   const Init& default_init() const { return init_; }
   const Shape& shape() const { return shape_; }
   bool shape_known() const;
@@ -71,6 +77,7 @@ class Parameter {
   std::vector<Tensor> replicas_;
   bool pending_ = false;  // initialize() called, shape still unknown
   bool differentiable_ = true;
+  bool split_over_ranks_ = false;
 };
 
 }  // namespace d2l

@@ -12,6 +12,10 @@
 //   MLP        shard_mlp over the tp group against the unsharded MLP on each rank: outputs, input
 //              gradients, this rank's slice of the weight gradients and of the weights over 10 SGD
 //              steps; the bytes f and g send; parameter names and descriptions; errors
+//   groups'    all-gather, reduce-scatter and broadcast over a group against what its members gave;
+//   ZeRO       a Trainer on the grid (SGD with momentum, ZeRO-0, 1 and 2 over the dp group, clipping
+//              over the tp slices) against one process on the whole batch: the weights, every step's
+//              gradient norm, and the momentum bytes each rank holds (the allocator's) against its chunk
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -23,8 +27,10 @@
 #include "core/dist/collectives.hpp"
 #include "core/dist/grid.hpp"
 #include "core/dist/process_group.hpp"
+#include "core/allocator.hpp"
 #include "core/nn/dense.hpp"
 #include "core/ops.hpp"
+#include "core/optim/trainer.hpp"
 #include "core/runtime.hpp"
 #include "core/tensor_parallel/conjugate_ops.hpp"
 #include "core/tensor_parallel/megatron_mlp.hpp"
@@ -273,6 +279,133 @@ TEST_CASE("allreduce over a group sums that group's ranks only (library, ring, n
       dist::barrier(*g);
     }
   }
+}
+
+TEST_CASE("all-gather, reduce-scatter and broadcast over a group: the group's ranks only, its chunks, its bytes") {
+  use_devices({cpu(0)});
+  const int W = dist::world_size(), r = dist::rank();
+  for (int tp : {1, 2}) {
+    if (W % tp != 0) continue;
+    dist::Grid grid(tp);
+    for (const dist::Group* g : {&grid.tp, &grid.dp}) {
+      CAPTURE(tp);
+      CAPTURE(g->str());
+      const int G = g->size(), me = g->rank();
+      for (int64_t n : {1, 7, 1000}) {
+        CAPTURE(n);
+        // Rank q's input element i is 2^q (1 + i % 5): a sum names the ranks it added.
+        std::vector<float> v(static_cast<size_t>(n));
+        for (int64_t i = 0; i < n; ++i) v[size_t(i)] = static_cast<float>(std::ldexp(1.0, r) * (1 + i % 5));
+        const int64_t lo = n * me / G, hi = n * (me + 1) / G;  // this member's chunk: [n me / G, n (me+1) / G)
+        std::vector<int64_t> counts;
+        for (int q = 0; q < G; ++q) counts.push_back(n * (q + 1) / G - n * q / G);
+        double members = 0;
+        for (int q : g->ranks()) members += std::ldexp(1.0, q);
+        // reduce-scatter: the chunk's sum over the members, at an offset of the output.
+        dist::reset_collective_counters();
+        Tensor out = Tensor::zeros({hi - lo + 2}, cpu(0));
+        dist::reduce_scatter_async(Tensor::from_vector(v, {n}, cpu(0)), out, 1, counts, *g).wait();
+        const auto got = out.to_vector();
+        bool exact = got.front() == 0 && got.back() == 0;
+        for (int64_t i = lo; i < hi; ++i) exact = exact && got[size_t(i - lo + 1)] == static_cast<float>(members * (1 + i % 5));
+        CHECK(exact);
+        CHECK(dist::collective_counters().reduce_scatter.sent_bytes == (G > 1 ? 4 * (n - (hi - lo)) : 0));
+        // all-gather with counts, and chunk_begin's split over the group: each member's chunk of its own input.
+        Tensor whole = Tensor::zeros({n}, cpu(0)), split_whole = Tensor::zeros({n}, cpu(0));
+        Tensor mine = Tensor::from_vector(std::vector<float>(v.begin() + lo, v.begin() + hi), {hi - lo}, cpu(0));
+        dist::allgather_async(Tensor::from_vector(v, {n}, cpu(0)), lo, whole, counts, *g).wait();
+        dist::allgather(mine, split_whole, *g);
+        std::vector<float> want(static_cast<size_t>(n));
+        for (int q = 0; q < G; ++q)
+          for (int64_t i = n * q / G; i < n * (q + 1) / G; ++i)
+            want[size_t(i)] = static_cast<float>(std::ldexp(1.0, g->ranks()[size_t(q)]) * (1 + i % 5));
+        CHECK(whole.to_vector() == want);
+        CHECK(split_whole.to_vector() == want);
+        CHECK(dist::chunk_begin(n, me, *g) == lo);
+        // broadcast from the group's last member.
+        Tensor b = Tensor::from_vector(v, {n}, cpu(0));
+        dist::broadcast(b, G - 1, *g);
+        bool from_root = true;
+        for (int64_t i = 0; i < n; ++i)
+          from_root = from_root && b.to_vector()[size_t(i)] == static_cast<float>(std::ldexp(1.0, g->ranks().back()) * (1 + i % 5));
+        CHECK(from_root);
+      }
+      CHECK_THROWS_AS(dist::broadcast(Tensor::zeros({3}, cpu(0)), G, *g), ConfigError);
+      dist::barrier(*g);
+    }
+  }
+}
+
+namespace {
+
+// sum((y - t)^2): a loss that adds over the examples, so the parts of a batch add up to the whole's.
+Tensor sum_squared_error(const Tensor& y, const std::vector<float>& t) {
+  const Tensor d = add(y, scale(Tensor::from_vector(t, y.shape(), y.device()), -1.0f));
+  return sum(mul(d, d));
+}
+
+}  // namespace
+
+TEST_CASE("Trainer on the grid: SGD with ZeRO-0/1/2 over the dp group and clipping over the tp slices equals one process") {
+  use_devices({cpu(0)});
+  dist::Grid grid(tp_for_world());
+  const int P = grid.tp_size, t = grid.tp_rank, D = grid.dp_size, j = grid.dp_rank;
+  constexpr float kClip = 0.05f;  // below the norms of these steps: the clipping acts
+  for (int stage : {0, 1, 2}) {
+    CAPTURE(stage);
+    // The whole batch (D parts of kBatch examples) on one process, and this rank's part of it on the grid.
+    Reference ref;
+    auto mlp = tp::shard_mlp(ref.fc1, ref.fc2, grid.tp, cpu(0));
+    optim::OptimizerOptions o;
+    o.learning_rate = kLr, o.momentum = 0.9f, o.clip_grad_norm = kClip;
+    nn::ParameterDict whole;
+    for (nn::Dense* fc : {&ref.fc1, &ref.fc2})
+      for (auto& [name, p] : fc->collect_params()) whole.add(std::string(fc == &ref.fc1 ? "fc1." : "fc2.") + name, p);
+    optim::Trainer one(whole, "sgd", o, "device");
+    auto state_held = [] { return runtime(cpu(0)).allocator->stats().held(MemoryTag::optimizer_state); };
+    int64_t grid_state = 0, after_first = 0;  // the grid trainer's momentum bytes, made by its first step
+    o.zero_stage = stage, o.dp_group = grid.dp, o.tp_group = grid.tp;
+    optim::Trainer trainer(mlp->collect_params(), "sgd", o, "dist_sync");
+    for (uint32_t step = 0; step < 5; ++step) {
+      CAPTURE(step);
+      const auto X = lcg_data(D * kBatch * kModel, 100 + step), T = lcg_data(D * kBatch * kModel, 200 + step);
+      sum_squared_error(ref.fc2(ref.fc1(Tensor::from_vector(X, {D * kBatch, kModel}, cpu(0)))), T).backward();
+      const auto part = [&](const std::vector<float>& a) {
+        return std::vector<float>(a.begin() + j * kBatch * kModel, a.begin() + (j + 1) * kBatch * kModel);
+      };
+      sum_squared_error((*mlp)(Tensor::from_vector(part(X), {kBatch, kModel}, cpu(0))), part(T)).backward();
+      one.step(D * kBatch);
+      const int64_t before = state_held();
+      trainer.step(D * kBatch);
+      if (step == 0) grid_state = state_held() - before, after_first = state_held();
+      CHECK(one.last_grad_norm() > kClip);
+      CHECK(std::fabs(trainer.last_grad_norm() - one.last_grad_norm()) <= 1e-5 * one.last_grad_norm());
+    }
+    CHECK(shard_matches(ref, *mlp, t, P, false, "after 5 steps"));
+    // The momentum buffers this rank keeps, measured: its P_r elements, or its chunk of them over the dp group.
+    int64_t held = 0;
+    for (auto& p : mlp->collect_params().trainable()) held += p->shape()[0] * (p->shape().size() > 1 ? p->shape()[1] : 1);
+    const int64_t kept = stage == 0 ? held : held * (j + 1) / D - held * j / D;
+    CHECK(grid_state == 4 * kept);
+    CHECK(state_held() == after_first);  // and no more afterwards
+  }
+}
+
+TEST_CASE("Trainer: a dp_group needs a dist kvstore, stage 3 and buckets the world; a tp_group's norm stages 0 to 2") {
+  use_devices({cpu(0)});
+  dist::Grid grid(tp_for_world());
+  Reference ref;
+  optim::OptimizerOptions o;
+  o.dp_group = grid.dp;
+  CHECK_THROWS_AS(optim::Trainer(ref.fc1.collect_params(), "sgd", o, "device"), ConfigError);
+  optim::OptimizerOptions three = o;
+  three.zero_stage = 3;
+  if (!grid.dp.is_world()) CHECK_THROWS_AS(optim::Trainer(ref.fc1.collect_params(), "sgd", three, "dist_sync"), ConfigError);
+  optim::Trainer ok(ref.fc1.collect_params(), "sgd", o, "dist_sync");
+  if (!grid.dp.is_world()) CHECK_THROWS_AS(ok.set_buckets(dist::BucketOptions{}), ConfigError);
+  optim::OptimizerOptions tp_devices;
+  tp_devices.tp_group = grid.tp, tp_devices.zero_stage = 1;
+  CHECK_THROWS_AS(optim::Trainer(ref.fc1.collect_params(), "sgd", tp_devices, "device"), ConfigError);
 }
 
 TEST_CASE("f over a process group: backward sums the ranks' gradients (finite differences)") {

@@ -15,10 +15,19 @@
 // that hold the same tensor (the same slice of the MLP, or a replicated layer). Never over the row:
 // the row's ranks hold different slices, or, for the replicated layers and the row layer's bias, the
 // same whole gradient already (g's backward is the identity), which a sum over the row would count
-// tp times. Then every rank updates what it holds, by the same SGD as the unsharded run.
+// tp times. Then every rank updates what it holds, by the same SGD as the unsharded run, through a
+// Trainer whose dist_sync kvstore sums over the column (OptimizerOptions::dp_group). With
+// --grid-zero-stage 1 (the default) the column also shards the optimizer state, ZeRO-1 over the dp
+// group (Megatron-LM's distributed optimizer): the gradients reduce-scattered over the column, each
+// rank updating its 1/dp chunk of what it holds, then all-gathered; 2 keeps only its chunk's summed
+// gradient too; 0 replicates the state over the column. --clip-grad-norm clips by the norm of the
+// whole model's gradient: the slices' squares added over the row (OptimizerOptions::tp_group), the
+// replicated tensors' counted once.
 //
 // The check: the same classifier trained by one process on the whole batch (rank 0, after the grid
-// run) gives the same losses within rounding over the first steps, every rank's tensors then equal
+// run) gives the same losses (and, when clipping, the same gradient norms) within rounding over the
+// first steps, each rank's optimizer state, measured from its allocator, is what the stage keeps,
+// every rank's tensors then equal
 // their slices of the unsharded ones within rounding, and the tensors that several ranks hold have
 // the same bits on each of them. (Over a long run rounding's differences grow, as in part 2.)
 #include <algorithm>
@@ -38,6 +47,7 @@
 #include "core/nn/dense.hpp"
 #include "core/nn/sequential.hpp"
 #include "core/ops.hpp"
+#include "core/optim/trainer.hpp"
 #include "core/rng.hpp"
 #include "core/runtime.hpp"
 #include "core/tensor_parallel/conjugate_ops.hpp"
@@ -62,9 +72,17 @@ struct RankNet {
   Tensor operator()(const Tensor& x) { return (*out)(relu((*mlp)((*embed)(x)))); }
   std::vector<nn::ParameterPtr> params() const {
     std::vector<nn::ParameterPtr> ps;
-    for (const nn::Block* b : std::vector<const nn::Block*>{embed.get(), mlp.get(), out.get()})
-      for (auto& p : b->collect_params().trainable()) ps.push_back(p);
+    for (auto& [name, p] : named_params()) ps.push_back(p);
     return ps;
+  }
+  // What a Trainer updates: "embed.weight", ..., "mlp.<this rank's slice>", ..., "out.bias".
+  nn::ParameterDict named_params() const {
+    nn::ParameterDict d;
+    const std::pair<const char*, const nn::Block*> blocks[] = {{"embed.", embed.get()}, {"mlp.", mlp.get()}, {"out.", out.get()}};
+    for (const auto& [prefix, b] : blocks)
+      for (auto& [name, p] : b->collect_params())
+        if (p->differentiable()) d.add(prefix + name, p);
+    return d;
   }
 };
 
@@ -78,20 +96,6 @@ std::shared_ptr<nn::Dense> copy_dense(const nn::Dense& from, int64_t units, cons
   return c;
 }
 
-// One SGD step on what this rank holds: every gradient is first summed over `dp` (the ranks holding
-// the same tensor on other parts of the batch), then w -= lr / batch * grad. A null dp: one process.
-void sgd_step_grid(const std::vector<nn::ParameterPtr>& params, const dist::Group* dp, float lr, int64_t batch) {
-  NoGrad no_grad;
-  for (auto& p : params) {
-    auto ws = p->list_data(), gs = p->list_grad();
-    for (size_t k = 0; k < ws.size(); ++k) {
-      if (dp) dist::allreduce(gs[k], *dp, "ring");
-      sgd_update_(ws[k], gs[k], lr / static_cast<float>(batch));
-    }
-    p->zero_grad();
-  }
-}
-
 using Values = std::vector<std::vector<float>>;  // tensors as host values
 Values values_of(const std::vector<nn::ParameterPtr>& ps) {
   Values v;
@@ -101,6 +105,8 @@ Values values_of(const std::vector<nn::ParameterPtr>& ps) {
 
 struct RunLog {
   std::vector<double> steps;                 // each step's mean loss over the whole batch
+  std::vector<double> norms;                 // each step's gradient norm (--clip-grad-norm > 0)
+  int64_t state_bytes = 0;                   // the optimizer state this rank held after training (allocator)
   std::vector<double> epoch_loss, test_acc;  // per epoch
   tp::Traffic first_step;                    // what f and g sent in the first step
   int64_t first_part = 0;                    // this rank's examples in the first step
@@ -108,15 +114,23 @@ struct RunLog {
 };
 
 // Trains `net` on this rank's parts of the minibatches (the whole of them for the unsharded run,
-// dp == nullptr). `counts_loss`: this rank's loss is the one its row reports (tp rank 0); the
+// grid == nullptr). `counts_loss`: this rank's loss is the one its row reports (tp rank 0); the
 // losses and correct counts are summed over the world, so every rank gets the whole batch's.
 RunLog train_rank(RankNet& net, const Config& cfg, const DataIter& train_iter, const DataIter& test_iter, int64_t features,
-                  Device dev, const dist::Group* dp, bool counts_loss, const char* label) {
+                  Device dev, const dist::Grid* grid, bool counts_loss, const char* label) {
   RunLog log;
   auto over_world = [&](std::vector<double> v) {
     if (!counts_loss) v.assign(v.size(), 0.0);
-    return dp ? dist::sum_over_ranks(v) : v;
+    return grid ? dist::sum_over_ranks(v) : v;
   };
+  // SGD (MXNet's sgd_mom_update: its momentum buffer is the state, kept at momentum 0 too). The
+  // grid's kvstore sums over the column, and ZeRO shards over it; the unsharded run sums nothing.
+  optim::OptimizerOptions o;
+  o.learning_rate = cfg.lr;
+  o.clip_grad_norm = cfg.clip_grad_norm;
+  if (grid) o.zero_stage = cfg.grid_zero_stage, o.dp_group = grid->dp, o.tp_group = grid->tp;
+  const int64_t state_before = runtime(dev).allocator->stats().held(MemoryTag::optimizer_state);
+  optim::Trainer trainer(net.named_params(), "sgd", o, grid ? "dist_sync" : "device");
   int64_t step = 0;
   for (int epoch = 0; epoch < cfg.num_epochs; ++epoch) {
     double loss_sum = 0;
@@ -130,7 +144,8 @@ RunLog train_rank(RankNet& net, const Config& cfg, const DataIter& train_iter, c
         l.backward();
         loss = l.item();
       }
-      sgd_step_grid(net.params(), dp, cfg.lr, b.size());
+      trainer.step(b.size());  // the whole minibatch's size: the gradients are summed over its parts
+      if (cfg.clip_grad_norm > 0) log.norms.push_back(trainer.last_grad_norm());
       if (step == 0) log.first_step = tp::traffic(), log.first_part = b.n;
       loss = over_world({loss})[0];
       check_loss(loss, epoch + 1, ++step);
@@ -152,6 +167,7 @@ RunLog train_rank(RankNet& net, const Config& cfg, const DataIter& train_iter, c
     std::fflush(stdout);
   }
   if (log.at_check.empty()) log.at_check = values_of(net.compared);  // fewer steps than checked
+  log.state_bytes = runtime(dev).allocator->stats().held(MemoryTag::optimizer_state) - state_before;
   return log;
 }
 
@@ -292,7 +308,7 @@ int grid_over_processes(const Config& cfg) {
 
   // The grid run: every rank on its part.
   std::printf("  the grid (losses and accuracy of the whole batch, summed over the tp groups):\n");
-  const RunLog g = train_rank(mine, cfg, train_part, test_part, features, dev, &grid.dp, grid.tp_rank == 0, "grid");
+  const RunLog g = train_rank(mine, cfg, train_part, test_part, features, dev, &grid, grid.tp_rank == 0, "grid");
   const auto steps = static_cast<int64_t>(g.steps.size());
 
   // The unsharded run on rank 0 (the others wait), then its tensors sent to every rank.
@@ -331,7 +347,13 @@ int grid_over_processes(const Config& cfg) {
   for (int r = 0; r < W; ++r)
     replicas_equal = replicas_equal && rep[size_t(r)] == rep[0] && sliced[size_t(r)] == sliced[size_t(r % grid.tp_size)];
 
-  const bool equal = first <= kRtol && at_check <= kRtol;  // rank 0's verdict on the losses, everyone's on the tensors
+  // With clipping, each step's gradient norm: the grid's, its slices added over the row and its
+  // chunks over the column, against the unsharded model's.
+  double norms = 0;
+  if (dist::rank() == 0)
+    for (size_t s = 0; s < std::min<size_t>(g.norms.size(), kCheckedSteps); ++s)
+      norms = std::max(norms, std::fabs(u.norms[s] - g.norms[s]) / std::max(std::fabs(u.norms[s]), 1e-30));
+  const bool equal = first <= kRtol && at_check <= kRtol && norms <= kRtol;  // rank 0's verdict on the losses, everyone's on the tensors
   const int checked = static_cast<int>(std::min<int64_t>(kCheckedSteps, steps));
   std::printf("grid check: %d dp x %d tp over %d process%s %s the unsharded run within rounding over the first %d steps "
               "(largest relative difference of the losses %.1e, of every rank's tensors against their part of the "
@@ -341,6 +363,11 @@ int grid_over_processes(const Config& cfg) {
   std::printf("over all %lld steps the losses differ by at most %.1e relative, and after training the tensors by %.1e "
               "(rounding's differences, compounded by training)\n",
               (long long)steps, all, after);
+  if (cfg.clip_grad_norm > 0)
+    std::printf("clipping: the grid's gradient norm (the slices' squares added over each tp group, the replicated tensors' "
+                "once) against the unsharded model's over the first %d steps: largest relative difference %.1e (the "
+                "first step's %.4f, max norm %g)\n",
+                checked, norms, g.norms.empty() ? 0.0 : g.norms[0], double(cfg.clip_grad_norm));
   std::printf("replicas: %s\n", replicas_equal ? "the outer layers and the row layer's bias have the same bits on every rank, "
                                                  "each slice of the MLP on every rank of its dp group"
                                                : "DIFFER between ranks that should hold the same bits");
@@ -348,13 +375,33 @@ int grid_over_processes(const Config& cfg) {
   int64_t grad_floats = 0, tensors = 0;
   for (auto& p : mine.params()) grad_floats += p->list_data()[0].numel(), ++tensors;
   std::printf("communication in the first step on rank 0: tp group %lld allreduces, %lld bytes (f and g, 2 * %lld * %lld * 4 "
-              "= %lld); dp group %lld allreduces of its gradients, %lld bytes (4 * %lld elements%s)\n",
+              "= %lld); dp group %lld %s, %lld bytes (4 * %lld elements%s)\n",
               (long long)g.first_step.allreduces, (long long)g.first_step.payload_bytes, (long long)g.first_part,
               (long long)cfg.d_model, (long long)(2 * g.first_part * cfg.d_model * 4), (long long)tensors,
+              cfg.grid_zero_stage == 0 ? "allreduces of its gradients"
+                                   : "reduce-scatters of its gradients, then as many all-gathers of the updated weights",
               (long long)(4 * grad_floats), (long long)grad_floats, grid.dp_size == 1 ? "; a group of one sends nothing" : "");
   std::fflush(stdout);
+  // The optimizer state each rank holds, measured (the allocator's bytes tagged optimizer_state),
+  // against what its stage keeps: SGD's one buffer of 4 bytes per element of the P_r elements the
+  // rank holds, replicated (stage 0) or its chunk over the dp group, floor(P_r (j+1) / dp) - floor(P_r j / dp).
+  int64_t held = 0;
+  for (auto& p : mine.params()) held += p->list_data()[0].numel();
+  const int64_t chunk = cfg.grid_zero_stage == 0 ? held
+                                                 : dist::chunk_begin(held, grid.dp_rank + 1, grid.dp) - dist::chunk_begin(held, grid.dp_rank, grid.dp);
+  const auto measured = dist::gather_strings(std::to_string(g.state_bytes) + " " + std::to_string(4 * chunk) + " " +
+                                             std::to_string(4 * held));
+  bool state_as_model = true;
+  std::printf("optimizer state per rank (--grid-zero-stage %d: %s), measured against the model:\n", cfg.grid_zero_stage,
+              cfg.grid_zero_stage == 0 ? "replicated over each dp group" : "sharded over each dp group, ZeRO on the dp group");
+  for (int r = 0; r < W; ++r) {
+    long long got = 0, want = 0, whole_state = 0;
+    std::sscanf(measured[size_t(r)].c_str(), "%lld %lld %lld", &got, &want, &whole_state);
+    state_as_model = state_as_model && got == want;
+    std::printf("  rank %d: %lld bytes (model %lld; replicated %lld)%s\n", r, got, want, whole_state, got == want ? "" : "  DIFFERS");
+  }
   // Every rank's verdict, so that every rank exits with the same code.
-  const bool ok = (dist::rank() != 0 || equal) && at_check <= kRtol && replicas_equal;
+  const bool ok = (dist::rank() != 0 || equal) && at_check <= kRtol && replicas_equal && state_as_model;
   return dist::sum_over_ranks({ok ? 0.0 : 1.0})[0] > 0 ? 1 : 0;
 }
 

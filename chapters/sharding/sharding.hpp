@@ -43,7 +43,7 @@ struct Config {
   int steps = 20;          // timed Adam steps per run (after one untimed warm-up step)
   float adam_lr = 1e-3f;
   double reduce_bucket_mb = 0.5;  // under mpirun: ZeRO-2's reduce-scatter bucket (0: one per parameter)
-  float clip_grad_norm = 0;  // clip_grad_norm_'s max_norm over every shard (0: off)
+  float clip_grad_norm = 0;  // part 1 and the grid: clip_grad_norm_'s max_norm over every shard and slice (0: off)
   // The MLP of part 1: 784 -> zero_hidden, then zero_layers - 1 more Dense(zero_hidden) layers, -> 10:
   // layers of equal width, so that the units FSDP gathers are of similar size and the optimizer's
   // bytes dominate (ZeRO's ladder shows; exercise 3 in README.md makes the first layer dominate).
@@ -54,6 +54,8 @@ struct Config {
   int64_t d_model = 64;    // the MLP's input and output width
   int64_t hidden = 256;    // its hidden width (4 d_model), split over P
   float lr = 0.1f;         // SGD's
+  // The grid: where its SGD state lives over each dp group (0 replicated, 1 ZeRO-1, 2 ZeRO-2).
+  int grid_zero_stage = 1;
   int num_epochs = 3;
   bool verbose = true;
   std::string plot_dir;    // part 1: memory_per_device.png and step_time.png here ("" for none)

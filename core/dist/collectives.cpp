@@ -167,26 +167,26 @@ void naive_allreduce(float* p, int64_t n, MPI_Comm comm, int W, int me) {
   }
 }
 
-std::vector<int> chunk_counts(int64_t n) {
-  std::vector<int> counts(static_cast<size_t>(world_size()));
-  for (int c = 0; c < world_size(); ++c) counts[static_cast<size_t>(c)] = static_cast<int>(chunk_begin(n, c + 1) - chunk_begin(n, c));
+std::vector<int> chunk_counts(int64_t n, const Group& g) {
+  std::vector<int> counts(static_cast<size_t>(g.size()));
+  for (int c = 0; c < g.size(); ++c) counts[static_cast<size_t>(c)] = static_cast<int>(chunk_begin(n, c + 1, g) - chunk_begin(n, c, g));
   return counts;
 }
-std::vector<int> chunk_offsets(int64_t n) {
-  std::vector<int> offsets(static_cast<size_t>(world_size()));
-  for (int c = 0; c < world_size(); ++c) offsets[static_cast<size_t>(c)] = static_cast<int>(chunk_begin(n, c));
+std::vector<int> chunk_offsets(int64_t n, const Group& g) {
+  std::vector<int> offsets(static_cast<size_t>(g.size()));
+  for (int c = 0; c < g.size(); ++c) offsets[static_cast<size_t>(c)] = static_cast<int>(chunk_begin(n, c, g));
   return offsets;
 }
 #endif
 
 // allgather and reduce_scatter: `part` must hold this rank's chunk of `whole`. Returns whole's size.
-int64_t check_chunk(const char* op, const Tensor& whole, const Tensor& part, const char* part_name) {
+int64_t check_chunk(const char* op, const Tensor& whole, const Tensor& part, const char* part_name, const Group& g) {
   check_f32(op, whole);
   check_f32(op, part);
-  const int64_t n = whole.numel(), mine = chunk_begin(n, rank() + 1) - chunk_begin(n, rank());
+  const int64_t n = whole.numel(), mine = chunk_begin(n, g.rank() + 1, g) - chunk_begin(n, g.rank(), g);
   count_of(op, n);
   if (part.numel() != mine)
-    throw ShapeError(std::string("dist::") + op + ": rank " + std::to_string(rank()) + "'s " + part_name + " has " +
+    throw ShapeError(std::string("dist::") + op + ": rank " + std::to_string(g.rank()) + "'s " + part_name + " has " +
                      std::to_string(part.numel()) + " elements, its chunk of " + std::to_string(n) + " has " +
                      std::to_string(mine));
   return n;
@@ -202,6 +202,7 @@ void on_comm_now(const char* op, std::function<void()> fn) {
 }  // namespace
 
 int64_t chunk_begin(int64_t n, int chunk) { return n * chunk / world_size(); }
+int64_t chunk_begin(int64_t n, int chunk, const Group& group) { return n * chunk / group.size(); }
 
 void check_algorithm(const std::string& flag, const std::string& algorithm) {
   if (algorithm != "library" && algorithm != "ring" && algorithm != "naive")
@@ -298,39 +299,49 @@ Work allreduce_async(const Tensor& t, const std::string& algorithm) {
   return w;
 }
 
-void broadcast(const Tensor& t, int root) {
+void broadcast(const Tensor& t, int root) { broadcast(t, root, Group()); }
+
+void broadcast(const Tensor& t, int root, const Group& g) {
   check_f32("broadcast", t);
-  if (root < 0 || root >= world_size())
-    throw ConfigError("dist::broadcast: root " + std::to_string(root) + " outside [0, " + std::to_string(world_size()) + ")");
+  const int W = g.size();
+  if (root < 0 || root >= W)
+    throw ConfigError("dist::broadcast: root " + std::to_string(root) + " outside [0, " + std::to_string(W) + ")");
   const int n = count_of("broadcast", t.numel());
-  if (world_size() == 1 || n == 0) return;
-  const int64_t sent = rank() == root ? int64_t{n} * (world_size() - 1) : 0;
+  if (W == 1 || n == 0) return;
+  const int64_t sent = g.rank() == root ? int64_t{n} * (W - 1) : 0;
   if (on_gpu(t)) {
-    if (nccl::usable(t.device())) {
+    if (g.is_world() && nccl::usable(t.device())) {
       count(&CollectiveCounters::broadcast, n, sent);
       return nccl::broadcast(t, root);
     }
-    return via_host(t, [&](const Tensor& h) { broadcast(h, root); });
+    return via_host(t, [&](const Tensor& h) { broadcast(h, root, g); });
   }
 #ifdef D2L_WITH_MPI
   count(&CollectiveCounters::broadcast, n, sent);
   float* p = t.data();
-  on_comm("MPI_Ibcast", {t}, [p, n, root] {
+  const MPI_Comm c = comm_of(g);
+  on_comm("MPI_Ibcast", {t}, [p, n, root, c] {
     MPI_Request q;
-    MPI_Ibcast(p, n, MPI_FLOAT, root, MPI_COMM_WORLD, &q);
+    MPI_Ibcast(p, n, MPI_FLOAT, root, c, &q);
     wait(q);
   });
 #endif
 }
 
-void allgather(const Tensor& in, const Tensor& out) {
-  const Work w = allgather_async(in, out);
+void allgather(const Tensor& in, const Tensor& out) { allgather(in, out, Group()); }
+
+void allgather(const Tensor& in, const Tensor& out, const Group& g) {
+  const int64_t n = check_chunk("allgather", out, in, "input", g);
+  std::vector<int64_t> counts;
+  for (int r = 0; r < g.size(); ++r) counts.push_back(chunk_begin(n, r + 1, g) - chunk_begin(n, r, g));
+  const Work w = g.is_world() ? allgather_async(in, out) : allgather_async(in, 0, out, counts, g);
   w.wait();  // out's compute stream
   if (w.pending && in.device() != out.device()) runtime(in.device()).compute.wait(w.done);
 }
 
 Work allgather_async(const Tensor& in, const Tensor& out) {
-  const int64_t n = check_chunk("allgather", out, in, "input");
+  const Group world;
+  const int64_t n = check_chunk("allgather", out, in, "input", world);
   Work w;
   w.device = out.device();
   if (world_size() == 1) {
@@ -353,8 +364,8 @@ Work allgather_async(const Tensor& in, const Tensor& out) {
   count(&CollectiveCounters::allgather, mine, mine * (world_size() - 1));
   const float* src = in.data();
   float* dst = out.data();
-  on_comm("MPI_Iallgatherv", {in, out}, [src, dst, n] {
-    std::vector<int> counts = chunk_counts(n), offsets = chunk_offsets(n);
+  on_comm("MPI_Iallgatherv", {in, out}, [src, dst, n, world] {
+    std::vector<int> counts = chunk_counts(n, world), offsets = chunk_offsets(n, world);
     MPI_Request q;
     MPI_Iallgatherv(src, counts[static_cast<size_t>(rank())], MPI_FLOAT, dst, counts.data(), offsets.data(), MPI_FLOAT,
                     MPI_COMM_WORLD, &q);
@@ -365,10 +376,11 @@ Work allgather_async(const Tensor& in, const Tensor& out) {
   return w;
 }
 
-Work allgather_async(const Tensor& in, int64_t in_offset, const Tensor& out, const std::vector<int64_t>& counts) {
+Work allgather_async(const Tensor& in, int64_t in_offset, const Tensor& out, const std::vector<int64_t>& counts,
+                     const Group& g) {
   check_f32("allgather", in);
   check_f32("allgather", out);
-  const int W = world_size(), me = rank();
+  const int W = g.size(), me = g.rank();
   int64_t total = 0;
   for (int64_t c : counts) total += c;
   const int64_t mine = static_cast<int>(counts.size()) == W ? counts[static_cast<size_t>(me)] : -1;
@@ -386,7 +398,7 @@ Work allgather_async(const Tensor& in, int64_t in_offset, const Tensor& out, con
   if (on_gpu(in) || on_gpu(out)) {  // through host memory
     Tensor part = Tensor::empty({std::max<int64_t>(mine, 1)}, cpu(0)), h = Tensor::empty(out.shape(), cpu(0));
     if (mine > 0) copy_bytes(in, static_cast<size_t>(in_offset) * 4, part, 0, static_cast<size_t>(mine) * 4);
-    allgather_async(part, 0, h, counts).wait();
+    allgather_async(part, 0, h, counts, g).wait();
     h.copyto(out);
     return w;
   }
@@ -396,9 +408,10 @@ Work allgather_async(const Tensor& in, int64_t in_offset, const Tensor& out, con
   float* dst = out.data();
   std::vector<int> n(counts.begin(), counts.end()), at(counts.size(), 0);
   for (size_t r = 1; r < counts.size(); ++r) at[r] = at[r - 1] + n[r - 1];
-  on_comm("MPI_Iallgatherv", {in, out}, [src, dst, n, at, me] {
+  const MPI_Comm c = comm_of(g);
+  on_comm("MPI_Iallgatherv", {in, out}, [src, dst, n, at, me, c] {
     MPI_Request q;
-    MPI_Iallgatherv(src, n[static_cast<size_t>(me)], MPI_FLOAT, dst, n.data(), at.data(), MPI_FLOAT, MPI_COMM_WORLD, &q);
+    MPI_Iallgatherv(src, n[static_cast<size_t>(me)], MPI_FLOAT, dst, n.data(), at.data(), MPI_FLOAT, c, &q);
     wait(q);
   }, &w.done);
   w.pending = true;
@@ -407,7 +420,8 @@ Work allgather_async(const Tensor& in, int64_t in_offset, const Tensor& out, con
 }
 
 void reduce_scatter(const Tensor& in, const Tensor& out) {
-  const int64_t n = check_chunk("reduce_scatter", in, out, "output");
+  const Group world;
+  const int64_t n = check_chunk("reduce_scatter", in, out, "output", world);
   if (world_size() == 1) {
     if (n > 0) in.copyto(out);
     return;
@@ -426,8 +440,8 @@ void reduce_scatter(const Tensor& in, const Tensor& out) {
   count(&CollectiveCounters::reduce_scatter, n, sent);
   const float* src = in.data();
   float* dst = out.data();
-  on_comm("MPI_Ireduce_scatter", {in, out}, [src, dst, n] {
-    std::vector<int> counts = chunk_counts(n);
+  on_comm("MPI_Ireduce_scatter", {in, out}, [src, dst, n, world] {
+    std::vector<int> counts = chunk_counts(n, world);
     MPI_Request q;
     MPI_Ireduce_scatter(src, dst, counts.data(), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &q);
     wait(q);
@@ -435,10 +449,11 @@ void reduce_scatter(const Tensor& in, const Tensor& out) {
 #endif
 }
 
-Work reduce_scatter_async(const Tensor& in, const Tensor& out, int64_t out_offset, const std::vector<int64_t>& counts) {
+Work reduce_scatter_async(const Tensor& in, const Tensor& out, int64_t out_offset, const std::vector<int64_t>& counts,
+                          const Group& g) {
   check_f32("reduce_scatter", in);
   check_f32("reduce_scatter", out);
-  const int W = world_size(), me = rank();
+  const int W = g.size(), me = g.rank();
   int64_t total = 0;
   for (int64_t c : counts) total += c;
   if (static_cast<int>(counts.size()) != W || total != in.numel() || out_offset < 0 ||
@@ -455,7 +470,7 @@ Work reduce_scatter_async(const Tensor& in, const Tensor& out, int64_t out_offse
   }
   if (on_gpu(in) || on_gpu(out)) {  // through host memory
     Tensor h = Tensor::empty({std::max<int64_t>(mine, 1)}, cpu(0));
-    reduce_scatter_async(in.to(cpu(0)), h, 0, counts).wait();
+    reduce_scatter_async(in.to(cpu(0)), h, 0, counts, g).wait();
     if (mine > 0) copy_bytes(h, 0, out, static_cast<size_t>(out_offset) * 4, static_cast<size_t>(mine) * 4);
     return w;
   }
@@ -465,9 +480,10 @@ Work reduce_scatter_async(const Tensor& in, const Tensor& out, int64_t out_offse
   count(&CollectiveCounters::reduce_scatter, total, total - mine);
   const float* src = in.data();
   float* dst = out.data() + out_offset;
-  on_comm("MPI_Ireduce_scatter", {in, out}, [src, dst, c] {
+  const MPI_Comm comm = comm_of(g);
+  on_comm("MPI_Ireduce_scatter", {in, out}, [src, dst, c, comm] {
     MPI_Request q;
-    MPI_Ireduce_scatter(src, dst, c.data(), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &q);
+    MPI_Ireduce_scatter(src, dst, c.data(), MPI_FLOAT, MPI_SUM, comm, &q);
     wait(q);
   }, &w.done);
   w.pending = true;

@@ -6,9 +6,9 @@
 // gpu(i) tensors through NCCL (core/dist/nccl.hpp) in a build that has it, otherwise through MPI
 // via a copy in host memory. The ring always runs over MPI (a GPU tensor's sum is staged on the host).
 //
-// allreduce, barrier and sum_over_ranks also run over a process group (core/dist/group.hpp): the
-// same collective among the group's ranks only, its rank order the group's. Without a group they
-// run over the world.
+// Every collective also runs over a process group (core/dist/group.hpp): the same collective among
+// the group's ranks only, its rank order and its chunks the group's (a grid's dp group, for
+// ZeRO over it). Without a group they run over the world.
 //
 // A tensor of N elements is cut into world_size() chunks, chunk c = [chunk_begin(N, c), chunk_begin(N, c+1)),
 // sizes differing by at most one (N need not divide). In a world of one every collective is a copy or nothing.
@@ -23,7 +23,8 @@
 
 namespace d2l::dist {
 
-int64_t chunk_begin(int64_t n, int chunk);  // n * chunk / world_size()
+int64_t chunk_begin(int64_t n, int chunk);                     // n * chunk / world_size()
+int64_t chunk_begin(int64_t n, int chunk, const Group& group);  // the same rule over a group: n * chunk / group.size()
 
 // In place: t becomes the sum over the ranks of t, with the same bits on every rank.
 //   library  MPI_Allreduce (ncclAllReduce for GPU tensors)
@@ -62,11 +63,13 @@ void set_link_model(LinkModel m);
 LinkModel link_model();
 // The modelled seconds of one allreduce of `bytes` with `algorithm` over world_size() ranks.
 double modeled_allreduce_seconds(const LinkModel& m, double bytes, const std::string& algorithm, int world);
-// t on every rank becomes root's t.
+// t on every rank becomes root's t (root: a rank of the group).
 void broadcast(const Tensor& t, int root = 0);
+void broadcast(const Tensor& t, int root, const Group& group);
 // out (N elements, any shape) becomes the concatenation of every rank's `in`; rank r's `in` holds
 // chunk r's elements (chunk_begin(N, r+1) - chunk_begin(N, r)).
 void allgather(const Tensor& in, const Tensor& out);
+void allgather(const Tensor& in, const Tensor& out, const Group& group);  // chunk_begin(N, r, group)'s split
 // The same all-gather without making the compute stream wait for it (FSDP's prefetch, core/optim/fsdp_dist.hpp):
 // `out` holds the result once work.wait() has been called. GPU tensors: as allgather (nothing pending).
 Work allgather_async(const Tensor& in, const Tensor& out);
@@ -74,7 +77,9 @@ Work allgather_async(const Tensor& in, const Tensor& out);
 // from rank r, this rank's read from `in` at element in_offset on; out is their concatenation in
 // rank order. ZeRO over the ranks gathers each parameter straight into its tensor with it
 // (core/optim/zero_dist.hpp). GPU tensors go through host memory, and then the compute stream waits.
-Work allgather_async(const Tensor& in, int64_t in_offset, const Tensor& out, const std::vector<int64_t>& counts);
+// Over a group, counts has one entry per member, in group rank order.
+Work allgather_async(const Tensor& in, int64_t in_offset, const Tensor& out, const std::vector<int64_t>& counts,
+                     const Group& group = Group());
 // out (rank r: chunk r's elements) becomes the sum over the ranks of chunk r of `in` (N elements).
 void reduce_scatter(const Tensor& in, const Tensor& out);
 // The same with the split given: counts[r] elements (summing to in's) go to rank r, this rank's into
@@ -82,7 +87,8 @@ void reduce_scatter(const Tensor& in, const Tensor& out);
 // not wait for it: the sum is there once the Work's wait() has run (ZeRO-2's per-gradient
 // reduce-scatter during backward, core/optim/zero_dist.hpp). GPU tensors go through host memory,
 // and then the compute stream waits.
-Work reduce_scatter_async(const Tensor& in, const Tensor& out, int64_t out_offset, const std::vector<int64_t>& counts);
+Work reduce_scatter_async(const Tensor& in, const Tensor& out, int64_t out_offset, const std::vector<int64_t>& counts,
+                          const Group& group = Group());
 // What this process handed to the collectives on tensors, counted per kind since the last reset
 // (calls that communicate only: a world or group of one, or an empty tensor, counts nothing). For a
 // call on n elements (4 n bytes) among W ranks, c_r this rank's chunk (chunk_begin's split):

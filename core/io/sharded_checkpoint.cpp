@@ -108,13 +108,21 @@ uint64_t whole(const std::string& path, const std::map<std::string, std::string>
   }
 }
 
+// Stages 0 to 2 over the world: what a file per rank can hold.
+void check_shards(const optim::Trainer& trainer, const std::string& what, const char* verb) {
+  if (trainer.shards_over_ranks() || trainer.options().zero_stage == 3)
+    throw ConfigError(what + ": zero_stage 3 is not supported (the parameters are sharded too); " + verb + " at stages 0 to 2");
+  if (trainer.options().dp_group && !trainer.options().dp_group->is_world())
+    throw ConfigError(what + ": the shards are over the group " + trainer.options().dp_group->str() +
+                      ", not the world: a file per rank is written for shards over the world only");
+}
+
 }  // namespace
 
 void save_sharded_checkpoint(const std::string& dir, const nn::Block& net, const optim::Trainer& trainer, int64_t epoch) {
   const std::string what = "save_sharded_checkpoint " + dir;
   if (epoch < 0 || epoch > kMaxEpoch) throw ConfigError(what + ": epoch " + std::to_string(epoch) + " is out of range");
-  if (trainer.shards_over_ranks() || trainer.options().zero_stage == 3)
-    throw ConfigError(what + ": zero_stage 3 is not supported (the parameters are sharded too); save at stages 0 to 2");
+  check_shards(trainer, what, "save");
   const Flat f = flat_layout(net, trainer, what);
   const int W = dist::world_size(), r = dist::rank();
   const auto& slots = trainer.state_names();
@@ -231,8 +239,7 @@ void save_sharded_checkpoint(const std::string& dir, const nn::Block& net, const
 
 int64_t load_sharded_checkpoint(const std::string& dir, nn::Block& net, optim::Trainer& trainer) {
   const std::string what = "load_sharded_checkpoint " + dir;
-  if (trainer.shards_over_ranks() || trainer.options().zero_stage == 3)
-    throw ConfigError(what + ": zero_stage 3 is not supported (the parameters are sharded too); load at stages 0 to 2");
+  check_shards(trainer, what, "load");
   const Flat f = flat_layout(net, trainer, what);
   std::map<std::string, optim::HostTensor> state;
   SafetensorsFile params_file;

@@ -98,6 +98,11 @@ Step GradClip::apply(const Step& s, double squares) {
   return out;
 }
 
+Step GradClip::apply(const Step& s, double split_squares, double other_squares) {
+  if (tp_group && tp_group->size() > 1) split_squares = dist::sum_over_ranks({split_squares}, *tp_group)[0];
+  return apply(s, split_squares + other_squares);
+}
+
 double sum_of_squares(const Tensor& t) {
   double out = 0;
   if (t.numel() == 0) return out;
@@ -232,10 +237,10 @@ class DistSyncKVStore : public DeviceKVStore {
 
   void pushpull(int64_t key, const std::vector<Tensor>& values) override {
     DeviceKVStore::pushpull(key, values);  // every replica holds this process's sum
-    if (dist::world_size() == 1) return;
+    if (group_.size() == 1) return;
     NoGrad no_grad;
     const size_t h = home(key, values);
-    dist::allreduce(values[h], algorithm_);
+    dist::allreduce(values[h], group_, algorithm_);
     for (size_t i = 0; i < values.size(); ++i)
       if (i != h) values[h].copyto(values[i]);
   }
@@ -245,7 +250,14 @@ class DistSyncKVStore : public DeviceKVStore {
     bucket_options_->algorithm = algorithm_;
     dist::check_algorithm("kvstore dist_sync algorithm", algorithm_);
     if (!(options.bucket_mb >= 0)) throw ConfigError("bad --bucket-mb: must be >= 0 (0: one bucket per parameter)");
+    if (!group_.is_world())
+      throw ConfigError("kvstore " + type() + ": gradient buckets sum over the world, not over the group " + group_.str());
     buckets_.reset();
+  }
+  void set_group(const dist::Group& group) override {
+    if (bucket_options_ && !group.is_world())
+      throw ConfigError("kvstore " + type() + ": gradient buckets sum over the world, not over the group " + group.str());
+    group_ = group;
   }
 
   // The buckets are built by prepare (Trainer::set_buckets, the shapes known) or else at the first
@@ -263,6 +275,7 @@ class DistSyncKVStore : public DeviceKVStore {
 
  private:
   std::string algorithm_;
+  dist::Group group_;  // the ranks summed over
   std::optional<dist::BucketOptions> bucket_options_;
   std::unique_ptr<dist::Buckets> buckets_;
 };
@@ -325,6 +338,10 @@ class RingKVStore : public KVStore {
 
 void KVStore::set_buckets(const dist::BucketOptions&) {
   throw ConfigError("gradient buckets (--bucket-mb) need kvstore dist_sync or dist_sync_ring, not '" + type() + "'");
+}
+
+void KVStore::set_group(const dist::Group&) {
+  throw ConfigError("a process group to sum over needs kvstore dist_sync or dist_sync_ring, not '" + type() + "'");
 }
 
 namespace {

@@ -26,11 +26,13 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
 
 #include "core/dist/buckets.hpp"
+#include "core/dist/group.hpp"
 #include "core/nn/block.hpp"
 #include "core/ops.hpp"
 #include "core/tensor.hpp"
@@ -80,6 +82,14 @@ struct GradClip {
   double total_norm = 0;  // what the last apply() found
   // s for the summed gradient whose squares add up to sum_of_squares (over every shard, every rank).
   Step apply(const Step& s, double sum_of_squares);
+  // Tensor parallelism over processes (Megatron-LM's clip_grad_norm): split[k] says whether the
+  // Trainer's parameter k is a slice split over tp_group (Parameter::split_over_ranks). The squares
+  // of the slices are added over the group (a collective: every rank of it calls apply), those of
+  // the other parameters, which every rank of the group holds whole, counted once.
+  std::optional<dist::Group> tp_group{};
+  std::vector<bool> split{};
+  bool is_split(size_t k) const { return k < split.size() && split[k]; }
+  Step apply(const Step& s, double split_squares, double other_squares);
 };
 // The sum of the squares of t's elements (float32), read to host memory and added in double: a
 // teaching framework's choice, not a fast one (a copy to the host per step). A float's square is exact
@@ -142,6 +152,9 @@ class KVStore {
   }
   // Turns the buckets on with these options (dist_sync, dist_sync_ring); a ConfigError elsewhere.
   virtual void set_buckets(const dist::BucketOptions& options);
+  // The ranks dist_sync and dist_sync_ring sum over: the world by default, or a process group (a
+  // grid's dp group, core/dist/grid.hpp; no buckets then). A ConfigError for the other kvstores.
+  virtual void set_group(const dist::Group& group);
   // Builds what reduce_all needs for these replicas ahead of the first step (the buckets and their
   // gradient hooks); reduce_all builds it otherwise. Nothing for the other kvstores.
   virtual void prepare(const std::vector<std::vector<Tensor>>& weights) { (void)weights; }

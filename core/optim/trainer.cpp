@@ -85,13 +85,22 @@ Trainer::Trainer(const nn::ParameterDict& params, const std::string& optimizer, 
     if (processes && options_.zero_stage == 3)
       zero3_ranks_ = std::make_unique<zero::RankParameterShards>(state_names_.size());
     else if (processes)
-      zero_ranks_ = std::make_unique<zero::RankShardedState>(state_names_.size(), options_.zero_stage, options_.reduce_bucket_mb);
+      zero_ranks_ = std::make_unique<zero::RankShardedState>(state_names_.size(), options_.zero_stage,
+                                                             options_.reduce_bucket_mb, options_.dp_group.value_or(dist::Group()));
     else if (kv_->type() != "device" && kv_->type() != "ring")
       throw ConfigError("Trainer: zero_stage " + stage + " shards the optimizer state over the devices of one process "
                         "and needs kvstore 'device' or 'ring', not '" + kv_->type() + "'");
     else
       zero_ = std::make_unique<zero::ShardedState>(state_names_.size(), options_.zero_stage);
   }
+  if (options_.dp_group) {
+    if (options_.zero_stage == 3 && !options_.dp_group->is_world())
+      throw ConfigError("Trainer: zero_stage 3 shards over the world, not over the group " + options_.dp_group->str());
+    kv_->set_group(*options_.dp_group);  // a ConfigError for a kvstore within one process
+  }
+  if (options_.tp_group && (zero_ || zero3_ranks_))
+    throw ConfigError("Trainer: a tp_group's gradient norm is built for zero_stage 0 and, over the processes, 1 and 2, "
+                      "not for zero_stage " + std::to_string(options_.zero_stage) + " with kvstore '" + kv_->type() + "'");
   for (auto& [name, p] : params)
     if (p->differentiable()) params_.emplace_back(name, p);
   state_.assign(params_.size(), std::vector<std::vector<Tensor>>(state_names_.size()));
@@ -179,6 +188,8 @@ void Trainer::step(int64_t batch_size) {
   // clip_grad_norm_: each path below hands `clip` the summed gradient's squares, and steps with the
   // grad_scale it returns.
   GradClip clipping{options_.clip_grad_norm, batch_size};
+  clipping.tp_group = options_.tp_group;
+  for (auto& [name, p] : params_) clipping.split.push_back(options_.tp_group && p->split_over_ranks());
   GradClip* clip = options_.clip_grad_norm > 0 ? &clipping : nullptr;
   if (zero_ && zero_->stage() == 3) {  // ZeRO-3: each device updates its shard; the next forward gathers
     if (!zero_->placed())
@@ -230,9 +241,9 @@ void Trainer::step(int64_t batch_size) {
   if (clip) {  // update_all sums and steps in one go: here the sums first, their norm, then the step
     for (size_t k = 0; k < params_.size() && !summed; ++k) kv_->pushpull(static_cast<int64_t>(k), grads[k]);
     summed = true;
-    double squares = 0;
-    for (auto& replicas : grads) squares += sum_of_squares(replicas[0]);  // every replica holds the sum
-    s = clip->apply(s, squares);
+    double split = 0, other = 0;  // every replica holds the sum; the slices of a tp_group apart
+    for (size_t k = 0; k < grads.size(); ++k) (clip->is_split(k) ? split : other) += sum_of_squares(grads[k][0]);
+    s = clip->apply(s, split, other);
     last_grad_norm_ = static_cast<float>(clip->total_norm);
   }
   kv_->update_all(weights, grads, state_, host_state_, s, summed);

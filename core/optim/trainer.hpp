@@ -33,11 +33,13 @@
 #pragma once
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "core/dist/buckets.hpp"
+#include "core/dist/group.hpp"
 #include "core/nn/block.hpp"
 
 namespace d2l::optim {
@@ -64,8 +66,9 @@ struct OptimizerOptions {
   // gradient the optimizer uses, (sum over replicas) / batch_size, over every trainable parameter (at
   // every stage the whole sum's, read from its shards, over the processes too); where clip_coef =
   // clip_grad_norm / (total_norm + 1e-6) is below 1 the step uses the gradient times clip_coef.
-  // 0: off (the step as without it); a finite number >= 0. Tensor parallelism's split layers
-  // (core/tensor_parallel) are not added up over their shards: each replica's own gradient counts.
+  // 0: off (the step as without it); a finite number >= 0. Tensor parallelism's slices over
+  // processes count as parts of one tensor with tp_group set (below); without it, and for the layers
+  // split over the devices of one process, each replica's own gradient counts.
   float clip_grad_norm = 0.0f;
   // Where the state lives, for either optimizer (DeepSpeed's zero_optimization.stage):
   // 0 every device keeps the whole state of its replica (data parallelism);
@@ -92,6 +95,14 @@ struct OptimizerOptions {
   // at stage 2 each bucket goes during backward once its gradients are complete
   // (core/optim/zero_dist.hpp). Every bucket size gives the same bits. >= 0.
   double reduce_bucket_mb = 25;
+  // The grid's groups (core/dist/grid.hpp), over processes. dp_group: the ranks kvstore dist_sync or
+  // dist_sync_ring sums the gradients over and, at zero_stage 1 or 2, shards the state over: a
+  // grid's column, ZeRO on the dp group (Megatron-LM's distributed optimizer); unset: the world.
+  // Stage 3 and DDP's buckets take the world only (ConfigError). tp_group: the ranks a parameter
+  // marked split_over_ranks (core/parameter.hpp) is split over; clip_grad_norm then adds the squares
+  // of such slices over it and counts the other parameters once, so the norm is the unsharded
+  // model's (stages 0 to 2; ConfigError at stage 3 and with shards over the devices of a process).
+  std::optional<dist::Group> dp_group{}, tp_group{};
 };
 using SGDOptions = OptimizerOptions;  // its name while SGD was the only optimizer
 

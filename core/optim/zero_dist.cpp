@@ -62,16 +62,16 @@ bool fails_in_allgather(int stage) {
   return end != s && *end == '\0' && only == stage;  // R:S: stage S's only
 }
 
-ShardLayout rank_layout(const std::vector<int64_t>& sizes) {
+ShardLayout rank_layout(const std::vector<int64_t>& sizes, const dist::Group& group) {
   ShardLayout l;
   l.offsets.push_back(0);
   for (int64_t s : sizes) l.offsets.push_back(l.offsets.back() + s);
-  for (int r = 0; r <= dist::world_size(); ++r) l.bounds.push_back(dist::chunk_begin(l.offsets.back(), r));
+  for (int r = 0; r <= group.size(); ++r) l.bounds.push_back(dist::chunk_begin(l.offsets.back(), r, group));
   return l;
 }
 
-int64_t RankShardedState::lo() const { return layout_.bounds[static_cast<size_t>(dist::rank())]; }
-int64_t RankShardedState::chunk() const { return layout_.shard_size(static_cast<size_t>(dist::rank())); }
+int64_t RankShardedState::lo() const { return layout_.bounds[static_cast<size_t>(group_.rank())]; }
+int64_t RankShardedState::chunk() const { return layout_.shard_size(static_cast<size_t>(group_.rank())); }
 
 bool RankShardedState::fits(const std::vector<std::vector<Tensor>>& weights) const {
   if (!placed_ || weights.size() + 1 != layout_.offsets.size()) return false;
@@ -108,7 +108,7 @@ void RankShardedState::place(const std::vector<std::vector<Tensor>>& weights, co
         throw ShapeError("Trainer: a slot of the optimizer state of '" + names[k] + "' has " +
                          std::to_string(slot.size()) + " values but the parameter has " + std::to_string(sizes[k]));
   // A loaded state for the same parameters keeps the buckets, and what backward already sent into them.
-  const ShardLayout layout = rank_layout(sizes);
+  const ShardLayout layout = rank_layout(sizes, group_);
   const bool same_layout = placed_ && layout.offsets == layout_.offsets && device_ == weights[0][0].device();
   if (!same_layout && (!pending_.empty() || std::find(packed_.begin(), packed_.end(), true) != packed_.end()))
     throw ConfigError("Trainer: zero_stage " + stage + ": the parameters changed between backward and the step, whose "
@@ -142,8 +142,8 @@ void RankShardedState::place(const std::vector<std::vector<Tensor>>& weights, co
   placed_ = true;
 }
 
-RankShardedState::RankShardedState(size_t slots, int stage, double reduce_bucket_mb)
-    : slots_(slots), stage_(stage), bucket_mb_(reduce_bucket_mb) {
+RankShardedState::RankShardedState(size_t slots, int stage, double reduce_bucket_mb, dist::Group group)
+    : slots_(slots), stage_(stage), group_(std::move(group)), bucket_mb_(reduce_bucket_mb) {
   if (!(reduce_bucket_mb >= 0) || !std::isfinite(reduce_bucket_mb))
     throw ConfigError("Trainer: reduce_bucket_mb must be finite and >= 0 (0: one reduce-scatter per parameter), got " +
                       std::to_string(reduce_bucket_mb));
@@ -203,14 +203,14 @@ void RankShardedState::pack(size_t k, bool release) {
 void RankShardedState::send(Bucket& b) {
   // The bucket is elements [a, b) of the flat vector: rank r receives those inside its chunk, one
   // range of it, which starts at element max(a, lo) - lo of grad_shard_.
-  const int W = dist::world_size();
+  const int W = group_.size();
   const int64_t a = layout_.offsets[b.first], end = layout_.offsets[b.last];
   std::vector<int64_t> counts;
   for (int r = 0; r < W; ++r)
     counts.push_back(std::max<int64_t>(0, std::min(end, layout_.bounds[r + 1]) - std::max(a, layout_.bounds[r])));
-  const int64_t at = std::clamp<int64_t>(a - lo(), 0, chunk()), mine = counts[static_cast<size_t>(dist::rank())];
+  const int64_t at = std::clamp<int64_t>(a - lo(), 0, chunk()), mine = counts[static_cast<size_t>(group_.rank())];
   if (b.sent == 0) {
-    pending_.push_back(dist::reduce_scatter_async(b.packed, grad_shard_, at, counts));
+    pending_.push_back(dist::reduce_scatter_async(b.packed, grad_shard_, at, counts, group_));
     if (stage_ == 2 && pending_.back().pending) {
       in_flight_.push_back(pending_.back().done);
       while (in_flight_.size() > kInFlight) {
@@ -220,7 +220,7 @@ void RankShardedState::send(Bucket& b) {
     }
   } else {  // sent before in this step: received apart, added into the sum once there
     Late late{{}, Tensor::empty({std::max<int64_t>(mine, 1)}, device_), at};
-    late.work = dist::reduce_scatter_async(b.packed, late.recv, 0, counts);
+    late.work = dist::reduce_scatter_async(b.packed, late.recv, 0, counts, group_);
     if (mine > 0) late_.push_back(late);
     else late.work.wait();
   }
@@ -280,8 +280,19 @@ void RankShardedState::step(const std::vector<std::vector<Tensor>>& weights, con
     g = grad_shard_;
     if (stage_ == 1) grad_shard_ = Tensor();  // the step's g keeps it until the update is done
   }
-  // clip_grad_norm_: this rank's chunk's squares, added over the ranks (the same norm on every rank).
-  const Step s = clip ? clip->apply(step, dist::sum_over_ranks({sum_of_squares(g)})[0]) : step;
+  // clip_grad_norm_: this rank's chunk's squares, added over the group (the same norm on every rank);
+  // the pieces of a tp_group's slices apart, which apply() adds over that group too.
+  Step s = step;
+  if (clip) {
+    double split = 0, other = 0;
+    const std::vector<float> v = n > 0 ? g.to_vector() : std::vector<float>{};
+    each_piece_between(layout_, first, first + n, [&](size_t k, int64_t a, int64_t b) {
+      double& sum = clip->is_split(k) ? split : other;
+      for (int64_t i = a; i < b; ++i) sum += static_cast<double>(v[size_t(i - first)]) * static_cast<double>(v[size_t(i - first)]);
+    });
+    const std::vector<double> both = dist::sum_over_ranks({split, other}, group_);
+    s = clip->apply(step, both[0], both[1]);
+  }
   Tensor w = Tensor::empty({n}, device_);
   copy_flat(layout_, params, first, n, w, false);
   if (n > 0) step_on_device(w, state_, g, s);
@@ -295,9 +306,9 @@ void RankShardedState::step(const std::vector<std::vector<Tensor>>& weights, con
   for (size_t k = 0; k < params.size(); ++k) {
     const int64_t a = layout_.offsets[k], b = layout_.offsets[k + 1];
     std::vector<int64_t> counts;
-    for (int r = 0; r < dist::world_size(); ++r)
+    for (int r = 0; r < group_.size(); ++r)
       counts.push_back(std::max<int64_t>(0, std::min(b, layout_.bounds[r + 1]) - std::max(a, layout_.bounds[r])));
-    gathers.push_back(dist::allgather_async(w, std::clamp<int64_t>(a - first, 0, n), params[k], counts));
+    gathers.push_back(dist::allgather_async(w, std::clamp<int64_t>(a - first, 0, n), params[k], counts, group_));
   }
   for (auto& work : gathers) work.wait();
 }
@@ -308,7 +319,7 @@ std::vector<std::vector<std::vector<float>>> RankShardedState::gather() const {
   std::vector<std::vector<std::vector<float>>> out(params, std::vector<std::vector<float>>(slots_));
   for (size_t j = 0; j < slots_; ++j) {
     Tensor whole = Tensor::empty({layout_.total()}, device_);
-    dist::allgather(state_[j], whole);
+    dist::allgather(state_[j], whole, group_);
     const std::vector<float> v = whole.to_vector();
     for (size_t k = 0; k < params; ++k)
       out[k][j].assign(v.begin() + layout_.offsets[k], v.begin() + layout_.offsets[k + 1]);

@@ -67,13 +67,15 @@ namespace d2l::optim::zero {
 // Whether D2L_FAIL_RANK_IN_ALLGATHER (above) asks this rank to fail in stage `stage`'s all-gather.
 bool fails_in_allgather(int stage);
 
-// The layout of P elements, parameters of these sizes, over the ranks: bounds[r] = chunk_begin(P, r).
-ShardLayout rank_layout(const std::vector<int64_t>& sizes);
+// The layout of P elements, parameters of these sizes, over the ranks of a group: bounds[r] = chunk_begin(P, r, group).
+ShardLayout rank_layout(const std::vector<int64_t>& sizes, const dist::Group& group);
 
 class RankShardedState {
  public:
   // reduce_bucket_mb: the buckets' size in MiB (above), >= 0; a ConfigError otherwise.
-  RankShardedState(size_t slots, int stage, double reduce_bucket_mb = 25);
+  // group: the ranks that hold the shards (the world, or a grid's dp group: the layout, the
+  // reduce-scatters, the all-gathers and the norm's sums are the group's).
+  RankShardedState(size_t slots, int stage, double reduce_bucket_mb = 25, dist::Group group = dist::Group());
   ~RankShardedState();
   RankShardedState(const RankShardedState&) = delete;
   RankShardedState& operator=(const RankShardedState&) = delete;
@@ -84,7 +86,7 @@ class RankShardedState {
   // before any collective. summed: the gradients already hold the sum (buckets; stage 1 only).
   // kv: not used (the reduce-scatter replaces the kvstore's pushpull); the Trainer passes its own.
   // clip: clip_grad_norm_ (GradClip) over every rank's chunk of the sum (dist::sum_over_ranks of the
-  // chunks' squares, a collective); null: off.
+  // chunks' squares over the group, a collective; a tp_group's slices then added over it); null: off.
   void step(const std::vector<std::vector<Tensor>>& weights, const std::vector<std::string>& names,
             std::vector<std::vector<std::vector<float>>>& host, KVStore& kv, bool summed, const Step& s,
             GradClip* clip = nullptr);
@@ -113,6 +115,7 @@ class RankShardedState {
  private:
   size_t slots_;
   int stage_;
+  dist::Group group_;
   bool placed_ = false;
   ShardLayout layout_;
   Device device_;

@@ -67,6 +67,7 @@ ColumnParallelDense::ColumnParallelDense(int64_t units, const dist::Group& group
   auto shard = std::make_shared<nn::Dense>(units / group.size(), activation, use_bias, in_units);
   register_child(std::to_string(group.rank()), shard)->to(device);
   shards_.push_back(shard);
+  for (auto& [name, p] : shard->collect_params()) p->mark_split_over_ranks();
 }
 
 std::vector<Tensor> ColumnParallelDense::forward_shards(const std::vector<Tensor>& xs) {
@@ -109,6 +110,7 @@ RowParallelDense::RowParallelDense(int64_t units, int64_t in_units, const dist::
   auto shard = std::make_shared<nn::Dense>(units, "", false, in_units / group.size());
   register_child(std::to_string(group.rank()), shard)->to(device);
   shards_.push_back(shard);
+  for (auto& [name, p] : shard->collect_params()) p->mark_split_over_ranks();  // the bias below is whole on every rank
   if (use_bias) {
     bias = register_parameter("bias", {units}, Init::Zero());
     bias->initialize(devices_);

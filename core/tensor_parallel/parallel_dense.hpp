@@ -24,7 +24,9 @@
 // grid, core/dist/grid.hpp), and each rank builds only its own shard, the group rank selecting which:
 // shard i of the in-process layer is the shard of group rank i, with the same name ("1.weight" on
 // group rank 1). Such a layer takes and gives one tensor, on the rank's device; f and g then sum
-// over the group's ranks.
+// over the group's ranks. The shard's parameters are marked split_over_ranks (core/parameter.hpp),
+// the row layer's bias is not: a Trainer's gradient norm (clip_grad_norm with a tp_group) adds the
+// first over the group and counts the second once.
 //
 // Errors (ConfigError, one line): an empty device list, a device listed twice, P not dividing the
 // dimension that is split.
