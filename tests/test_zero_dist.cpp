@@ -15,7 +15,9 @@
 // (W-1)/W * 2 * 4 P; state_dict in the unsharded layout equal to the alone
 // run's and the replicated run's; a checkpoint taken after 10 steps and loaded by a new Trainer
 // continuing to 20 steps equal to 20 steps straight; clip_grad_norm over the ranks against the
-// unsharded run's norm computed here; the configuration errors. tests/mutants runs
+// unsharded run's norm computed here; the configuration errors; hybrid sharding (hybrid_shard: the
+// shards over each process's 2 devices, replicated over the ranks) against the unsharded run and
+// stage 0 over the same devices, with the state each device holds measured. tests/mutants runs
 // this file as 2 processes against a zero_dist.cpp that skips the all-gather into the parameters and
 // one that updates each chunk twice: both must fail.
 #include <doctest/doctest.h>
@@ -25,6 +27,7 @@
 #include <map>
 
 #include "check.hpp"
+#include "core/allocator.hpp"
 #include "core/dist/collectives.hpp"
 #include "core/dist/process_group.hpp"
 #include "core/nn/nn.hpp"
@@ -492,4 +495,80 @@ TEST_CASE("ZeRO over the ranks: configuration errors before any collective") {
   train_steps(*net, trainer, 0, 20);
   CHECK(close_maps(ref.params, params_of(net->collect_params())));
   CHECK(same_on_every_rank(params_of(net->collect_params())));
+}
+
+namespace {
+
+// Hybrid sharding's run: each rank's 2 devices take 2 parts of its rows of every global batch; the
+// Trainer with hybrid_shard (or stage 0 over the same devices: the replicated reference). held[i]:
+// the optimizer state device i holds after the run, measured by the allocator's tag.
+struct HybridRun {
+  Values params;
+  int64_t held[2] = {};
+};
+HybridRun hybrid(const Setup& u, int stage, bool hybrid_shard) {
+  const std::vector<Device> two{cpu(0), cpu(1)};
+  use_devices(two);
+  auto net = std::make_shared<Sequential>();
+  net->add(std::make_shared<Dense>(kHidden, "relu", true, kIn), std::make_shared<Dense>(kOut, "", true, kHidden));
+  manual_seed(42);  // mlp_43's values, now on both devices
+  net->initialize(Init::Xavier(), two);
+  auto state_on = [](Device d) { return runtime(d).allocator->stats().held(MemoryTag::optimizer_state); };
+  const int64_t before[2] = {state_on(cpu(0)), state_on(cpu(1))};
+  OptimizerOptions o = at_stage(u.opt, stage);
+  o.hybrid_shard = hybrid_shard;
+  HybridRun out;
+  {
+    Trainer trainer(net->collect_params(), u.optimizer, o, u.kvstore);
+    const int parts = 2 * dist::world_size();
+    for (int s = 0; s < 20; ++s) {
+      for (int i = 0; i < 2; ++i) {  // device i: part 2 r + i of the global batch
+        const int q = 2 * dist::rank() + i;
+        const auto X = test::lcg_data(kGlobalBatch * kIn, 700 + static_cast<uint32_t>(s));
+        const int64_t lo = kGlobalBatch * q / parts, hi = kGlobalBatch * (q + 1) / parts;
+        std::vector<int32_t> y;
+        for (int64_t k = lo; k < hi; ++k) y.push_back((X[k * kIn] > 0) + (X[k * kIn + 1] > 0));
+        if (hi == lo) continue;
+        Tensor Xt = Tensor::from_vector(std::vector<float>(X.begin() + lo * kIn, X.begin() + hi * kIn), {hi - lo, kIn}, two[i]);
+        softmax_cross_entropy((*net)(Xt), Tensor::from_vector(y, {hi - lo}, two[i]), Reduction::sum).backward();
+      }
+      trainer.step(kGlobalBatch);
+    }
+    for (int i = 0; i < 2; ++i) out.held[i] = state_on(two[i]) - before[i];
+  }
+  out.params = params_of(net->collect_params());
+  use_devices({cpu(0)});
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("hybrid sharding: ZeRO-1 and ZeRO-2 over each process's devices, replicated over the ranks, equal one process") {
+  for (const Setup& u : {Setup{}, adam_setup()}) {
+    CAPTURE(u.optimizer);
+    const Result ref = alone(u);
+    const HybridRun replicated = hybrid(u, 0, false);
+    CHECK(close_maps(ref.params, replicated.params));
+    for (int stage : {1, 2}) {
+      CAPTURE(stage);
+      const HybridRun h = hybrid(u, stage, true);
+      CHECK(close_maps(ref.params, h.params));
+      CHECK(same_on_every_rank(h.params));
+      // Device i keeps the state of shard i of the 43 elements (22 and 21), on every rank: slots * 4 bytes each.
+      const int64_t slots = u.optimizer == "adam" ? 2 : 1;
+      CHECK(h.held[0] == slots * 4 * 22);
+      CHECK(h.held[1] == slots * 4 * 21);
+      CHECK(replicated.held[0] + replicated.held[1] == 2 * slots * 4 * kP);  // stage 0: a whole copy per device
+      // Two ranks add a + b whatever the split: stage 1 has the replicated run's bits.
+      if (stage == 1 && dist::world_size() <= 2) CHECK(h.params == replicated.params);
+    }
+  }
+  // Hybrid sharding needs a dist kvstore and stage 1 or 2, and takes no buckets.
+  auto net = mlp_43();
+  CHECK_THROWS_WITH_AS(Trainer(net->collect_params(), "sgd", {.zero_stage = 1, .hybrid_shard = true}, "device"),
+                       doctest::Contains("hybrid_shard"), ConfigError);
+  CHECK_THROWS_WITH_AS(Trainer(net->collect_params(), "sgd", {.zero_stage = 3, .hybrid_shard = true}, "dist_sync"),
+                       doctest::Contains("hybrid_shard"), ConfigError);
+  Trainer trainer(net->collect_params(), "sgd", {.zero_stage = 1, .hybrid_shard = true}, "dist_sync");
+  CHECK_THROWS_WITH_AS(trainer.set_buckets({}), doctest::Contains("hybrid_shard"), ConfigError);
 }

@@ -82,7 +82,14 @@ Trainer::Trainer(const nn::ParameterDict& params, const std::string& optimizer, 
     // dist_sync_ring the shards are the ranks instead, one device each (core/optim/zero_dist.hpp).
     const std::string stage = std::to_string(options_.zero_stage);
     const bool processes = kv_->type() == "dist_sync" || kv_->type() == "dist_sync_ring";
-    if (processes && options_.zero_stage == 3)
+    if (options_.hybrid_shard && (!processes || options_.zero_stage == 3))
+      throw ConfigError("Trainer: hybrid_shard shards over the devices of each process and replicates over the ranks: it "
+                        "needs kvstore dist_sync or dist_sync_ring and zero_stage 1 or 2, not kvstore '" + kv_->type() +
+                        "' at zero_stage " + stage);
+    if (options_.hybrid_shard) {
+      zero_ = std::make_unique<zero::ShardedState>(state_names_.size(), options_.zero_stage);
+      zero_->replicate_over(options_.dp_group.value_or(dist::Group()));
+    } else if (processes && options_.zero_stage == 3)
       zero3_ranks_ = std::make_unique<zero::RankParameterShards>(state_names_.size());
     else if (processes)
       zero_ranks_ = std::make_unique<zero::RankShardedState>(state_names_.size(), options_.zero_stage,
@@ -164,6 +171,9 @@ void Trainer::set_buckets(const dist::BucketOptions& options) {
   if (zero_ranks_ && options_.zero_stage == 2)
     throw ConfigError("gradient buckets (--bucket-mb) all-reduce the gradients, but zero_stage 2 reduce-scatters them: "
                       "use zero_stage 1 with buckets");
+  if (options_.hybrid_shard)
+    throw ConfigError("gradient buckets (--bucket-mb) all-reduce whole gradients over the ranks, but hybrid_shard "
+                      "all-reduces each device's shard of the sum: use one or the other");
   kv_->set_buckets(options);
   std::vector<std::vector<Tensor>> weights;
   for (auto& [name, p] : params_) {

@@ -76,7 +76,8 @@ struct OptimizerOptions {
   //   needs kvstore 'device' or 'ring' and every trainable parameter on the same devices.
   //   With kvstore 'dist_sync' or 'dist_sync_ring', the shards are the processes: rank r of W keeps
   //   the state of chunk r (dist::chunk_begin's split) on its one device (core/optim/zero_dist.hpp;
-  //   a process with several devices is a ConfigError at the first step), updates it after a
+  //   a process with several devices is a ConfigError at the first step, unless hybrid_shard
+  //   shards over its devices and replicates over the ranks), updates it after a
   //   reduce-scatter (or the buckets' allreduce), then dist::allgather; state_dict() is then a collective.
   // 2 ZeRO stage 2: as 1, and the gradients are reduce-scattered (core/comm.hpp), not all-reduced:
   //   device i receives the summed gradient of shard i only. The same kvstores and devices as 1;
@@ -103,6 +104,12 @@ struct OptimizerOptions {
   // of such slices over it and counts the other parameters once, so the norm is the unsharded
   // model's (stages 0 to 2; ConfigError at stage 3 and with shards over the devices of a process).
   std::optional<dist::Group> dp_group{}, tp_group{};
+  // Stages 1 and 2 with kvstore dist_sync or dist_sync_ring and several devices per process: shard
+  // over this process's devices and replicate over the ranks (the dp_group, else the world), FSDP's
+  // HYBRID_SHARD: device i of every rank keeps shard i, whose summed gradient is all-reduced over
+  // the ranks before its update (core/optim/zero.hpp, replicate_over). Without it the shards are the
+  // ranks, one device each. A ConfigError with another kvstore, at stage 3, or with DDP's buckets.
+  bool hybrid_shard = false;
 };
 using SGDOptions = OptimizerOptions;  // its name while SGD was the only optimizer
 

@@ -5,6 +5,7 @@
 #include "core/allocator.hpp"
 #include "core/autograd.hpp"
 #include "core/copy.hpp"
+#include "core/dist/collectives.hpp"
 #include "core/ops.hpp"
 #include "core/parameter.hpp"
 #include "core/runtime.hpp"
@@ -256,7 +257,16 @@ void ShardedState::step(const std::vector<std::vector<Tensor>>& weights, const s
       for (size_t j = 1; j < devices_.size(); ++j) add_(acc, slice(j));
       g[i].push_back(acc);
     }
+  sum_over_replicas(g);
   update_and_gather(weights, g, clipped(g, s, clip));
+}
+
+void ShardedState::replicate_over(const dist::Group& group) { replicas_ = group; }
+
+void ShardedState::sum_over_replicas(const std::vector<std::vector<Tensor>>& g) const {
+  if (!replicas_ || replicas_->size() == 1) return;
+  for (const auto& pieces : g)  // every rank's devices hold the same layout: piece by piece, in the same order
+    for (const Tensor& piece : pieces) dist::allreduce(piece, *replicas_);
 }
 
 void ShardedState::scattered_step(const std::vector<std::vector<Tensor>>& weights, const Step& s, GradClip* clip) {
@@ -272,6 +282,7 @@ void ShardedState::scattered_step(const std::vector<std::vector<Tensor>>& weight
     }
   stale_ = true;  // kept for reading (gradient_shard) until the next gradient arrives
   received_ = false;
+  sum_over_replicas(g);
   update_and_gather(weights, g, clipped(g, s, clip));
 }
 

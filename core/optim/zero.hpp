@@ -37,10 +37,12 @@
 // so what a device holds is measured, not recomputed.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "core/dist/group.hpp"
 #include "core/optim/kvstore.hpp"
 #include "core/tensor.hpp"
 
@@ -114,6 +116,13 @@ class ShardedState {
   // update and all-gather.
   void scattered_step(const std::vector<std::vector<Tensor>>& weights, const Step& s, GradClip* clip = nullptr);
 
+  // FSDP's HYBRID_SHARD (the Trainer's hybrid_shard), stages 1 and 2: the shards are this process's
+  // devices, and every rank of `group` holds the same layout over its own devices. Each device's
+  // summed pieces are then all-reduced over the group before the update (device i of every rank
+  // holds shard i), so each rank updates its shards with the sum over every rank's devices, and the
+  // ranks stay replicas of each other: sharded inside a machine, replicated across machines.
+  void replicate_over(const dist::Group& group);
+
   // torch.nn.utils.clip_grad_norm_ over the shards: g[i] device i's summed-gradient pieces; the sum of
   // their squares per device, added over the devices in device order, is the unsharded sum's.
   // s as clip->apply() scales it (clip null: s).
@@ -145,6 +154,7 @@ class ShardedState {
   };
   size_t slots_;
   int stage_;
+  std::optional<dist::Group> replicas_;  // hybrid sharding: the ranks the shards are replicated over
   ShardLayout layout_;
   std::vector<Device> devices_;
   std::vector<Shape> shapes_;                 // per parameter
@@ -157,6 +167,7 @@ class ShardedState {
   Shape piece_shape(const Piece& p) const;
   void scatter_if_mine(TensorImpl& leaf);
   void scatter_remaining();
+  void sum_over_replicas(const std::vector<std::vector<Tensor>>& g) const;
   // Each device updates its pieces: w the replica on the piece's device, g its summed gradient; then
   // the new values are copied into every other replica (the all-gather).
   void update_and_gather(const std::vector<std::vector<Tensor>>& weights, const std::vector<std::vector<Tensor>>& g,
