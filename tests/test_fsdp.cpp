@@ -13,6 +13,7 @@
 #include <map>
 
 #include "check.hpp"
+#include "grad_norm.hpp"
 #include "core/autograd.hpp"
 #include "core/copy.hpp"
 #include "core/nn/nn.hpp"
@@ -83,20 +84,6 @@ struct Result {
   std::vector<double> norms, reference;
 };
 
-double summed_gradient_norm(const ParameterDict& params, int64_t batch) {
-  double squares = 0;
-  for (auto& p : params.trainable()) {
-    std::vector<double> sum;
-    for (auto& w : p->list_data()) {
-      const std::vector<float> g = w.grad().to_vector();
-      sum.resize(g.size(), 0.0);
-      for (size_t j = 0; j < g.size(); ++j) sum[j] += g[j];
-    }
-    for (double v : sum) squares += v * v;
-  }
-  return std::sqrt(squares) / static_cast<double>(batch);
-}
-
 // The replicated run (stage 0, `device` kvstore, net(Xs)) or the sharded one (stage 3 through FSDP).
 Result train(const Run& r, const std::vector<Device>& devices, int stage) {
   manual_seed(7);
@@ -113,7 +100,7 @@ Result train(const Run& r, const std::vector<Device>& devices, int stage) {
   for (int s = 0; s < r.steps; ++s) {
     for (int p = 0; p < r.passes; ++p) forward_backward(run, s, p, devices);
     if (r.opt.clip_grad_norm > 0 && stage == 0)
-      out.reference.push_back(summed_gradient_norm(net->collect_params(), kBatch * r.passes));
+      out.reference.push_back(test::summed_gradient_norm(net->collect_params(), kBatch * r.passes));
     trainer.step(kBatch * r.passes);
     out.norms.push_back(trainer.last_grad_norm());
     if (stage == 3)

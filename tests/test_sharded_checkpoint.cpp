@@ -1,6 +1,6 @@
 // Sharded checkpoints (core/io/sharded_checkpoint.hpp), run as 1, 2 and 4 processes
-// (tests/dist/mpirun.sh). The small MLP of test_zero_dist.cpp (P = 43, uneven chunks, parameters
-// straddling them), rank r taking its rows of every global batch.
+// (tests/dist/mpirun.sh), and 3 in the plain run. The small MLP of tests/dist/zero_mlp.hpp (P = 43,
+// uneven chunks, parameters straddling them), rank r taking its rows of every global batch.
 //   - at stages 0, 1 and 2, SGD with momentum and Adam: 5 steps, save, 5 more steps is the reference;
 //     a fresh net and Trainer that load the directory and take the same 5 steps match it bit for bit
 //     (parameters and state_dict), and the epoch comes back;
@@ -10,11 +10,15 @@
 //   - the files: one per rank, an index naming them;
 //   - bad directories (a rank's file missing, truncated, stale, from another save, damaged; the
 //     parameters file of another save; a net with other parameters; no index): every rank throws the
-//     same one-line ConfigError naming the file, and the trainer and the parameters are unchanged. (A hang would fail the mpirun wrapper's time limit.)
+//     same one-line ConfigError naming the file, and the trainer and the parameters are unchanged. (A
+//     hang would fail the mpirun wrapper's time limit.)
+//   - separate runs (tests/dist/resume_runs.sh): saved by a run of 2 or 4 ranks, resumed by a run of
+//     1, 2, 3 or 4, continuing as 10 steps straight.
 #include <doctest/doctest.h>
 
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <fstream>
@@ -28,67 +32,15 @@
 #include "core/ops.hpp"
 #include "core/optim/trainer.hpp"
 #include "core/rng.hpp"
+#include "tests/dist/zero_mlp.hpp"
 
 using namespace d2l;
 using namespace d2l::nn;
 using namespace d2l::optim;
+using namespace d2l::test;
 namespace fs = std::filesystem;
 
 namespace {
-
-constexpr int64_t kIn = 4, kHidden = 5, kOut = 3;
-constexpr int64_t kGlobalBatch = 8;
-
-std::shared_ptr<Sequential> mlp_43() {
-  auto net = std::make_shared<Sequential>();
-  net->add(std::make_shared<Dense>(kHidden, "relu", true, kIn), std::make_shared<Dense>(kOut, "", true, kHidden));
-  manual_seed(42);
-  net->initialize(Init::Xavier(), {cpu(0)});
-  return net;
-}
-
-struct Setup {
-  std::string optimizer = "sgd";
-  OptimizerOptions opt{.learning_rate = 0.1f, .momentum = 0.9f, .wd = 1e-3f};
-};
-Setup adam_setup() { return Setup{"adam", {.learning_rate = 0.01f, .wd = 1e-3f}}; }
-
-OptimizerOptions at_stage(OptimizerOptions o, int stage) {
-  o.zero_stage = stage;
-  return o;
-}
-
-using Values = std::map<std::string, std::vector<float>>;
-
-Values params_of(const ParameterDict& params) {
-  Values out;
-  for (auto& [name, p] : params) out[name] = p->list_data()[0].to_vector();
-  return out;
-}
-
-Values state_values(const std::map<std::string, HostTensor>& state) {
-  Values out;
-  for (auto& [key, t] : state) out[key] = t.values;
-  return out;
-}
-
-void backward_rows(Sequential& net, int s, int64_t lo, int64_t hi) {
-  const auto X = test::lcg_data(kGlobalBatch * kIn, 700 + static_cast<uint32_t>(s));
-  std::vector<float> rows(X.begin() + lo * kIn, X.begin() + hi * kIn);
-  std::vector<int32_t> y;
-  for (int64_t i = lo; i < hi; ++i) y.push_back((X[i * kIn] > 0) + (X[i * kIn + 1] > 0));
-  Tensor Xt = Tensor::from_vector(rows, {hi - lo, kIn}, cpu(0));
-  Tensor yt = Tensor::from_vector(y, {hi - lo}, cpu(0));
-  softmax_cross_entropy(net(Xt), yt, Reduction::sum).backward();
-}
-
-void train_steps(Sequential& net, Trainer& trainer, int from, int to) {
-  const int W = dist::world_size(), r = dist::rank();
-  for (int s = from; s < to; ++s) {
-    backward_rows(net, s, kGlobalBatch * r / W, kGlobalBatch * (r + 1) / W);
-    trainer.step(kGlobalBatch);
-  }
-}
 
 // A directory every rank agrees on: rank 0's process id in the system's temporary directory.
 std::string shared_dir(const std::string& tag) {
@@ -279,4 +231,50 @@ TEST_CASE("save_sharded_checkpoint refuses ZeRO-3 and a negative epoch before an
                        ConfigError);
   CHECK_THROWS_WITH_AS(io::load_sharded_checkpoint("/nonexistent/x", *net, stage3), doctest::Contains("zero_stage 3"),
                        ConfigError);
+}
+
+// Resuming in another run at another number of ranks (tests/dist/resume_runs.sh): with
+// D2L_SHARDED_RESUME=save:DIR the run takes 5 Adam steps at ZeRO-2 and saves into DIR; with
+// resume:DIR a new run, of whatever size, takes 10 steps straight at ZeRO-1 as its reference, then
+// a fresh net and Trainer load DIR and take steps 5 to 10: the same parameters and state within
+// rounding (W ranks add a global batch's rows in another order than W' do). Without the variable
+// these cases do nothing.
+namespace {
+
+std::string resume_dir(const char* mode) {
+  const char* v = std::getenv("D2L_SHARDED_RESUME");
+  const std::string s = v ? v : "", prefix = std::string(mode) + ":";
+  return s.rfind(prefix, 0) == 0 ? s.substr(prefix.size()) : "";
+}
+
+}  // namespace
+
+TEST_CASE("separate runs: save at ZeRO-2 after 5 steps (D2L_SHARDED_RESUME=save:DIR)") {
+  const std::string dir = resume_dir("save");
+  if (dir.empty()) return;
+  const Setup u = adam_setup();
+  auto net = mlp_43();
+  Trainer trainer(net->collect_params(), u.optimizer, at_stage(u.opt, 2), "dist_sync");
+  train_steps(*net, trainer, 0, 5);
+  io::save_sharded_checkpoint(dir, *net, trainer, 1);
+  MESSAGE("saved 5 steps at ZeRO-2 over " << dist::world_size() << " ranks into " << dir);
+}
+
+TEST_CASE("separate runs: resume at any number of ranks and continue as 10 steps straight (D2L_SHARDED_RESUME=resume:DIR)") {
+  const std::string dir = resume_dir("resume");
+  if (dir.empty()) return;
+  const Setup u = adam_setup();
+  auto net = mlp_43();
+  Trainer straight(net->collect_params(), u.optimizer, at_stage(u.opt, 1), "dist_sync");
+  train_steps(*net, straight, 0, 10);
+  auto fresh = mlp_43();
+  Trainer resumed(fresh->collect_params(), u.optimizer, at_stage(u.opt, 1), "dist_sync");
+  CHECK(io::load_sharded_checkpoint(dir, *fresh, resumed) == 1);
+  CHECK(resumed.num_update() == 5);
+  train_steps(*fresh, resumed, 5, 10);
+  const Values want = params_of(net->collect_params()), got = params_of(fresh->collect_params());
+  for (auto& [name, v] : want) CHECK(test::close(v, got.at(name), 1e-7, 1e-5, name.c_str()));
+  const Values want_state = state_values(straight.state_dict()), got_state = state_values(resumed.state_dict());
+  for (auto& [key, v] : want_state) CHECK(test::close(v, got_state.at(key), 1e-7, 1e-4, key.c_str()));
+  MESSAGE("resumed over " << dist::world_size() << " ranks from " << dir);
 }

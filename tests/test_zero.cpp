@@ -16,6 +16,7 @@
 #include <map>
 
 #include "check.hpp"
+#include "grad_norm.hpp"
 #include "core/comm.hpp"
 #include "core/copy.hpp"
 #include "core/nn/nn.hpp"
@@ -136,23 +137,6 @@ Values compare_with_replicated(const Run& r, const std::vector<Device>& devices)
   return stage2;
 }
 
-// The 2-norm of the gradient the optimizer uses, (sum over the replicas of .grad) / kBatch, computed here
-// in double from every replica's .grad before the step (they are there at stage 0).
-double summed_gradient_norm(const ParameterDict& params) {
-  double squares = 0;
-  for (auto& [name, p] : params) {
-    if (!p->differentiable()) continue;
-    std::vector<double> sum;
-    for (auto& w : p->list_data()) {
-      const std::vector<float> g = w.grad().to_vector();
-      sum.resize(g.size(), 0.0);
-      for (size_t j = 0; j < g.size(); ++j) sum[j] += g[j];
-    }
-    for (double v : sum) squares += v * v;
-  }
-  return std::sqrt(squares) / kBatch;
-}
-
 // A run with clip_grad_norm (torch.nn.utils.clip_grad_norm_): the final parameters, last_grad_norm()
 // after every step and, at stage 0, summed_gradient_norm() before it.
 struct Clipped {
@@ -170,7 +154,7 @@ Clipped train_clipped(const Run& r, const std::vector<Device>& devices, int stag
   bool equal = true;
   for (int s = 0; s < r.steps; ++s) {
     forward_backward(*net, s, devices);
-    if (stage == 0) out.reference.push_back(summed_gradient_norm(net->collect_params()));
+    if (stage == 0) out.reference.push_back(test::summed_gradient_norm(net->collect_params(), kBatch));
     trainer.step(kBatch);
     out.norms.push_back(trainer.last_grad_norm());
     equal = equal && replicas_equal(net->collect_params());

@@ -38,72 +38,18 @@
 #include "core/runtime.hpp"
 #include "core/trace.hpp"
 #include "tests/dist/dist_check.hpp"
+#include "tests/dist/zero_mlp.hpp"
 
 using namespace d2l;
 using namespace d2l::nn;
 using namespace d2l::optim;
+using namespace d2l::test;
 
 namespace {
-
-// 4 -> 5 (relu) -> 3: P = 43 trainable elements, which 2 and 4 do not divide: uneven chunks, and
-// parameters straddling them.
-constexpr int64_t kIn = 4, kHidden = 5, kOut = 3, kP = kIn * kHidden + kHidden + kHidden * kOut + kOut;
-constexpr int64_t kGlobalBatch = 8;  // rows [8 r / W, 8 (r + 1) / W) on rank r
-
-std::shared_ptr<Sequential> mlp_43() {
-  auto net = std::make_shared<Sequential>();
-  net->add(std::make_shared<Dense>(kHidden, "relu", true, kIn), std::make_shared<Dense>(kOut, "", true, kHidden));
-  manual_seed(42);  // the same initial values in every run, on every rank
-  net->initialize(Init::Xavier(), {cpu(0)});
-  return net;
-}
-
-struct Setup {
-  std::string optimizer = "sgd";
-  OptimizerOptions opt{.learning_rate = 0.1f, .momentum = 0.9f, .wd = 1e-3f};
-  std::string kvstore = "dist_sync";
-};
-Setup adam_setup() { return Setup{"adam", {.learning_rate = 0.01f, .wd = 1e-3f}}; }
-
-OptimizerOptions at_stage(OptimizerOptions o, int stage, double bucket_mb = OptimizerOptions{}.reduce_bucket_mb) {
-  o.zero_stage = stage;
-  o.reduce_bucket_mb = bucket_mb;
-  return o;
-}
 
 // Bucket sizes: one parameter a bucket; 5e-5 MiB (52 bytes), which cuts the 4 parameters (80, 20,
 // 60 and 12 bytes) from the back into [2, 4) and [0, 2); the default 25 MiB, one bucket.
 constexpr double kSmallBucketMb = 5e-5;
-
-using Values = std::map<std::string, std::vector<float>>;
-
-Values params_of(const ParameterDict& params) {
-  Values out;
-  for (auto& [name, p] : params) out[name] = p->list_data()[0].to_vector();
-  return out;
-}
-
-// Step s's global batch: features from an LCG, labels from their signs; rows [lo, hi) of it, one
-// loss (summed over the rows), backward.
-void backward_rows(Sequential& net, int s, int64_t lo, int64_t hi) {
-  const auto X = test::lcg_data(kGlobalBatch * kIn, 700 + static_cast<uint32_t>(s));
-  std::vector<float> rows(X.begin() + lo * kIn, X.begin() + hi * kIn);
-  std::vector<int32_t> y;
-  for (int64_t i = lo; i < hi; ++i) y.push_back((X[i * kIn] > 0) + (X[i * kIn + 1] > 0));
-  Tensor Xt = Tensor::from_vector(rows, {hi - lo, kIn}, cpu(0));
-  Tensor yt = Tensor::from_vector(y, {hi - lo}, cpu(0));
-  softmax_cross_entropy(net(Xt), yt, Reduction::sum).backward();
-}
-
-// This rank's rows of every global batch, steps [from, to); norms: last_grad_norm() after each step.
-void train_steps(Sequential& net, Trainer& trainer, int from, int to, std::vector<double>* norms = nullptr) {
-  const int W = dist::world_size(), r = dist::rank();
-  for (int s = from; s < to; ++s) {
-    backward_rows(net, s, kGlobalBatch * r / W, kGlobalBatch * (r + 1) / W);
-    trainer.step(kGlobalBatch);
-    if (norms) norms->push_back(trainer.last_grad_norm());
-  }
-}
 
 struct Result {
   Values params;
@@ -144,12 +90,6 @@ bool close_maps(const Values& ref, const Values& got) {
   bool ok = ref.size() == got.size();
   for (auto& [name, v] : ref) ok = got.count(name) && test::close(v, got.at(name), 1e-7, 1e-5, name.c_str()) && ok;
   return ok;
-}
-
-Values state_values(const std::map<std::string, HostTensor>& state) {
-  Values out;
-  for (auto& [key, t] : state) out[key] = t.values;
-  return out;
 }
 
 // Every rank holds the same bits (a collective: every rank calls it).

@@ -5,6 +5,7 @@
 # stderr ("error: ...") naming the flag: rank 0 alone says it. Lines: NP|WORD|ARGS.
 mpirun_sh=$1
 prog=$2
+. "$(dirname "$mpirun_sh")/refused.sh"
 err=$(mktemp) || exit 99
 trap 'rm -f "$err"' EXIT
 failed=0
@@ -14,22 +15,13 @@ while IFS='|' read -r np word args; do
   # shellcheck disable=SC2086
   sh "$mpirun_sh" "$np" 60 "$prog" grid --quick $args </dev/null >/dev/null 2>"$err"  # mpirun would read the cases
   rc=$?
-  lines=$(grep -c '^error' "$err")
-  named=$(grep '^error' "$err" | grep -c -- "$word")
-  crashed=$(grep -c -i -e "segmentation fault" -e "core dumped" -e "signal 6" -e "signal 11" -e "MPI_ABORT" "$err")
-  why=""
-  if [ "$rc" -eq 0 ]; then why="exit code 0"
-  elif [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then why="still running after 60 s (a hang)"
-  elif [ "$rc" -ne 2 ]; then why="exit code $rc, expected 2 (bad input)"
-  elif [ "$crashed" -ne 0 ]; then why="a rank crashed or aborted"
-  elif [ "$lines" -ne 1 ] || [ "$named" -ne 1 ]; then why="$lines error lines, $named naming $word"
-  fi
+  why=$(refusal_problem "$rc" "$err" "$word")
   if [ -n "$why" ]; then
     echo "FAIL: -np $np grid --quick $args: $why"
     sed 's/^/  /' "$err"
     failed=$((failed + 1))
   else
-    echo "ok: -np $np grid --quick $args: exit $rc, $(grep '^error' "$err")"
+    echo "ok: -np $np grid --quick $args: exit 2, $(grep '^error' "$err")"
   fi
 done <<'CASES'
 4|--tp-size|--tp-size 3

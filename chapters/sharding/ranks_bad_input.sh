@@ -5,6 +5,7 @@
 # WORD: never a hang, a crash or an abort. Lines: WORD|ARGS|RANK0_ARGS|RANK1_ARGS ($DATA: prepared
 # IDX directories, $WORK: a scratch directory).
 prog=$1
+. "$(cd "$(dirname "$0")/../../tests/dist" && pwd)/refused.sh"
 command -v mpirun >/dev/null 2>&1 || { echo "mpirun not found (install openmpi-bin)" >&2; exit 1; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader
 WORK=$(mktemp -d) || exit 99
@@ -41,23 +42,13 @@ while IFS='|' read -r word args rank0 rank1; do
   eval "timeout -k 5 60 mpirun --oversubscribe --bind-to none -np 1 \"$prog\" $common $extra0 : -np 1 \"$prog\" $common $extra1" \
     </dev/null >/dev/null 2>"$err"
   rc=$?
-  lines=$(grep -c '^error' "$err")
-  named=$(grep '^error' "$err" | grep -c -- "$word")
-  crashed=$(grep -c -i -e "segmentation fault" -e "core dumped" -e "signal 6" -e "signal 11" -e "corrupted" -e "malloc()" \
-    -e "free()" -e "MPI_ABORT" "$err")
-  why=""
-  if [ "$rc" -eq 0 ]; then why="exit code 0"
-  elif [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then why="still running after 60 s (a hang)"
-  elif [ "$crashed" -ne 0 ]; then why="a rank crashed or aborted"
-  elif [ "$rc" -ne 2 ]; then why="exit code $rc, expected 2 (bad input)"
-  elif [ "$lines" -ne 1 ] || [ "$named" -ne 1 ]; then why="$lines error lines, $named naming $word"
-  fi
+  why=$(refusal_problem "$rc" "$err" "$word")
   if [ -n "$why" ]; then
     echo "FAIL: $args, rank 0 [$rank0], rank 1 [$rank1]: $why"
     sed 's/^/  /' "$err"
     failed=$((failed + 1))
   else
-    echo "ok: $args, rank 0 [$rank0], rank 1 [$rank1]: exit $rc, $(grep '^error' "$err")"
+    echo "ok: $args, rank 0 [$rank0], rank 1 [$rank1]: exit 2, $(grep '^error' "$err")"
   fi
 done <<'CASES'
 --zero-stage|memory --quick --steps 2||--zero-stage 2

@@ -35,6 +35,22 @@ void print_ladder(const ZeroResult& r) {
   }
 }
 
+void print_memory_row(const MemoryRow& m, const std::string& where, const std::string& shard, int where_width,
+                      int formula_width) {
+  const std::string param_formula = m.stage == 3 ? "4*" + shard : "4*Psi";
+  const std::string grad_formula = m.stage >= 2 ? "0" : "4*Psi";
+  const std::string sum_formula = m.stage >= 2 ? "4*" + shard : "0";
+  const std::string state_formula = m.stage == 0 ? "8*Psi" : "8*" + shard;
+  const int w = formula_width;
+  std::printf("%2d %5d %-*s %10lld %-*s %10lld %10lld %-6s %10lld %10lld %-*s %10lld %10lld %-*s %10lld %8lld %10lld %10lld",
+              m.n, m.stage, where_width, where.c_str(), (long long)m.parameter_bytes, w, param_formula.c_str(),
+              (long long)m.formula_parameter_bytes, (long long)m.gradient_bytes, grad_formula.c_str(),
+              (long long)m.formula_gradient_bytes, (long long)m.summed_gradient_bytes, w, sum_formula.c_str(),
+              (long long)m.formula_summed_gradient_bytes, (long long)m.state_bytes, w, state_formula.c_str(),
+              (long long)m.formula_state_bytes, (long long)m.gathered_bytes, (long long)m.peak_bytes,
+              (long long)m.peak_by_tag[static_cast<int>(MemoryTag::other)]);
+}
+
 int print_zero(const Config& cfg, const ZeroResult& r) {
   std::printf("\n1. Memory per device: replicated Adam (data parallelism, zero_stage 0) vs ZeRO-1, ZeRO-2 and ZeRO-3 "
               "(FSDP) (zero_stage 1, 2, 3)\n"
@@ -47,20 +63,10 @@ int print_zero(const Config& cfg, const ZeroResult& r) {
   for (const auto& run : r.runs)
     for (size_t i = 0; i < run.rows.size(); ++i) {
       const MemoryRow& m = run.rows[i];
-      const std::string shard = "Psi_" + std::to_string(i);
-      const std::string param_formula = m.stage == 3 ? "4*" + shard : "4*Psi";
-      const std::string grad_formula = m.stage >= 2 ? "0" : "4*Psi";
-      const std::string sum_formula = m.stage >= 2 ? "4*" + shard : "0";
-      const std::string state_formula = m.stage == 0 ? "8*Psi" : "8*" + shard;
       std::ostringstream device;
       device << m.device;
-      std::printf("%2d %5d %-8s %10lld %-8s %10lld %10lld %-6s %10lld %10lld %-8s %10lld %10lld %-8s %10lld %8lld %10lld %10lld %11lld",
-                  m.n, m.stage, device.str().c_str(), (long long)m.parameter_bytes, param_formula.c_str(),
-                  (long long)m.formula_parameter_bytes, (long long)m.gradient_bytes, grad_formula.c_str(),
-                  (long long)m.formula_gradient_bytes, (long long)m.summed_gradient_bytes, sum_formula.c_str(),
-                  (long long)m.formula_summed_gradient_bytes, (long long)m.state_bytes, state_formula.c_str(),
-                  (long long)m.formula_state_bytes, (long long)m.gathered_bytes, (long long)m.peak_bytes,
-                  (long long)m.peak_by_tag[static_cast<int>(MemoryTag::other)], (long long)m.sent_bytes);
+      print_memory_row(m, device.str(), "Psi_" + std::to_string(i), 8, 8);
+      std::printf(" %11lld", (long long)m.sent_bytes);
       if (i == 0) std::printf(" %8.2f", 1e3 * run.seconds_per_step);
       std::printf("\n");
     }

@@ -243,20 +243,9 @@ int print_zero_over_ranks(const Config& cfg, const ZeroRanksResult& ranks) {
   for (const auto& run : r.runs)
     for (size_t i = 0; i < run.rows.size(); ++i) {
       const MemoryRow& m = run.rows[i];
-      const std::string shard = (m.stage == 3 ? "Psi'_" : "Psi_") + std::to_string(i);
-      const std::string param_formula = m.stage == 3 ? "4*" + shard : "4*Psi";
-      const std::string grad_formula = m.stage >= 2 ? "0" : "4*Psi";
-      const std::string sum_formula = m.stage >= 2 ? "4*" + shard : "0";
-      const std::string state_formula = m.stage == 0 ? "8*Psi" : "8*" + shard;
       std::ostringstream where;
       where << i << ":" << m.device;
-      std::printf("%2d %5d %-10s %10lld %-9s %10lld %10lld %-6s %10lld %10lld %-9s %10lld %10lld %-9s %10lld %8lld %10lld %10lld",
-                  m.n, m.stage, where.str().c_str(), (long long)m.parameter_bytes, param_formula.c_str(),
-                  (long long)m.formula_parameter_bytes, (long long)m.gradient_bytes, grad_formula.c_str(),
-                  (long long)m.formula_gradient_bytes, (long long)m.summed_gradient_bytes, sum_formula.c_str(),
-                  (long long)m.formula_summed_gradient_bytes, (long long)m.state_bytes, state_formula.c_str(),
-                  (long long)m.formula_state_bytes, (long long)m.gathered_bytes, (long long)m.peak_bytes,
-                  (long long)m.peak_by_tag[static_cast<int>(MemoryTag::other)]);
+      print_memory_row(m, where.str(), (m.stage == 3 ? "Psi'_" : "Psi_") + std::to_string(i), 10, 9);
       if (i == 0) std::printf(" %10.2f", 1e3 * run.seconds_per_step);
       std::printf("\n");
       if (m.parameter_bytes != m.formula_parameter_bytes || m.gradient_bytes != m.formula_gradient_bytes ||

@@ -269,8 +269,7 @@ void ShardedState::sum_over_replicas(const std::vector<std::vector<Tensor>>& g) 
     for (const Tensor& piece : pieces) dist::allreduce(piece, *replicas_);
 }
 
-void ShardedState::scattered_step(const std::vector<std::vector<Tensor>>& weights, const Step& s, GradClip* clip) {
-  scatter_remaining();  // gradients made before the layout existed (the first step), or not reported
+std::vector<std::vector<Tensor>> ShardedState::take_sums() {
   std::vector<std::vector<Tensor>> g(devices_.size());
   for (size_t i = 0; i < devices_.size(); ++i)
     for (Piece& p : pieces_[i]) {
@@ -282,6 +281,12 @@ void ShardedState::scattered_step(const std::vector<std::vector<Tensor>>& weight
     }
   stale_ = true;  // kept for reading (gradient_shard) until the next gradient arrives
   received_ = false;
+  return g;
+}
+
+void ShardedState::scattered_step(const std::vector<std::vector<Tensor>>& weights, const Step& s, GradClip* clip) {
+  scatter_remaining();  // gradients made before the layout existed (the first step), or not reported
+  const std::vector<std::vector<Tensor>> g = take_sums();
   sum_over_replicas(g);
   update_and_gather(weights, g, clipped(g, s, clip));
 }
@@ -376,19 +381,10 @@ bool ShardedState::gathered(size_t k, size_t i) const { return weights_[k][i].im
 void ShardedState::step_shards(const Step& s, GradClip* clip) {
   for (size_t k = 0; k < weights_.size(); ++k)
     for (size_t i = 0; i < devices_.size(); ++i) release_parameter(k, i);
+  const std::vector<std::vector<Tensor>> g = take_sums();
   std::vector<ReplicaStep> steps;
-  std::vector<std::vector<Tensor>> g(devices_.size());
   for (size_t i = 0; i < devices_.size(); ++i)
-    for (Piece& p : pieces_[i]) {
-      if (!p.grad.defined() || stale_) {  // no gradient reached this piece: zero
-        MemoryTagScope tag(MemoryTag::summed_gradients);
-        p.grad = Tensor::zeros(piece_shape(p), devices_[i]);
-      }
-      steps.push_back({p.param, p.state, p.grad});
-      if (clip) g[i].push_back(p.grad);
-    }
-  stale_ = true;
-  received_ = false;
+    for (const Piece& p : pieces_[i]) steps.push_back({p.param, p.state, p.grad});
   step_on_devices(steps, clipped(g, s, clip));
 }
 

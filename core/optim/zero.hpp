@@ -168,6 +168,9 @@ class ShardedState {
   void scatter_if_mine(TensorImpl& leaf);
   void scatter_remaining();
   void sum_over_replicas(const std::vector<std::vector<Tensor>>& g) const;
+  // Stages 2 and 3: every device's summed-gradient pieces for the step (zeros where no gradient
+  // arrived), kept until the next gradient arrives.
+  std::vector<std::vector<Tensor>> take_sums();
   // Each device updates its pieces: w the replica on the piece's device, g its summed gradient; then
   // the new values are copied into every other replica (the all-gather).
   void update_and_gather(const std::vector<std::vector<Tensor>>& weights, const std::vector<std::vector<Tensor>>& g,
