@@ -198,9 +198,11 @@ void Trainer::step(int64_t batch_size) {
   // clip_grad_norm_: each path below hands `clip` the summed gradient's squares, and steps with the
   // grad_scale it returns.
   GradClip clipping{options_.clip_grad_norm, batch_size};
-  clipping.tp_group = options_.tp_group;
-  for (auto& [name, p] : params_) clipping.split.push_back(options_.tp_group && p->split_over_ranks());
   GradClip* clip = options_.clip_grad_norm > 0 ? &clipping : nullptr;
+  if (clip && options_.tp_group) {  // which parameters are slices of the tp group
+    clipping.tp_group = options_.tp_group;
+    for (auto& [name, p] : params_) clipping.split.push_back(p->split_over_ranks());
+  }
   if (zero_ && zero_->stage() == 3) {  // ZeRO-3: each device updates its shard; the next forward gathers
     if (!zero_->placed())
       throw ConfigError("Trainer: zero_stage 3 shards the parameters themselves: run the net through "
