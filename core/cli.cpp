@@ -228,15 +228,28 @@ static std::string one_line(std::string s) {
   return s;
 }
 
+// One write(2) per line: an aborting rank's line must not be cut by what another process (Open
+// MPI's own abort notice) writes to the same stderr meanwhile, as separate `<<` writes can be.
+static void print_error_line(const std::string& text) {
+  std::string line = text + "\n";
+  size_t done = 0;
+  while (done < line.size()) {
+    ssize_t n = ::write(2, line.data() + done, line.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    done += static_cast<size_t>(n);
+  }
+}
+
 // In a world of several processes an error is either every rank's (CollectiveError: rank 0 prints
 // it, all exit normally with code 2) or one rank's own: it prints "error: rank r: ..." and takes
 // every rank down (dist::abort), so no rank waits forever in a collective.
 static int fail(const std::string& line, int code) {
   if (dist::world_size() == 1) {
-    std::cerr << "error: " << line << "\n";
+    print_error_line("error: " + line);
     return code;
   }
-  std::cerr << "error: rank " << dist::rank() << ": " << line << "\n";
+  print_error_line("error: rank " + std::to_string(dist::rank()) + ": " + line);
   dist::abort(code);
 }
 
@@ -267,7 +280,7 @@ int guarded_main(CLI::App& app, int argc, char** argv, const std::function<int()
     if (dist::world_size() > 1) dist::abort(code);  // the other ranks may be waiting in a collective
     return code;
   } catch (const dist::CollectiveError& e) {
-    if (dist::rank() == 0) std::cerr << "error: " << one_line(e.what()) << "\n";
+    if (dist::rank() == 0) print_error_line("error: " + one_line(e.what()));
     dist::finalize();
     return 2;
   } catch (const std::exception& e) {
