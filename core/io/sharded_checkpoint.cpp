@@ -110,7 +110,7 @@ uint64_t whole(const std::string& path, const std::map<std::string, std::string>
 
 // Stages 0 to 2 over the world: what a file per rank can hold.
 void check_shards(const optim::Trainer& trainer, const std::string& what, const char* verb) {
-  if (trainer.shards_over_ranks() || trainer.options().zero_stage == 3)
+  if (trainer.options().zero_stage == 3)
     throw ConfigError(what + ": zero_stage 3 is not supported (the parameters are sharded too); " + verb + " at stages 0 to 2");
   if (trainer.options().dp_group && !trainer.options().dp_group->is_world())
     throw ConfigError(what + ": the shards are over the group " + trainer.options().dp_group->str() +

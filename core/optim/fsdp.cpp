@@ -3,8 +3,6 @@
 #include <functional>
 
 #include "core/autograd.hpp"
-#include "core/optim/fsdp_dist.hpp"
-#include "core/optim/zero.hpp"
 
 namespace d2l::optim {
 
@@ -39,40 +37,20 @@ FullyShardedDataParallel::FullyShardedDataParallel(std::shared_ptr<nn::Sequentia
       throw ConfigError("FullyShardedDataParallel: the trainer's parameter " + std::to_string(k) +
                         " is not in the net it wraps");
   // Checked, now sharded: the replicas' memory goes back here.
-  if (trainer.shards_over_ranks()) ranks_ = &trainer.fully_shard_over_ranks(units_);
-  else shards_ = &trainer.fully_shard();
-  const size_t devices = this->devices().size();
+  shards_ = &trainer.fully_shard(units_);
+  const size_t devices = shards_->devices().size();
   pending_.assign(units_.size(), std::vector<size_t>(devices, 0));
   for (auto& unit : units_)
     for (size_t k : unit)
       for (size_t i = 0; i < devices; ++i)
-        replica_[ranks_ ? &ranks_->replica(k).impl() : &shards_->replica(k, i).impl()] = {k, i};
+        replica_[&shards_->replica(k, i).impl()] = {k, i};
   hook_ = add_grad_ready_hook([this](TensorImpl& leaf) { on_grad_ready(leaf); });
 }
 
 FullyShardedDataParallel::~FullyShardedDataParallel() { remove_grad_ready_hook(hook_); }
 
-std::vector<Device> FullyShardedDataParallel::devices() const {
-  return ranks_ ? std::vector<Device>{ranks_->device()} : shards_->devices();
-}
-
-void FullyShardedDataParallel::gather(size_t u, size_t i) {
-  if (ranks_) return ranks_->gather(u);
-  for (size_t k : units_[u]) shards_->gather_parameter(k, i);
-}
-
-void FullyShardedDataParallel::prefetch(size_t u, size_t i) {
-  if (ranks_) return ranks_->start_gather(u);
-  gather(u, i);
-}
-
-void FullyShardedDataParallel::release(size_t u, size_t i) {
-  if (ranks_) return ranks_->release(u);
-  for (size_t k : units_[u]) shards_->release_parameter(k, i);
-}
-
 std::vector<Tensor> FullyShardedDataParallel::forward_shards(const std::vector<Tensor>& xs) {
-  const std::vector<Device> devices = this->devices();
+  const std::vector<Device> devices = shards_->devices();
   bool fits = xs.size() == devices.size();
   for (size_t i = 0; fits && i < xs.size(); ++i) fits = xs[i].device() == devices[i];
   if (!fits) {
@@ -85,9 +63,9 @@ std::vector<Tensor> FullyShardedDataParallel::forward_shards(const std::vector<T
 }
 
 std::vector<Tensor> FullyShardedDataParallel::run(const nn::Sequential& seq, std::vector<Tensor> ys, bool recording) {
-  const std::vector<Device> devices = this->devices();
+  const std::vector<Device> devices = shards_->devices();
   auto gather_all = [&](size_t u) {
-    for (size_t i = 0; i < devices.size(); ++i) gather(u, i);
+    for (size_t i = 0; i < devices.size(); ++i) shards_->gather_unit(u, i);
   };
   for (auto& [name, child] : seq.children()) {
     auto it = unit_of_block_.find(child.get());
@@ -100,10 +78,10 @@ std::vector<Tensor> FullyShardedDataParallel::run(const nn::Sequential& seq, std
     const size_t u = it->second;
     gather_all(u);  // nothing to do when prefetched
     if (options_.prefetch && u + 1 < units_.size())
-      for (size_t i = 0; i < devices.size(); ++i) prefetch(u + 1, i);
+      for (size_t i = 0; i < devices.size(); ++i) shards_->prefetch_unit(u + 1, i);
     ys = child->forward_shards(ys);
     for (size_t i = 0; i < devices.size(); ++i) {
-      release(u, i);
+      shards_->release_unit(u, i);
       if (!recording || !ys[i].needs_grad()) continue;
       // The pre-backward hook: an identity whose backward gathers the unit again on device i, before
       // autograd reaches the unit's own nodes.
@@ -119,31 +97,31 @@ std::vector<Tensor> FullyShardedDataParallel::run(const nn::Sequential& seq, std
 }
 
 void FullyShardedDataParallel::pre_backward(size_t u, size_t i) {
-  gather(u, i);
+  shards_->gather_unit(u, i);
   pending_[u][i] = units_[u].size();
-  if (options_.prefetch && u > 0) prefetch(u - 1, i);  // the unit backward reaches next
+  if (options_.prefetch && u > 0) shards_->prefetch_unit(u - 1, i);  // the unit backward reaches next
 }
 
 void FullyShardedDataParallel::on_grad_ready(TensorImpl& leaf) {
   auto it = replica_.find(&leaf);
   if (it == replica_.end()) return;  // another net's parameter
   const auto [k, i] = it->second;
-  if (shards_) shards_->scatter_gradient(k, i);
+  shards_->add_gradient(k, i);  // over the devices: into the shards now; over the ranks: nothing yet
   const size_t u = unit_of_param_[k];
   if (pending_[u][i] > 0 && --pending_[u][i] == 0) {
-    if (ranks_) ranks_->reduce_scatter_gradients(u);  // over the ranks: the whole unit in one collective
-    release(u, i);
+    shards_->unit_gradients_done(u, i);  // over the ranks: the whole unit reduce-scattered in one collective
+    shards_->release_unit(u, i);
   }
 }
 
 FullyShardedDataParallel::FullParameters::FullParameters(FullyShardedDataParallel& f) : f_(f) {
   for (size_t u = 0; u < f_.units_.size(); ++u)
-    for (size_t i = 0; i < f_.devices().size(); ++i) f_.gather(u, i);
+    for (size_t i = 0; i < f_.shards_->devices().size(); ++i) f_.shards_->gather_unit(u, i);
 }
 
 FullyShardedDataParallel::FullParameters::~FullParameters() {
   for (size_t u = 0; u < f_.units_.size(); ++u)
-    for (size_t i = 0; i < f_.devices().size(); ++i) f_.release(u, i);
+    for (size_t i = 0; i < f_.shards_->devices().size(); ++i) f_.shards_->release_unit(u, i);
 }
 
 }  // namespace d2l::optim

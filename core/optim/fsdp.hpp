@@ -44,10 +44,6 @@
 
 namespace d2l::optim {
 
-namespace zero {
-class RankParameterShards;  // core/optim/fsdp_dist.hpp
-}
-
 struct FsdpOptions {
   bool prefetch = true;  // queue the next unit's gather before the current unit's compute
   // Open every Sequential inside the net and take its children as units (a ResNet's stages become
@@ -87,16 +83,11 @@ class FullyShardedDataParallel {
 
  private:
   std::vector<Tensor> run(const nn::Sequential& seq, std::vector<Tensor> ys, bool recording);
-  void gather(size_t u, size_t i);
-  void prefetch(size_t u, size_t i);  // the gather queued; over the ranks, not yet waited for
-  void release(size_t u, size_t i);
-  std::vector<Device> devices() const;
   void pre_backward(size_t u, size_t i);
   void on_grad_ready(TensorImpl& leaf);
 
   std::shared_ptr<nn::Sequential> net_;
-  zero::ShardedState* shards_ = nullptr;        // over the devices of this process
-  zero::RankParameterShards* ranks_ = nullptr;  // or over the ranks
+  zero::Shards* shards_ = nullptr;  // over the devices of this process or over the ranks (core/optim/shards.hpp)
   FsdpOptions options_;
   std::unordered_map<const nn::Block*, size_t> unit_of_block_;  // the blocks that are units
   std::vector<std::vector<size_t>> units_;          // per unit: parameter indices

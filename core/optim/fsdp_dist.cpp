@@ -180,8 +180,12 @@ void RankParameterShards::reduce_scatter_gradients(size_t u) {
   if (unit.n > 0) add_(unit.grad, mine);  // accumulated: several backward passes before a step add up
 }
 
-void RankParameterShards::step(const Step& step, GradClip* clip) {
+void RankParameterShards::step(const StepInput& in, const Step& step, GradClip* clip) {
+  if (!placed())
+    throw ConfigError("Trainer: zero_stage 3 shards the parameters themselves: run the net through "
+                      "optim::FullyShardedDataParallel(net, trainer) from its first forward on");
   NoGrad no_grad;
+  shard(in.weights, in.names, {}, in.host);  // the chunks stay; a loaded state, if one waits, is placed
   Step s = step;
   if (clip) {  // clip_grad_norm_: every unit's chunk's squares, added over the ranks
     double squares = 0;
@@ -224,6 +228,37 @@ std::vector<std::vector<std::vector<float>>> RankParameterShards::gather_state()
         out[unit.params[i]][j].assign(v.begin() + unit.offsets[i], v.begin() + unit.offsets[i + 1]);
     }
   return out;
+}
+
+static int64_t bytes_held(const Tensor& t) {
+  return t.defined() && t.impl().storage ? t.numel() * static_cast<int64_t>(kBytesPerFloat) : 0;
+}
+
+int64_t RankParameterShards::parameter_bytes() const {
+  int64_t n = 0;
+  for (const Unit& unit : units_) n += bytes_held(unit.param);
+  return n;
+}
+
+int64_t RankParameterShards::gradient_bytes() const {
+  int64_t n = 0;
+  for (const Unit& unit : units_) n += bytes_held(unit.grad);
+  return n;
+}
+
+int64_t RankParameterShards::state_bytes() const {
+  int64_t n = 0;
+  for (const Unit& unit : units_)
+    for (const Tensor& t : unit.state) n += bytes_held(t);
+  return n;
+}
+
+void RankParameterShards::add_memory(const std::function<DeviceMemory&(Device)>& at) const {
+  if (!placed()) return;  // the replicas are released: the chunks are all this rank keeps
+  DeviceMemory& m = at(device_);
+  m.parameter_bytes += parameter_bytes();
+  m.summed_gradient_bytes += gradient_bytes();
+  m.state_bytes += state_bytes();
 }
 
 int64_t RankParameterShards::chunk() const {

@@ -49,11 +49,12 @@
 
 #include "core/dist/collectives.hpp"
 #include "core/optim/kvstore.hpp"
+#include "core/optim/shards.hpp"
 #include "core/tensor.hpp"
 
 namespace d2l::optim::zero {
 
-class RankParameterShards {
+class RankParameterShards : public Shards {
  public:
   explicit RankParameterShards(size_t slots) : slots_(slots) {}
 
@@ -65,9 +66,21 @@ class RankParameterShards {
   // waits in host, which then replaces it.
   void shard(const std::vector<std::vector<Tensor>>& weights, const std::vector<std::string>& names,
              const std::vector<std::vector<size_t>>& units, std::vector<std::vector<std::vector<float>>>& host);
-  bool placed() const { return !units_.empty(); }
+  // The same as FullyShardedDataParallel's holders (core/optim/shards.hpp): one holder, i = 0.
+  void shard_parameters(const StepInput& in, const std::vector<std::vector<size_t>>& units) override {
+    shard(in.weights, in.names, units, in.host);
+  }
+  bool placed() const override { return !units_.empty(); }
+  int stage() const override { return 3; }
   Device device() const { return device_; }
+  std::vector<Device> devices() const override { return {device_}; }
   const Tensor& replica(size_t k) const { return weights_[k]; }
+  const Tensor& replica(size_t k, size_t /*i*/) const override { return weights_[k]; }
+  void gather_unit(size_t u, size_t /*i*/) override { gather(u); }
+  void prefetch_unit(size_t u, size_t /*i*/) override { start_gather(u); }
+  void release_unit(size_t u, size_t /*i*/) override { release(u); }
+  bool gathered(size_t k, size_t /*i*/) const override { return gathered(k); }
+  void unit_gradients_done(size_t u, size_t /*i*/) override { reduce_scatter_gradients(u); }
 
   // Collectives (every rank calls them in the same order): the unit's all-gather queued, one per
   // parameter straight into the buffer that becomes its replica (nothing when already queued or
@@ -81,21 +94,24 @@ class RankParameterShards {
   // this rank's chunk of the sum added into the chunk's summed gradient; the gradients released. A
   // collective.
   void reduce_scatter_gradients(size_t u);
-  // Rank r updates its chunks in place, then zeroes their summed gradient. Every replica is released first.
+  // The Trainer's step: rank r updates its chunks in place, then zeroes their summed gradient (a
+  // loaded state waiting in in.host placed first). Every replica is released first.
   // clip: clip_grad_norm_ (GradClip) over every unit's chunk on every rank (dist::sum_over_ranks, a
   // collective); null: off.
-  void step(const Step& s, GradClip* clip = nullptr);
+  void step(const StepInput& in, const Step& s, GradClip* clip) override;
 
   // The unsharded parameters ([k] flattened) and state ([k][j]), every chunk all-gathered: collectives,
   // every rank gets all of it. Empty before shard() (then no rank communicates).
-  std::vector<std::vector<float>> parameters() const;
-  std::vector<std::vector<std::vector<float>>> gather_state() const;
+  std::vector<std::vector<float>> parameters() const override;
+  std::vector<std::vector<std::vector<float>>> gather_state() const override;
 
-  // Elements of this rank's chunks over the units, and the bytes kept between steps.
+  // Elements of this rank's chunks over the units, and the bytes of the tensors it keeps between
+  // steps (its chunks' parameters, summed gradients and state), added to its device's row.
   int64_t chunk() const;
-  int64_t parameter_bytes() const { return 4 * chunk(); }
-  int64_t gradient_bytes() const { return 4 * chunk(); }
-  int64_t state_bytes() const { return static_cast<int64_t>(4 * slots_) * chunk(); }
+  int64_t parameter_bytes() const;
+  int64_t gradient_bytes() const;
+  int64_t state_bytes() const;
+  void add_memory(const std::function<DeviceMemory&(Device)>& at) const override;
   // Per unit, its P_u; for tests and the chapter's formulas.
   std::vector<int64_t> unit_sizes() const;
 

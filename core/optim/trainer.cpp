@@ -86,14 +86,16 @@ Trainer::Trainer(const nn::ParameterDict& params, const std::string& optimizer, 
       throw ConfigError("Trainer: hybrid_shard shards over the devices of each process and replicates over the ranks: it "
                         "needs kvstore dist_sync or dist_sync_ring and zero_stage 1 or 2, not kvstore '" + kv_->type() +
                         "' at zero_stage " + stage);
+    // Where the shards live is decided here, once; from here on the Trainer calls them the same way.
     if (options_.hybrid_shard) {
-      zero_ = std::make_unique<zero::ShardedState>(state_names_.size(), options_.zero_stage);
-      zero_->replicate_over(options_.dp_group.value_or(dist::Group()));
+      auto devices = std::make_unique<zero::ShardedState>(state_names_.size(), options_.zero_stage);
+      devices->replicate_over(options_.dp_group.value_or(dist::Group()));
+      zero_ = std::move(devices);
     } else if (processes && options_.zero_stage == 3)
-      zero3_ranks_ = std::make_unique<zero::RankParameterShards>(state_names_.size());
+      zero_ = std::make_unique<zero::RankParameterShards>(state_names_.size());
     else if (processes)
-      zero_ranks_ = std::make_unique<zero::RankShardedState>(state_names_.size(), options_.zero_stage,
-                                                             options_.reduce_bucket_mb, options_.dp_group.value_or(dist::Group()));
+      zero_ = std::make_unique<zero::RankShardedState>(state_names_.size(), options_.zero_stage,
+                                                       options_.reduce_bucket_mb, options_.dp_group.value_or(dist::Group()));
     else if (kv_->type() != "device" && kv_->type() != "ring")
       throw ConfigError("Trainer: zero_stage " + stage + " shards the optimizer state over the devices of one process "
                         "and needs kvstore 'device' or 'ring', not '" + kv_->type() + "'");
@@ -105,7 +107,7 @@ Trainer::Trainer(const nn::ParameterDict& params, const std::string& optimizer, 
       throw ConfigError("Trainer: zero_stage 3 shards over the world, not over the group " + options_.dp_group->str());
     kv_->set_group(*options_.dp_group);  // a ConfigError for a kvstore within one process
   }
-  if (options_.tp_group && (zero_ || zero3_ranks_))
+  if (options_.tp_group && zero_ && !rank_sharded_state())
     throw ConfigError("Trainer: a tp_group's gradient norm is built for zero_stage 0 and, over the processes, 1 and 2, "
                       "not for zero_stage " + std::to_string(options_.zero_stage) + " with kvstore '" + kv_->type() + "'");
   for (auto& [name, p] : params)
@@ -165,11 +167,9 @@ void Trainer::place_state(size_t k, const std::vector<Tensor>& weights) {
 }
 
 void Trainer::set_buckets(const dist::BucketOptions& options) {
-  if (zero3_ranks_)
-    throw ConfigError("gradient buckets (--bucket-mb) all-reduce the gradients, but zero_stage 3 reduce-scatters them: "
-                      "use zero_stage 1 with buckets");
-  if (zero_ranks_ && options_.zero_stage == 2)
-    throw ConfigError("gradient buckets (--bucket-mb) all-reduce the gradients, but zero_stage 2 reduce-scatters them: "
+  if (zero_ && zero_->stage() >= 2 && !options_.hybrid_shard && kv_->type() != "device" && kv_->type() != "ring")
+    throw ConfigError("gradient buckets (--bucket-mb) all-reduce the gradients, but zero_stage " +
+                      std::to_string(zero_->stage()) + " reduce-scatters them: "
                       "use zero_stage 1 with buckets");
   if (options_.hybrid_shard)
     throw ConfigError("gradient buckets (--bucket-mb) all-reduce whole gradients over the ranks, but hybrid_shard "
@@ -203,47 +203,17 @@ void Trainer::step(int64_t batch_size) {
     clipping.tp_group = options_.tp_group;
     for (auto& [name, p] : params_) clipping.split.push_back(p->split_over_ranks());
   }
-  if (zero_ && zero_->stage() == 3) {  // ZeRO-3: each device updates its shard; the next forward gathers
-    if (!zero_->placed())
-      throw ConfigError("Trainer: zero_stage 3 shards the parameters themselves: run the net through "
-                        "optim::FullyShardedDataParallel(net, trainer) from its first forward on");
-    if (!host_state_.empty() && !host_state_[0][0].empty()) fully_shard();  // a loaded state waits
-    zero_->step_shards(s, clip);
-    if (clip) last_grad_norm_ = static_cast<float>(clip->total_norm);
-    ++num_update_;
-    return;
-  }
-  if (zero3_ranks_) {  // ZeRO-3 over the ranks: rank r updates its chunks; the next forward gathers
-    if (!zero3_ranks_->placed())
-      throw ConfigError("Trainer: zero_stage 3 shards the parameters themselves: run the net through "
-                        "optim::FullyShardedDataParallel(net, trainer) from its first forward on");
-    if (!host_state_.empty() && !host_state_[0][0].empty()) fully_shard_over_ranks(units_);  // a loaded state waits
-    zero3_ranks_->step(s, clip);
-    if (clip) last_grad_norm_ = static_cast<float>(clip->total_norm);
+  if (zero_) {  // ZeRO: each holder of a shard updates its shard, then all-gathers (zero_->step)
+    std::vector<std::string> names;
+    for (auto& [name, p] : params_) names.push_back(name);
+    zero_->step({weights, names, host_state_, *kv_}, s, clip);
+    if (clip && !params_.empty()) last_grad_norm_ = static_cast<float>(clip->total_norm);
+    if (zero_->stage() < 3)  // stage 3's replicas are released, their gradients with them
+      for (auto& [name, p] : params_) p->zero_grad();
     ++num_update_;
     return;
   }
   bool summed = kv_->reduce_all(weights);  // dist_sync with buckets: every gradient summed already
-  if (zero_ranks_) {  // ZeRO-1 and 2 over the ranks: rank r updates chunk r, then dist::allgather (zero_dist.hpp)
-    std::vector<std::string> names;
-    for (auto& [name, p] : params_) names.push_back(name);
-    if (!params_.empty()) zero_ranks_->step(weights, names, host_state_, *kv_, summed, s, clip);
-    if (clip && !params_.empty()) last_grad_norm_ = static_cast<float>(clip->total_norm);
-    for (auto& [name, p] : params_) p->zero_grad();
-    ++num_update_;
-    return;
-  }
-  if (zero_) {  // ZeRO-1 and 2: device i updates shard i, then the shards are all-gathered (core/optim/zero.hpp)
-    if (!params_.empty()) {
-      const auto grads = place_shards_and_gradients(weights);
-      if (zero_->stage() == 2) zero_->scattered_step(weights, s, clip);
-      else zero_->step(weights, grads, s, summed, clip);
-      if (clip) last_grad_norm_ = static_cast<float>(clip->total_norm);
-    }
-    for (auto& [name, p] : params_) p->zero_grad();
-    ++num_update_;
-    return;
-  }
   // Every key's gradients summed, then every device's parameters updated in one launch (KVStore::update_all).
   std::vector<std::vector<Tensor>> grads(params_.size());
   for (size_t k = 0; k < params_.size(); ++k) {
@@ -263,24 +233,6 @@ void Trainer::step(int64_t batch_size) {
   ++num_update_;
 }
 
-// ZeRO-1's gradients are reduce-scattered by the step (each device receives only its shard of the
-// sum); ZeRO-2's were, during backward.
-std::vector<std::vector<Tensor>> Trainer::place_shards_and_gradients(const std::vector<std::vector<Tensor>>& weights) {
-  // First step, parameters moved (reset_ctx) or a state loaded: lay the shards out (again). This
-  // checks the devices too, before any gradient is touched.
-  const bool loaded = !host_state_[0][0].empty();
-  if (loaded || !zero_->fits(weights)) {
-    std::vector<std::string> names;
-    for (auto& [name, p] : params_) names.push_back(name);
-    zero_->place(weights, names, host_state_);
-  }
-  if (zero_->stage() == 2) return {};  // added into the shards during backward
-  std::vector<std::vector<Tensor>> grads(params_.size());  // each replica's own; the step reduce-scatters them
-  for (size_t k = 0; k < params_.size(); ++k)
-    for (auto& w : weights[k]) grads[k].push_back(w.grad().defined() ? w.grad() : Tensor::zeros(w.shape(), w.device()));
-  return grads;
-}
-
 // Every parameter's replicas and name, in the Trainer's order; a parameter not yet initialized is a
 // one-line ParameterError (FSDP shards what exists).
 std::pair<std::vector<std::vector<Tensor>>, std::vector<std::string>> Trainer::weights_to_shard() const {
@@ -296,26 +248,21 @@ std::pair<std::vector<std::vector<Tensor>>, std::vector<std::string>> Trainer::w
   return {std::move(weights), std::move(names)};
 }
 
-zero::ShardedState& Trainer::fully_shard() {
+zero::Shards& Trainer::fully_shard(const std::vector<std::vector<size_t>>& units) {
   if (!zero_ || zero_->stage() != 3)
     throw ConfigError("FullyShardedDataParallel needs a Trainer with zero_stage 3, this one has zero_stage " +
                       std::to_string(options_.zero_stage));
   auto [weights, names] = weights_to_shard();
-  if (zero_->placed() && !zero_->fits(weights))
-    throw ConfigError("Trainer: zero_stage 3 keeps the parameters where they were sharded, " + str(zero_->devices()) +
-                      "; they cannot move (reset_ctx) afterwards");
-  if (!params_.empty()) zero_->shard_parameters(weights, names, host_state_);
+  zero_->shard_parameters({weights, names, host_state_, *kv_}, units);
   return *zero_;
 }
 
-zero::RankParameterShards& Trainer::fully_shard_over_ranks(const std::vector<std::vector<size_t>>& units) {
-  if (!zero3_ranks_)
-    throw ConfigError("FullyShardedDataParallel over the processes needs a Trainer with zero_stage 3 and kvstore "
-                      "dist_sync or dist_sync_ring");
-  auto [weights, names] = weights_to_shard();
-  zero3_ranks_->shard(weights, names, units, host_state_);
-  units_ = units;
-  return *zero3_ranks_;
+const zero::ShardedState* Trainer::sharded_state() const { return dynamic_cast<const zero::ShardedState*>(zero_.get()); }
+const zero::RankShardedState* Trainer::rank_sharded_state() const {
+  return dynamic_cast<const zero::RankShardedState*>(zero_.get());
+}
+const zero::RankParameterShards* Trainer::rank_parameter_shards() const {
+  return dynamic_cast<const zero::RankParameterShards*>(zero_.get());
 }
 
 int64_t Trainer::index_of(const Parameter& p) const {
@@ -348,23 +295,7 @@ std::vector<DeviceMemory> Trainer::memory_per_device() const {
   for (auto& slots : state_)
     for (auto& replicas : slots)
       for (auto& t : replicas) at(t.device()).state_bytes += bytes(t);
-  if (zero_)
-    for (size_t i = 0; i < zero_->devices().size(); ++i) {
-      at(zero_->devices()[i]).state_bytes += zero_->bytes(i);
-      at(zero_->devices()[i]).summed_gradient_bytes += zero_->gradient_bytes(i);  // stage 2's and 3's shard
-      at(zero_->devices()[i]).parameter_bytes += zero_->parameter_bytes(i);       // stage 3's shard
-    }
-  if (zero3_ranks_ && zero3_ranks_->placed()) {  // this rank's chunks of every unit; the replicas are released
-    DeviceMemory& m = at(zero3_ranks_->device());
-    m.parameter_bytes += zero3_ranks_->parameter_bytes();
-    m.summed_gradient_bytes += zero3_ranks_->gradient_bytes();
-    m.state_bytes += zero3_ranks_->state_bytes();
-  }
-  if (zero_ranks_ && zero_ranks_->placed()) {  // this rank's chunk; at stage 2 the chunk's sum is all the sum kept
-    DeviceMemory& m = at(zero_ranks_->device());
-    m.state_bytes += zero_ranks_->bytes();
-    if (zero_ranks_->stage() == 2) m.summed_gradient_bytes = zero_ranks_->gradient_bytes();
-  }
+  if (zero_) zero_->add_memory(at);  // what the shards hold, measured from their tensors
   return out;
 }
 
@@ -380,10 +311,8 @@ bool Trainer::loaded_state_waiting() const {
 std::map<std::string, HostTensor> Trainer::state_dict() const {
   std::map<std::string, HostTensor> out;
   // zero_stage 1 or 2: the shards gathered into the unsharded layout, unless a loaded state waits.
-  const auto sharded = zero_        ? zero_->gather()
-                       : zero_ranks_ ? zero_ranks_->gather()  // a collective: every rank calls state_dict
-                       : zero3_ranks_ ? zero3_ranks_->gather_state()  // the same
-                                      : std::vector<std::vector<std::vector<float>>>{};
+  // Over the ranks a collective: every rank calls state_dict.
+  const auto sharded = zero_ ? zero_->gather_state() : std::vector<std::vector<std::vector<float>>>{};
   for (size_t k = 0; k < params_.size(); ++k)
     for (size_t j = 0; j < state_names_.size(); ++j) {
       auto& [name, p] = params_[k];

@@ -41,13 +41,13 @@
 #include "core/dist/buckets.hpp"
 #include "core/dist/group.hpp"
 #include "core/nn/block.hpp"
+#include "core/optim/shards.hpp"
 
 namespace d2l::optim {
 
-class KVStore;  // core/optim/kvstore.hpp
 namespace zero {
-class ShardedState;      // core/optim/zero.hpp
-class RankShardedState;  // core/optim/zero_dist.hpp
+class ShardedState;         // core/optim/zero.hpp
+class RankShardedState;     // core/optim/zero_dist.hpp
 class RankParameterShards;  // core/optim/fsdp_dist.hpp
 }
 
@@ -113,20 +113,6 @@ struct OptimizerOptions {
 };
 using SGDOptions = OptimizerOptions;  // its name while SGD was the only optimizer
 
-// What a Trainer keeps on one device (Trainer::memory_per_device), in bytes: its replicas of the
-// trainable parameters, their gradients, and the optimizer state.
-struct DeviceMemory {
-  Device device;
-  int64_t parameter_bytes = 0;
-  int64_t gradient_bytes = 0;  // the parameters' .grad buffers, which autograd adds into: 4 P at every stage
-  int64_t state_bytes = 0;
-  // The summed gradient the step keeps on this device once the gradients are reduced: the whole sum
-  // at stages 0 and 1 (4 P; the allreduce writes it into the .grad buffers above, so these are the
-  // same bytes, not more), the sum of its shard only at stage 2 (4 P_i; a flat buffer of its own,
-  // beside the .grad buffers, which keep this device's own contribution until they are zeroed).
-  int64_t summed_gradient_bytes = 0;
-};
-
 // A tensor's values in host memory, for checkpoints.
 struct HostTensor {
   Shape shape;
@@ -177,24 +163,24 @@ class Trainer {
   // The summed gradient: 4 P on every device, 4 * (its shard's size) at stage 2 (after a step).
   // Stage 3 (between steps): parameters, summed gradient and state of its shard only, no .grad buffers.
   std::vector<DeviceMemory> memory_per_device() const;
-  // zero_stage 1, 2 or 3: the shards and their layout over the flat vector (null at stage 0).
-  const zero::ShardedState* sharded_state() const { return zero_.get(); }
+  // zero_stage 1, 2 or 3: the shards, wherever they live (core/optim/shards.hpp; null at stage 0).
+  const zero::Shards* shards() const { return zero_.get(); }
+  // The same, where they are the devices of this process: their layout over the flat vector (else null).
+  const zero::ShardedState* sharded_state() const;
   // zero_stage 3: the parameters become shards (every trainable parameter initialised; the first
-  // call releases the replicas' memory), for FullyShardedDataParallel. ConfigError at other stages.
-  zero::ShardedState& fully_shard();
+  // call releases the replicas' memory), for FullyShardedDataParallel; units[u]: the indices of unit
+  // u's parameters. ConfigError at other stages.
+  zero::Shards& fully_shard(const std::vector<std::vector<size_t>>& units);
   // The index of a trainable parameter of this trainer in its flat order, -1 for any other.
   int64_t index_of(const Parameter& p) const;
   size_t num_parameters() const { return params_.size(); }  // trainable ones
   // zero_stage 1 or 2 with a dist kvstore: this rank's chunk and the layout over the ranks (else null).
-  const zero::RankShardedState* rank_sharded_state() const { return zero_ranks_.get(); }
+  const zero::RankShardedState* rank_sharded_state() const;
   // Whether a state given to load_state_dict waits for the next step to be placed (then the shards,
   // sharded_state() and rank_sharded_state(), still hold the old one; state_dict() has the loaded one).
   bool loaded_state_waiting() const;
-  // zero_stage 3 with a dist kvstore: the chunks of every unit kept by this rank (else null), and the
-  // sharding itself, for FullyShardedDataParallel (units: per unit, the indices of its parameters).
-  const zero::RankParameterShards* rank_parameter_shards() const { return zero3_ranks_.get(); }
-  bool shards_over_ranks() const { return zero3_ranks_ != nullptr; }
-  zero::RankParameterShards& fully_shard_over_ranks(const std::vector<std::vector<size_t>>& units);
+  // zero_stage 3 with a dist kvstore: the chunks of every unit kept by this rank (else null).
+  const zero::RankParameterShards* rank_parameter_shards() const;
 
   // What a checkpoint needs to continue bit for bit: "<slot>/<parameter name>" per slot of
   // state_names() and trainable parameter (device 0's replica; all replicas are equal; with
@@ -207,7 +193,7 @@ class Trainer {
   void load_state_dict(const std::map<std::string, HostTensor>& state);
 
  private:
-  // fully_shard's and fully_shard_over_ranks' input: every parameter's replicas and its name.
+  // fully_shard's input: every parameter's replicas and its name.
   std::pair<std::vector<std::vector<Tensor>>, std::vector<std::string>> weights_to_shard() const;
 
   std::vector<std::pair<std::string, nn::ParameterPtr>> params_;  // trainable ones, in order
@@ -221,19 +207,8 @@ class Trainer {
   std::vector<std::vector<std::vector<float>>> host_state_;
   // Puts parameter k's state where the kvstore wants it for these replicas (zeros at first).
   void place_state(size_t k, const std::vector<Tensor>& weights);
-  // zero_stage 1 or 2: the state as shards (null at stage 0).
-  std::unique_ptr<zero::ShardedState> zero_;
-  // zero_stage 1 or 2 with kvstore dist_sync or dist_sync_ring: the state as chunks over the ranks
-  // (null otherwise; then zero_ is null).
-  std::unique_ptr<zero::RankShardedState> zero_ranks_;
-  // zero_stage 3 with kvstore dist_sync or dist_sync_ring: the parameters, summed gradients and state as
-  // this rank's chunks of every unit (null otherwise).
-  std::unique_ptr<zero::RankParameterShards> zero3_ranks_;
-  std::vector<std::vector<size_t>> units_;  // the units zero3_ranks_ was laid out for
-  // The sharded step's first half: the shards laid out for these replicas when they moved or a state
-  // was loaded, and every replica's own gradient at stage 1 (the step reduce-scatters them), none at
-  // stage 2 (reduce-scattered during backward).
-  std::vector<std::vector<Tensor>> place_shards_and_gradients(const std::vector<std::vector<Tensor>>& weights);
+  // zero_stage 1 to 3: the shards, over the devices of this process or over the ranks (null at stage 0).
+  std::unique_ptr<zero::Shards> zero_;
   int64_t num_update_ = 0;
   float last_grad_norm_;  // NaN until a step with clip_grad_norm
 };

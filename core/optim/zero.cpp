@@ -64,7 +64,7 @@ bool ShardedState::fits(const std::vector<std::vector<Tensor>>& weights) const {
   return true;
 }
 
-std::vector<std::vector<std::vector<float>>> ShardedState::gather() const {
+std::vector<std::vector<std::vector<float>>> ShardedState::gather_state() const {
   if (!placed()) return {};
   const size_t params = layout_.offsets.size() - 1;
   std::vector<std::vector<std::vector<float>>> out(params, std::vector<std::vector<float>>(slots_));
@@ -114,7 +114,7 @@ void ShardedState::place(const std::vector<std::vector<Tensor>>& weights, const 
   }
   // The unsharded values: loaded ones, else what the shards hold so far (a move), else zeros.
   const bool loaded = std::any_of(host.begin(), host.end(), [](auto& slots) { return !slots[0].empty(); });
-  if (!loaded && placed()) host = gather();
+  if (!loaded && placed()) host = gather_state();
   for (size_t k = 0; k < host.size(); ++k)
     for (size_t j = 0; j < slots_; ++j)
       if (!host[k][j].empty() && static_cast<int64_t>(host[k][j].size()) != sizes[k])
@@ -181,13 +181,13 @@ ShardedState::~ShardedState() {
 
 void ShardedState::scatter_if_mine(TensorImpl& leaf) {
   auto it = replica_.find(&leaf);
-  if (it != replica_.end()) scatter_gradient(it->second.first, it->second.second);
+  if (it != replica_.end()) add_gradient(it->second.first, it->second.second);
 }
 
 void ShardedState::scatter_remaining() {
   for (size_t k = 0; k < weights_.size(); ++k)
     for (size_t i = 0; i < devices_.size(); ++i)
-      if (weights_[k][i].grad().defined()) scatter_gradient(k, i);
+      if (weights_[k][i].grad().defined()) add_gradient(k, i);
 }
 
 std::vector<float> ShardedState::gradient_shard(size_t i) const {
@@ -200,7 +200,7 @@ std::vector<float> ShardedState::gradient_shard(size_t i) const {
   return out;
 }
 
-void ShardedState::scatter_gradient(size_t k, size_t i) {
+void ShardedState::add_gradient(size_t k, size_t i) {
   const Tensor g = weights_[k][i].grad();
   if (!g.defined()) return;
   if (stale_) {  // the first gradient since the last step: the last step's sums go
@@ -237,8 +237,44 @@ Step ShardedState::clipped(const std::vector<std::vector<Tensor>>& g, const Step
   return clip->apply(s, squares);
 }
 
-void ShardedState::step(const std::vector<std::vector<Tensor>>& weights, const std::vector<std::vector<Tensor>>& grads,
-                        const Step& s, bool summed, GradClip* clip) {
+// Whether load_state_dict left a state waiting to be placed.
+static bool loaded_state_waits(const StepInput& in) {
+  return !in.host.empty() && !in.host[0].empty() && !in.host[0][0].empty();
+}
+
+void ShardedState::step(const StepInput& in, const Step& s, GradClip* clip) {
+  if (stage_ == 3) {  // each device updates its parameter shard; the next forward gathers
+    if (!placed())
+      throw ConfigError("Trainer: zero_stage 3 shards the parameters themselves: run the net through "
+                        "optim::FullyShardedDataParallel(net, trainer) from its first forward on");
+    if (loaded_state_waits(in)) shard_parameters(in, units_);
+    step_shards(s, clip);
+    return;
+  }
+  if (in.weights.empty()) return;
+  const bool summed = in.kv.reduce_all(in.weights);  // buckets: every gradient summed already
+  // First step, parameters moved (reset_ctx) or a state loaded: lay the shards out (again). This
+  // checks the devices too, before any gradient is touched.
+  if (loaded_state_waits(in) || !fits(in.weights)) place(in.weights, in.names, in.host);
+  if (stage_ == 2) return scattered_step(in.weights, s, clip);  // reduce-scattered during backward
+  std::vector<std::vector<Tensor>> grads(in.weights.size());   // each replica's own; reduce-scattered here
+  for (size_t k = 0; k < in.weights.size(); ++k)
+    for (auto& w : in.weights[k]) grads[k].push_back(w.grad().defined() ? w.grad() : Tensor::zeros(w.shape(), w.device()));
+  reduce_scatter_step(in.weights, grads, s, summed, clip);
+}
+
+void ShardedState::add_memory(const std::function<DeviceMemory&(Device)>& at) const {
+  for (size_t i = 0; i < devices_.size(); ++i) {
+    DeviceMemory& m = at(devices_[i]);
+    m.state_bytes += bytes(i);
+    m.summed_gradient_bytes += gradient_bytes(i);  // stage 2's and 3's shard
+    m.parameter_bytes += parameter_bytes(i);       // stage 3's shard
+  }
+}
+
+void ShardedState::reduce_scatter_step(const std::vector<std::vector<Tensor>>& weights,
+                                       const std::vector<std::vector<Tensor>>& grads, const Step& s, bool summed,
+                                       GradClip* clip) {
   // Reduce-scatter: device i adds up its shard's slices of every device's gradient, in device
   // order. Device 0's own whole piece sums into its .grad buffer in place; every other sum starts
   // from a copy of device 0's slice on device i.
@@ -326,11 +362,15 @@ void ShardedState::update_and_gather(const std::vector<std::vector<Tensor>>& wei
     }
 }
 
-void ShardedState::shard_parameters(const std::vector<std::vector<Tensor>>& weights,
-                                    const std::vector<std::string>& names,
-                                    std::vector<std::vector<std::vector<float>>>& host) {
+void ShardedState::shard_parameters(const StepInput& in, const std::vector<std::vector<size_t>>& units) {
+  const auto& weights = in.weights;
+  if (placed() && !fits(weights))
+    throw ConfigError("Trainer: zero_stage 3 keeps the parameters where they were sharded, " + str(devices_) +
+                      "; they cannot move (reset_ctx) afterwards");
+  if (weights.empty()) return;
   const bool first = !placed() || pieces_.empty() || pieces_[0].empty() || !pieces_[0][0].param.defined();
-  place(weights, names, host);  // the layout, the devices and the state, as at stages 1 and 2
+  place(weights, in.names, in.host);  // the layout, the devices and the state, as at stages 1 and 2
+  units_ = units;
   if (!first) return;
   // Device i's own replica holds the same values as every other: its pieces are read from it. A
   // whole piece keeps the replica's buffer itself; a part is copied out.
@@ -374,6 +414,14 @@ void ShardedState::release_parameter(size_t k, size_t i) {
   TensorImpl& t = weights_[k][i].impl();
   t.storage.reset();
   t.grad.reset();
+}
+
+void ShardedState::gather_unit(size_t u, size_t i) {
+  for (size_t k : units_[u]) gather_parameter(k, i);
+}
+
+void ShardedState::release_unit(size_t u, size_t i) {
+  for (size_t k : units_[u]) release_parameter(k, i);
 }
 
 bool ShardedState::gathered(size_t k, size_t i) const { return weights_[k][i].impl().storage != nullptr; }

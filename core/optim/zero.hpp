@@ -44,6 +44,7 @@
 
 #include "core/dist/group.hpp"
 #include "core/optim/kvstore.hpp"
+#include "core/optim/shards.hpp"
 #include "core/tensor.hpp"
 
 namespace d2l::optim::zero {
@@ -64,10 +65,10 @@ ShardLayout shard_layout(const std::vector<int64_t>& sizes, size_t n);
 // The state of ZeRO stages 1, 2 and 3 over the devices of one process: per device its shard's pieces,
 // each with `slots` state tensors (slot 0 SGD's momentum; Adam's m, then v), at stages 2 and 3 the
 // piece's summed gradient, at stage 3 its parameter values.
-class ShardedState {
+class ShardedState : public Shards {
  public:
   ShardedState(size_t slots, int stage);
-  ~ShardedState();
+  ~ShardedState() override;
   ShardedState(const ShardedState&) = delete;
   ShardedState& operator=(const ShardedState&) = delete;
 
@@ -82,39 +83,38 @@ class ShardedState {
   void place(const std::vector<std::vector<Tensor>>& weights, const std::vector<std::string>& names,
              std::vector<std::vector<std::vector<float>>>& host);
 
+  // The Trainer's step (core/optim/shards.hpp): the shards laid out when needed, then
+  //   stage 1  the reduce-scatter of every replica's own .grad, each device's update of its shard,
+  //            the all-gather;
+  //   stage 2  the same, the reduce-scatter done during backward (any gradient still in a .grad
+  //            buffer, as before the first step laid the shards out, is added now);
+  //   stage 3  each device's update of its parameter shard in place (every replica released first);
+  //            the next forward gathers.
+  // clip: clip_grad_norm_ over the summed gradients of every device's pieces (clipped()); null: off.
+  void step(const StepInput& in, const Step& s, GradClip* clip) override;
+
   // Stage 3: the parameters become shards. The first call (the state placed as place() places it)
   // copies shard i of the replicas' values into a flat tensor on device i and releases every
   // replica's memory and gradient; the replicas keep their shapes. Later calls (a state loaded)
-  // place the state again and keep the parameter shards.
-  void shard_parameters(const std::vector<std::vector<Tensor>>& weights, const std::vector<std::string>& names,
-                        std::vector<std::vector<std::vector<float>>>& host);
+  // place the state again and keep the parameter shards. Replicas on other devices than those
+  // sharded over are a ConfigError.
+  void shard_parameters(const StepInput& in, const std::vector<std::vector<size_t>>& units) override;
   // Stage 3: replica k on device i made whole (memory from its device's allocator, each shard's part
-  // copied in, from whichever device holds it), released again, and whether it is whole now.
+  // copied in, from whichever device holds it), released again, and whether it is whole now; the
+  // same for every parameter of unit u.
   void gather_parameter(size_t k, size_t i);
   void release_parameter(size_t k, size_t i);
-  bool gathered(size_t k, size_t i) const;
-  const Tensor& replica(size_t k, size_t i) const { return weights_[k][i]; }
+  void gather_unit(size_t u, size_t i) override;
+  void release_unit(size_t u, size_t i) override;
+  bool gathered(size_t k, size_t i) const override;
+  const Tensor& replica(size_t k, size_t i) const override { return weights_[k][i]; }
   // Stage 3: replica k's gradient on device i, complete, added into the summed-gradient pieces of the
   // shards holding parameter k's elements (copied to their devices first), then released.
-  void scatter_gradient(size_t k, size_t i);
-  // Stage 3: device i updates its parameter shard in place from its summed gradient (its pieces laid
-  // end to end), then the pieces are zeroed for the next step. Every replica is released first.
-  // clip: clip_grad_norm_ over the summed gradients of every device's pieces (clipped()); null: off.
-  void step_shards(const Step& s, GradClip* clip = nullptr);
+  void add_gradient(size_t k, size_t i) override;
   // Stage 3: the unsharded parameters, [k] flattened, read from the shards.
-  std::vector<std::vector<float>> parameters() const;
+  std::vector<std::vector<float>> parameters() const override;
   // Stage 3: bytes of parameters device i keeps between layers, from the tensors it keeps.
   int64_t parameter_bytes(size_t i) const;
-
-  // Stage 1: grads[k][i] is replica i's own gradient of parameter k (its .grad); the reduce-scatter,
-  // each device's update of its shard, the all-gather. summed: the grads hold the sum already.
-  // clip: as step_shards', over the reduce-scattered sums.
-  void step(const std::vector<std::vector<Tensor>>& weights, const std::vector<std::vector<Tensor>>& grads,
-            const Step& s, bool summed = false, GradClip* clip = nullptr);
-  // Stage 2: the replicas' gradients were added into the shards during backward (any still in a
-  // .grad buffer, as before the first step laid the shards out, is added now); then stage 1's
-  // update and all-gather.
-  void scattered_step(const std::vector<std::vector<Tensor>>& weights, const Step& s, GradClip* clip = nullptr);
 
   // FSDP's HYBRID_SHARD (the Trainer's hybrid_shard), stages 1 and 2: the shards are this process's
   // devices, and every rank of `group` holds the same layout over its own devices. Each device's
@@ -128,15 +128,17 @@ class ShardedState {
   // s as clip->apply() scales it (clip null: s).
   static Step clipped(const std::vector<std::vector<Tensor>>& g, const Step& s, GradClip* clip);
 
-  bool placed() const { return !devices_.empty(); }
+  bool placed() const override { return !devices_.empty(); }
   const ShardLayout& layout() const { return layout_; }
-  const std::vector<Device>& devices() const { return devices_; }
+  std::vector<Device> devices() const override { return devices_; }
   // The state in the unsharded layout, read from every shard: [k][j] is parameter k's slot j (its
   // shape flattened), what a replicated run would hold. Empty before place().
-  std::vector<std::vector<std::vector<float>>> gather() const;
+  std::vector<std::vector<std::vector<float>>> gather_state() const override;
+  // Per device, its shard's state, summed gradient (stages 2, 3) and parameters (stage 3).
+  void add_memory(const std::function<DeviceMemory&(Device)>& at) const override;
   // Bytes of state device i holds, from the tensors it keeps.
   int64_t bytes(size_t i) const;
-  int stage() const { return stage_; }
+  int stage() const override { return stage_; }
   // Stages 2 and 3: the summed gradient of shard i (its pieces laid end to end), kept after the step
   // until the next gradient arrives, and the bytes of the tensors that hold it (0 at stage 1).
   std::vector<float> gradient_shard(size_t i) const;
@@ -161,10 +163,18 @@ class ShardedState {
   std::vector<std::vector<Piece>> pieces_;    // per device: the pieces of its shard, in flat order
   std::vector<std::vector<Tensor>> weights_;  // [k][i]: the replicas (stage 3: whole only while gathered)
   std::unordered_map<const TensorImpl*, std::pair<size_t, size_t>> replica_;  // leaf -> (parameter, device)
+  std::vector<std::vector<size_t>> units_;    // stage 3: per unit, its parameters
   bool stale_ = false;     // the sums are the last step's: dropped when the next gradient arrives
   bool received_ = false;  // a gradient was added in since the last step
   int hook_ = -1;          // stage 2's gradient-ready hook
   Shape piece_shape(const Piece& p) const;
+  // Stage 1's reduce-scatter of grads[k][i], replica i's own gradient of parameter k (summed: the
+  // grads hold the sum already), then update_and_gather; stage 2's, from the sums made in backward.
+  void reduce_scatter_step(const std::vector<std::vector<Tensor>>& weights,
+                           const std::vector<std::vector<Tensor>>& grads, const Step& s, bool summed, GradClip* clip);
+  void scattered_step(const std::vector<std::vector<Tensor>>& weights, const Step& s, GradClip* clip);
+  // Stage 3's update of every device's parameter shard.
+  void step_shards(const Step& s, GradClip* clip);
   void scatter_if_mine(TensorImpl& leaf);
   void scatter_remaining();
   void sum_over_replicas(const std::vector<std::vector<Tensor>>& g) const;

@@ -101,7 +101,7 @@ void RankShardedState::place(const std::vector<std::vector<Tensor>>& weights, co
   }
   // The unsharded values: loaded ones, else the chunks kept so far (the parameters moved), else zeros.
   const bool loaded = std::any_of(host.begin(), host.end(), [](auto& slots) { return !slots[0].empty(); });
-  if (!loaded && placed_) host = gather();
+  if (!loaded && placed_) host = gather_state();
   for (size_t k = 0; k < host.size(); ++k)
     for (auto& slot : host[k])
       if (!slot.empty() && static_cast<int64_t>(slot.size()) != sizes[k])
@@ -252,12 +252,14 @@ void RankShardedState::wait_for_sums() {
   for (Bucket& b : buckets_) b.sent = 0;
 }
 
-void RankShardedState::step(const std::vector<std::vector<Tensor>>& weights, const std::vector<std::string>& names,
-                            std::vector<std::vector<std::vector<float>>>& host, KVStore& /*kv*/, bool summed,
-                            const Step& step, GradClip* clip) {
+void RankShardedState::step(const StepInput& in, const Step& step, GradClip* clip) {
+  if (in.weights.empty()) return;
   NoGrad no_grad;
+  const bool summed = in.kv.reduce_all(in.weights);  // DDP's buckets: every gradient summed already
+  const auto& weights = in.weights;
+  auto& host = in.host;
   const bool loaded = std::any_of(host.begin(), host.end(), [](auto& slots) { return !slots[0].empty(); });
-  if (loaded || !fits(weights)) place(weights, names, host);  // checks the devices before any collective
+  if (loaded || !fits(weights)) place(weights, in.names, host);  // checks the devices before any collective
   if (stage_ == 2 && summed)
     throw ConfigError("Trainer: zero_stage 2 reduce-scatters the gradients, but the gradient buckets already all-reduced "
                       "them: use zero_stage 1 with buckets");
@@ -313,7 +315,7 @@ void RankShardedState::step(const std::vector<std::vector<Tensor>>& weights, con
   for (auto& work : gathers) work.wait();
 }
 
-std::vector<std::vector<std::vector<float>>> RankShardedState::gather() const {
+std::vector<std::vector<std::vector<float>>> RankShardedState::gather_state() const {
   if (!placed_) return {};
   const size_t params = layout_.offsets.size() - 1;
   std::vector<std::vector<std::vector<float>>> out(params, std::vector<std::vector<float>>(slots_));
@@ -334,8 +336,18 @@ std::vector<std::vector<float>> RankShardedState::chunk_state() const {
   return out;
 }
 
-int64_t RankShardedState::bytes() const {
-  return placed_ ? static_cast<int64_t>(slots_ * kFloatBytes) * chunk() : 0;
+int64_t RankShardedState::bytes() const {  // from the tensors held
+  int64_t n = 0;
+  for (const Tensor& t : state_)
+    if (t.defined() && t.impl().storage) n += static_cast<int64_t>(kFloatBytes) * t.numel();
+  return n;
+}
+
+void RankShardedState::add_memory(const std::function<DeviceMemory&(Device)>& at) const {
+  if (!placed_) return;
+  DeviceMemory& m = at(device_);
+  m.state_bytes += bytes();
+  m.summed_gradient_bytes += gradient_bytes();  // stage 2: the chunk's sum is all the sum kept
 }
 
 int64_t RankShardedState::gradient_bytes() const {

@@ -70,35 +70,36 @@ bool fails_in_allgather(int stage);
 // The layout of P elements, parameters of these sizes, over the ranks of a group: bounds[r] = chunk_begin(P, r, group).
 ShardLayout rank_layout(const std::vector<int64_t>& sizes, const dist::Group& group);
 
-class RankShardedState {
+class RankShardedState : public Shards {
  public:
   // reduce_bucket_mb: the buckets' size in MiB (above), >= 0; a ConfigError otherwise.
   // group: the ranks that hold the shards (the world, or a grid's dp group: the layout, the
   // reduce-scatters, the all-gathers and the norm's sums are the group's).
   RankShardedState(size_t slots, int stage, double reduce_bucket_mb = 25, dist::Group group = dist::Group());
-  ~RankShardedState();
+  ~RankShardedState() override;
   RankShardedState(const RankShardedState&) = delete;
   RankShardedState& operator=(const RankShardedState&) = delete;
 
-  // One step: lays the chunk out when needed (the first step, a loaded state waiting in host[k][j],
-  // the parameters moved), then stage 1's or stage 2's step above. weights[k] must be one replica
-  // (this process's one device, the same for every parameter): a ConfigError otherwise, raised
-  // before any collective. summed: the gradients already hold the sum (buckets; stage 1 only).
-  // kv: not used (the reduce-scatter replaces the kvstore's pushpull); the Trainer passes its own.
+  // One step (core/optim/shards.hpp): lays the chunk out when needed (the first step, a loaded state
+  // waiting in in.host[k][j], the parameters moved), then stage 1's or stage 2's step above.
+  // in.weights[k] must be one replica (this process's one device, the same for every parameter): a
+  // ConfigError otherwise, raised before any collective. The kvstore's buckets may have summed the
+  // gradients already (stage 1 only): then chunk r of that sum is read.
   // clip: clip_grad_norm_ (GradClip) over every rank's chunk of the sum (dist::sum_over_ranks of the
   // chunks' squares over the group, a collective; a tp_group's slices then added over it); null: off.
-  void step(const std::vector<std::vector<Tensor>>& weights, const std::vector<std::string>& names,
-            std::vector<std::vector<std::vector<float>>>& host, KVStore& kv, bool summed, const Step& s,
-            GradClip* clip = nullptr);
+  void step(const StepInput& in, const Step& s, GradClip* clip) override;
 
-  bool placed() const { return placed_; }
-  int stage() const { return stage_; }
+  bool placed() const override { return placed_; }
+  int stage() const override { return stage_; }
   const ShardLayout& layout() const { return layout_; }
   Device device() const { return device_; }
+  std::vector<Device> devices() const override { return {device_}; }
   // The state in the unsharded layout ([k][j]: parameter k's slot j, flattened), every rank's chunk
   // all-gathered: a collective, every rank calls it and every rank gets the whole state. Empty
   // before the first step (then no rank communicates).
-  std::vector<std::vector<std::vector<float>>> gather() const;
+  std::vector<std::vector<std::vector<float>>> gather_state() const override;
+  // This rank's chunk of the state and, at stage 2, of the summed gradient, on its device.
+  void add_memory(const std::function<DeviceMemory&(Device)>& at) const override;
   // This rank's chunk of the state, without communication: per slot the values of elements
   // [layout().bounds[rank], layout().bounds[rank + 1]) of the flat vector (sharded checkpoints,
   // core/io/sharded_checkpoint.hpp). Empty before the first step.

@@ -1,0 +1,17 @@
+#include "core/optim/shards.hpp"
+
+namespace d2l::optim::zero {
+
+// Stage 3's calls, on holders of stages 1 and 2 (FullyShardedDataParallel checks the stage first).
+static ConfigError not_stage3(const char* what) {
+  return ConfigError(std::string("ZeRO shards: ") + what + " is for zero_stage 3 (FullyShardedDataParallel) only");
+}
+
+void Shards::shard_parameters(const StepInput&, const std::vector<std::vector<size_t>>&) { throw not_stage3("shard_parameters"); }
+const Tensor& Shards::replica(size_t, size_t) const { throw not_stage3("replica"); }
+void Shards::gather_unit(size_t, size_t) { throw not_stage3("gather_unit"); }
+void Shards::release_unit(size_t, size_t) { throw not_stage3("release_unit"); }
+bool Shards::gathered(size_t, size_t) const { throw not_stage3("gathered"); }
+std::vector<std::vector<float>> Shards::parameters() const { throw not_stage3("parameters"); }
+
+}  // namespace d2l::optim::zero
