@@ -12,6 +12,8 @@
 //     parameters file of another save; a net with other parameters; no index): every rank throws the
 //     same one-line ConfigError naming the file, and the trainer and the parameters are unchanged. (A
 //     hang would fail the mpirun wrapper's time limit.)
+//   - ZeRO-3 (FullyShardedDataParallel over the ranks): saved from the shards, loaded into a fresh
+//     FSDP's shards it continues bit for bit; loaded at ZeRO-1, the parameters and state of the save;
 //   - separate runs (tests/dist/resume_runs.sh): saved by a run of 2 or 4 ranks, resumed by a run of
 //     1, 2, 3 or 4, continuing as 10 steps straight.
 #include <doctest/doctest.h>
@@ -29,7 +31,9 @@
 #include "core/dist/process_group.hpp"
 #include "core/io/sharded_checkpoint.hpp"
 #include "core/nn/nn.hpp"
+#include "core/nn/split_and_load.hpp"
 #include "core/ops.hpp"
+#include "core/optim/fsdp.hpp"
 #include "core/optim/trainer.hpp"
 #include "core/rng.hpp"
 #include "tests/dist/zero_mlp.hpp"
@@ -222,15 +226,108 @@ TEST_CASE("bad sharded checkpoints: every rank throws one ConfigError naming the
   for (auto& d : {dir, pristine, old_dir, other_dir}) remove_dir(d);
 }
 
-TEST_CASE("save_sharded_checkpoint refuses ZeRO-3 and a negative epoch before any collective") {
+TEST_CASE("save_sharded_checkpoint refuses a negative epoch before any collective") {
   auto net = mlp_43();
   Trainer trainer(net->collect_params(), "sgd", {.learning_rate = 0.1f}, "dist_sync");
   CHECK_THROWS_AS(io::save_sharded_checkpoint("/nonexistent/x", *net, trainer, -1), ConfigError);
-  Trainer stage3(net->collect_params(), "sgd", {.learning_rate = 0.1f, .zero_stage = 3}, "dist_sync");
-  CHECK_THROWS_WITH_AS(io::save_sharded_checkpoint("/nonexistent/x", *net, stage3, 0), doctest::Contains("zero_stage 3"),
-                       ConfigError);
-  CHECK_THROWS_WITH_AS(io::load_sharded_checkpoint("/nonexistent/x", *net, stage3), doctest::Contains("zero_stage 3"),
-                       ConfigError);
+}
+
+TEST_CASE("ZeRO-3: FSDP's shards saved, loaded into a fresh FSDP they continue bit for bit; loaded at ZeRO-1, the same values") {
+  const int W = dist::world_size(), r = dist::rank();
+  auto fsdp_steps = [&](FullyShardedDataParallel& f, Trainer& t, int from, int to) {
+    for (int s = from; s < to; ++s) {
+      backward_rows([&](const Tensor& x) { return f({x})[0]; }, s, kGlobalBatch * r / W, kGlobalBatch * (r + 1) / W);
+      t.step(kGlobalBatch);
+    }
+  };
+  // Another net's values, so that what a load leaves is the file's.
+  auto other_values = [](Sequential& net) {
+    for (auto& p : net.collect_params().trainable()) fill_(p->list_data()[0], 0.5f);
+  };
+  for (const Setup& u : {Setup{}, adam_setup()}) {
+    CAPTURE(u.optimizer);
+    const std::string dir = shared_dir("zero3");
+    auto net = mlp_43();
+    Trainer trainer(net->collect_params(), u.optimizer, at_stage(u.opt, 3), "dist_sync");
+    FullyShardedDataParallel fsdp(net, trainer);
+    fsdp_steps(fsdp, trainer, 0, 5);
+    io::save_sharded_checkpoint(dir, *net, trainer, 2);
+    const auto params_at_5 = trainer.shards()->parameters();  // a collective
+    const Values state_at_5 = state_values(trainer.state_dict());
+    fsdp_steps(fsdp, trainer, 5, 10);
+    const auto ref_params = trainer.shards()->parameters();
+    const Values ref_state = state_values(trainer.state_dict());
+
+    auto fresh = mlp_43();
+    other_values(*fresh);
+    Trainer second(fresh->collect_params(), u.optimizer, at_stage(u.opt, 3), "dist_sync");
+    FullyShardedDataParallel again(fresh, second);  // sharded first: the load writes into the shards
+    CHECK(io::load_sharded_checkpoint(dir, *fresh, second) == 2);
+    CHECK(second.shards()->parameters() == params_at_5);
+    fsdp_steps(again, second, 5, 10);
+    CHECK(second.shards()->parameters() == ref_params);
+    CHECK(state_values(second.state_dict()) == ref_state);
+
+    // Resharded: ZeRO-1, the parameters whole on every rank.
+    auto plain = mlp_43();
+    other_values(*plain);
+    Trainer stage1(plain->collect_params(), u.optimizer, at_stage(u.opt, 1), "dist_sync");
+    CHECK(io::load_sharded_checkpoint(dir, *plain, stage1) == 2);
+    Values expected;
+    for (auto& [name, p] : plain->collect_params()) expected[name] = params_at_5[static_cast<size_t>(stage1.index_of(*p))];
+    CHECK(params_of(plain->collect_params()) == expected);
+    CHECK(state_values(stage1.state_dict()) == state_at_5);
+    remove_dir(dir);
+  }
+}
+
+TEST_CASE("ZeRO-3 over the devices of one process: saved, loaded into a fresh FSDP's shards, it continues bit for bit") {
+  if (dist::world_size() > 1) return;  // one process's devices (P = 43 over 3: parameters straddle the shards)
+  const std::vector<Device> devices{cpu(0), cpu(1), cpu(2)};
+  auto make = [&](bool other_values) {
+    auto net = std::make_shared<Sequential>();
+    net->add(std::make_shared<Dense>(kHidden, "relu", true, kIn), std::make_shared<Dense>(kOut, "", true, kHidden));
+    manual_seed(42);
+    net->initialize(Init::Xavier(), devices);
+    if (other_values)
+      for (auto& p : net->collect_params().trainable())
+        for (auto& w : p->list_data()) fill_(w, 0.5f);
+    return net;
+  };
+  auto steps = [&](FullyShardedDataParallel& f, Trainer& t, int from, int to) {
+    for (int s = from; s < to; ++s) {
+      const auto X = lcg_data(kGlobalBatch * kIn, 700 + static_cast<uint32_t>(s));
+      std::vector<int32_t> y;
+      for (int64_t i = 0; i < kGlobalBatch; ++i) y.push_back((X[i * kIn] > 0) + (X[i * kIn + 1] > 0));
+      const auto outs = f(split_and_load(X, {kGlobalBatch, kIn}, devices, false));
+      const auto ys = split_and_load(y, {kGlobalBatch}, devices, false);
+      std::vector<Tensor> losses;
+      for (size_t i = 0; i < outs.size(); ++i) losses.push_back(softmax_cross_entropy(outs[i], ys[i], Reduction::sum));
+      for (auto& l : losses) l.backward();
+      t.step(kGlobalBatch);
+    }
+  };
+  const OptimizerOptions o = at_stage(adam_setup().opt, 3);
+  const std::string dir = shared_dir("zero3_devices");
+  auto net = make(false);
+  Trainer trainer(net->collect_params(), "adam", o, "device");
+  FullyShardedDataParallel fsdp(net, trainer);
+  steps(fsdp, trainer, 0, 4);
+  io::save_sharded_checkpoint(dir, *net, trainer, 1);
+  const auto params_at_4 = trainer.shards()->parameters();
+  steps(fsdp, trainer, 4, 8);
+  const auto ref_params = trainer.shards()->parameters();
+  const Values ref_state = state_values(trainer.state_dict());
+
+  auto fresh = make(true);
+  Trainer second(fresh->collect_params(), "adam", o, "device");
+  FullyShardedDataParallel again(fresh, second);
+  CHECK(io::load_sharded_checkpoint(dir, *fresh, second) == 1);
+  CHECK(second.shards()->parameters() == params_at_4);
+  steps(again, second, 4, 8);
+  CHECK(second.shards()->parameters() == ref_params);
+  CHECK(state_values(second.state_dict()) == ref_state);
+  remove_dir(dir);
 }
 
 // Resuming in another run at another number of ranks (tests/dist/resume_runs.sh): with

@@ -75,7 +75,7 @@ int main(int argc, char** argv) {
   auto* steps = app.add_option("--steps", cfg.steps, "part 1: timed Adam steps per run (after one warm-up step)")->capture_default_str();
   app.add_option("--zero-stage", cfg.zero_stage, "part 1: the last stage run beside the replicated one: 3 (ZeRO-1, ZeRO-2 and ZeRO-3), 2, 1 or 0 (the replicated rows only)")->capture_default_str();
   app.add_option("--adam-lr", cfg.adam_lr, "part 1: Adam's learning rate")->capture_default_str();
-  app.add_option("--clip-grad-norm", cfg.clip_grad_norm, "part 1 and the grid: clip the gradient's global norm to this (torch.nn.utils.clip_grad_norm_), over every shard and tensor-parallel slice; 0: off")->capture_default_str();
+  app.add_option("--clip-grad-norm", cfg.clip_grad_norm, "every part: clip the gradient's global norm to this (torch.nn.utils.clip_grad_norm_), over every shard and tensor-parallel slice; 0: off")->capture_default_str();
   app.add_option("--grid-zero-stage", cfg.grid_zero_stage, "the grid: its SGD state over each dp group: 1 sharded (ZeRO-1 on the dp group, Megatron's distributed optimizer), 2 the summed gradients sharded too, 0 replicated")->capture_default_str();
   app.add_option("--reduce-bucket-mb", cfg.reduce_bucket_mb, "part 1 under mpirun: MiB of gradients ZeRO-2 packs into one reduce-scatter during backward (DeepSpeed's reduce_bucket_size, DDP's bucket_cap_mb; 0: one per parameter, unpacked)")->capture_default_str();
   app.add_option("--lr", cfg.lr, "part 2 and the grid: SGD's learning rate")->capture_default_str();
@@ -125,9 +125,8 @@ int main(int argc, char** argv) {
           throw d2l::ConfigError("bad --reduce-bucket-mb " + std::to_string(cfg.reduce_bucket_mb) + ": expected a number >= 0");
         d2l::require_at_most("--reduce-bucket-mb", cfg.reduce_bucket_mb, 1e4, "MiB");
       }
-      if (run_memory || run_grid)
-        if (!(std::isfinite(cfg.clip_grad_norm) && cfg.clip_grad_norm >= 0))
-          throw d2l::ConfigError("bad --clip-grad-norm " + std::to_string(cfg.clip_grad_norm) + ": expected a finite number >= 0 (0: off)");
+      if (!(std::isfinite(cfg.clip_grad_norm) && cfg.clip_grad_norm >= 0))
+        throw d2l::ConfigError("bad --clip-grad-norm " + std::to_string(cfg.clip_grad_norm) + ": expected a finite number >= 0 (0: off)");
       if (run_grid && (cfg.grid_zero_stage < 0 || cfg.grid_zero_stage > 2))
         throw d2l::ConfigError("bad --grid-zero-stage " + std::to_string(cfg.grid_zero_stage) + ": expected 0, 1 or 2");
       if (run_tp || run_grid) {

@@ -9,6 +9,10 @@
 // computes the one logical loss from its replica of the output and runs its own backward, so every
 // replica already holds the whole gradient of its tensor: each tensor is updated by its own
 // gradient (sgd_update_), and nothing is summed over replicas as a data-parallel Trainer would.
+// With --clip-grad-norm the step is clipped by the norm of the one logical model's gradient
+// (torch.nn.utils.clip_grad_norm_, optim::GradClip): each tensor counted once, from its first
+// replica, which is a slice for the split MLP's shards (each its own tensor on one device) and the
+// whole gradient for a replicated one: the slices' squares add up to the unsplit MLP's.
 #include <cmath>
 #include <memory>
 
@@ -18,6 +22,7 @@
 #include "core/nn/dense.hpp"
 #include "core/nn/sequential.hpp"
 #include "core/ops.hpp"
+#include "core/optim/kvstore.hpp"
 #include "core/rng.hpp"
 #include "core/runtime.hpp"
 #include "core/tensor_parallel/conjugate_ops.hpp"
@@ -83,7 +88,8 @@ double accuracy(Classifier& net, const DataIter& iter, int64_t features) {
 // The book's training loop over one group: forward on every device, one backward per device, then
 // every tensor updated by its own gradient. `counted` gets tp::traffic() over the first step.
 std::vector<EpochRow> train(Classifier& net, const Config& cfg, const DataIter& train_iter, const DataIter& test_iter,
-                            int64_t features, std::vector<double>& step_losses, tp::Traffic* counted, int64_t* counted_batch) {
+                            int64_t features, std::vector<double>& step_losses, std::vector<double>& norms,
+                            tp::Traffic* counted, int64_t* counted_batch) {
   std::vector<EpochRow> rows;
   int64_t step = 0;
   for (int epoch = 0; epoch < cfg.num_epochs; ++epoch) {
@@ -97,9 +103,17 @@ std::vector<EpochRow> train(Classifier& net, const Config& cfg, const DataIter& 
       for (auto& l : ls) l.backward();  // each the gradient of the one loss; f sums the shards' input gradients
       {
         NoGrad no_grad;
+        float rate = cfg.lr / static_cast<float>(b.n);
+        if (cfg.clip_grad_norm > 0) {  // the norm of the logical model's gradient: each tensor once (above)
+          optim::GradClip clip{cfg.clip_grad_norm, b.n};
+          double squares = 0;
+          for (auto& p : net.params()) squares += optim::sum_of_squares(p->list_grad()[0]);
+          rate = -std::get<optim::SGDStep>(clip.apply(optim::SGDStep{0, 0, -rate}, squares)).grad_scale;
+          norms.push_back(clip.total_norm);
+        }
         for (auto& p : net.params()) {
           auto ws = p->list_data(), gs = p->list_grad();
-          for (size_t k = 0; k < ws.size(); ++k) sgd_update_(ws[k], gs[k], cfg.lr / static_cast<float>(b.n));
+          for (size_t k = 0; k < ws.size(); ++k) sgd_update_(ws[k], gs[k], rate);
           p->zero_grad();
         }
       }
@@ -147,10 +161,10 @@ TensorParallelResult tensor_parallel(const Config& cfg) {
 
   TensorParallelResult r;
   if (cfg.verbose) std::printf("  unsharded on %s:\n", str(one).c_str());
-  r.unsharded = train(unsharded, cfg, train_iter, test_iter, features, r.unsharded_steps, nullptr, nullptr);
+  r.unsharded = train(unsharded, cfg, train_iter, test_iter, features, r.unsharded_steps, r.unsharded_norms, nullptr, nullptr);
   if (cfg.verbose) std::printf("  the MLP split over %s:\n", str(group).c_str());
   tp::Traffic t;
-  r.sharded = train(sharded, cfg, train_iter, test_iter, features, r.sharded_steps, &t, &r.step_batch);
+  r.sharded = train(sharded, cfg, train_iter, test_iter, features, r.sharded_steps, r.sharded_norms, &t, &r.step_batch);
   r.allreduces_per_step = t.allreduces;
   r.bytes_per_step = t.payload_bytes;
   // g's forward sums the (batch, d_model) output; f's backward the (batch, d_model) input gradient.

@@ -180,9 +180,10 @@ void plot_zero(const Config& cfg, const ZeroResult& r) {
 
 void print_tensor_parallel_title(const Config& cfg) {
   std::printf("\n2. Tensor parallelism (Megatron-LM): 784 -> Dense(%lld, relu) -> [Dense(%lld, relu) -> Dense(%lld)] -> relu -> "
-              "Dense(10), the bracketed MLP column- then row-parallel over %d devices; SGD lr %g, batch %lld on every device, %d epochs\n",
+              "Dense(10), the bracketed MLP column- then row-parallel over %d devices; SGD lr %g, batch %lld on every device, %d epochs%s\n",
               (long long)cfg.d_model, (long long)cfg.hidden, (long long)cfg.d_model, cfg.tp_size, double(cfg.lr),
-              (long long)cfg.batch_size, cfg.num_epochs);
+              (long long)cfg.batch_size, cfg.num_epochs,
+              cfg.clip_grad_norm > 0 ? ("; the gradient clipped to norm " + std::to_string(cfg.clip_grad_norm)).c_str() : "");
   std::fflush(stdout);
 }
 
@@ -206,13 +207,21 @@ int print_tensor_parallel(const Config& cfg, const TensorParallelResult& r) {
     all = std::max(all, rel);
     if (k < first) early = std::max(early, rel);
   }
-  const bool equal = first > 0 && early <= 1e-5;
+  // With clipping, each step's gradient norm over the slices against the unsplit MLP's.
+  double norms = 0;
+  for (size_t k = 0; k < std::min(first, std::min(r.unsharded_norms.size(), r.sharded_norms.size())); ++k)
+    norms = std::max(norms, std::fabs(r.unsharded_norms[k] - r.sharded_norms[k]) / std::max(1e-30, std::fabs(r.unsharded_norms[k])));
+  const bool equal = first > 0 && early <= 1e-5 && norms <= 1e-5;
   std::printf("TP check: the MLP over %d device%s %s the unsharded run within rounding over the first %zu steps "
               "(largest relative loss difference %.2g)\n",
               cfg.tp_size, cfg.tp_size == 1 ? "" : "s", equal ? "equals" : "DIFFERS from", first, early);
   std::printf("over all %zu steps the losses differ by at most %.2g relative; after training the test accuracies differ by %.4f "
               "and the logits by up to %.2g (rounding's differences, compounded by training)\n",
               r.unsharded_steps.size(), all, worst_acc, r.max_output_diff);
+  if (cfg.clip_grad_norm > 0)
+    std::printf("clipping: the gradient norm over the MLP's slices (each tensor once) against the unsharded model's over the "
+                "first %zu steps: largest relative difference %.1e (the first step's %.4f, max norm %g)\n",
+                first, norms, r.sharded_norms.empty() ? 0.0 : r.sharded_norms[0], double(cfg.clip_grad_norm));
   const bool bytes_ok = r.bytes_per_step == r.formula_bytes_per_step;
   std::printf("communication per step (batch %lld): %lld allreduces, %lld bytes summed (tp::traffic()); "
               "formula 2 * batch * d_model * 4 = 2 * %lld * %lld * 4 = %lld bytes%s\n",

@@ -141,6 +141,7 @@ struct EpochRow {
 struct TensorParallelResult {
   std::vector<EpochRow> unsharded, sharded;
   std::vector<double> unsharded_steps, sharded_steps;  // every step's mean loss
+  std::vector<double> unsharded_norms, sharded_norms;  // every step's gradient norm (--clip-grad-norm > 0)
   int64_t step_batch = 0;              // the examples of the step whose traffic was counted
   int64_t allreduces_per_step = 0, bytes_per_step = 0;  // tp::traffic() over that step
   int64_t formula_bytes_per_step = 0;  // 2 * step_batch * d_model * 4

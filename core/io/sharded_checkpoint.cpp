@@ -108,10 +108,8 @@ uint64_t whole(const std::string& path, const std::map<std::string, std::string>
   }
 }
 
-// Stages 0 to 2 over the world: what a file per rank can hold.
-void check_shards(const optim::Trainer& trainer, const std::string& what, const char* verb) {
-  if (trainer.options().zero_stage == 3)
-    throw ConfigError(what + ": zero_stage 3 is not supported (the parameters are sharded too); " + verb + " at stages 0 to 2");
+// Shards over the world: what a file per rank can hold.
+void check_shards(const optim::Trainer& trainer, const std::string& what) {
   if (trainer.options().dp_group && !trainer.options().dp_group->is_world())
     throw ConfigError(what + ": the shards are over the group " + trainer.options().dp_group->str() +
                       ", not the world: a file per rank is written for shards over the world only");
@@ -122,7 +120,7 @@ void check_shards(const optim::Trainer& trainer, const std::string& what, const 
 void save_sharded_checkpoint(const std::string& dir, const nn::Block& net, const optim::Trainer& trainer, int64_t epoch) {
   const std::string what = "save_sharded_checkpoint " + dir;
   if (epoch < 0 || epoch > kMaxEpoch) throw ConfigError(what + ": epoch " + std::to_string(epoch) + " is out of range");
-  check_shards(trainer, what, "save");
+  check_shards(trainer, what);
   const Flat f = flat_layout(net, trainer, what);
   const int W = dist::world_size(), r = dist::rank();
   const auto& slots = trainer.state_names();
@@ -140,6 +138,9 @@ void save_sharded_checkpoint(const std::string& dir, const nn::Block& net, const
   }
   const std::vector<std::vector<float>> chunk = own ? own->chunk_state() : std::vector<std::vector<float>>{};
   const auto state = own ? std::map<std::string, optim::HostTensor>{} : trainer.state_dict();
+  // ZeRO-3 with its parameters sharded: the trainable ones read from the shards (a collective).
+  const bool sharded_params = trainer.options().zero_stage == 3 && trainer.shards() && trainer.shards()->placed();
+  const std::vector<std::vector<float>> full = sharded_params ? trainer.shards()->parameters() : std::vector<std::vector<float>>{};
   // Elements [a, b) of parameter k's slot j (inside this rank's chunk).
   auto piece = [&](size_t k, size_t j, int64_t a, int64_t b) {
     if (own) {
@@ -186,7 +187,19 @@ void save_sharded_checkpoint(const std::string& dir, const nn::Block& net, const
   try {
     write_file_atomic(join(dir, name), {bytes});
     if (r == 0) {
-      save_parameters(net, join(dir, kParameters));
+      if (sharded_params) {  // the replicas are released: the trainable values from the shards, the rest from the net
+        SafetensorsFile params;
+        nn::ParameterDict others;
+        for (auto& [name, p] : net.collect_params()) {
+          const int64_t k = trainer.index_of(*p);
+          if (k >= 0) params.tensors[name] = FileTensor::from_floats(p->shape(), full[static_cast<size_t>(k)]);
+          else others.add(name, p);
+        }
+        for (auto& [name, t] : parameter_tensors(others)) params.tensors[name] = t;
+        save_safetensors(join(dir, kParameters), params);
+      } else {
+        save_parameters(net, join(dir, kParameters));
+      }
       const std::string written = read_file(join(dir, kParameters));
       params_info = std::to_string(written.size()) + " " + checksum(written);
     }
@@ -239,7 +252,7 @@ void save_sharded_checkpoint(const std::string& dir, const nn::Block& net, const
 
 int64_t load_sharded_checkpoint(const std::string& dir, nn::Block& net, optim::Trainer& trainer) {
   const std::string what = "load_sharded_checkpoint " + dir;
-  check_shards(trainer, what, "load");
+  check_shards(trainer, what);
   const Flat f = flat_layout(net, trainer, what);
   std::map<std::string, optim::HostTensor> state;
   SafetensorsFile params_file;
@@ -398,6 +411,18 @@ int64_t load_sharded_checkpoint(const std::string& dir, nn::Block& net, optim::T
   for (auto& [name, p] : net.collect_params()) {
     devices = p->list_ctx();
     break;
+  }
+  if (trainer.options().zero_stage == 3 && trainer.shards() && trainer.shards()->placed()) {
+    // ZeRO-3 with its parameters sharded: each holder takes its part of the trainable ones.
+    std::vector<std::vector<float>> full(trainer.num_parameters());
+    std::vector<ParameterValues> others;
+    for (const ParameterValues& m : matched) {
+      const int64_t k = trainer.index_of(*m.param);
+      if (k >= 0) full[static_cast<size_t>(k)] = m.values->floats();
+      else others.push_back(m);
+    }
+    trainer.shards()->set_parameters(full);
+    matched = others;
   }
   assign_parameters(matched, devices);
   return epoch;

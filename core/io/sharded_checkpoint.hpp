@@ -12,7 +12,8 @@
 //                                 one the same split applies (one process: one file holding everything).
 //   parameters.safetensors        the parameters (save_parameters' file, running statistics included),
 //                                 written once by rank 0: at stages 0 to 2 every rank holds them whole;
-//                                 its size and checksum are in the index too.
+//                                 at stage 3 the trainable ones are read from the shards first (an
+//                                 all-gather); its size and checksum are in the index too.
 //   index.json                    written by rank 0 LAST, after every file is written and a barrier:
 //                                 format "d2l-sharded-checkpoint", version 1, world, step (num_update),
 //                                 learning_rate, epoch, run, the flat layout (parameter names and sizes,
@@ -23,8 +24,8 @@
 //                                 atomically (core/io/atomic_file.hpp).
 // At ZeRO-1 and ZeRO-2 over the ranks each rank writes the chunk it keeps, with no all-gather
 // (RankShardedState::chunk_state); at stage 0, before the first step, or with a loaded state not yet
-// placed, the state comes from Trainer::state_dict() (then gathered). Stage 3 (the parameters sharded
-// too) is refused for now.
+// placed, the state comes from Trainer::state_dict() (then gathered; so at stage 3, whose chunks are
+// per unit, not of the one flat vector). Shards over a group smaller than the world are refused.
 //
 // Loading is a collective. Every rank reads index.json and EVERY file (simple, and fine for a
 // teaching framework's sizes) and checks everything before anything changes: format and version, the
@@ -35,7 +36,10 @@
 // reaches every rank (the messages are gathered) and every rank throws the same one-line ConfigError
 // naming the file ("checkpoint ck/rank-1-of-2.safetensors: missing"). Then the unsharded state goes
 // through Trainer::load_state_dict, which a sharded Trainer places into its own chunks at its next
-// step, at any number of ranks and at stages 0 to 2: that is the resharding. Returns the epoch.
+// step, at any number of ranks and any stage: that is the resharding. At stage 3 with the net already
+// sharded (FullyShardedDataParallel made), each rank writes its part of the trainable parameters
+// into its shards (Shards::set_parameters); before, they go into the replicas, which the sharding
+// then takes. Returns the epoch.
 #pragma once
 #include <cstdint>
 #include <string>

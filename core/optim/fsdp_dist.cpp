@@ -216,6 +216,18 @@ std::vector<std::vector<float>> RankParameterShards::parameters() const {
   return out;
 }
 
+void RankParameterShards::set_parameters(const std::vector<std::vector<float>>& full) {
+  for (Unit& unit : units_) {
+    if (unit.n == 0) continue;
+    std::vector<float> flat(static_cast<size_t>(unit.n));
+    each_unit_piece(unit.offsets, unit.lo, unit.lo + unit.n, [&](size_t i, int64_t a, int64_t b) {
+      const auto& from = full.at(unit.params[i]);
+      std::copy(from.begin() + (a - unit.offsets[i]), from.begin() + (b - unit.offsets[i]), flat.begin() + (a - unit.lo));
+    });
+    copy_bytes(Tensor::from_vector(flat, {unit.n}, device_), 0, unit.param, 0, static_cast<size_t>(unit.n) * kBytesPerFloat);
+  }
+}
+
 std::vector<std::vector<std::vector<float>>> RankParameterShards::gather_state() const {
   if (!placed()) return {};
   std::vector<std::vector<std::vector<float>>> out(weights_.size(), std::vector<std::vector<float>>(slots_));

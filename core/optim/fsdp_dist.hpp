@@ -104,6 +104,8 @@ class RankParameterShards : public Shards {
   // every rank gets all of it. Empty before shard() (then no rank communicates).
   std::vector<std::vector<float>> parameters() const override;
   std::vector<std::vector<std::vector<float>>> gather_state() const override;
+  // This rank's chunk of every unit taken from full[k] (no communication).
+  void set_parameters(const std::vector<std::vector<float>>& full) override;
 
   // Elements of this rank's chunks over the units, and the bytes of the tensors it keeps between
   // steps (its chunks' parameters, summed gradients and state), added to its device's row.

@@ -13,5 +13,6 @@ void Shards::gather_unit(size_t, size_t) { throw not_stage3("gather_unit"); }
 void Shards::release_unit(size_t, size_t) { throw not_stage3("release_unit"); }
 bool Shards::gathered(size_t, size_t) const { throw not_stage3("gathered"); }
 std::vector<std::vector<float>> Shards::parameters() const { throw not_stage3("parameters"); }
+void Shards::set_parameters(const std::vector<std::vector<float>>&) { throw not_stage3("set_parameters"); }
 
 }  // namespace d2l::optim::zero

@@ -81,8 +81,10 @@ class Shards {
   // then unit u's last one on holder i.
   virtual void add_gradient(size_t /*k*/, size_t /*i*/) {}
   virtual void unit_gradients_done(size_t /*u*/, size_t /*i*/) {}
-  // The unsharded parameters ([k] flattened), read from the shards (over ranks a collective).
+  // The unsharded parameters ([k] flattened), read from the shards (over ranks a collective), and
+  // written into them: each holder takes its part of full[k] (a sharded checkpoint's parameters).
   virtual std::vector<std::vector<float>> parameters() const;
+  virtual void set_parameters(const std::vector<std::vector<float>>& full);
 };
 
 }  // namespace zero

@@ -165,6 +165,7 @@ class Trainer {
   std::vector<DeviceMemory> memory_per_device() const;
   // zero_stage 1, 2 or 3: the shards, wherever they live (core/optim/shards.hpp; null at stage 0).
   const zero::Shards* shards() const { return zero_.get(); }
+  zero::Shards* shards() { return zero_.get(); }
   // The same, where they are the devices of this process: their layout over the flat vector (else null).
   const zero::ShardedState* sharded_state() const;
   // zero_stage 3: the parameters become shards (every trainable parameter initialised; the first

@@ -449,6 +449,16 @@ std::vector<std::vector<float>> ShardedState::parameters() const {
   return out;
 }
 
+void ShardedState::set_parameters(const std::vector<std::vector<float>>& full) {
+  for (size_t i = 0; i < pieces_.size(); ++i)
+    for (Piece& p : pieces_[i]) {
+      if (!p.param.defined()) continue;
+      auto from = full.at(p.k).begin() + (p.a - layout_.offsets[p.k]);
+      const Tensor values = Tensor::from_vector(std::vector<float>(from, from + (p.b - p.a)), piece_shape(p), devices_[i]);
+      copy_bytes(values, 0, p.param, 0, static_cast<size_t>(p.b - p.a) * kFloat);  // a whole piece: its replica's buffer too
+    }
+}
+
 int64_t ShardedState::parameter_bytes(size_t i) const {
   int64_t n = 0;
   if (i < pieces_.size())

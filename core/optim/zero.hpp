@@ -113,6 +113,7 @@ class ShardedState : public Shards {
   void add_gradient(size_t k, size_t i) override;
   // Stage 3: the unsharded parameters, [k] flattened, read from the shards.
   std::vector<std::vector<float>> parameters() const override;
+  void set_parameters(const std::vector<std::vector<float>>& full) override;
   // Stage 3: bytes of parameters device i keeps between layers, from the tensors it keeps.
   int64_t parameter_bytes(size_t i) const;
 

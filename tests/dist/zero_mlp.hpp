@@ -4,6 +4,7 @@
 // r taking rows [8 r / W, 8 (r + 1) / W); the two optimizers' settings.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -57,16 +58,19 @@ inline Values state_values(const std::map<std::string, optim::HostTensor>& state
   return out;
 }
 
-// Step s's global batch: features from an LCG, labels from their signs; rows [lo, hi) of it, one
-// loss (summed over the rows), backward.
-inline void backward_rows(nn::Sequential& net, int s, int64_t lo, int64_t hi) {
+// Step s's global batch: features from an LCG, labels from their signs; rows [lo, hi) of it through
+// `run` (the net's forward, or FullyShardedDataParallel's), one loss (summed over the rows), backward.
+inline void backward_rows(const std::function<Tensor(const Tensor&)>& run, int s, int64_t lo, int64_t hi) {
   const auto X = lcg_data(kGlobalBatch * kIn, 700 + static_cast<uint32_t>(s));
   std::vector<float> rows(X.begin() + lo * kIn, X.begin() + hi * kIn);
   std::vector<int32_t> y;
   for (int64_t i = lo; i < hi; ++i) y.push_back((X[i * kIn] > 0) + (X[i * kIn + 1] > 0));
   Tensor Xt = Tensor::from_vector(rows, {hi - lo, kIn}, cpu(0));
   Tensor yt = Tensor::from_vector(y, {hi - lo}, cpu(0));
-  softmax_cross_entropy(net(Xt), yt, Reduction::sum).backward();
+  softmax_cross_entropy(run(Xt), yt, Reduction::sum).backward();
+}
+inline void backward_rows(nn::Sequential& net, int s, int64_t lo, int64_t hi) {
+  backward_rows([&](const Tensor& x) { return net(x); }, s, lo, hi);
 }
 
 // This rank's rows of every global batch, steps [from, to); norms: last_grad_norm() after each step.
