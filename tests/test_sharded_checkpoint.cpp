@@ -6,7 +6,8 @@
 //     (parameters and state_dict), and the epoch comes back;
 //   - resharding: a directory written at W ranks by ZeRO-2 loads into a replicated Trainer of one
 //     process's view (kvstore 'device'): the same state_dict as the sharded Trainer's gathered one,
-//     and the same parameters;
+//     and the same parameters; into ZeRO-2 over N = 1, 2 and 4 devices of one process, laid out over
+//     them at the next step, which continues as the replicated one does;
 //   - the files: one per rank, an index naming them;
 //   - bad directories (a rank's file missing, truncated, stale, from another save, damaged; the
 //     parameters file of another save; a net with other parameters; no index): every rank throws the
@@ -20,6 +21,7 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
@@ -51,6 +53,21 @@ std::string shared_dir(const std::string& tag) {
   int64_t pid = static_cast<int64_t>(::getpid());
   dist::broadcast_bytes(&pid, sizeof pid, 0);
   return (fs::temp_directory_path() / ("d2l_sharded_" + std::to_string(pid) + "_" + tag)).string();
+}
+
+// Step s's whole global batch (tests/dist/zero_mlp.hpp's), split over the devices, through `run`
+// (the net's forward_shards, or FullyShardedDataParallel's), then the step.
+using Run = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
+void step_on_devices(const Run& run, Trainer& trainer, const std::vector<Device>& devices, int s) {
+  const auto X = lcg_data(kGlobalBatch * kIn, 700 + static_cast<uint32_t>(s));
+  std::vector<int32_t> y;
+  for (int64_t i = 0; i < kGlobalBatch; ++i) y.push_back((X[i * kIn] > 0) + (X[i * kIn + 1] > 0));
+  const auto outs = run(split_and_load(X, {kGlobalBatch, kIn}, devices, false));
+  const auto ys = split_and_load(y, {kGlobalBatch}, devices, false);
+  std::vector<Tensor> losses;
+  for (size_t i = 0; i < outs.size(); ++i) losses.push_back(softmax_cross_entropy(outs[i], ys[i], Reduction::sum));
+  for (auto& l : losses) l.backward();
+  trainer.step(kGlobalBatch);
 }
 
 void remove_dir(const std::string& dir) {
@@ -111,6 +128,32 @@ TEST_CASE("resharding: written at W ranks by ZeRO-2, loaded by a replicated Trai
     CHECK(io::load_sharded_checkpoint(dir, *alone, replicated) == 1);
     CHECK(state_values(replicated.state_dict()) == gathered);
     CHECK(params_of(alone->collect_params()) == params);
+    // Into one process of N = 1, 2 and 4 devices at ZeRO-2: the same state and parameters on every
+    // replica, laid out over its devices at the next step, which continues as the replicated one.
+    backward_rows(*alone, 6, 0, kGlobalBatch);
+    replicated.step(kGlobalBatch);
+    const Values after_step = state_values(replicated.state_dict());
+    for (int n : {1, 2, 4}) {
+      CAPTURE(n);
+      std::vector<Device> devices;
+      for (int i = 0; i < n; ++i) devices.push_back(cpu(i));
+      auto local = mlp_43();
+      local->initialize(Init::Xavier(), devices, /*force_reinit=*/true);
+      Trainer over_devices(local->collect_params(), u.optimizer, at_stage(u.opt, 2), "device");
+      CHECK(io::load_sharded_checkpoint(dir, *local, over_devices) == 1);
+      CHECK(state_values(over_devices.state_dict()) == gathered);
+      for (auto& [name, p] : local->collect_params())
+        for (auto& w : p->list_data()) CHECK(w.to_vector() == params.at(name));
+      step_on_devices([&](const std::vector<Tensor>& xs) { return local->forward_shards(xs); }, over_devices, devices, 6);
+      REQUIRE(over_devices.shards() != nullptr);
+      CHECK(over_devices.shards()->devices() == devices);
+      int64_t state_bytes = 0;
+      for (const DeviceMemory& m : over_devices.memory_per_device()) state_bytes += m.state_bytes;
+      CHECK(state_bytes == static_cast<int64_t>(4 * over_devices.state_names().size()) * kP);
+      const Values continued = state_values(over_devices.state_dict());
+      for (auto& [key, v] : after_step)  // the devices add the batch's rows in another order: rounding apart
+        for (size_t e = 0; e < v.size(); ++e) CHECK(std::fabs(continued.at(key)[e] - v[e]) <= 1e-5f * (1 + std::fabs(v[e])));
+    }
 
     // And into ZeRO-1 over the same ranks: placed into its chunks at the next step, as the sharded run continues.
     auto again = mlp_43();
@@ -295,17 +338,7 @@ TEST_CASE("ZeRO-3 over the devices of one process: saved, loaded into a fresh FS
     return net;
   };
   auto steps = [&](FullyShardedDataParallel& f, Trainer& t, int from, int to) {
-    for (int s = from; s < to; ++s) {
-      const auto X = lcg_data(kGlobalBatch * kIn, 700 + static_cast<uint32_t>(s));
-      std::vector<int32_t> y;
-      for (int64_t i = 0; i < kGlobalBatch; ++i) y.push_back((X[i * kIn] > 0) + (X[i * kIn + 1] > 0));
-      const auto outs = f(split_and_load(X, {kGlobalBatch, kIn}, devices, false));
-      const auto ys = split_and_load(y, {kGlobalBatch}, devices, false);
-      std::vector<Tensor> losses;
-      for (size_t i = 0; i < outs.size(); ++i) losses.push_back(softmax_cross_entropy(outs[i], ys[i], Reduction::sum));
-      for (auto& l : losses) l.backward();
-      t.step(kGlobalBatch);
-    }
+    for (int s = from; s < to; ++s) step_on_devices([&](const std::vector<Tensor>& xs) { return f(xs); }, t, devices, s);
   };
   const OptimizerOptions o = at_stage(adam_setup().opt, 3);
   const std::string dir = shared_dir("zero3_devices");
