@@ -51,7 +51,7 @@ void moments(const Vec& x, double& mean, double& stddev) {
 }  // namespace
 
 TEST_CASE("reference Philox4x32-10 reproduces Random123's known-answer vectors") {
-  // Random123 tests/kat_vectors, "philox4x32 10" lines: counter[4] key[2] -> output[4].
+  // Random123's known-answer file (kat_vectors), its "philox4x32 10" lines: counter[4] key[2] -> output[4].
   const uint32_t cases[3][10] = {
       {0, 0, 0, 0, 0, 0, 0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8},
       {~0u, ~0u, ~0u, ~0u, ~0u, ~0u, 0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd},
