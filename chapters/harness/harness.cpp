@@ -12,9 +12,9 @@
 #include "datasets/data_iter.hpp"
 #include "core/nn/block.hpp"
 #include "core/io/checkpoint.hpp"
+#include "core/kernel_choice.hpp"
 #include "core/runtime.hpp"
 #include "core/trace.hpp"
-#include "kernels/cpu/kernels.hpp"
 
 namespace d2l::harness {
 
@@ -86,7 +86,6 @@ void Trace::finish() const {
 
 namespace {
 
-using kernels::cpu::Conv2dKernel;
 
 // The members of the CPU convolution family a program can ask for: one line per name.
 struct ConvName {
@@ -127,10 +126,9 @@ void Precision::add_flags(CLI::App& app) {
 }
 
 void Precision::apply() const {
-  using kernels::cpu::Precision;
-  if (name == "auto") return kernels::cpu::set_precision(Precision::automatic);
-  if (name == "fp32") return kernels::cpu::set_precision(Precision::fp32);
-  if (name == "tf32") return kernels::cpu::set_precision(Precision::tf32);
+  if (name == "auto") return set_precision(KernelPrecision::automatic);
+  if (name == "fp32") return set_precision(KernelPrecision::fp32);
+  if (name == "tf32") return set_precision(KernelPrecision::tf32);
   throw ConfigError("bad --precision '" + name + "': expected auto, fp32 or tf32");
 }
 
@@ -144,7 +142,7 @@ void Conv::apply() const {
   precision.apply();
   for (const ConvName& c : kConvNames)
     if (name == c.name) {
-      kernels::cpu::set_conv2d_kernel(c.kernel);
+      set_conv2d_kernel(c.kernel);
       return;
     }
   throw ConfigError("bad --conv '" + name + "': expected " + conv_choices());

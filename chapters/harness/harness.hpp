@@ -57,7 +57,7 @@ struct Trace {
 
 // ---- --conv: the CPU convolution kernel family (kernels/cpu/conv2d.cpp). The names, one line each
 // in harness.cpp's table (conv_kernel_names); "auto", the default, picks one per shape.
-// --precision auto|fp32|tf32 (kernels::cpu::set_precision): the arithmetic of the GPU's convolutions and
+// --precision auto|fp32|tf32 (d2l::set_precision, core/kernel_choice.hpp): the arithmetic of the GPU's convolutions and
 // GEMMs. tf32: tensor cores with TF32 inputs; fp32: exact FP32; auto: tf32 on real GPUs of compute
 // capability 8.0 or more, fp32 on emulated ones. CPU devices always compute in FP32.
 struct Precision {
@@ -74,7 +74,7 @@ struct Conv {
 
   void add_flags(CLI::App& app);
   // Checks the name (ConfigError "bad --conv 'x': expected im2col, auto, direct, winograd, winograd2, blocked or implicit") and selects the
-  // member with kernels::cpu::set_conv2d_kernel, for every CPU device of the process.
+  // member with d2l::set_conv2d_kernel (core/kernel_choice.hpp), for every CPU device of the process.
   void apply() const;
 };
 std::vector<std::string> conv_kernel_names();  // "im2col", "auto", "direct", "winograd", "winograd2", "blocked", "implicit"

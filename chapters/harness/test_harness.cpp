@@ -6,13 +6,12 @@
 
 #include "chapters/harness/harness.hpp"
 #include "core/device.hpp"
-#include "kernels/cpu/kernels.hpp"
+#include "core/kernel_choice.hpp"
 
 using namespace d2l;
-using kernels::cpu::Conv2dKernel;
 
 TEST_CASE("--conv: each name selects its member of the convolution family; a bad name is one line naming the choices") {
-  const Conv2dKernel before = kernels::cpu::conv2d_kernel();
+  const Conv2dKernel before = conv2d_kernel();
   CHECK(harness::conv_kernel_names() == std::vector<std::string>{"im2col", "auto", "direct", "winograd", "winograd2", "blocked", "implicit"});
   harness::Conv conv;
   CHECK(conv.name == "auto");  // the default
@@ -26,7 +25,7 @@ TEST_CASE("--conv: each name selects its member of the convolution family; a bad
   for (auto [name, kernel] : members) {
     conv.name = name;
     conv.apply();
-    CHECK(kernels::cpu::conv2d_kernel() == kernel);
+    CHECK(conv2d_kernel() == kernel);
   }
   for (const char* bad : {"fastest", "", "DIRECT", "im2col "}) {
     conv.name = bad;
@@ -38,7 +37,7 @@ TEST_CASE("--conv: each name selects its member of the convolution family; a bad
     }
     CHECK(what == "bad --conv '" + std::string(bad) + "': expected im2col, auto, direct, winograd, winograd2, blocked or implicit");
   }
-  kernels::cpu::set_conv2d_kernel(before);
+  set_conv2d_kernel(before);
 }
 
 TEST_CASE("steps in flight: the oldest retires first, never more than n are queued") {
