@@ -385,7 +385,7 @@ int run() {
   b::result("gpu_conv_resnet18_step_ms", r18_ms);
   b::result("gpu_conv_lenet_step_winograd_ms", lenet_wino_ms);
   b::result("gpu_conv_resnet18_step_winograd_ms", r18_wino_ms);
-  std::printf("  impl = kernel5, implicit GEMM: each pass one GEMM over the whole batch (kernels/cuda/conv2d.cu), fp32\n"
+  std::printf("  impl = kernel5, implicit GEMM: each pass one GEMM over the whole batch (kernels/cuda/conv2d_implicit.cu), fp32\n"
               "  variant (SIMT); i32 = its tf32 variant (tensor cores, TF32 inputs, FP32 sums); impl, i32 ms = fwd+bwd\n");
   std::printf("  all convs of a batch-256 training step with kernel5 fp32: LeNet %.2f ms, ResNet-18 %.2f ms\n", lenet_impl_ms,
               r18_impl_ms);

@@ -39,7 +39,7 @@
 #   conv_step_ms, batchnorm_step_ms, optimizer_step_ms    ch2trace's compute time by kind of op over its
 #                             20 training steps, per step (the 256-image evaluation is included: one
 #                             forward pass, about 2% of the convolutions' time)
-#   gemm_tf32_vs_cublas       gpu_gemm_bench at 4096: kernel6 (tf32) over cuBLAS TF32
+#   gemm_tf32_vs_cublas       gpu_gemm_bench at 4096: GEMM kernel5 (tf32) over cuBLAS TF32
 #   gemm_fp32_vs_cublas       gpu_gemm_bench at 4096: the best hand-written FP32 GEMM over cuBLAS FP32
 #
 # bench/on_gpu.sh --parse LOG [OUT_DIR]: only the summaries, from the log.txt of an earlier run (no GPU

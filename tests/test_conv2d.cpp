@@ -649,7 +649,7 @@ TEST_CASE("GPU conv2d (emulated) runs the member set_conv2d_kernel chose") {
   }
 }
 
-// ---- kernel5 on the GPU (kernels/cuda/conv2d.cu: implicit GEMM, each pass one GEMM over the whole
+// ---- kernel5 on the GPU (kernels/cuda/conv2d_implicit.cu: implicit GEMM, each pass one GEMM over the whole
 // batch), emulated: the three passes against kernel1 on the CPU on every shape kernel3 takes and on
 // those it does not (strides, 5x5, 1x1, wide padding, a batch larger than a 64-row tile, the LeNet,
 // lab-CNN, ResNet-18 and ResNet-50 layers, rectangular filters), within kernel1's own bound (5e-5 of
@@ -718,7 +718,7 @@ TEST_CASE("GPU kernel5 implicit GEMM (emulated) on 2 device threads: the same bi
   CHECK(run(&two.ctx) == run(nullptr));
 }
 
-// ---- kernel5's variants and split-K (kernels/cuda/conv2d.cu), emulated.
+// ---- kernel5's variants and split-K (kernels/cuda/conv2d_implicit.cu), emulated.
 namespace {
 
 // The three passes in double, and for each output the sum of |a||b| over its products (the scale of

@@ -220,7 +220,7 @@ TEST_CASE("conv2d on emu(0) follows --gemm: the CPU GEMM for cublas, the emulate
     const auto log = cuda_emu::launch_log();
     const bool hand_written = std::string(gemm) != "cublas";
     CHECK((log.count("matmul_kernel2_tiled") + log.count("matmul_kernel3_regblock") +
-           log.count("matmul_kernel4_warptiled") + log.count("matmul_kernel6_tf32") + log.count("matmul_kernel1_naive")) ==
+           log.count("matmul_kernel4_warptiled") + log.count("matmul_kernel5_tf32") + log.count("matmul_kernel1_naive")) ==
           (hand_written ? 1u : 0u));
     CHECK(log.count("im2col_kernel") == 1);
     const std::vector<float> want = host.to_vector();

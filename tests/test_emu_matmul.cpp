@@ -3,7 +3,7 @@
 // multiples of any tile, all transpose combinations, alpha/beta; the warp-tiled kernel also on shapes
 // around its 128x128x8 tiles, K below its slice, and on data whose alignment rules its float4 loads
 // in or out; the tiled kernel with one __syncthreads removed must be wrong, identically on every run;
-// the launch log covers the family. The TF32 tensor-core kernel (kernel6) is held to TF32's error
+// the launch log covers the family. The TF32 tensor-core kernel (kernel5) is held to TF32's error
 // bound instead of FP32's, and must be exact where TF32 is (small integers), round its inputs to
 // the nearest TF32, and be measurably less precise than FP32 where inputs are not TF32 values.
 #include <doctest/doctest.h>
@@ -194,7 +194,7 @@ TEST_CASE("warp-tiled GEMM: tile edges, K below a slice, float4 and scalar loads
   CHECK(failures == 0);
 }
 
-// kernel6 (tensor cores, 128x128 block tiles, K slices of 16, TF32 inputs) against the double loop within
+// kernel5 (tensor cores, 128x128 block tiles, K slices of 16, TF32 inputs) against the double loop within
 // tf32_bound: squares around one block tile, odd shapes, all transposes, alpha/beta (beta = 0 with C
 // full of NaN: C not read), misaligned data (the scalar loads). The emulation does each warp's
 // fragment work once per lane (32 times over): the shapes stay small.
@@ -337,7 +337,7 @@ TEST_CASE("the launch log covers every kernel of matmul.cu") {
     kemu::gemm(nullptr, kernel, false, false, 3, 3, 3, 1.0f, A.data(), B.data(), 0.0f, C.data());
   const auto log = d2l::cuda_emu::launch_log();
   const char* family[] = {"matmul_kernel1_naive", "matmul_kernel2_tiled", "matmul_kernel3_regblock",
-                          "matmul_kernel4_warptiled", "matmul_kernel6_tf32"};
+                          "matmul_kernel4_warptiled", "matmul_kernel5_tf32"};
   int covered = 0;
   for (const char* name : family) covered += log.count(name) == 1 && log.at(name) == 1;
   CHECK(covered == 5);

@@ -97,7 +97,7 @@ struct Conv2dShape {
   int64_t OH() const { return (H + 2 * pad_h - KH) / stride_h + 1; }
   int64_t OW() const { return (W + 2 * pad_w - KW) / stride_w + 1; }
 };
-// implicit: the GPU's kernel5 (kernels/cuda/conv2d.cu, implicit GEMM); CPU devices run kernel2 for it.
+// implicit: the GPU's kernel5 (kernels/cuda/conv2d_implicit.cu, implicit GEMM); CPU devices run kernel2 for it.
 enum class Conv2dKernel { direct, im2col, winograd, winograd2, blocked, implicit, automatic };
 void set_conv2d_kernel(Conv2dKernel k);
 Conv2dKernel conv2d_kernel();

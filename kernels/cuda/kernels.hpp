@@ -16,14 +16,14 @@ namespace D2L_CUDA_NS {
 // ---- matmul.cu: C (M, N) = alpha * op(A) (M, K) @ op(B) (K, N) + beta * C, row-major.
 // op(A) = A^T when ta (A stored (K, M)); op(B) = B^T when tb (B stored (N, K)). beta == 0: C is
 // not read. Which kernel of the family runs is the caller's choice (--gemm naive|tiled|...).
-// tf32 (kernel6) runs on tensor cores with TF32 inputs (10-bit mantissa): not FP32's result, within
+// tf32 (kernel5) runs on tensor cores with TF32 inputs (10-bit mantissa): not FP32's result, within
 // ~K 2^-11 sum |a| |b| of it; on a GPU it needs compute capability 8.0 or later (the launcher throws).
 // TF32 (matmul.cu): device_has_tf32, the current device has TF32 tensor cores (compute capability 8.0
 // or later; the emulation's always do); uses_tf32, --precision's rule for the convolutions and cuBLAS:
 // tf32 where the device has them, or automatic on a real GPU that has them (fp32 on emulated ones).
 bool device_has_tf32();
 bool uses_tf32();
-enum class GemmKernel { naive = 1, tiled = 2, regblock = 3, warptiled = 4, tf32 = 6 };
+enum class GemmKernel { naive = 1, tiled = 2, regblock = 3, warptiled = 4, tf32 = 5 };
 void gemm(Stream stream, GemmKernel kernel, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
           const float* A, const float* B, float beta, float* C);
 

@@ -2,7 +2,8 @@
 // contract of kernels/cpu gemm (kernels/cpu/gemm.cpp is the CPU reference; tests compare them).
 // op(A) = A^T when ta (A stored (K, M)); op(B) = B^T when tb (B stored (N, K)).
 //
-// The kernel family (pick one with GemmKernel; the framework's choice is made by the caller):
+// The kernel family (pick one with GemmKernel; the framework's choice is made by the caller), numbered
+// from the simplest on, as conv2d's family is numbered on its own (conv2d's kernel5 is its implicit GEMM):
 //   kernel1 naive     one thread per element of C, a dot product straight from global memory:
 //                     the simplest correct kernel; 2 global loads per multiply-add.
 //   kernel2 tiled     a 16x16 block stages 16x16 tiles of op(A) and op(B) in shared memory (two
@@ -15,7 +16,7 @@
 //                     each thread an 8x8 tile in registers; the K slices (8 wide) are double-buffered
 //                     in shared memory and loaded with float4 where the addresses allow: 16 shared
 //                     loads (4 float4) feed 64 multiply-adds.
-//   kernel6 tf32      kernel4's block and warp tiles on tensor cores (wmma, m16n16k8): operands rounded
+//   kernel5 tf32      kernel4's block and warp tiles on tensor cores (wmma, m16n16k8): operands rounded
 //                     to TF32 (10-bit mantissa) in shared memory, FP32 accumulators; sm_80 and later.
 //                     Faster, and less precise than FP32: within ~K 2^-11 sum |a| |b| of it.
 //
@@ -348,7 +349,7 @@ __global__ void matmul_kernel4_warptiled(int64_t M, int64_t N, int64_t K, float 
 }  // namespace warptiled
 using warptiled::matmul_kernel4_warptiled;
 
-// ---- kernel6: grid (ceil(N/128), ceil(M/128)), block 256 (1-D: 8 warps). Tensor cores through the warp
+// ---- kernel5: grid (ceil(N/128), ceil(M/128)), block 256 (1-D: 8 warps). Tensor cores through the warp
 // matrix API (wmma), TF32 inputs, FP32 accumulation. The tiling is kernel4's with the thread level
 // replaced by the tensor core's own:
 //
@@ -400,7 +401,7 @@ using warptiled::matmul_kernel4_warptiled;
 // memory a block is also CUDA's limit without opting in). Measured on an H200 (sm_90; bench/README.md):
 // 0.16x cuBLAS with TF32 at 4096. Each 8-deep k-step loads every fragment from shared memory again
 // (load_matrix_sync), so shared-memory traffic, not the tensor cores, bounds it, as Nsight Compute shows
-// for kernel5's TF32 variant, which is built the same way.
+// for conv2d's kernel5 (conv2d_implicit.cu) in TF32, which is built the same way.
 //   arch          block tile      threads  warp tile  fragments  why
 //                 BM x BN x BK
 //   sm_90 (H100)  128 x 128 x 16  256      64 x 32    4 x 2      40 KiB of shared memory, ~128 registers a
@@ -471,7 +472,7 @@ __device__ __forceinline__ void stash(float* S, const float4 (&r)[kVecs], bool k
 // so the fragments' (see above). a_vec, b_vec: float4 loads allowed (as kernel4).
 template <bool A_KC, bool B_KC>
 __launch_bounds__(kThreads, 2)  // at most 128 registers a thread: 2 blocks an SM
-__global__ void matmul_kernel6_tf32(int64_t M, int64_t N, int64_t K, float alpha, const float* __restrict__ A,
+__global__ void matmul_kernel5_tf32(int64_t M, int64_t N, int64_t K, float alpha, const float* __restrict__ A,
                                     int64_t a_row, int64_t a_col, const float* __restrict__ B, int64_t b_row,
                                     int64_t b_col, float beta, float* __restrict__ C, bool a_vec, bool b_vec) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800  // TF32 tensor cores: sm_80 and later (the launcher checks)
@@ -540,8 +541,8 @@ __global__ void matmul_kernel6_tf32(int64_t M, int64_t N, int64_t K, float alpha
 using Kernel = void (*)(int64_t, int64_t, int64_t, float, const float*, int64_t, int64_t, const float*, int64_t,
                         int64_t, float, float*, bool, bool);
 inline Kernel instance(bool a_kc, bool b_kc) {
-  if (a_kc) return b_kc ? matmul_kernel6_tf32<true, true> : matmul_kernel6_tf32<true, false>;
-  return b_kc ? matmul_kernel6_tf32<false, true> : matmul_kernel6_tf32<false, false>;
+  if (a_kc) return b_kc ? matmul_kernel5_tf32<true, true> : matmul_kernel5_tf32<true, false>;
+  return b_kc ? matmul_kernel5_tf32<false, true> : matmul_kernel5_tf32<false, false>;
 }
 }  // namespace tf32
 
@@ -623,10 +624,10 @@ void gemm(Stream stream, GemmKernel kernel, bool ta, bool tb, int64_t M, int64_t
       auto vec = [](const float* p, int64_t ld) { return reinterpret_cast<uintptr_t>(p) % 16 == 0 && ld % 4 == 0; };
       const bool a_vec = vec(A, ta ? M : K), b_vec = vec(B, tb ? K : N);
       const dim3 grid(blocks_for(N, tf32::kBN, "N"), blocks_for(M, tf32::kBM, "M")), block(tf32::kThreads);
-      const tf32::Kernel matmul_kernel6_tf32 = tf32::instance(!ta, tb);  // k contiguous in A, in B
-      D2L_LAUNCH(matmul_kernel6_tf32, grid, block, 0, stream)(M, N, K, alpha, A, a_row, a_col, B, b_row, b_col, beta,
+      const tf32::Kernel matmul_kernel5_tf32 = tf32::instance(!ta, tb);  // k contiguous in A, in B
+      D2L_LAUNCH(matmul_kernel5_tf32, grid, block, 0, stream)(M, N, K, alpha, A, a_row, a_col, B, b_row, b_col, beta,
                                                                C, a_vec, b_vec);
-      D2L_CHECK_LAUNCH(matmul_kernel6_tf32);
+      D2L_CHECK_LAUNCH(matmul_kernel5_tf32);
       return;
     }
   }

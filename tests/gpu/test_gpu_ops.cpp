@@ -147,7 +147,7 @@ TEST_CASE("every op's forward and backward on GPU 0 matches cpu(0)") {
 
 // A 3x3 conv (padding 1, stride 1, or 2 as ResNet's downsampling layers) of 2 x 16 x 13 x 11 images to
 // 24 channels and its backward on device d: y, dx, dw. At stride 2, kernel5's backward_data runs by
-// parity class (kernels/cuda/conv2d.cu, BackwardDataStrided).
+// parity class (kernels/cuda/conv2d_implicit.cu, BackwardDataStrided).
 static std::vector<std::vector<float>> conv_passes(Device d, int64_t stride = 1) {
   const int64_t OH = (13 + 2 - 3) / stride + 1, OW = (11 + 2 - 3) / stride + 1;
   auto x = Tensor::from_vector(lcg_data(2 * 16 * 13 * 11, 5), {2, 16, 13, 11}, d).requires_grad();
