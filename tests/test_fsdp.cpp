@@ -13,6 +13,7 @@
 #include <map>
 
 #include "check.hpp"
+#include "one_line_error.hpp"
 #include "grad_norm.hpp"
 #include "core/autograd.hpp"
 #include "core/copy.hpp"
@@ -321,16 +322,7 @@ TEST_CASE("ZeRO-3 state_dict is the unsharded state: equal to the replicated run
 }
 
 TEST_CASE("ZeRO-3 errors are one line: another stage, the net run without FSDP, shards on other devices") {
-  auto one_line = [](auto&& make, const std::string& expected) {
-    try {
-      make();
-      FAIL("no error: " << expected);
-    } catch (const std::exception& e) {
-      const std::string what = e.what();
-      CHECK(what.find('\n') == std::string::npos);
-      CHECK_MESSAGE(what.find(expected) != std::string::npos, what);
-    }
-  };
+  auto one_line = [](auto&& make, const std::string& expected) { test::check_one_line_error(make, expected); };
   const auto devices = cpus(2);
   auto net = mlp(kIn, 7, 5, 3);
   net->initialize(Init::Xavier(), devices);

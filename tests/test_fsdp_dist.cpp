@@ -26,6 +26,7 @@
 #include <map>
 
 #include "check.hpp"
+#include "one_line_error.hpp"
 #include "core/dist/collectives.hpp"
 #include "core/dist/process_group.hpp"
 #include "core/nn/nn.hpp"
@@ -380,16 +381,7 @@ TEST_CASE("ZeRO-3 over the ranks: a state_dict after 10 steps, loaded with the p
 }
 
 TEST_CASE("ZeRO-3 over the ranks: configuration errors in one line, before any collective") {
-  auto one_line = [](auto&& make, const std::string& expected) {
-    try {
-      make();
-      FAIL("no error: " << expected);
-    } catch (const std::exception& e) {
-      const std::string what = e.what();
-      CHECK(what.find('\n') == std::string::npos);
-      CHECK_MESSAGE(what.find(expected) != std::string::npos, what);
-    }
-  };
+  auto one_line = [](auto&& make, const std::string& expected) { test::check_one_line_error(make, expected); };
   for (const std::string kv : {"dist_sync", "dist_sync_ring"}) {
     // Two devices in a process: the chunks are the ranks, one device each.
     auto net = std::make_shared<Sequential>();

@@ -18,6 +18,7 @@
 #include <map>
 
 #include "check.hpp"
+#include "replicas_equal.hpp"
 #include "core/copy.hpp"
 #include "core/nn/nn.hpp"
 #include "core/nn/split_and_load.hpp"
@@ -62,15 +63,7 @@ Values values_of(const ParameterDict& params) {
   return out;
 }
 
-// Every replica of every trainable parameter has the same bits as the first.
-bool replicas_equal(const ParameterDict& params) {
-  for (auto& [name, p] : params) {
-    auto reps = p->list_data();
-    for (size_t i = 1; i < reps.size(); ++i)
-      if (reps[i].to_vector() != reps[0].to_vector()) return false;
-  }
-  return true;
-}
+using test::replicas_equal;
 
 // Step s's batch: features from an LCG, labels from the features' signs (learnable).
 std::pair<std::vector<float>, std::vector<int32_t>> batch_data(const Config& c, int s) {

@@ -16,6 +16,8 @@
 #include <map>
 
 #include "check.hpp"
+#include "replicas_equal.hpp"
+#include "one_line_error.hpp"
 #include "grad_norm.hpp"
 #include "core/comm.hpp"
 #include "core/copy.hpp"
@@ -66,14 +68,7 @@ Values values_of(const ParameterDict& params) {
   return out;
 }
 
-bool replicas_equal(const ParameterDict& params) {
-  for (auto& [name, p] : params) {
-    auto reps = p->list_data();
-    for (size_t i = 1; i < reps.size(); ++i)
-      if (reps[i].to_vector() != reps[0].to_vector()) return false;
-  }
-  return true;
-}
+using test::replicas_equal;
 
 // Step s's gradients: features from an LCG, labels from their signs; one loss per device, backward.
 void forward_backward(Sequential& net, int s, const std::vector<Device>& devices) {
@@ -549,16 +544,7 @@ TEST_CASE("ZeRO: unknown stages, an unsupported kvstore, parameters on different
   ParameterDict dict;
   dict.add("w", p);
   dict.add("v", q);
-  auto one_line = [](auto&& make, const std::string& expected) {
-    try {
-      make();
-      FAIL("no error: " << expected);
-    } catch (const ConfigError& e) {
-      const std::string what = e.what();
-      CHECK(what.find('\n') == std::string::npos);
-      CHECK_MESSAGE(what.find(expected) != std::string::npos, what);
-    }
-  };
+  auto one_line = [](auto&& make, const std::string& expected) { test::check_one_line_error<ConfigError>(make, expected); };
   for (int stage : {4, -1})
     one_line([&] { Trainer(dict, "sgd", {.learning_rate = 0.1f, .zero_stage = stage}); },
              "Trainer: zero_stage must be 0 (optimizer state replicated), 1 (ZeRO-1: optimizer state sharded over the "
