@@ -7,15 +7,12 @@
 #include "core/copy.hpp"
 #include "core/ops.hpp"
 #include "core/runtime.hpp"
+#include "tests/first_devices.hpp"
 
 using namespace d2l;
 
 namespace {
-std::vector<Device> cpus(int n) {
-  std::vector<Device> d;
-  for (int i = 0; i < n; ++i) d.push_back(cpu(i));
-  return d;
-}
+std::vector<Device> cpus(int n) { return test::first_devices(n, DeviceKind::cpu, false); }
 std::vector<Tensor> filled(const std::vector<Device>& ds, int64_t len) {
   std::vector<Tensor> out;
   for (size_t i = 0; i < ds.size(); ++i) out.push_back(Tensor::full({len}, static_cast<float>(i + 1), ds[i]));

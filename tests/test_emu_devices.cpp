@@ -20,17 +20,13 @@
 #include "core/ops/op.hpp"  // detail::set_gemm
 #include "core/runtime.hpp"
 #include "kernels/emu/launch.hpp"
+#include "tests/first_devices.hpp"
 
 using namespace d2l;
 using namespace std::chrono_literals;
 
 namespace {
-std::vector<Device> emus(int n) {
-  std::vector<Device> d;
-  for (int i = 0; i < n; ++i) d.push_back(emu(i));
-  use_devices(d);
-  return d;
-}
+std::vector<Device> emus(int n) { return test::first_devices(n, DeviceKind::emu); }
 
 std::vector<unsigned char> bytes_of(const std::vector<float>& v) {
   std::vector<unsigned char> b(v.size() * sizeof(float));

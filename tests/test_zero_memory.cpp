@@ -22,6 +22,7 @@
 #include "core/rng.hpp"
 #include "core/runtime.hpp"
 #include "check.hpp"
+#include "tests/first_devices.hpp"
 
 using namespace d2l;
 using namespace d2l::nn;
@@ -40,11 +41,7 @@ std::shared_ptr<Sequential> equal_layers() {
   return net;
 }
 
-std::vector<Device> cpus(int n) {
-  std::vector<Device> d;
-  for (int i = 0; i < n; ++i) d.push_back(cpu(i));
-  return d;
-}
+std::vector<Device> cpus(int n) { return test::first_devices(n, DeviceKind::cpu, false); }
 
 int64_t tag(const MemoryStats& s, MemoryTag t) { return s.by_tag[static_cast<int>(t)]; }
 

@@ -18,6 +18,7 @@
 #include "core/rng.hpp"
 #include "core/runtime.hpp"
 #include "datasets/synthetic.hpp"
+#include "tests/first_devices.hpp"
 
 using namespace d2l;
 using concise::Config;
@@ -25,12 +26,7 @@ using concise::Result;
 
 namespace {
 
-std::vector<Device> cpus(int n) {
-  std::vector<Device> d;
-  for (int i = 0; i < n; ++i) d.push_back(cpu(i));
-  use_devices(d);
-  return d;
-}
+std::vector<Device> cpus(int n) { return test::first_devices(n); }
 
 // The lab's CNN, 20 steps of batch 10 on generated 28x28 images (1 epoch of 200): small enough for TSan.
 Config lab_small(int devices) {

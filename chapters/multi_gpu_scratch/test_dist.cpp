@@ -16,6 +16,7 @@
 #include "core/runtime.hpp"
 #include "datasets/synthetic.hpp"
 #include "tests/dist/dist_check.hpp"
+#include "tests/first_devices.hpp"
 
 using namespace d2l;
 
@@ -26,12 +27,7 @@ int local_devices() {
   return v ? std::atoi(v) : 1;
 }
 
-std::vector<Device> cpus(int n) {
-  std::vector<Device> d;
-  for (int i = 0; i < n; ++i) d.push_back(cpu(i));
-  use_devices(d);
-  return d;
-}
+std::vector<Device> cpus(int n) { return test::first_devices(n); }
 
 scratch::Config small(int devices, int64_t steps) {
   scratch::Config c;

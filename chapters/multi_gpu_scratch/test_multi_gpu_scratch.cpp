@@ -17,16 +17,12 @@
 #include "datasets/idx.hpp"
 #include "datasets/synthetic.hpp"
 #include "tests/check.hpp"
+#include "tests/first_devices.hpp"
 
 using namespace d2l;
 
 namespace {
-std::vector<Device> cpus(int n) {
-  std::vector<Device> d;
-  for (int i = 0; i < n; ++i) d.push_back(cpu(i));
-  use_devices(d);
-  return d;
-}
+std::vector<Device> cpus(int n) { return test::first_devices(n); }
 
 // One epoch of 200 generated images in batches of 10 (20 steps): small enough for the sanitizer runs.
 scratch::Config small(int devices) {
