@@ -34,20 +34,14 @@ concise::Config small(const Config& cfg, std::vector<Device> devices, const std:
   return c;
 }
 
-std::vector<std::vector<float>> weights(const concise::Result& r) {
-  std::vector<std::vector<float>> out;
-  for (auto& [name, p] : r.net->collect_params()) out.push_back(p->data(r.devices[0]).to_vector());
-  return out;
-}
-
 }  // namespace
 
 std::pair<double, double> equivalence(const Config& cfg) {
-  auto distributed = weights(concise::train(small(cfg, cfg.devices, "dist_sync")));
+  auto distributed = concise::trained_values(concise::train(small(cfg, cfg.devices, "dist_sync")));
   std::vector<Device> all;
   for (int i = 0; i < static_cast<int>(cfg.devices.size()) * dist::world_size(); ++i) all.push_back(cpu(i));
   use_devices(all);
-  auto alone = weights(concise::train(small(cfg, all, "device")));
+  auto alone = concise::trained_values(concise::train(small(cfg, all, "device")));
   use_devices(cfg.devices);
   double diff = 0, scale = 0;
   for (size_t t = 0; t < alone.size(); ++t)

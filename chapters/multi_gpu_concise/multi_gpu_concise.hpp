@@ -125,6 +125,9 @@ void validate(const Config& cfg);
 // The book's train(num_gpus, batch_size, lr): "running on: [...]", then a line per epoch
 // "epoch 1, training time: 63.5 sec, test_acc 0.86" (and a progress line on a terminal).
 Result train(const Config& cfg);
+// The trained net's parameters, in collect_params() order, from its first device's replicas (to
+// compare two runs).
+std::vector<std::vector<float>> trained_values(const Result& r);
 // --load-params: the net of cfg.model with the parameters of `path` (saved by save_params or by
 // PyTorch), evaluated on cfg's test data ("evaluating p.safetensors (--model resnet18) on 10000
 // test images on [cpu(0)]" first). Returns the accuracy and how many images it counts.

@@ -45,23 +45,17 @@ Config lab_small(int devices, const std::string& kvstore) {
   return c;
 }
 
-std::vector<std::vector<float>> weights(const concise::Result& r) {
-  std::vector<std::vector<float>> out;
-  for (auto& [name, p] : r.net->collect_params()) out.push_back(p->data(r.devices[0]).to_vector());
-  return out;
-}
-
 }  // namespace
 
 TEST_CASE("kvstore dist_sync: P processes x k devices == 1 process x P*k devices, the same bits on every rank") {
   const int W = dist::world_size(), k = local_devices();
   CAPTURE(W);
   CAPTURE(k);
-  auto many = weights(concise::train(lab_small(W * k, "device")));
+  auto many = concise::trained_values(concise::train(lab_small(W * k, "device")));
   for (const char* kv : {"dist_sync", "dist_sync_ring"}) {
     CAPTURE(kv);
     concise::Result r = concise::train(lab_small(k, kv));
-    auto mine = weights(r);
+    auto mine = concise::trained_values(r);
     // Equal up to float rounding (three ranks may sum in another association than one process's
     // devices do), magnified by 20 steps at lr 0.3.
     CHECK(test::relative_difference(mine, many) < (W <= 2 ? 1e-5 : 1e-4));
@@ -99,12 +93,12 @@ TEST_CASE("kvstore dist_sync with DDP's buckets (0, 0.1 MB, all in one) == witho
   const int k = local_devices();
   Config plain = lab_small(k, "dist_sync");
   plain.bucket_mb = -1;
-  auto unbucketed = weights(concise::train(plain));
+  auto unbucketed = concise::trained_values(concise::train(plain));
   for (double mb : {0.0, 0.1, 1000.0}) {
     CAPTURE(mb);
     Config c = lab_small(k, "dist_sync");
     c.bucket_mb = mb;
-    auto mine = weights(concise::train(c));
+    auto mine = concise::trained_values(concise::train(c));
     // Two ranks: bitwise the same sums, so 1e-6; three: another association (see chapter 1's test).
     CHECK(test::relative_difference(mine, unbucketed) < (dist::world_size() <= 2 ? 1e-6 : 1e-4));
     CHECK_NOTHROW(test::check_same_bits_on_every_rank(mine));
@@ -116,7 +110,7 @@ TEST_CASE("kvstore dist_sync: rank 0's checkpoint resumes every rank as an unint
   const std::string path = (std::filesystem::temp_directory_path() / "d2l_dist_resume.ckpt").string();
   Config whole = lab_small(k, "dist_sync");
   whole.num_epochs = 2;
-  auto uninterrupted = weights(concise::train(whole));
+  auto uninterrupted = concise::trained_values(concise::train(whole));
   Config first = whole;
   first.num_epochs = 1;
   first.checkpoint = path;
@@ -124,7 +118,7 @@ TEST_CASE("kvstore dist_sync: rank 0's checkpoint resumes every rank as an unint
   dist::barrier();  // rank 0 has written it
   Config second = whole;
   second.resume = path;
-  auto resumed = weights(concise::train(second));
+  auto resumed = concise::trained_values(concise::train(second));
   CHECK(resumed == uninterrupted);
   dist::barrier();
   if (dist::rank() == 0) std::filesystem::remove(path);

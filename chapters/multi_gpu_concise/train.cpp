@@ -75,4 +75,10 @@ Result train(const Config& cfg) {
   return r;
 }
 
+std::vector<std::vector<float>> trained_values(const Result& r) {
+  std::vector<std::vector<float>> out;
+  for (auto& [name, p] : r.net->collect_params()) out.push_back(p->data(r.devices[0]).to_vector());
+  return out;
+}
+
 }  // namespace d2l::concise
