@@ -192,15 +192,16 @@ void RankParameterShards::step(const StepInput& in, const Step& step, GradClip* 
     for (const Unit& unit : units_) squares += unit.n > 0 ? sum_of_squares(unit.grad) : 0.0;
     s = clip->apply(step, dist::sum_over_ranks({squares})[0]);
   }
+  std::vector<ReplicaStep> mine;  // every unit's chunk: its parameters, state and summed gradient
   for (size_t u = 0; u < units_.size(); ++u) {
     Unit& unit = units_[u];
     for (auto& work : unit.works) work.wait();  // a prefetch never used
     unit.gathering.clear(), unit.works.clear();
     release(u);
-    if (unit.n == 0) continue;
-    step_on_device(unit.param, unit.state, unit.grad, s);
-    fill_(unit.grad, 0.0f);
+    if (unit.n > 0) mine.push_back({unit.param, unit.state, unit.grad});
   }
+  update_my_shard_then_all_gather(mine, s);  // stage 3: the chunks in place; the next forward gathers
+  for (const ReplicaStep& r : mine) fill_(r.g, 0.0f);
   ++steps_;
 }
 

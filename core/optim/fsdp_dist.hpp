@@ -134,6 +134,7 @@ class RankParameterShards : public Shards {
   int64_t steps_ = 0;            // steps taken, for the fault injection
   std::deque<Event> released_;   // the compute stream's points where the last units were released
   void place_state(const std::vector<std::string>& names, std::vector<std::vector<std::vector<float>>>& host);
+  void all_gather() override {}  // stage 3 gathers a unit at its next forward (start_gather, gather)
 };
 
 }  // namespace d2l::optim::zero

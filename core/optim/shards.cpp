@@ -2,6 +2,11 @@
 
 namespace d2l::optim::zero {
 
+void Shards::update_my_shard_then_all_gather(const std::vector<ReplicaStep>& mine, const Step& s) {
+  step_on_devices(mine, s);      // update my shard
+  if (stage() < 3) all_gather();  // then all-gather (stage 3: the next forward gathers)
+}
+
 // Stage 3's calls, on holders of stages 1 and 2 (FullyShardedDataParallel checks the stage first).
 static ConfigError not_stage3(const char* what) {
   return ConfigError(std::string("ZeRO shards: ") + what + " is for zero_stage 3 (FullyShardedDataParallel) only");

@@ -11,6 +11,11 @@
 // the all-gather of the new values into every replica (stage 3 gathers at the next forward).
 // FullyShardedDataParallel drives stage 3 through gather_unit / release_unit / add_gradient /
 // unit_gradients_done, one holder index i per device of this process (one index, 0, over the ranks).
+//
+// The heart of every stage is written once, here: update_my_shard_then_all_gather. Each kind of
+// holder hands it the pieces of the shards this process holds (their values, optimizer state and
+// summed gradient: ReplicaStep) and says how its all-gather runs; the update itself is the same
+// elementwise kernels as the replicated Trainer's.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -85,6 +90,14 @@ class Shards {
   // written into them: each holder takes its part of full[k] (a sharded checkpoint's parameters).
   virtual std::vector<std::vector<float>> parameters() const;
   virtual void set_parameters(const std::vector<std::vector<float>>& full);
+
+ protected:
+  // ZeRO's step, for every kind of holder and stage: each holder updates its own shard in place (the
+  // optimizer on `mine`, the pieces this process holds, in one launch per device), then every
+  // replica receives every shard's new values (all_gather; at stage 3 the next forward gathers).
+  void update_my_shard_then_all_gather(const std::vector<ReplicaStep>& mine, const Step& s);
+  // The all-gather of the pieces just updated: copies between this process's devices, or MPI's.
+  virtual void all_gather() = 0;
 };
 
 }  // namespace zero

@@ -329,31 +329,33 @@ void ShardedState::scattered_step(const std::vector<std::vector<Tensor>>& weight
 
 void ShardedState::update_and_gather(const std::vector<std::vector<Tensor>>& weights,
                                      const std::vector<std::vector<Tensor>>& g, const Step& s) {
-  // Device i updates its pieces: a whole parameter in its replica on device i, in place; a part of
-  // one through a copy of that part. Every device's kernels are queued before any waits.
-  std::vector<ReplicaStep> whole;
-  struct Part {
-    size_t i;
-    const Piece* p;
-    Tensor w;  // its updated values
-  };
-  std::vector<Part> parts;
+  // Device i's pieces: a whole parameter in its replica on device i, in place; a part of one through
+  // a copy of that part.
+  std::vector<ReplicaStep> mine;
+  parts_.clear();
   for (size_t i = 0; i < devices_.size(); ++i)
     for (size_t q = 0; q < pieces_[i].size(); ++q) {
       const Piece& p = pieces_[i][q];
       if (p.whole) {
-        whole.push_back({weights[p.k][i], p.state, g[i][q]});
+        mine.push_back({weights[p.k][i], p.state, g[i][q]});
         continue;
       }
       Tensor w = slice_to(weights[p.k][i], p.a - layout_.offsets[p.k], p.b - p.a, piece_shape(p), devices_[i]);
-      step_on_device(w, p.state, g[i][q], s);
-      parts.push_back({i, &p, w});
+      mine.push_back({w, p.state, g[i][q]});
+      parts_.push_back({i, &p, w});
     }
-  step_on_devices(whole, s);
-  for (const Part& part : parts)  // the part back into its own replica
+  gathering_ = &weights;
+  update_my_shard_then_all_gather(mine, s);
+  gathering_ = nullptr;
+  parts_.clear();
+}
+
+void ShardedState::all_gather() {
+  const auto& weights = *gathering_;
+  for (const Part& part : parts_)  // the part back into its own replica
     copy_bytes(part.w, 0, weights[part.p->k][part.i], static_cast<size_t>(part.p->a - layout_.offsets[part.p->k]) * kFloat,
                static_cast<size_t>(part.p->b - part.p->a) * kFloat);
-  // All-gather: each piece's new values from its device into every other replica.
+  // Each piece's new values from its device into every other replica.
   for (size_t i = 0; i < devices_.size(); ++i)
     for (const Piece& p : pieces_[i]) {
       const size_t at = static_cast<size_t>(p.a - layout_.offsets[p.k]) * kFloat, n = static_cast<size_t>(p.b - p.a) * kFloat;
@@ -430,10 +432,10 @@ void ShardedState::step_shards(const Step& s, GradClip* clip) {
   for (size_t k = 0; k < weights_.size(); ++k)
     for (size_t i = 0; i < devices_.size(); ++i) release_parameter(k, i);
   const std::vector<std::vector<Tensor>> g = take_sums();
-  std::vector<ReplicaStep> steps;
+  std::vector<ReplicaStep> mine;
   for (size_t i = 0; i < devices_.size(); ++i)
-    for (const Piece& p : pieces_[i]) steps.push_back({p.param, p.state, p.grad});
-  step_on_devices(steps, clipped(g, s, clip));
+    for (const Piece& p : pieces_[i]) mine.push_back({p.param, p.state, p.grad});
+  update_my_shard_then_all_gather(mine, clipped(g, s, clip));  // stage 3: the shards in place, no gather
 }
 
 std::vector<std::vector<float>> ShardedState::parameters() const {

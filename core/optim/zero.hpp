@@ -182,10 +182,20 @@ class ShardedState : public Shards {
   // Stages 2 and 3: every device's summed-gradient pieces for the step (zeros where no gradient
   // arrived), kept until the next gradient arrives.
   std::vector<std::vector<Tensor>> take_sums();
-  // Each device updates its pieces: w the replica on the piece's device, g its summed gradient; then
-  // the new values are copied into every other replica (the all-gather).
+  // Each device updates its pieces: w the replica on the piece's device (a copy of the part, for a
+  // piece that is part of a parameter), g its summed gradient; then all_gather().
   void update_and_gather(const std::vector<std::vector<Tensor>>& weights, const std::vector<std::vector<Tensor>>& g,
                          const Step& s);
+  // The parts updated through a copy go back into their replica; then each piece's new values are
+  // copied from its device into every other replica.
+  void all_gather() override;
+  struct Part {
+    size_t i;
+    const Piece* p;
+    Tensor w;  // its updated values
+  };
+  std::vector<Part> parts_;                                  // this step's copies of parts
+  const std::vector<std::vector<Tensor>>* gathering_ = nullptr;  // this step's replicas
 };
 
 }  // namespace d2l::optim::zero

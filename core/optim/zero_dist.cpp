@@ -295,15 +295,24 @@ void RankShardedState::step(const StepInput& in, const Step& step, GradClip* cli
     const std::vector<double> both = dist::sum_over_ranks({split, other}, group_);
     s = clip->apply(step, both[0], both[1]);
   }
+  // This rank's chunk of the weights, flat, updated with its state and summed gradient; then the all-gather.
   Tensor w = Tensor::empty({n}, device_);
   copy_flat(layout_, params, first, n, w, false);
-  if (n > 0) step_on_device(w, state_, g, s);
+  gather_from_ = w, gather_into_ = params;
+  update_my_shard_then_all_gather(n > 0 ? std::vector<ReplicaStep>{{w, state_, g}} : std::vector<ReplicaStep>{}, s);
+  gather_from_ = Tensor(), gather_into_.clear();
+}
+
+void RankShardedState::all_gather() {
   ++steps_;
   if (steps_ == 2 && fails_in_allgather(stage_))
     throw DeviceError("injected failure inside the ZeRO-" + std::to_string(stage_) + " all-gather of step 2 "
                       "(D2L_FAIL_RANK_IN_ALLGATHER=" + std::getenv("D2L_FAIL_RANK_IN_ALLGATHER") + ")");
-  // All-gather, parameter by parameter straight into its tensor: rank r gives the part of it that
-  // lies in its chunk (MPI_Allgatherv's counts), so no rank holds a second whole copy.
+  // Parameter by parameter straight into its tensor: rank r gives the part of it that lies in its
+  // chunk (MPI_Allgatherv's counts), so no rank holds a second whole copy.
+  const Tensor& w = gather_from_;
+  const std::vector<Tensor>& params = gather_into_;
+  const int64_t n = chunk(), first = lo();
   std::vector<dist::Work> gathers;
   for (size_t k = 0; k < params.size(); ++k) {
     const int64_t a = layout_.offsets[k], b = layout_.offsets[k + 1];

@@ -151,6 +151,10 @@ class RankShardedState : public Shards {
   std::deque<Event> in_flight_;
   std::vector<Late> late_;
   int hook_ = -1;
+  // This step's updated chunk, flat, and the parameters the all-gather writes it into.
+  Tensor gather_from_;
+  std::vector<Tensor> gather_into_;
+  void all_gather() override;
   void make_buckets();
   void pack(size_t k, bool release);
   void send(Bucket& b);
