@@ -406,13 +406,15 @@ TEST_CASE("ZeRO-2 with two backward passes before each step: the replicated run'
 }
 
 TEST_CASE("ZeRO over the ranks: configuration errors before any collective") {
-  // Two devices in a process: the chunks are the ranks, one device each.
+  // Parameters on different devices: one chunk needs one list of devices for every parameter.
   {
-    auto net = std::make_shared<Sequential>();
-    net->add(std::make_shared<Dense>(kOut, "", true, kIn));
-    net->initialize(Init::Xavier(), {cpu(0), cpu(1)});
-    Trainer trainer(net->collect_params(), "adam", {.learning_rate = 0.01f, .zero_stage = 1}, "dist_sync");
-    CHECK_THROWS_WITH_AS(trainer.step(1), doctest::Contains("one device each"), ConfigError);
+    auto a = std::make_shared<Dense>(kOut, "", true, kIn), b = std::make_shared<Dense>(kOut, "", true, kIn);
+    a->initialize(Init::Xavier(), {cpu(0), cpu(1)});
+    b->initialize(Init::Xavier(), {cpu(0)});
+    ParameterDict params = a->collect_params();
+    for (auto& [name, p] : b->collect_params()) params.add("b" + name, p);
+    Trainer trainer(params, "adam", {.learning_rate = 0.01f, .zero_stage = 1}, "dist_sync");
+    CHECK_THROWS_WITH_AS(trainer.step(1), doctest::Contains("on the same devices"), ConfigError);
   }
   // Stage 2 reduce-scatters: buckets that all-reduce during backward are refused.
   {
@@ -491,11 +493,18 @@ TEST_CASE("hybrid sharding: ZeRO-1 and ZeRO-2 over each process's devices, repli
     CHECK(close_maps(ref.params, replicated.params));
     for (int stage : {1, 2}) {
       CAPTURE(stage);
+      // The reverse: sharded over the ranks, replicated over each process's devices. The rank's chunk
+      // of the state lives on its first device, none on the second.
+      const HybridRun reverse = hybrid(u, stage, false);
+      CHECK(close_maps(ref.params, reverse.params));
+      CHECK(same_on_every_rank(reverse.params));
+      const int64_t slots = u.optimizer == "adam" ? 2 : 1;
+      CHECK(reverse.held[0] == slots * 4 * chunk_of(kP, dist::rank(), dist::world_size()));
+      CHECK(reverse.held[1] == 0);
       const HybridRun h = hybrid(u, stage, true);
       CHECK(close_maps(ref.params, h.params));
       CHECK(same_on_every_rank(h.params));
       // Device i keeps the state of shard i of the 43 elements (22 and 21), on every rank: slots * 4 bytes each.
-      const int64_t slots = u.optimizer == "adam" ? 2 : 1;
       CHECK(h.held[0] == slots * 4 * 22);
       CHECK(h.held[1] == slots * 4 * 21);
       CHECK(replicated.held[0] + replicated.held[1] == 2 * slots * 4 * kP);  // stage 0: a whole copy per device

@@ -79,7 +79,8 @@ Trainer::Trainer(const nn::ParameterDict& params, const std::string& optimizer, 
     // The shards are the devices of this process, and at stage 1 the kvstore must leave the summed
     // gradient on every one of them: 'local' updates in host memory instead. Stage 2 sums with its
     // own reduce-scatter over the same devices, and takes the same. With dist_sync and
-    // dist_sync_ring the shards are the ranks instead, one device each (core/optim/zero_dist.hpp).
+    // dist_sync_ring the shards are the ranks instead (core/optim/zero_dist.hpp; several devices of a
+    // rank are replicas), or with hybrid_shard each rank's devices, replicated over the ranks.
     const std::string stage = std::to_string(options_.zero_stage);
     const bool processes = kv_->type() == "dist_sync" || kv_->type() == "dist_sync_ring";
     if (options_.hybrid_shard && (!processes || options_.zero_stage == 3))

@@ -28,7 +28,7 @@
 // zero_stage 2 sums the gradients with a reduce-scatter instead of an allreduce: each device ends
 // with the summed gradient of its own shard only, the one part of the sum it reads.
 // With kvstore dist_sync or dist_sync_ring the same two stages shard over the processes instead
-// (core/optim/zero_dist.hpp): rank r of W, one device each, keeps chunk r of the flat vector; and
+// (core/optim/zero_dist.hpp): rank r of W keeps chunk r of the flat vector on its first device; and
 // stage 3 too (core/optim/fsdp_dist.hpp): rank r keeps chunk r of each layer's flat vector.
 #pragma once
 #include <map>
@@ -75,9 +75,9 @@ struct OptimizerOptions {
   // 1 ZeRO stage 1: device i of N keeps, and updates, the state of shard i only (core/optim/zero.hpp);
   //   needs kvstore 'device' or 'ring' and every trainable parameter on the same devices.
   //   With kvstore 'dist_sync' or 'dist_sync_ring', the shards are the processes: rank r of W keeps
-  //   the state of chunk r (dist::chunk_begin's split) on its one device (core/optim/zero_dist.hpp;
-  //   a process with several devices is a ConfigError at the first step, unless hybrid_shard
-  //   shards over its devices and replicates over the ranks), updates it after a
+  //   the state of chunk r (dist::chunk_begin's split) on its first device (core/optim/zero_dist.hpp;
+  //   a process's other devices hold replicas of its parameters, unless hybrid_shard shards over
+  //   its devices and replicates over the ranks), updates it after a
   //   reduce-scatter (or the buckets' allreduce), then dist::allgather; state_dict() is then a collective.
   // 2 ZeRO stage 2: as 1, and the gradients are reduce-scattered (core/comm.hpp), not all-reduced:
   //   device i receives the summed gradient of shard i only. The same kvstores and devices as 1;
@@ -108,7 +108,8 @@ struct OptimizerOptions {
   // over this process's devices and replicate over the ranks (the dp_group, else the world), FSDP's
   // HYBRID_SHARD: device i of every rank keeps shard i, whose summed gradient is all-reduced over
   // the ranks before its update (core/optim/zero.hpp, replicate_over). Without it the shards are the
-  // ranks, one device each. A ConfigError with another kvstore, at stage 3, or with DDP's buckets.
+  // ranks and a process's devices replicas of each other (the reverse). A ConfigError with another
+  // kvstore, at stage 3, or with DDP's buckets.
   bool hybrid_shard = false;
 };
 using SGDOptions = OptimizerOptions;  // its name while SGD was the only optimizer

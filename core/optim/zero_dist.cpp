@@ -75,28 +75,29 @@ int64_t RankShardedState::chunk() const { return layout_.shard_size(static_cast<
 
 bool RankShardedState::fits(const std::vector<std::vector<Tensor>>& weights) const {
   if (!placed_ || weights.size() + 1 != layout_.offsets.size()) return false;
-  for (size_t k = 0; k < weights.size(); ++k)
-    if (weights[k].size() != 1 || weights[k][0].device() != device_ ||
-        weights[k][0].numel() != layout_.offsets[k + 1] - layout_.offsets[k])
+  for (size_t k = 0; k < weights.size(); ++k) {
+    if (weights[k].size() != replica_devices_.size() || weights[k][0].numel() != layout_.offsets[k + 1] - layout_.offsets[k])
       return false;
+    for (size_t i = 0; i < weights[k].size(); ++i)
+      if (weights[k][i].device() != replica_devices_[i]) return false;
+  }
   return true;
 }
 
 void RankShardedState::place(const std::vector<std::vector<Tensor>>& weights, const std::vector<std::string>& names,
                              std::vector<std::vector<std::vector<float>>>& host) {
-  // The paper's setting, one device per process: the chunk is this process's, on its device.
+  // The chunk is this process's, on its first device (the paper's setting: its one device).
   const std::string stage = std::to_string(stage_);
   std::vector<int64_t> sizes;
+  std::vector<Device> devices;
+  for (auto& w : weights[0]) devices.push_back(w.device());
   for (size_t k = 0; k < weights.size(); ++k) {
     std::vector<Device> on;
     for (auto& w : weights[k]) on.push_back(w.device());
-    if (on.size() != 1)
-      throw ConfigError("Trainer: zero_stage " + stage + " with a dist kvstore shards over the processes, one device "
-                        "each, but '" + names[k] + "' is on " + str(on) + " in rank " + std::to_string(dist::rank()) +
-                        ": give each process one device");
-    if (on[0] != weights[0][0].device())
-      throw ConfigError("Trainer: zero_stage " + stage + " needs every trainable parameter on one device: '" + names[0] +
-                        "' is on " + str(std::vector<Device>{weights[0][0].device()}) + ", '" + names[k] + "' on " + str(on));
+    if (on != devices)
+      throw ConfigError("Trainer: zero_stage " + stage + " needs every trainable parameter on the same devices, in the "
+                        "same order: '" + names[0] + "' is on " + str(devices) + ", '" + names[k] + "' on " + str(on) +
+                        " in rank " + std::to_string(dist::rank()));
     sizes.push_back(weights[k][0].numel());
   }
   // The unsharded values: loaded ones, else the chunks kept so far (the parameters moved), else zeros.
@@ -109,12 +110,13 @@ void RankShardedState::place(const std::vector<std::vector<Tensor>>& weights, co
                          std::to_string(slot.size()) + " values but the parameter has " + std::to_string(sizes[k]));
   // A loaded state for the same parameters keeps the buckets, and what backward already sent into them.
   const ShardLayout layout = rank_layout(sizes, group_);
-  const bool same_layout = placed_ && layout.offsets == layout_.offsets && device_ == weights[0][0].device();
+  const bool same_layout = placed_ && layout.offsets == layout_.offsets && replica_devices_ == devices;
   if (!same_layout && (!pending_.empty() || std::find(packed_.begin(), packed_.end(), true) != packed_.end()))
     throw ConfigError("Trainer: zero_stage " + stage + ": the parameters changed between backward and the step, whose "
                       "gradients are already reduce-scattered and released: step before moving them");
   layout_ = layout;
-  device_ = weights[0][0].device();
+  device_ = devices[0];
+  replica_devices_ = devices;
   const int64_t n = chunk(), first = lo();
   state_.assign(slots_, Tensor());
   for (size_t j = 0; j < slots_; ++j) {
@@ -129,11 +131,10 @@ void RankShardedState::place(const std::vector<std::vector<Tensor>>& weights, co
   }
   for (auto& slots : host)
     for (auto& slot : slots) slot.clear();
-  replicas_.clear(), index_.clear();
-  for (size_t k = 0; k < weights.size(); ++k) {
-    replicas_.push_back(weights[k][0]);
-    index_[&weights[k][0].impl()] = k;
-  }
+  replicas_ = weights, index_.clear();
+  completed_.assign(weights.size(), 0);
+  for (size_t k = 0; k < weights.size(); ++k)
+    for (auto& w : weights[k]) index_[&w.impl()] = k;
   if (!same_layout) {
     MemoryTagScope tag(MemoryTag::summed_gradients);
     grad_shard_ = stage_ == 2 ? Tensor::empty({n}, device_) : Tensor();
@@ -147,10 +148,14 @@ RankShardedState::RankShardedState(size_t slots, int stage, double reduce_bucket
   if (!(reduce_bucket_mb >= 0) || !std::isfinite(reduce_bucket_mb))
     throw ConfigError("Trainer: reduce_bucket_mb must be finite and >= 0 (0: one reduce-scatter per parameter), got " +
                       std::to_string(reduce_bucket_mb));
-  if (stage_ == 2)  // backward packs each gradient the moment it is complete, and sends full buckets
+  if (stage_ == 2)  // backward packs each gradient the moment it is complete on every device, and sends full buckets
     hook_ = add_grad_ready_hook([this](TensorImpl& leaf) {
       auto it = index_.find(&leaf);
-      if (placed_ && it != index_.end()) pack(it->second, true);
+      if (!placed_ || it == index_.end()) return;
+      const size_t k = it->second;
+      if (++completed_[k] < replica_devices_.size()) return;  // the devices run backward one after another
+      completed_[k] = 0;
+      pack(k, true);
     });
 }
 
@@ -180,12 +185,21 @@ void RankShardedState::make_buckets() {
   }
 }
 
+Tensor RankShardedState::device_sum(size_t k) const {
+  const std::vector<Tensor>& on = replicas_[k];
+  const Tensor& first = on[0];
+  if (on.size() == 1) return first.grad().defined() ? first.grad() : Tensor::zeros(first.shape(), device_);
+  Tensor sum = first.grad().defined() ? first.grad().to(device_).clone() : Tensor::zeros(first.shape(), device_);
+  for (size_t i = 1; i < on.size(); ++i)  // device order, as the 'device' kvstore adds
+    if (on[i].grad().defined()) add_(sum, on[i].grad().to(device_));
+  return sum;
+}
+
 void RankShardedState::pack(size_t k, bool release) {
-  // Parameter k's gradient (zeros if it has none) into its place in the bucket; at stage 2 the .grad
-  // buffer goes (the allocator takes it back once the queued copy has read it).
+  // Parameter k's gradient (summed over this rank's devices; zeros if it has none) into its place in
+  // the bucket; at stage 2 the .grad buffers go (the allocator takes each back once the queued copy has read it).
   Bucket& b = buckets_[bucket_of_[k]];
-  TensorImpl& leaf = replicas_[k].impl();
-  const Tensor g = replicas_[k].grad().defined() ? replicas_[k].grad() : Tensor::zeros(replicas_[k].shape(), device_);
+  const Tensor g = device_sum(k);
   const int64_t at = layout_.offsets[k] - layout_.offsets[b.first];
   if (b.last - b.first == 1) {  // a lone parameter: its gradient is the bucket
     if (packed_[k]) add_(b.packed, g);
@@ -195,7 +209,8 @@ void RankShardedState::pack(size_t k, bool release) {
     if (packed_[k]) add_at(b.packed, at, g);
     else copy_bytes(g, 0, b.packed, static_cast<size_t>(at) * kFloatBytes, static_cast<size_t>(g.numel()) * kFloatBytes);
   }
-  if (release) leaf.grad.reset();
+  if (release)
+    for (auto& w : replicas_[k]) w.impl().grad.reset();
   if (!packed_[k]) packed_[k] = true, ++b.arrived;
   if (b.arrived == b.last - b.first) send(b);
 }
@@ -250,6 +265,7 @@ void RankShardedState::wait_for_sums() {
   }
   pending_.clear(), late_.clear(), in_flight_.clear();
   for (Bucket& b : buckets_) b.sent = 0;
+  std::fill(completed_.begin(), completed_.end(), 0);
 }
 
 void RankShardedState::step(const StepInput& in, const Step& step, GradClip* clip) {
@@ -263,7 +279,7 @@ void RankShardedState::step(const StepInput& in, const Step& step, GradClip* cli
   if (stage_ == 2 && summed)
     throw ConfigError("Trainer: zero_stage 2 reduce-scatters the gradients, but the gradient buckets already all-reduced "
                       "them: use zero_stage 1 with buckets");
-  std::vector<Tensor> params;
+  std::vector<Tensor> params;  // the replicas on the chunk's device
   for (auto& replicas : weights) params.push_back(replicas[0]);
   const int64_t n = chunk(), first = lo();
   Tensor g;
@@ -322,6 +338,8 @@ void RankShardedState::all_gather() {
     gathers.push_back(dist::allgather_async(w, std::clamp<int64_t>(a - first, 0, n), params[k], counts, group_));
   }
   for (auto& work : gathers) work.wait();
+  for (size_t k = 0; k < params.size(); ++k)  // the process's other devices: replicas of the first
+    for (size_t i = 1; i < replicas_[k].size(); ++i) params[k].copyto(replicas_[k][i]);
 }
 
 std::vector<std::vector<std::vector<float>>> RankShardedState::gather_state() const {

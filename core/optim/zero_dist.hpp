@@ -1,6 +1,9 @@
 // ZeRO stages 1 and 2 over the processes of the world (Rajbhandari et al., SC20, sections 5.1 and
 // 5.2), the Trainer's {.zero_stage = 1} and {.zero_stage = 2} with kvstore dist_sync or
-// dist_sync_ring: the paper's setting, one device per data-parallel process.
+// dist_sync_ring: the paper's setting, one device per data-parallel process. A process may have
+// several devices: they are replicas of each other, their gradients summed on the first one (device
+// order) before the reduce-scatter, the chunk's state and update on that first device, and the
+// all-gathered values copied from it into the others (the reverse of hybrid_shard's layout).
 //
 // core/optim/zero.hpp shards the optimizer state over the devices of one process. Here the shards
 // are the ranks: the trainable parameters, in the Trainer's order, laid end to end are one flat
@@ -82,8 +85,11 @@ class RankShardedState : public Shards {
 
   // One step (core/optim/shards.hpp): lays the chunk out when needed (the first step, a loaded state
   // waiting in in.host[k][j], the parameters moved), then stage 1's or stage 2's step above.
-  // in.weights[k] must be one replica (this process's one device, the same for every parameter): a
-  // ConfigError otherwise, raised before any collective. The kvstore's buckets may have summed the
+  // in.weights[k]: parameter k's replicas on this process's devices, the same devices in the same
+  // order for every parameter (a ConfigError otherwise, raised before any collective). With several
+  // devices the shards are still the ranks (the reverse of hybrid_shard): the devices' gradients are
+  // summed on the first one, in device order, before the reduce-scatter; the rank's chunk of the state
+  // lives on that first device; the all-gather fills its replicas, copied from there into the others. The kvstore's buckets may have summed the
   // gradients already (stage 1 only): then chunk r of that sum is read.
   // clip: clip_grad_norm_ (GradClip) over every rank's chunk of the sum (dist::sum_over_ranks of the
   // chunks' squares over the group, a collective; a tp_group's slices then added over it); null: off.
@@ -93,7 +99,7 @@ class RankShardedState : public Shards {
   int stage() const override { return stage_; }
   const ShardLayout& layout() const { return layout_; }
   Device device() const { return device_; }
-  std::vector<Device> devices() const override { return {device_}; }
+  std::vector<Device> devices() const override { return {device_}; }  // the device holding the chunk
   // The state in the unsharded layout ([k][j]: parameter k's slot j, flattened), every rank's chunk
   // all-gathered: a collective, every rank calls it and every rank gets the whole state. Empty
   // before the first step (then no rank communicates).
@@ -119,7 +125,8 @@ class RankShardedState : public Shards {
   dist::Group group_;
   bool placed_ = false;
   ShardLayout layout_;
-  Device device_;
+  Device device_;                // the first of the process's devices: the chunk's
+  std::vector<Device> replica_devices_;  // every one of them, in the replicas' order
   std::vector<Tensor> state_;  // per slot, the chunk's state, flat
   Tensor grad_shard_;          // the chunk's summed gradient (stage 1: during the step only)
   int64_t steps_ = 0;          // steps taken, for the fault injection
@@ -141,8 +148,9 @@ class RankShardedState : public Shards {
   std::vector<Bucket> buckets_;                           // in launch order at the step
   std::vector<size_t> bucket_of_;                         // per parameter
   std::vector<bool> packed_;                              // per parameter: in its bucket, not yet sent
-  std::vector<Tensor> replicas_;                          // per parameter, this rank's replica
+  std::vector<std::vector<Tensor>> replicas_;             // [k][i]: parameter k on this rank's device i
   std::unordered_map<const TensorImpl*, size_t> index_;  // replica -> parameter
+  std::vector<size_t> completed_;                         // stage 2, per parameter: replicas whose gradient is complete
   std::vector<dist::Work> pending_;                       // the reduce-scatters launched this step
   // Stage 2's rate limiter (FSDP's limit_all_gathers, for gradients): a released .grad buffer is still
   // in use until its reduce-scatter has read it, so backward waits once more than kInFlight buckets
@@ -157,6 +165,7 @@ class RankShardedState : public Shards {
   void all_gather() override;
   void make_buckets();
   void pack(size_t k, bool release);
+  Tensor device_sum(size_t k) const;  // parameter k's gradient summed over this rank's devices, on the first
   void send(Bucket& b);
   void reduce_scatter_rest(bool release);
   void wait_for_sums();
