@@ -45,8 +45,7 @@ void RankParameterShards::shard(const std::vector<std::vector<Tensor>>& weights,
                                 const std::vector<std::vector<size_t>>& units,
                                 std::vector<std::vector<std::vector<float>>>& host) {
   if (placed()) {  // the chunks stay; a loaded state, if one waits, replaces the state
-    const bool loaded = std::any_of(host.begin(), host.end(), [](auto& slots) { return !slots.empty() && !slots[0].empty(); });
-    if (loaded) place_state(names, host);
+    if (loaded_state_waits(host)) place_state(names, host);
     return;
   }
   // The paper's setting, one device per process: every chunk on this process's one device.
@@ -181,9 +180,7 @@ void RankParameterShards::reduce_scatter_gradients(size_t u) {
 }
 
 void RankParameterShards::step(const StepInput& in, const Step& step, GradClip* clip) {
-  if (!placed())
-    throw ConfigError("Trainer: zero_stage 3 shards the parameters themselves: run the net through "
-                      "optim::FullyShardedDataParallel(net, trainer) from its first forward on");
+  if (!placed()) throw run_through_fsdp();
   NoGrad no_grad;
   shard(in.weights, in.names, {}, in.host);  // the chunks stay; a loaded state, if one waits, is placed
   Step s = step;

@@ -1,10 +1,21 @@
 #include "core/optim/shards.hpp"
 
+#include <algorithm>
+
 namespace d2l::optim::zero {
 
 void Shards::update_my_shard_then_all_gather(const std::vector<ReplicaStep>& mine, const Step& s) {
   step_on_devices(mine, s);      // update my shard
   if (stage() < 3) all_gather();  // then all-gather (stage 3: the next forward gathers)
+}
+
+bool loaded_state_waits(const std::vector<std::vector<std::vector<float>>>& host) {
+  return std::any_of(host.begin(), host.end(), [](auto& slots) { return !slots.empty() && !slots[0].empty(); });
+}
+
+ConfigError run_through_fsdp() {
+  return ConfigError("Trainer: zero_stage 3 shards the parameters themselves: run the net through "
+                     "optim::FullyShardedDataParallel(net, trainer) from its first forward on");
 }
 
 // Stage 3's calls, on holders of stages 1 and 2 (FullyShardedDataParallel checks the stage first).

@@ -43,6 +43,11 @@ struct DeviceMemory {
 
 namespace zero {
 
+// Whether load_state_dict left a state waiting to be placed: some host[k][0] (StepInput::host) not empty.
+bool loaded_state_waits(const std::vector<std::vector<std::vector<float>>>& host);
+// A stage-3 step on shards that FullyShardedDataParallel never placed.
+ConfigError run_through_fsdp();
+
 // What the Trainer hands its shards at each step.
 struct StepInput {
   const std::vector<std::vector<Tensor>>& weights;  // [k]: parameter k's replicas, in the Trainer's order

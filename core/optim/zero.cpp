@@ -113,8 +113,7 @@ void ShardedState::place(const std::vector<std::vector<Tensor>>& weights, const 
     shapes.push_back(weights[k][0].shape());
   }
   // The unsharded values: loaded ones, else what the shards hold so far (a move), else zeros.
-  const bool loaded = std::any_of(host.begin(), host.end(), [](auto& slots) { return !slots[0].empty(); });
-  if (!loaded && placed()) host = gather_state();
+  if (!loaded_state_waits(host) && placed()) host = gather_state();
   for (size_t k = 0; k < host.size(); ++k)
     for (size_t j = 0; j < slots_; ++j)
       if (!host[k][j].empty() && static_cast<int64_t>(host[k][j].size()) != sizes[k])
@@ -237,17 +236,10 @@ Step ShardedState::clipped(const std::vector<std::vector<Tensor>>& g, const Step
   return clip->apply(s, squares);
 }
 
-// Whether load_state_dict left a state waiting to be placed.
-static bool loaded_state_waits(const StepInput& in) {
-  return !in.host.empty() && !in.host[0].empty() && !in.host[0][0].empty();
-}
-
 void ShardedState::step(const StepInput& in, const Step& s, GradClip* clip) {
   if (stage_ == 3) {  // each device updates its parameter shard; the next forward gathers
-    if (!placed())
-      throw ConfigError("Trainer: zero_stage 3 shards the parameters themselves: run the net through "
-                        "optim::FullyShardedDataParallel(net, trainer) from its first forward on");
-    if (loaded_state_waits(in)) shard_parameters(in, units_);
+    if (!placed()) throw run_through_fsdp();
+    if (loaded_state_waits(in.host)) shard_parameters(in, units_);
     step_shards(s, clip);
     return;
   }
@@ -255,7 +247,7 @@ void ShardedState::step(const StepInput& in, const Step& s, GradClip* clip) {
   const bool summed = in.kv.reduce_all(in.weights);  // buckets: every gradient summed already
   // First step, parameters moved (reset_ctx) or a state loaded: lay the shards out (again). This
   // checks the devices too, before any gradient is touched.
-  if (loaded_state_waits(in) || !fits(in.weights)) place(in.weights, in.names, in.host);
+  if (loaded_state_waits(in.host) || !fits(in.weights)) place(in.weights, in.names, in.host);
   if (stage_ == 2) return scattered_step(in.weights, s, clip);  // reduce-scattered during backward
   std::vector<std::vector<Tensor>> grads(in.weights.size());   // each replica's own; reduce-scattered here
   for (size_t k = 0; k < in.weights.size(); ++k)

@@ -101,8 +101,7 @@ void RankShardedState::place(const std::vector<std::vector<Tensor>>& weights, co
     sizes.push_back(weights[k][0].numel());
   }
   // The unsharded values: loaded ones, else the chunks kept so far (the parameters moved), else zeros.
-  const bool loaded = std::any_of(host.begin(), host.end(), [](auto& slots) { return !slots[0].empty(); });
-  if (!loaded && placed_) host = gather_state();
+  if (!loaded_state_waits(host) && placed_) host = gather_state();
   for (size_t k = 0; k < host.size(); ++k)
     for (auto& slot : host[k])
       if (!slot.empty() && static_cast<int64_t>(slot.size()) != sizes[k])
@@ -274,8 +273,7 @@ void RankShardedState::step(const StepInput& in, const Step& step, GradClip* cli
   const bool summed = in.kv.reduce_all(in.weights);  // DDP's buckets: every gradient summed already
   const auto& weights = in.weights;
   auto& host = in.host;
-  const bool loaded = std::any_of(host.begin(), host.end(), [](auto& slots) { return !slots[0].empty(); });
-  if (loaded || !fits(weights)) place(weights, in.names, host);  // checks the devices before any collective
+  if (loaded_state_waits(host) || !fits(weights)) place(weights, in.names, host);  // checks the devices before any collective
   if (stage_ == 2 && summed)
     throw ConfigError("Trainer: zero_stage 2 reduce-scatters the gradients, but the gradient buckets already all-reduced "
                       "them: use zero_stage 1 with buckets");
