@@ -114,7 +114,6 @@ void RankShardedState::place(const std::vector<std::vector<Tensor>>& weights, co
     throw ConfigError("Trainer: zero_stage " + stage + ": the parameters changed between backward and the step, whose "
                       "gradients are already reduce-scattered and released: step before moving them");
   layout_ = layout;
-  device_ = devices[0];
   replica_devices_ = devices;
   const int64_t n = chunk(), first = lo();
   state_.assign(slots_, Tensor());
@@ -126,7 +125,7 @@ void RankShardedState::place(const std::vector<std::vector<Tensor>>& weights, co
         std::copy(from.begin() + (a - layout_.offsets[k]), from.begin() + (b - layout_.offsets[k]), flat.begin() + (a - first));
     });
     MemoryTagScope tag(MemoryTag::optimizer_state);
-    state_[j] = Tensor::from_vector(flat, {n}, device_);
+    state_[j] = Tensor::from_vector(flat, {n}, device());
   }
   for (auto& slots : host)
     for (auto& slot : slots) slot.clear();
@@ -136,7 +135,7 @@ void RankShardedState::place(const std::vector<std::vector<Tensor>>& weights, co
     for (auto& w : weights[k]) index_[&w.impl()] = k;
   if (!same_layout) {
     MemoryTagScope tag(MemoryTag::summed_gradients);
-    grad_shard_ = stage_ == 2 ? Tensor::empty({n}, device_) : Tensor();
+    grad_shard_ = stage_ == 2 ? Tensor::empty({n}, device()) : Tensor();
     make_buckets();
   }
   placed_ = true;
@@ -187,10 +186,10 @@ void RankShardedState::make_buckets() {
 Tensor RankShardedState::device_sum(size_t k) const {
   const std::vector<Tensor>& on = replicas_[k];
   const Tensor& first = on[0];
-  if (on.size() == 1) return first.grad().defined() ? first.grad() : Tensor::zeros(first.shape(), device_);
-  Tensor sum = first.grad().defined() ? first.grad().to(device_).clone() : Tensor::zeros(first.shape(), device_);
+  if (on.size() == 1) return first.grad().defined() ? first.grad() : Tensor::zeros(first.shape(), device());
+  Tensor sum = first.grad().defined() ? first.grad().clone() : Tensor::zeros(first.shape(), device());
   for (size_t i = 1; i < on.size(); ++i)  // device order, as the 'device' kvstore adds
-    if (on[i].grad().defined()) add_(sum, on[i].grad().to(device_));
+    if (on[i].grad().defined()) add_(sum, on[i].grad().to(device()));
   return sum;
 }
 
@@ -204,7 +203,7 @@ void RankShardedState::pack(size_t k, bool release) {
     if (packed_[k]) add_(b.packed, g);
     else b.packed = g;
   } else {
-    if (!b.packed.defined()) b.packed = Tensor::empty({layout_.offsets[b.last] - layout_.offsets[b.first]}, device_);
+    if (!b.packed.defined()) b.packed = Tensor::empty({layout_.offsets[b.last] - layout_.offsets[b.first]}, device());
     if (packed_[k]) add_at(b.packed, at, g);
     else copy_bytes(g, 0, b.packed, static_cast<size_t>(at) * kFloatBytes, static_cast<size_t>(g.numel()) * kFloatBytes);
   }
@@ -233,7 +232,7 @@ void RankShardedState::send(Bucket& b) {
       }
     }
   } else {  // sent before in this step: received apart, added into the sum once there
-    Late late{{}, Tensor::empty({std::max<int64_t>(mine, 1)}, device_), at};
+    Late late{{}, Tensor::empty({std::max<int64_t>(mine, 1)}, device()), at};
     late.work = dist::reduce_scatter_async(b.packed, late.recv, 0, counts, group_);
     if (mine > 0) late_.push_back(late);
     else late.work.wait();
@@ -285,12 +284,12 @@ void RankShardedState::step(const StepInput& in, const Step& step, GradClip* cli
     // DDP's buckets all-reduced every gradient during backward: this rank reads chunk r of the sum.
     std::vector<Tensor> grads;
     for (const Tensor& w : params) grads.push_back(w.grad().defined() ? w.grad() : Tensor::zeros(w.shape(), w.device()));
-    g = Tensor::empty({n}, device_);
+    g = Tensor::empty({n}, device());
     copy_flat(layout_, grads, first, n, g, false);
   } else {
     // Chunk r's sum arrives in grad_shard_, no other. Stage 1 reduce-scatters every bucket now and
     // keeps the .grad buffers; at stage 2 backward sent most of them and released their gradients.
-    if (stage_ == 1) grad_shard_ = Tensor::empty({n}, device_);
+    if (stage_ == 1) grad_shard_ = Tensor::empty({n}, device());
     reduce_scatter_rest(stage_ == 2);
     wait_for_sums();
     g = grad_shard_;
@@ -310,7 +309,7 @@ void RankShardedState::step(const StepInput& in, const Step& step, GradClip* cli
     s = clip->apply(step, both[0], both[1]);
   }
   // This rank's chunk of the weights, flat, updated with its state and summed gradient; then the all-gather.
-  Tensor w = Tensor::empty({n}, device_);
+  Tensor w = Tensor::empty({n}, device());
   copy_flat(layout_, params, first, n, w, false);
   gather_from_ = w, gather_into_ = params;
   update_my_shard_then_all_gather(n > 0 ? std::vector<ReplicaStep>{{w, state_, g}} : std::vector<ReplicaStep>{}, s);
@@ -345,7 +344,7 @@ std::vector<std::vector<std::vector<float>>> RankShardedState::gather_state() co
   const size_t params = layout_.offsets.size() - 1;
   std::vector<std::vector<std::vector<float>>> out(params, std::vector<std::vector<float>>(slots_));
   for (size_t j = 0; j < slots_; ++j) {
-    Tensor whole = Tensor::empty({layout_.total()}, device_);
+    Tensor whole = Tensor::empty({layout_.total()}, device());
     dist::allgather(state_[j], whole, group_);
     const std::vector<float> v = whole.to_vector();
     for (size_t k = 0; k < params; ++k)
@@ -370,7 +369,7 @@ int64_t RankShardedState::bytes() const {  // from the tensors held
 
 void RankShardedState::add_memory(const std::function<DeviceMemory&(Device)>& at) const {
   if (!placed_) return;
-  DeviceMemory& m = at(device_);
+  DeviceMemory& m = at(device());
   m.state_bytes += bytes();
   m.summed_gradient_bytes += gradient_bytes();  // stage 2: the chunk's sum is all the sum kept
 }

@@ -98,8 +98,9 @@ class RankShardedState : public Shards {
   bool placed() const override { return placed_; }
   int stage() const override { return stage_; }
   const ShardLayout& layout() const { return layout_; }
-  Device device() const { return device_; }
-  std::vector<Device> devices() const override { return {device_}; }  // the device holding the chunk
+  // The device holding the chunk: the first of this process's devices.
+  Device device() const { return replica_devices_.empty() ? Device{} : replica_devices_[0]; }
+  std::vector<Device> devices() const override { return {device()}; }
   // The state in the unsharded layout ([k][j]: parameter k's slot j, flattened), every rank's chunk
   // all-gathered: a collective, every rank calls it and every rank gets the whole state. Empty
   // before the first step (then no rank communicates).
@@ -125,8 +126,7 @@ class RankShardedState : public Shards {
   dist::Group group_;
   bool placed_ = false;
   ShardLayout layout_;
-  Device device_;                // the first of the process's devices: the chunk's
-  std::vector<Device> replica_devices_;  // every one of them, in the replicas' order
+  std::vector<Device> replica_devices_;  // this process's devices, in the replicas' order
   std::vector<Tensor> state_;  // per slot, the chunk's state, flat
   Tensor grad_shard_;          // the chunk's summed gradient (stage 1: during the step only)
   int64_t steps_ = 0;          // steps taken, for the fault injection
