@@ -25,11 +25,13 @@ void allreduce_naive(const std::vector<Tensor>& data) {
   for (size_t i = 1; i < data.size(); ++i) data[0].copyto(data[i]);
 }
 
+int64_t chunk_begin(int64_t n, int64_t chunk, int64_t chunks) { return n * chunk / chunks; }
+
 void allreduce_ring(const std::vector<Tensor>& data) {
   check("allreduce_ring", data);
   const int64_t n = static_cast<int64_t>(data.size()), N = data[0].numel();
   if (n < 2) return;
-  auto begin = [&](int64_t c) { return N * c / n; };  // chunk c is [begin(c), begin(c+1)): sizes differ by <= 1
+  auto begin = [&](int64_t c) { return chunk_begin(N, c, n); };  // chunk c is [begin(c), begin(c+1))
   // One receive buffer per device, as large as the largest chunk.
   std::vector<Tensor> recv;
   for (auto& t : data) recv.push_back(Tensor::empty({N / n + 1}, t.device()));

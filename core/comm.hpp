@@ -9,6 +9,13 @@
 
 namespace d2l {
 
+// The one split rule of every collective and every shard (the ring's chunks here, dist::allgather's
+// and dist::reduce_scatter's chunks over the ranks, ZeRO's shards over devices or ranks): n elements
+// cut into `chunks` contiguous ranges, range c = [chunk_begin(n, c, chunks), chunk_begin(n, c + 1,
+// chunks)), that is n * c / chunks rounded down: sizes differ by at most one, and a range is empty
+// where n < chunks.
+int64_t chunk_begin(int64_t n, int64_t chunk, int64_t chunks);
+
 // The book's allreduce: add every device's copy into device 0, then copy the sum back into every
 // device's tensor in place. Device 0 receives (n-1) and sends (n-1) full copies.
 void allreduce_naive(const std::vector<Tensor>& data);

@@ -138,7 +138,7 @@ void compare(const Run& r, const std::vector<Device>& devices) {
   MESSAGE(r.optimizer << " on " << str(devices) << how);
 }
 
-int64_t shard_size(int64_t P, int64_t n, int64_t i) { return P / n + (i < P % n ? 1 : 0); }
+int64_t shard_size(int64_t P, int64_t n, int64_t i) { return P * (i + 1) / n - P * i / n; }
 
 }  // namespace
 

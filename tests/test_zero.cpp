@@ -159,8 +159,8 @@ Clipped train_clipped(const Run& r, const std::vector<Device>& devices, int stag
   return out;
 }
 
-// Shard i's size for P elements over n devices: P / n, one element more for the first P mod n shards.
-int64_t shard_size(int64_t P, int64_t n, int64_t i) { return P / n + (i < P % n ? 1 : 0); }
+// Shard i's size for P elements over n devices: floor(P (i+1) / n) - floor(P i / n).
+int64_t shard_size(int64_t P, int64_t n, int64_t i) { return P * (i + 1) / n - P * i / n; }
 
 // The bytes of state device i keeps for P elements over n devices with `slots` state tensors an
 // element: 4 * slots * its shard's size.
@@ -391,7 +391,7 @@ TEST_CASE("reduce_scatter against a plain sum: shards of unequal size, empty one
     const std::vector<Device> devices = cpus(n);
     use_devices(devices);
     const int64_t P = 13;
-    // split_and_load's rule (4 4 3 2 ... differ by one), and a skewed cut with an empty shard.
+    // the one split rule (sizes differ by at most one), and a skewed cut with an empty shard.
     std::vector<std::vector<int64_t>> cuts{zero::shard_layout({P}, static_cast<size_t>(n)).bounds};
     std::vector<int64_t> skewed{0};
     for (int64_t i = 1; i < n; ++i) skewed.push_back(i == 1 ? 0 : std::min<int64_t>(P, skewed.back() + 2 * i));
@@ -443,15 +443,16 @@ TEST_CASE("reduce_scatter against a plain sum: shards of unequal size, empty one
   CHECK_THROWS_AS(reduce_scatter(data, {0, 3, 2, 4}), ShapeError);
 }
 
-TEST_CASE("the shard layout: contiguous element ranges, the first P mod N one larger, parameters straddling") {
+TEST_CASE("the shard layout: contiguous element ranges, floor(P i / N) apart, parameters straddling") {
   const zero::ShardLayout l = zero::shard_layout({20, 5, 15, 3}, 4);  // the MLP's parameters
   CHECK(l.offsets == std::vector<int64_t>{0, 20, 25, 40, 43});
-  CHECK(l.bounds == std::vector<int64_t>{0, 11, 22, 33, 43});  // 11, 11, 11, 10
+  CHECK(l.bounds == std::vector<int64_t>{0, 10, 21, 32, 43});  // 10, 11, 11, 11
   CHECK(l.total() == kP);
   const zero::ShardLayout tiny = zero::shard_layout({1, 1}, 3);  // more devices than elements
-  CHECK(tiny.bounds == std::vector<int64_t>{0, 1, 2, 2});
-  CHECK(tiny.shard_size(2) == 0);
-  // One trainable element on four devices: three hold no state, and the run is still the plain one.
+  CHECK(tiny.bounds == std::vector<int64_t>{0, 0, 1, 2});
+  CHECK(tiny.shard_size(0) == 0);
+  // One trainable element on four devices: three hold no state (the element is the last device's),
+  // and the run is still the plain one.
   auto p = std::make_shared<Parameter>("w", Shape{1});
   const std::vector<Device> devices{cpu(0), cpu(1), cpu(2), cpu(3)};
   p->initialize(devices);
@@ -464,8 +465,8 @@ TEST_CASE("the shard layout: contiguous element ranges, the first P mod N one la
   CHECK(p->data(cpu(3)).to_vector()[0] == doctest::Approx(0.9f));  // Adam's first step moves by lr
   CHECK(replicas_equal(dict));
   auto memory = trainer.memory_per_device();
-  CHECK(memory[0].state_bytes == 8);
-  CHECK(memory[1].state_bytes == 0);
+  CHECK(memory[3].state_bytes == 8);
+  CHECK(memory[0].state_bytes == 0);
 }
 
 TEST_CASE("ZeRO-1 and ZeRO-2 state_dict is the unsharded state: equal to the replicated run's, resumed on another device count") {

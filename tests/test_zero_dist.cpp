@@ -504,9 +504,9 @@ TEST_CASE("hybrid sharding: ZeRO-1 and ZeRO-2 over each process's devices, repli
       const HybridRun h = hybrid(u, stage, true);
       CHECK(close_maps(ref.params, h.params));
       CHECK(same_on_every_rank(h.params));
-      // Device i keeps the state of shard i of the 43 elements (22 and 21), on every rank: slots * 4 bytes each.
-      CHECK(h.held[0] == slots * 4 * 22);
-      CHECK(h.held[1] == slots * 4 * 21);
+      // Device i keeps the state of shard i of the 43 elements (21 and 22), on every rank: slots * 4 bytes each.
+      CHECK(h.held[0] == slots * 4 * 21);
+      CHECK(h.held[1] == slots * 4 * 22);
       CHECK(replicated.held[0] + replicated.held[1] == 2 * slots * 4 * kP);  // stage 0: a whole copy per device
       // Two ranks add a + b whatever the split: stage 1 has the replicated run's bits.
       if (stage == 1 && dist::world_size() <= 2) CHECK(h.params == replicated.params);

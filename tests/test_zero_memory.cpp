@@ -105,7 +105,7 @@ TEST_CASE("the bytes each device holds, measured by tag, equal the ZeRO paper's 
       const Measured m = run(n, stage);
       for (int i = 0; i < n; ++i) {
         CAPTURE(i);
-        const int64_t psi = m.psi, shard = psi / n + (i < psi % n ? 1 : 0);
+        const int64_t psi = m.psi, shard = psi * (i + 1) / n - psi * i / n;
         const auto& h = m.held[static_cast<size_t>(i)];
         CHECK(h.at(MemoryTag::parameters) == 4 * (stage == 3 ? shard : psi));
         CHECK(h.at(MemoryTag::gradients) == (stage >= 2 ? 0 : 4 * psi));

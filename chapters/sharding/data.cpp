@@ -22,11 +22,19 @@ void validate_memory(const Config& cfg, int processes) {
   if (cfg.zero_stage < 0 || cfg.zero_stage > 3)
     throw ConfigError("bad --zero-stage " + std::to_string(cfg.zero_stage) +
                       ": expected 0 (replicated), 1 (ZeRO-1), 2 (ZeRO-2) or 3 (ZeRO-3, FSDP)");
-  if (processes > 1) return;  // over the ranks: one device each, every rank's rows of each minibatch
-  const auto n = static_cast<int64_t>(cfg.devices.size());
+  // Over the ranks with one device each every rank takes its rows of each minibatch, as many as there
+  // are; with several devices a rank (the hybrid runs) every device of every rank needs an example.
+  const auto k = static_cast<int64_t>(cfg.devices.size());
+  if (processes > 1 && k == 1) return;
+  const int64_t n = processes * k;
   if (cfg.batch_size < n)
     throw ConfigError("bad --batch-size " + std::to_string(cfg.batch_size) + ": smaller than the " + std::to_string(n) +
-                      " devices part 1 splits it over, and every device needs at least one example");
+                      " devices part 1 splits it over" +
+                      (processes > 1 ? " (" + std::to_string(processes) + " processes x " + std::to_string(k) +
+                                           " devices in its hybrid runs; --num-gpus 1 runs one device a process)"
+                                     : std::string()) +
+                      ", and every device needs at least one example");
+  if (processes > 1) return;
   // The bytes sent are checked against formulas for devices of one kind: a mix of kinds sends other counts.
   for (const Device& d : cfg.devices)
     if (d.kind != cfg.devices[0].kind)
@@ -52,8 +60,8 @@ void validate(const Config& cfg) {
   validate_tp(cfg);
 }
 
-void validate_short_batch(const Config& cfg) {
-  const int64_t n = cfg.train_data->n, b = cfg.batch_size, last = n % b, devices = static_cast<int64_t>(cfg.devices.size());
+void validate_short_batch(const Config& cfg, int processes) {
+  const int64_t n = cfg.train_data->n, b = cfg.batch_size, last = n % b, devices = processes * static_cast<int64_t>(cfg.devices.size());
   // Steps 0 to --steps run through the epochs' minibatches in turn; the short one is the (n / b + 1)-th.
   if (last == 0 || last >= devices || static_cast<int64_t>(cfg.steps) + 1 <= n / b) return;
   throw ConfigError("bad --batch-size " + std::to_string(b) + ": the " + std::to_string(n) +

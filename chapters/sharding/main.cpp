@@ -173,7 +173,7 @@ int main(int argc, char** argv) {
                                d2l::dist::shape_text(cfg.test_data->feature_shape) +
                                ", differ in shape from the training images, " +
                                d2l::dist::shape_text(cfg.train_data->feature_shape));
-      if (run_memory && W == 1) sh::validate_short_batch(cfg);
+      if (run_memory && (W == 1 || cfg.devices.size() > 1)) sh::validate_short_batch(cfg, W);
     });
     // The nets' sizes together, before any of them is allocated.
     const std::string sizes = "--hidden " + std::to_string(cfg.hidden) + " with --d-model " + std::to_string(cfg.d_model) +
@@ -182,7 +182,8 @@ int main(int argc, char** argv) {
     if (run_grid) d2l::require_memory_of(sizes, sh::classifier_bytes(cfg, features, W, true));
     const std::string where = *grid ? sh::grid_devices(cfg)
                               : W > 1 ? std::to_string(W) + " processes, each on " + d2l::str(cfg.devices) + " (part 1: " +
-                                            d2l::str(std::vector<d2l::Device>{cfg.devices[0]}) + " of each)"
+                                            d2l::str(std::vector<d2l::Device>{cfg.devices[0]}) + " of each" +
+                                            (cfg.devices.size() > 1 ? ", then all " + std::to_string(cfg.devices.size()) + " in 1b" : "") + ")"
                                       : d2l::str(cfg.devices);
     std::printf("running on: %s; data: %s\n", where.c_str(),
                 quick ? "generated 28x28 images (--quick)" : ("Fashion-MNIST from " + d2l::resolve_data_dir(cfg.data_dir).path).c_str());
@@ -194,9 +195,10 @@ int main(int argc, char** argv) {
     };
     if (run_memory) {
       try {
-        if (W > 1)  // under mpirun: ZeRO over the ranks (zero_processes.cpp)
+        if (W > 1) {  // under mpirun: ZeRO over the ranks (zero_processes.cpp), then over ranks x devices (hybrid.cpp)
           count(sh::print_zero_over_ranks(cfg, sh::zero_memory_over_ranks(cfg)), "part 1 (ZeRO)");
-        else
+          if (cfg.devices.size() > 1) count(sh::print_hybrid(cfg, sh::hybrid_over_ranks(cfg)), "part 1b (hybrid sharding)");
+        } else
           count(sh::print_zero(cfg, sh::zero_memory(cfg)), "part 1 (ZeRO)");
       } catch (const d2l::DivergedError& e) {  // part 1's learning rate is --adam-lr
         std::string why = e.what();

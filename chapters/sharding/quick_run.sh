@@ -2,7 +2,7 @@
 # quick_run.sh PROGRAM: chapter 5 end to end with --quick on 4 CPU devices, checking what it prints:
 #   the memory table, rows for N = 1, 2, 4 and stages 0 to 3, each device's bytes measured from the
 #     buffers its allocator handed out, by tag: on every row the parameters 4 Psi (4 Psi_i at ZeRO-3,
-#     Psi_i = floor(Psi/N) + 1 for the first Psi mod N shards), the .grad buffers 4 Psi (none at
+#     Psi_i = floor(Psi (i+1) / N) - floor(Psi i / N)), the .grad buffers 4 Psi (none at
 #     ZeRO-2 and ZeRO-3), a summed gradient of its own only at ZeRO-2 and ZeRO-3 (4 Psi_i), the state
 #     8 Psi replicated and 8 Psi_i sharded, no gathered unit left between steps: the paper's model,
 #     against which the measurement could differ (an extra buffer would); the shards add up to one
@@ -26,7 +26,7 @@ awk '
   /Psi = [0-9]+ trainable/ { for (i = 1; i <= NF; i++) if ($i == "Psi" && $(i + 1) == "=") psi = $(i + 2) }
   $1 ~ /^[0-9]+$/ && $2 ~ /^[0-3]$/ && $3 ~ /^(cpu|emu|gpu)\(/ {
     n = $1; stage = $2; key = n " " stage; i = seen[key]++; rows++
-    shard = int(psi / n) + (i < psi % n ? 1 : 0)
+    shard = int(psi * (i + 1) / n) - int(psi * i / n)
     params = stage == 3 ? 4 * shard : 4 * psi
     buffers = stage >= 2 ? 0 : 4 * psi
     sums = stage >= 2 ? 4 * shard : 0

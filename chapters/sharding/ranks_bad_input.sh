@@ -62,8 +62,8 @@ done <<'CASES'
 --trace|memory --quick --steps 2|--trace $WORK/step.json|
 --out-dir|memory --quick --steps 2||--out-dir $WORK
 part|--quick --steps 2||memory
-training examples|memory --steps 1 --batch-size 2|--data-dir $DATA/eight|--data-dir $DATA/four
-image shape|memory --steps 1 --batch-size 2|--data-dir $DATA/eight|--data-dir $DATA/small
+training examples|memory --steps 1 --batch-size 2 --num-gpus 1|--data-dir $DATA/eight|--data-dir $DATA/four
+image shape|memory --steps 1 --batch-size 2 --num-gpus 1|--data-dir $DATA/eight|--data-dir $DATA/small
 CASES
 [ -e "$WORK/step.json" ] && { echo "FAIL: a trace was written by a run that was refused"; failed=$((failed + 1)); }
 [ "$failed" -eq 0 ] || { echo "$failed of $n mismatches not refused as expected"; exit 1; }

@@ -71,7 +71,7 @@ int print_zero(const Config& cfg, const ZeroResult& r) {
       std::printf("\n");
     }
   std::printf("(Measured after the last step from the buffers each device's allocator handed out, by what they hold; "
-              "formula: the ZeRO paper's model, Psi_i = floor(Psi / N) + 1 for the first Psi mod N shards. params: "
+              "formula: the ZeRO paper's model, Psi_i = floor(Psi (i+1) / N) - floor(Psi i / N). params: "
               "the parameters, the shard at stage 3. .grad: the buffers autograd adds into, released at stages 2 and 3 "
               "once added into the shards. sum: the summed gradient kept apart from them, the shard's at stages 2 and 3 "
               "(at stages 0 and 1 the sum is written into the .grad buffers). gather: ZeRO-3's units still whole. "

@@ -9,6 +9,8 @@
 //   zero_processes   under mpirun with W > 1 ranks: the same runs with the shards over the ranks,
 //                    one device each (core/optim/zero_dist.hpp; stage 3 core/optim/fsdp_dist.hpp),
 //                    a row per rank.
+//   hybrid           under mpirun with several devices a rank: ZeRO-1 and ZeRO-2 sharded over the
+//                    ranks or over each process's devices (FSDP's HYBRID_SHARD), a row per device.
 //   tensor_parallel  Megatron-LM's MLP (Shoeybi et al. 2019): a classifier whose hidden MLP is split
 //                    over P devices (column-parallel -> relu -> row-parallel), trained beside the
 //                    same classifier unsharded on one device; loss and accuracy per epoch of both,
@@ -74,9 +76,9 @@ void load_data(Config& cfg);
 // one kind, --trace only with a ZeRO-3 run), part 2 (--tp-size against the devices and --hidden).
 void validate_memory(const Config& cfg, int processes);
 void validate_tp(const Config& cfg);
-// Part 1 as one process, after load_data: a short last minibatch that the steps reach must still give
-// every device an example.
-void validate_short_batch(const Config& cfg);
+// Part 1 as one process, or its hybrid runs over `processes` ranks of several devices each, after
+// load_data: a short last minibatch that the steps reach must still give every device an example.
+void validate_short_batch(const Config& cfg, int processes = 1);
 // The bytes part 2 (grid = false) or the grid over `processes` needs for its nets and a minibatch's
 // activations, for d2l::require_memory_of before any of them is allocated.
 double classifier_bytes(const Config& cfg, int64_t features, int processes, bool grid);
@@ -121,6 +123,29 @@ struct ZeroRanksResult {
 };
 ZeroRanksResult zero_memory_over_ranks(const Config& cfg);
 int print_zero_over_ranks(const Config& cfg, const ZeroRanksResult& r);
+// Every rank's `mine` (the same count on each), rank r's in slots [r * n, (r + 1) * n): rank order (a collective).
+std::vector<double> from_every_rank(const std::vector<double>& mine);
+// The largest |a[e] - b[e]| (infinity when the sizes differ).
+double largest_difference(const std::vector<float>& a, const std::vector<float>& b);
+// Part 1 under mpirun with k > 1 devices a rank (hybrid.cpp): ZeRO-1 and ZeRO-2 with the shards over
+// the ranks (a process's devices replicas) and over each process's devices (replicated over the
+// ranks, hybrid_shard), beside the replicated run; a row per device of every rank.
+enum class HybridLayout { replicated, over_ranks, over_devices };
+const char* hybrid_layout_name(HybridLayout l);
+struct HybridRun {
+  HybridLayout layout = HybridLayout::replicated;
+  int stage = 0;
+  std::vector<MemoryRow> rows;         // rank r's device i at r * k + i
+  double max_diff_to_replicated = 0;   // every device of every rank, against the replicated run
+  double max_diff_to_rank0 = 0;        // every rank's replicas against rank 0's
+};
+struct HybridResult {
+  int ranks = 1, devices = 1;
+  int64_t psi = 0;
+  std::vector<HybridRun> runs;  // replicated, then per stage over the ranks and over the devices
+};
+HybridResult hybrid_over_ranks(const Config& cfg);
+int print_hybrid(const Config& cfg, const HybridResult& r);
 // Part 1's net: flatten -> Dense(zero_hidden, relu) x zero_layers -> Dense(10) (zero_memory.cpp).
 std::shared_ptr<nn::Sequential> zero_mlp(int64_t features, const Config& cfg);
 // The device counts of part 1: 1, 2, 4, ... up to the devices given, and their number.

@@ -52,10 +52,8 @@ int64_t psi_of(const sh::Config& c) {
   return psi;
 }
 
-// Elements of n that holder i of N keeps: floor(n (i+1) / N) - floor(n i / N) (the same sizes as
-// floor(n / N), one more for the first n mod N, in another order where N does not divide n).
+// Elements of n that holder i of N keeps, devices and ranks alike: floor(n (i+1) / N) - floor(n i / N).
 int64_t chunk(int64_t n, int i, int N) { return n * (i + 1) / N - n * i / N; }
-int64_t first_shards(int64_t n, int i, int N) { return n / N + (i < n % N ? 1 : 0); }
 
 // What a device (rank) holds between steps, Adam: its parameters, .grad buffers, summed gradient, state.
 int64_t held(const sh::MemoryRow& m) { return m.parameter_bytes + m.gradient_bytes + m.summed_gradient_bytes + m.state_bytes; }
@@ -83,7 +81,7 @@ TEST_CASE("part 1 in one process: measured bytes against the paper's model, the 
     REQUIRE(run.rows.size() == static_cast<size_t>(run.n));
     for (int i = 0; i < run.n; ++i) {
       const sh::MemoryRow& m = run.rows[static_cast<size_t>(i)];
-      const int64_t shard = first_shards(psi, i, run.n);  // the one flat vector over the devices
+      const int64_t shard = chunk(psi, i, run.n);  // the one flat vector over the devices
       CHECK(m.parameter_bytes == 4 * (run.stage == 3 ? shard : psi));
       CHECK(m.gradient_bytes == (run.stage >= 2 ? 0 : 4 * psi));
       CHECK(m.summed_gradient_bytes == (run.stage >= 2 ? 4 * shard : 0));
@@ -97,7 +95,7 @@ TEST_CASE("part 1 in one process: measured bytes against the paper's model, the 
   for (int stage = 1; stage <= 3; ++stage) CHECK(held(run_of(r, 1, stage).rows[0]) == held(run_of(r, 1, 0).rows[0]));
   for (int stage = 1; stage <= 3; ++stage)
     CHECK(held(run_of(r, 4, stage).rows[0]) < held(run_of(r, 4, stage - 1).rows[0]));
-  CHECK(held(run_of(r, 4, 3).rows[0]) == 16 * first_shards(psi, 0, 4));
+  CHECK(held(run_of(r, 4, 3).rows[0]) == 16 * chunk(psi, 0, 4));
   CHECK(held(run_of(r, 4, 0).rows[0]) == 16 * psi);
 }
 

@@ -141,11 +141,11 @@ ZeroResult zero_memory(const Config& cfg) {
       run.trace_tasks = trace_this ? static_cast<int64_t>(trace::events().size()) : 0;
       // Measured: every device's bytes by tag now, between steps, less what it held before the run.
       // The paper's model beside them, float32 Adam (K = 8 bytes of state an element): shard i holds
-      // Psi_i = floor(Psi / N) elements, one more for the first Psi mod N shards.
+      // Psi_i = floor(Psi (i+1) / N) - floor(Psi i / N) elements.
       for (size_t i = 0; i < devices.size(); ++i) {
         const MemoryStats now = runtime(devices[i]).allocator->stats();
         auto held = [&](MemoryTag t) { return now.held(t) - before[i].held(t); };
-        const int64_t shard = result.psi / n + (static_cast<int64_t>(i) < result.psi % n ? 1 : 0);
+        const int64_t shard = result.psi * int64_t(i + 1) / n - result.psi * int64_t(i) / n;
         MemoryRow row{n, stage, devices[i]};
         row.parameter_bytes = held(MemoryTag::parameters);
         row.gradient_bytes = held(MemoryTag::gradients);

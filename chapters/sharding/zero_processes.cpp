@@ -59,21 +59,6 @@ std::vector<float> flat_parameters(const nn::Block& net) {
   return out;
 }
 
-double largest_difference(const std::vector<float>& a, const std::vector<float>& b) {
-  if (a.size() != b.size()) return INFINITY;
-  double d = 0;
-  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::fabs(double(a[i]) - double(b[i])));
-  return d;
-}
-
-// Every rank's `mine` (the same count on each), rank r's in slots [r * n, (r + 1) * n): rank order.
-std::vector<double> from_every_rank(const std::vector<double>& mine) {
-  const size_t n = mine.size(), r = static_cast<size_t>(dist::rank());
-  std::vector<double> all(n * static_cast<size_t>(dist::world_size()), 0.0);
-  std::copy(mine.begin(), mine.end(), all.begin() + static_cast<std::ptrdiff_t>(r * n));
-  return dist::sum_over_ranks(all);
-}
-
 // Psi_r: rank r's chunk of Psi elements, dist::chunk_begin's split.
 int64_t chunk_of_rank(int64_t psi, int r) { return dist::chunk_begin(psi, r + 1) - dist::chunk_begin(psi, r); }
 
@@ -114,6 +99,20 @@ int print_sent_bytes(const ZeroResult& r) {
 }
 
 }  // namespace
+
+double largest_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return INFINITY;
+  double d = 0;
+  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::fabs(double(a[i]) - double(b[i])));
+  return d;
+}
+
+std::vector<double> from_every_rank(const std::vector<double>& mine) {
+  const size_t n = mine.size(), r = static_cast<size_t>(dist::rank());
+  std::vector<double> all(n * static_cast<size_t>(dist::world_size()), 0.0);
+  std::copy(mine.begin(), mine.end(), all.begin() + static_cast<std::ptrdiff_t>(r * n));
+  return dist::sum_over_ranks(all);
+}
 
 ZeroRanksResult zero_memory_over_ranks(const Config& cfg) {
   const int W = dist::world_size(), me = dist::rank();

@@ -201,8 +201,8 @@ void on_comm_now(const char* op, std::function<void()> fn) {
 
 }  // namespace
 
-int64_t chunk_begin(int64_t n, int chunk) { return n * chunk / world_size(); }
-int64_t chunk_begin(int64_t n, int chunk, const Group& group) { return n * chunk / group.size(); }
+int64_t chunk_begin(int64_t n, int chunk) { return d2l::chunk_begin(n, chunk, world_size()); }
+int64_t chunk_begin(int64_t n, int chunk, const Group& group) { return d2l::chunk_begin(n, chunk, group.size()); }
 
 void check_algorithm(const std::string& flag, const std::string& algorithm) {
   if (algorithm != "library" && algorithm != "ring" && algorithm != "naive")

@@ -4,6 +4,7 @@
 
 #include "core/allocator.hpp"
 #include "core/autograd.hpp"
+#include "core/comm.hpp"
 #include "core/copy.hpp"
 #include "core/dist/collectives.hpp"
 #include "core/ops.hpp"
@@ -46,8 +47,7 @@ ShardLayout shard_layout(const std::vector<int64_t>& sizes, size_t n) {
   for (int64_t s : sizes) l.offsets.push_back(l.offsets.back() + s);
   const int64_t total = l.offsets.back(), count = static_cast<int64_t>(n);
   l.bounds.push_back(0);
-  for (int64_t i = 0; i < count; ++i)  // split_and_load's rule: the first total % n shards one larger
-    l.bounds.push_back(l.bounds.back() + total / count + (i < total % count ? 1 : 0));
+  for (int64_t i = 1; i <= count; ++i) l.bounds.push_back(chunk_begin(total, i, count));  // core/comm.hpp's one rule
   return l;
 }
 

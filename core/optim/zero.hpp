@@ -27,8 +27,9 @@
 //                       does. A device's own piece that is a whole parameter is gathered by pointing
 //                       the replica at it: no copy, so at N = 1 sharding costs nothing.
 //
-// Shards are element ranges of the flat vector, split as split_and_load splits a batch: shard i has
-// floor(P / N) elements, one more for the first P mod N shards. A parameter may straddle two
+// Shards are element ranges of the flat vector, split by the one rule of every collective
+// (chunk_begin, core/comm.hpp): shard i is [floor(P i / N), floor(P (i+1) / N)), so shards differ by
+// at most one element, the same split as over the ranks. A parameter may straddle two
 // shards (its elements are updated on two devices, through a copy of each part); a shard may be
 // empty when P < N.
 //

@@ -62,14 +62,6 @@ bool fails_in_allgather(int stage) {
   return end != s && *end == '\0' && only == stage;  // R:S: stage S's only
 }
 
-ShardLayout rank_layout(const std::vector<int64_t>& sizes, const dist::Group& group) {
-  ShardLayout l;
-  l.offsets.push_back(0);
-  for (int64_t s : sizes) l.offsets.push_back(l.offsets.back() + s);
-  for (int r = 0; r <= group.size(); ++r) l.bounds.push_back(dist::chunk_begin(l.offsets.back(), r, group));
-  return l;
-}
-
 int64_t RankShardedState::lo() const { return layout_.bounds[static_cast<size_t>(group_.rank())]; }
 int64_t RankShardedState::chunk() const { return layout_.shard_size(static_cast<size_t>(group_.rank())); }
 
@@ -108,7 +100,7 @@ void RankShardedState::place(const std::vector<std::vector<Tensor>>& weights, co
         throw ShapeError("Trainer: a slot of the optimizer state of '" + names[k] + "' has " +
                          std::to_string(slot.size()) + " values but the parameter has " + std::to_string(sizes[k]));
   // A loaded state for the same parameters keeps the buckets, and what backward already sent into them.
-  const ShardLayout layout = rank_layout(sizes, group_);
+  const ShardLayout layout = shard_layout(sizes, static_cast<size_t>(group_.size()));  // the devices' split, over the ranks
   const bool same_layout = placed_ && layout.offsets == layout_.offsets && replica_devices_ == devices;
   if (!same_layout && (!pending_.empty() || std::find(packed_.begin(), packed_.end(), true) != packed_.end()))
     throw ConfigError("Trainer: zero_stage " + stage + ": the parameters changed between backward and the step, whose "

@@ -70,8 +70,6 @@ namespace d2l::optim::zero {
 // Whether D2L_FAIL_RANK_IN_ALLGATHER (above) asks this rank to fail in stage `stage`'s all-gather.
 bool fails_in_allgather(int stage);
 
-// The layout of P elements, parameters of these sizes, over the ranks of a group: bounds[r] = chunk_begin(P, r, group).
-ShardLayout rank_layout(const std::vector<int64_t>& sizes, const dist::Group& group);
 
 class RankShardedState : public Shards {
  public:

@@ -1,5 +1,5 @@
 # refused.sh, sourced by the tables of inputs that every rank must refuse (chapters/sharding's
-# ranks_bad_input.sh and grid_bad_input.sh). refusal_problem RC ERR WORD prints why a run that ended
+# ranks_bad_input.sh and mpirun_bad_input.sh). refusal_problem RC ERR WORD prints why a run that ended
 # with exit code RC, its stderr in the file ERR, was not refused as it should be: within the time
 # (not 124 or 137), with exit code 2, no rank crashed or aborted, and exactly one line of the
 # program ("error: ...") that names WORD. It prints nothing when it was.
