@@ -1,6 +1,6 @@
 #!/bin/sh
 # hybrid_run.sh NP PROGRAM: part 1 of chapter 5 as NP processes of 2 CPU devices each (memory --quick
-# --num-gpus 2 --zero-stage 2), checking what rank 0 prints in its hybrid table (1b): 5 NP 2 rows
+# --num-gpus 2 --zero-stage 2 --steps 3), checking what rank 0 prints in its hybrid table (1b): 5 NP 2 rows
 # (replicated; ZeRO-1 and ZeRO-2 with the shards over the ranks and over each process's devices), each
 # device's bytes measured from its allocator's tags against the model recomputed here from the
 # printed Psi: parameters 4 Psi everywhere; .grad 4 Psi at stages 0 and 1, none at ZeRO-2; over the
@@ -12,7 +12,7 @@ np=$1
 prog=$2
 out=$(mktemp) || exit 99
 trap 'rm -f "$out"' EXIT
-sh "$(dirname "$0")/../../tests/dist/mpirun.sh" "$np" 200 "$prog" memory --quick --num-gpus 2 --zero-stage 2 >"$out" 2>&1
+sh "$(dirname "$0")/../../tests/dist/mpirun.sh" "$np" 200 "$prog" memory --quick --num-gpus 2 --zero-stage 2 --steps 3 >"$out" 2>&1
 rc=$?
 cat "$out"
 [ "$rc" -eq 0 ] || { echo "FAIL: exit $rc"; exit 1; }

@@ -1,5 +1,5 @@
 #!/bin/sh
-# processes_run.sh NP PROGRAM: part 1 of chapter 5 as NP processes under mpirun (memory --quick),
+# processes_run.sh NP PROGRAM: part 1 of chapter 5 as NP processes of one device under mpirun (memory --quick),
 # checking what rank 0 prints:
 #   the memory table over the ranks, 4 NP rows (stages 0, 1, 2, 3, one row per rank), each rank's
 #     bytes measured from its allocator's tags: parameters 4 Psi at stages 0 to 2, .grad buffers
@@ -21,7 +21,7 @@ prog=$2
 out=$(mktemp) || exit 99
 trace=$(mktemp -u /tmp/zero3_trace_XXXXXX.json) || exit 99
 trap 'rm -f "$out" "$trace"' EXIT
-sh "$(dirname "$0")/../../tests/dist/mpirun.sh" "$np" 200 "$prog" memory --quick --trace "$trace" >"$out" 2>&1
+sh "$(dirname "$0")/../../tests/dist/mpirun.sh" "$np" 200 "$prog" memory --quick --num-gpus 1 --trace "$trace" >"$out" 2>&1
 rc=$?
 cat "$out"
 [ "$rc" -eq 0 ] || { echo "FAIL: exit $rc"; exit 1; }
