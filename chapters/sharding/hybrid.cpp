@@ -85,6 +85,7 @@ HybridResult hybrid_over_ranks(const Config& cfg) {
     run.layout = layout, run.stage = stage;
     {
       optim::Trainer trainer(net->collect_params(), "adam", o, "dist_sync");
+      load_run(cfg, *net, trainer);  // --load: the checkpoint in place of the seed's parameters
       int step = 0;
       for (int64_t epoch = 0; step <= cfg.steps; ++epoch) {
         for (const Batch& b : train_iter.epoch(epoch)) {

@@ -85,6 +85,8 @@ int main(int argc, char** argv) {
   app.add_option("--d-model", cfg.d_model, "part 2 and the grid: the MLP's input and output width")->capture_default_str()->check(whole);
   app.add_option("--out-dir", cfg.plot_dir, std::string("part 1 as one process: write ") + sh::kMemoryPlot + ", " + sh::kStepTimePlot + " and " + sh::kHeldPlot + " here ('' for none)");
   app.add_option("--trace", cfg.trace_file, "part 1 only, Chrome-trace JSON (Perfetto): as one process one ZeRO-3 step on all the devices (--zero-stage 3); under mpirun the last timed step of the last stage run, every rank in one timeline");
+  app.add_option("--save", cfg.save_dir, "part 1: its last run (the last stage, on the most devices or over every rank) as a sharded checkpoint in this directory: a file per rank, the parameters, index.json");
+  app.add_option("--load", cfg.load_dir, "part 1: every run starts from this sharded checkpoint's parameters and optimizer state (a --save of any stage, devices or ranks), resharded into the run's layout");
   app.add_option("--data-dir", cfg.data_dir, "Fashion-MNIST (or any IDX) directory; default $D2L_DATA_DIR, then Debian's dataset-fashion-mnist");
   app.add_option("--seed", seed, "seed of the initial parameters and of the minibatch order (0 to 2^63 - 1)")->capture_default_str()->check(in_int64_range("0 to 2^63 - 1"));
   d2l::harness::Precision precision;  // the GPU GEMMs of the nets
@@ -139,6 +141,12 @@ int main(int argc, char** argv) {
         d2l::require_at_most("--d-model", static_cast<double>(cfg.d_model), 1 << 14, "features");
       }
       // Files of a part that does not run here would silently stay unwritten.
+      if (!run_memory && !cfg.load_dir.empty())
+        throw d2l::ConfigError("bad --load " + cfg.load_dir + ": it loads part 1 (memory), which this run does not run");
+      if (!cfg.load_dir.empty() && !std::filesystem::is_regular_file(std::filesystem::path(cfg.load_dir) / "index.json"))
+        throw d2l::ConfigError("bad --load " + cfg.load_dir + ": no index.json there (not a sharded checkpoint of --save)");
+      if (!run_memory && !cfg.save_dir.empty())
+        throw d2l::ConfigError("bad --save " + cfg.save_dir + ": it saves part 1 (memory), which this run does not run");
       if (!run_memory && !cfg.trace_file.empty())
         throw d2l::ConfigError("bad --trace " + cfg.trace_file + ": it traces part 1 (memory), which this run does not run");
       if (!cfg.plot_dir.empty() && (!run_memory || W > 1))
@@ -153,6 +161,9 @@ int main(int argc, char** argv) {
     d2l::require_memory("--batch-size", static_cast<double>(cfg.batch_size), 16e3 * static_cast<double>(cfg.batch_size));
     d2l::check_output_dir("--out-dir", cfg.plot_dir, {sh::kMemoryPlot, sh::kStepTimePlot, sh::kHeldPlot});
     d2l::check_output_path("--trace", cfg.trace_file);
+    // --save DIR: an existing directory whose files can be replaced, or one that can be made.
+    if (std::filesystem::exists(cfg.save_dir)) d2l::check_output_dir("--save", cfg.save_dir, {"index.json", "parameters.safetensors"});
+    else d2l::check_output_path("--save", cfg.save_dir);
     cfg.devices = d2l::choose_devices(dev, d2l::dist::rank() == 0);
     d2l::dist::check_same_config({{"devices per process", std::to_string(cfg.devices.size())}});
     on_every_rank([&] {
@@ -194,6 +205,9 @@ int main(int argc, char** argv) {
       if (n > 0) failed += n, failed_parts.push_back(part);
     };
     if (run_memory) {
+      if (!cfg.load_dir.empty())
+        std::printf("--load: every run of part 1 starts from the sharded checkpoint in %s, resharded into its layout\n",
+                    cfg.load_dir.c_str());
       try {
         if (W > 1) {  // under mpirun: ZeRO over the ranks (zero_processes.cpp), then over ranks x devices (hybrid.cpp)
           count(sh::print_zero_over_ranks(cfg, sh::zero_memory_over_ranks(cfg)), "part 1 (ZeRO)");

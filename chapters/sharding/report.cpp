@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/allocator.hpp"
+#include "core/dist/process_group.hpp"
 #include "core/plot.hpp"
 
 namespace d2l::sharding {
@@ -49,6 +50,18 @@ void print_memory_row(const MemoryRow& m, const std::string& where, const std::s
               (long long)m.formula_summed_gradient_bytes, (long long)m.state_bytes, w, state_formula.c_str(),
               (long long)m.formula_state_bytes, (long long)m.gathered_bytes, (long long)m.peak_bytes,
               (long long)m.peak_by_tag[static_cast<int>(MemoryTag::other)]);
+}
+
+void print_saved(const Config& cfg, const ZeroResult& r) {
+  for (const auto& run : r.runs) {
+    if (run.saved.empty()) continue;
+    std::printf("saved: ZeRO-%d's run on %d %s as a sharded checkpoint in %s (io::load_sharded_checkpoint resumes it at "
+                "any stage and number of devices or ranks):",
+                run.stage, run.n, dist::world_size() > 1 ? "ranks" : "devices", cfg.save_dir.c_str());
+    for (size_t i = 0; i < run.saved.size(); ++i)
+      std::printf("%s %s %lld B", i ? "," : "", run.saved[i].first.c_str(), (long long)run.saved[i].second);
+    std::printf("\n");
+  }
 }
 
 int print_zero(const Config& cfg, const ZeroResult& r) {
@@ -124,6 +137,7 @@ int print_zero(const Config& cfg, const ZeroResult& r) {
       std::printf("trace: one ZeRO-3 step on %d devices, %lld stream tasks (the gathers and the gradients' copies on the "
                   "copy lanes, the layers on the compute lanes) in %s\n",
                   run.n, (long long)run.trace_tasks, cfg.trace_file.c_str());
+  print_saved(cfg, r);
   if (!cfg.plot_dir.empty()) plot_zero(cfg, r);
   return failed;
 }

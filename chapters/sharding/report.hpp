@@ -14,6 +14,8 @@ void print_memory_row(const MemoryRow& m, const std::string& where, const std::s
                       int formula_width);
 // The ladder: at each N, the largest peak per device (or rank) of every stage, each below the one before.
 void print_ladder(const ZeroResult& r);
+// --save: the checkpoint's files and their sizes on disk, one line.
+void print_saved(const Config& cfg, const ZeroResult& r);
 void print_tensor_parallel_title(const Config& cfg);
 int print_tensor_parallel(const Config& cfg, const TensorParallelResult& r);
 

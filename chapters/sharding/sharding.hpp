@@ -23,13 +23,18 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/device.hpp"
 #include "datasets/data_iter.hpp"
 
 namespace d2l::nn {
+class Block;
 class Sequential;
+}
+namespace d2l::optim {
+class Trainer;
 }
 
 namespace d2l::sharding {
@@ -62,6 +67,8 @@ struct Config {
   bool verbose = true;
   std::string plot_dir;    // part 1: memory_per_device.png and step_time.png here ("" for none)
   std::string trace_file;  // part 1: one ZeRO-3 step on the most devices, Chrome-trace JSON ("" for none)
+  std::string save_dir;    // part 1: its last run as a sharded checkpoint (checkpoint.cpp; "" for none)
+  std::string load_dir;    // part 1: every run starts from this sharded checkpoint ("" for the seed's initialization)
 };
 
 // Generated 28x28 images in place of Fashion-MNIST, a few steps: seconds on two cores.
@@ -110,6 +117,7 @@ struct ZeroRun {
   int64_t sent_bytes = 0;              // all devices together, one step
   int64_t trace_tasks = 0;             // the stream tasks of the step traced (--trace), 0 when none
   int64_t formula_sent_bytes = 0;      // 2(N-1) * 4 Psi at stages 0 to 2, 3(N-1) * 4 Psi at stage 3
+  std::vector<std::pair<std::string, int64_t>> saved;  // --save: the checkpoint's files and their bytes on disk
 };
 struct ZeroResult {
   int64_t psi = 0;  // trainable elements
@@ -151,6 +159,10 @@ std::shared_ptr<nn::Sequential> zero_mlp(int64_t features, const Config& cfg);
 // The device counts of part 1: 1, 2, 4, ... up to the devices given, and their number.
 std::vector<int> zero_device_counts(size_t available);
 ZeroResult zero_memory(const Config& cfg);
+// --save: the run as a sharded checkpoint in cfg.save_dir (every rank calls it), the files' sizes into run.saved.
+void save_run(const Config& cfg, const nn::Block& net, const optim::Trainer& trainer, ZeroRun& run);
+// --load: the checkpoint's parameters and state into a run's net and Trainer (every rank calls it).
+void load_run(const Config& cfg, nn::Block& net, optim::Trainer& trainer);
 // The plots of part 1 into cfg.plot_dir (--out-dir): memory and step time against N (kMemoryPlot,
 // kStepTimePlot) and, at the largest N, what a device holds at its peak per stage (kHeldPlot, the
 // ZeRO paper's Figure 1); a line per plot, naming it or saying why it could not be drawn.

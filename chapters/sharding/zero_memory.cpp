@@ -100,6 +100,7 @@ ZeroResult zero_memory(const Config& cfg) {
       // Stage 3: FSDP(net) in place of net, as PyTorch wraps a module; the parameters become shards here.
       std::unique_ptr<optim::FullyShardedDataParallel> fsdp;
       if (stage == 3) fsdp = std::make_unique<optim::FullyShardedDataParallel>(net, trainer);
+      load_run(cfg, *net, trainer);  // --load: the checkpoint in place of the seed's parameters
       const bool trace_this = !cfg.trace_file.empty() && stage == 3 && n == static_cast<int>(cfg.devices.size());
       ZeroRun run;
       run.n = n, run.stage = stage;
@@ -174,6 +175,8 @@ ZeroResult zero_memory(const Config& cfg) {
       } else {
         run.max_diff_to_replicated = max_abs_diff(replicas(*net), replicated);
       }
+      // --save: the last run, after what it holds is measured.
+      if (stage == cfg.zero_stage && n == static_cast<int>(cfg.devices.size())) save_run(cfg, *net, trainer, run);
       result.runs.push_back(run);
     }
   }

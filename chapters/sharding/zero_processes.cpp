@@ -133,6 +133,7 @@ ZeroRanksResult zero_memory_over_ranks(const Config& cfg) {
     // Stage 3: the parameters become this rank's chunks here, and the net runs through FSDP.
     std::unique_ptr<optim::FullyShardedDataParallel> fsdp;
     if (stage == 3) fsdp = std::make_unique<optim::FullyShardedDataParallel>(net, trainer);
+    load_run(cfg, *net, trainer);  // --load: the checkpoint in place of the seed's parameters
     // --trace: the last timed step of the last stage run, every rank's streams and communication
     // thread in one timeline (each rank's clock starts right after the same barrier).
     const bool trace_this = !cfg.trace_file.empty() && stage == cfg.zero_stage;
@@ -221,6 +222,7 @@ ZeroRanksResult zero_memory_over_ranks(const Config& cfg) {
       to_replicated = std::max(to_replicated, diffs[2 * static_cast<size_t>(r)]),
       to_rank0 = std::max(to_rank0, diffs[2 * static_cast<size_t>(r) + 1]);
     if (stage > 0) run.max_diff_to_replicated = to_replicated;
+    if (stage == cfg.zero_stage) save_run(cfg, *net, trainer, run);  // --save: the last run, once measured
     result.runs.push_back(run);
     out.diff_to_rank0.push_back(to_rank0);
   }
@@ -262,6 +264,7 @@ int print_zero_over_ranks(const Config& cfg, const ZeroRanksResult& ranks) {
               "the sum over the layers of rank r's chunk. peak: the most bytes in use at once during the timed steps; "
               "act@peak: of which activations and temporaries. ms/step: rank 0's)\n");
   print_ladder(r);
+  print_saved(cfg, r);
   failed += print_sent_bytes(r);
   // The reduce-scatters of stages 1 to 3 may add the ranks in another order than the allreduce (from 3
   // ranks on): equal within float32 rounding; on 2 ranks the same bits.
