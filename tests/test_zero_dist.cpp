@@ -15,8 +15,8 @@
 // (W-1)/W * 2 * 4 P; state_dict in the unsharded layout equal to the alone
 // run's and the replicated run's; a checkpoint taken after 10 steps and loaded by a new Trainer
 // continuing to 20 steps equal to 20 steps straight; clip_grad_norm over the ranks against the
-// unsharded run's norm computed here; the configuration errors; hybrid sharding (hybrid_shard: the
-// shards over each process's 2 devices, replicated over the ranks) against the unsharded run and
+// unsharded run's norm computed here; the configuration errors; hybrid sharding (ShardOver: the
+// shards over the ranks, over each process's 2 devices, or over every device of every rank) against the unsharded run and
 // stage 0 over the same devices, with the state each device holds measured. tests/mutants runs
 // this file as 2 processes against a zero_dist.cpp that skips the all-gather into the parameters and
 // one that updates each chunk twice: both must fail.
@@ -442,13 +442,13 @@ TEST_CASE("ZeRO over the ranks: configuration errors before any collective") {
 namespace {
 
 // Hybrid sharding's run: each rank's 2 devices take 2 parts of its rows of every global batch; the
-// Trainer with hybrid_shard (or stage 0 over the same devices: the replicated reference). held[i]:
+// Trainer sharding over `over` (or stage 0 over the same devices: the replicated reference). held[i]:
 // the optimizer state device i holds after the run, measured by the allocator's tag.
 struct HybridRun {
   Values params;
   int64_t held[2] = {};
 };
-HybridRun hybrid(const Setup& u, int stage, bool hybrid_shard) {
+HybridRun hybrid(const Setup& u, int stage, ShardOver over) {
   const std::vector<Device> two{cpu(0), cpu(1)};
   use_devices(two);
   auto net = std::make_shared<Sequential>();
@@ -458,7 +458,7 @@ HybridRun hybrid(const Setup& u, int stage, bool hybrid_shard) {
   auto state_on = [](Device d) { return runtime(d).allocator->stats().held(MemoryTag::optimizer_state); };
   const int64_t before[2] = {state_on(cpu(0)), state_on(cpu(1))};
   OptimizerOptions o = at_stage(u.opt, stage);
-  o.hybrid_shard = hybrid_shard;
+  o.shard_over = over;
   HybridRun out;
   {
     Trainer trainer(net->collect_params(), u.optimizer, o, u.kvstore);
@@ -485,39 +485,46 @@ HybridRun hybrid(const Setup& u, int stage, bool hybrid_shard) {
 
 }  // namespace
 
-TEST_CASE("hybrid sharding: ZeRO-1 and ZeRO-2 over each process's devices, replicated over the ranks, equal one process") {
+TEST_CASE("hybrid sharding: ZeRO-1 and ZeRO-2 over the ranks, each process's devices, or every device of every rank, equal one process") {
   for (const Setup& u : {Setup{}, adam_setup()}) {
     CAPTURE(u.optimizer);
     const Result ref = alone(u);
-    const HybridRun replicated = hybrid(u, 0, false);
+    const HybridRun replicated = hybrid(u, 0, ShardOver::ranks);
     CHECK(close_maps(ref.params, replicated.params));
     for (int stage : {1, 2}) {
       CAPTURE(stage);
       // The reverse: sharded over the ranks, replicated over each process's devices. The rank's chunk
       // of the state lives on its first device, none on the second.
-      const HybridRun reverse = hybrid(u, stage, false);
+      const HybridRun reverse = hybrid(u, stage, ShardOver::ranks);
       CHECK(close_maps(ref.params, reverse.params));
       CHECK(same_on_every_rank(reverse.params));
       const int64_t slots = u.optimizer == "adam" ? 2 : 1;
       CHECK(reverse.held[0] == slots * 4 * chunk_of(kP, dist::rank(), dist::world_size()));
       CHECK(reverse.held[1] == 0);
-      const HybridRun h = hybrid(u, stage, true);
+      const HybridRun h = hybrid(u, stage, ShardOver::devices);
       CHECK(close_maps(ref.params, h.params));
       CHECK(same_on_every_rank(h.params));
       // Device i keeps the state of shard i of the 43 elements (21 and 22), on every rank: slots * 4 bytes each.
       CHECK(h.held[0] == slots * 4 * 21);
       CHECK(h.held[1] == slots * 4 * 22);
+      // Every device of every rank its own shard: device i of rank r keeps shard 2 r + i of 2 W.
+      const HybridRun all = hybrid(u, stage, ShardOver::all_devices);
+      CHECK(close_maps(ref.params, all.params));
+      CHECK(same_on_every_rank(all.params));
+      for (int i = 0; i < 2; ++i) CHECK(all.held[i] == slots * 4 * chunk_of(kP, 2 * dist::rank() + i, 2 * dist::world_size()));
       CHECK(replicated.held[0] + replicated.held[1] == 2 * slots * 4 * kP);  // stage 0: a whole copy per device
       // Two ranks add a + b whatever the split: stage 1 has the replicated run's bits.
       if (stage == 1 && dist::world_size() <= 2) CHECK(h.params == replicated.params);
     }
   }
-  // Hybrid sharding needs a dist kvstore and stage 1 or 2, and takes no buckets.
+  // Sharding over devices needs a dist kvstore and stage 1 or 2; over each process's devices it takes no buckets.
   auto net = mlp_43();
-  CHECK_THROWS_WITH_AS(Trainer(net->collect_params(), "sgd", {.zero_stage = 1, .hybrid_shard = true}, "device"),
-                       doctest::Contains("hybrid_shard"), ConfigError);
-  CHECK_THROWS_WITH_AS(Trainer(net->collect_params(), "sgd", {.zero_stage = 3, .hybrid_shard = true}, "dist_sync"),
-                       doctest::Contains("hybrid_shard"), ConfigError);
-  Trainer trainer(net->collect_params(), "sgd", {.zero_stage = 1, .hybrid_shard = true}, "dist_sync");
-  CHECK_THROWS_WITH_AS(trainer.set_buckets({}), doctest::Contains("hybrid_shard"), ConfigError);
+  for (ShardOver over : {ShardOver::devices, ShardOver::all_devices}) {
+    CHECK_THROWS_WITH_AS(Trainer(net->collect_params(), "sgd", {.zero_stage = 1, .shard_over = over}, "device"),
+                         doctest::Contains("shard_over"), ConfigError);
+    CHECK_THROWS_WITH_AS(Trainer(net->collect_params(), "sgd", {.zero_stage = 3, .shard_over = over}, "dist_sync"),
+                         doctest::Contains("shard_over"), ConfigError);
+  }
+  Trainer trainer(net->collect_params(), "sgd", {.zero_stage = 1, .shard_over = ShardOver::devices}, "dist_sync");
+  CHECK_THROWS_WITH_AS(trainer.set_buckets({}), doctest::Contains("shard_over devices"), ConfigError);
 }

@@ -9,7 +9,12 @@
 //                    are summed on the first device before the reduce-scatter; rank r's chunk of the
 //                    state (8 Psi_r, Psi_r of the W-way split) and, at stage 2, of the summed gradient
 //                    (4 Psi_r) live on that first device, none on the others;
-//   over the devices zero_stage 1 and 2 with hybrid_shard (FSDP's HYBRID_SHARD): the shards are each
+//   every device     zero_stage 1 and 2 with ShardOver::all_devices: every device of every rank its own
+//                    shard, W k of them: device i of rank r keeps the state of shard r k + i (8 Psi_rk+i);
+//                    the rank's shards together are its chunk of the W-way split (the rule nests), so the
+//                    reduce-scatter and all-gather over the ranks are the first layout's, the summed
+//                    chunk (4 Psi_r at stage 2) on the first device, each device updating its piece;
+//   over the devices zero_stage 1 and 2 with ShardOver::devices (FSDP's HYBRID_SHARD): the shards are each
 //                    process's devices, replicated over the ranks (core/optim/zero.hpp): device i of
 //                    every rank keeps shard i (8 Psi_i of state, Psi_i of the k-way split), its
 //                    pieces of the sum all-reduced over the ranks before the update: sharded inside a
@@ -56,7 +61,10 @@ int64_t part_of(int64_t n, int i, int k) { return chunk_begin(n, i + 1, k) - chu
 }  // namespace
 
 const char* hybrid_layout_name(HybridLayout l) {
-  return l == HybridLayout::replicated ? "replicated" : l == HybridLayout::over_ranks ? "over ranks" : "over devices";
+  return l == HybridLayout::replicated   ? "replicated"
+         : l == HybridLayout::over_ranks ? "over ranks"
+         : l == HybridLayout::over_all   ? "every device"
+                                         : "over devices";
 }
 
 HybridResult hybrid_over_ranks(const Config& cfg) {
@@ -71,7 +79,7 @@ HybridResult hybrid_over_ranks(const Config& cfg) {
   std::vector<float> replicated;  // the replicated run's parameters, every device's replicas
   std::vector<std::pair<HybridLayout, int>> runs{{HybridLayout::replicated, 0}};
   for (int stage = 1; stage <= std::min(cfg.zero_stage, 2); ++stage)
-    runs.push_back({HybridLayout::over_ranks, stage}), runs.push_back({HybridLayout::over_devices, stage});
+    for (HybridLayout l : {HybridLayout::over_ranks, HybridLayout::over_all, HybridLayout::over_devices}) runs.push_back({l, stage});
   for (auto [layout, stage] : runs) {
     manual_seed(cfg.seed);
     std::vector<MemoryStats> before;  // what the devices held before this run (its bytes are the difference)
@@ -80,7 +88,9 @@ HybridResult hybrid_over_ranks(const Config& cfg) {
     net->initialize(Init::Xavier(), devices, /*force_reinit=*/true);
     optim::OptimizerOptions o{.learning_rate = cfg.adam_lr, .clip_grad_norm = cfg.clip_grad_norm, .zero_stage = stage,
                               .reduce_bucket_mb = cfg.reduce_bucket_mb};
-    o.hybrid_shard = layout == HybridLayout::over_devices;
+    o.shard_over = layout == HybridLayout::over_devices ? optim::ShardOver::devices
+                   : layout == HybridLayout::over_all ? optim::ShardOver::all_devices
+                                                      : optim::ShardOver::ranks;
     HybridRun run;
     run.layout = layout, run.stage = stage;
     {
@@ -133,16 +143,18 @@ HybridResult hybrid_over_ranks(const Config& cfg) {
           const double* f = &all[(size_t(r) * k + i) * kFigures];
           // The shard this device holds: rank r's chunk on its first device (over the ranks), shard i
           // on device i of every rank (over the devices), nothing when replicated.
-          int64_t shard = 0;
-          if (layout == HybridLayout::over_ranks && i == 0) shard = part_of(out.psi, r, W);
-          if (layout == HybridLayout::over_devices) shard = part_of(out.psi, i, k);
+          // Every device: shard r k + i of W k for the state, the rank's chunk summed on its first device.
+          int64_t shard = 0, sum_shard = 0;
+          if (layout == HybridLayout::over_ranks && i == 0) shard = sum_shard = part_of(out.psi, r, W);
+          if (layout == HybridLayout::over_devices) shard = sum_shard = part_of(out.psi, i, k);
+          if (layout == HybridLayout::over_all) shard = part_of(out.psi, r * k + i, W * k), sum_shard = i == 0 ? part_of(out.psi, r, W) : 0;
           MemoryRow row{W * k, stage, devices[i]};
           row.parameter_bytes = int64_t(f[0]), row.gradient_bytes = int64_t(f[1]);
           row.summed_gradient_bytes = int64_t(f[2]), row.state_bytes = int64_t(f[3]), row.gathered_bytes = int64_t(f[4]);
           row.peak_bytes = int64_t(f[5]), row.peak_by_tag[static_cast<int>(MemoryTag::other)] = int64_t(f[6]);
           row.formula_parameter_bytes = 4 * out.psi;
           row.formula_gradient_bytes = stage >= 2 ? 0 : 4 * out.psi;
-          row.formula_summed_gradient_bytes = stage >= 2 ? 4 * shard : 0;
+          row.formula_summed_gradient_bytes = stage >= 2 ? 4 * sum_shard : 0;
           row.formula_state_bytes = 8 * (stage == 0 ? out.psi : shard);
           run.rows.push_back(row);
         }
@@ -163,8 +175,9 @@ HybridResult hybrid_over_ranks(const Config& cfg) {
 
 int print_hybrid(const Config& cfg, const HybridResult& h) {
   std::printf("\n1b. Hybrid sharding over %d processes x %d devices: ZeRO-1 and ZeRO-2 with the shards over the ranks "
-              "(each process's devices replicas of each other) and over each process's devices (replicated over the "
-              "ranks, FSDP's HYBRID_SHARD), against replicated Adam on the same %d devices\n"
+              "(each process's devices replicas of each other), over every device of every rank, and over each "
+              "process's devices (replicated over the ranks, FSDP's HYBRID_SHARD), against replicated Adam on the same "
+              "%d devices\n"
               "Psi = %lld, batch %lld split over the %d devices, %d timed steps\n",
               h.ranks, h.devices, h.ranks * h.devices, (long long)h.psi, (long long)cfg.batch_size, h.ranks * h.devices,
               cfg.steps);
@@ -178,11 +191,13 @@ int print_hybrid(const Config& cfg, const HybridResult& h) {
       const int r = static_cast<int>(j) / h.devices, i = static_cast<int>(j) % h.devices;
       std::ostringstream where;
       where << r << ":" << m.device;
+      const std::string chunk = i == 0 ? "Psi_r" + std::to_string(r) : "0";
       const std::string shard = run.layout == HybridLayout::over_devices ? "Psi_" + std::to_string(i)
-                                : run.layout == HybridLayout::over_ranks && i == 0 ? "Psi_r" + std::to_string(r)
-                                                                                    : "0";
+                                : run.layout == HybridLayout::over_all   ? "Psi_" + std::to_string(r * h.devices + i)
+                                : run.layout == HybridLayout::over_ranks ? chunk
+                                                                         : "0";
       std::printf("%-12s ", hybrid_layout_name(run.layout));
-      print_memory_row(m, where.str(), shard, 10, 9);
+      print_memory_row(m, where.str(), shard, 10, 9, run.layout == HybridLayout::over_all ? chunk : "");
       std::printf("\n");
       if (m.parameter_bytes != m.formula_parameter_bytes || m.gradient_bytes != m.formula_gradient_bytes ||
           m.summed_gradient_bytes != m.formula_summed_gradient_bytes || m.state_bytes != m.formula_state_bytes ||
@@ -193,10 +208,11 @@ int print_hybrid(const Config& cfg, const HybridResult& h) {
       }
     }
   std::printf("(Measured after the last step, by tag, on every device of every rank. Over the ranks: Psi_rR = rank R's "
-              "chunk of the %d-way split, on its first device; the others hold replicas only (8*0). Over the devices: "
-              "Psi_i = shard i of the %d-way split, the same on every rank. Sums of the W k devices' gradients: at "
-              "stage 1 they live during the step only)\n",
-              h.ranks, h.devices);
+              "chunk of the %d-way split, on its first device; the others hold replicas only (8*0). Every device: "
+              "Psi_g = shard g = R k + i of the %d-way split on device i of rank R, the rank's chunk summed on its "
+              "first device. Over the devices: Psi_i = shard i of the %d-way split, the same on every rank. Sums of "
+              "the W k devices' gradients: at stage 1 they live during the step only)\n",
+              h.ranks, h.ranks * h.devices, h.devices);
   // The peaks: over the ranks a process's first device carries the chunk's state, its sum and the
   // devices' summed gradient, its other devices none of it; over the devices every device a shard.
   int64_t replicated_peak = 0;
@@ -214,7 +230,7 @@ int print_hybrid(const Config& cfg, const HybridResult& h) {
     if (run.layout == HybridLayout::replicated) continue;
     const double d = run.max_diff_to_replicated;
     const bool ok = d <= 1e-5 && run.max_diff_to_rank0 == 0;
-    std::printf("hybrid check, ZeRO-%d with the shards %s: every device's parameters on every rank %s the replicated "
+    std::printf("hybrid check, ZeRO-%d, shards %s: every device's parameters on every rank %s the replicated "
                 "run's (largest difference %g) and %s rank 0's\n",
                 run.stage, hybrid_layout_name(run.layout), d == 0 ? "equal" : d <= 1e-5 ? "equal within rounding" : "DIFFER from",
                 d, run.max_diff_to_rank0 == 0 ? "are the same bits as" : "DIFFER from");

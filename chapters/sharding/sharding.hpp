@@ -137,8 +137,9 @@ std::vector<double> from_every_rank(const std::vector<double>& mine);
 double largest_difference(const std::vector<float>& a, const std::vector<float>& b);
 // Part 1 under mpirun with k > 1 devices a rank (hybrid.cpp): ZeRO-1 and ZeRO-2 with the shards over
 // the ranks (a process's devices replicas) and over each process's devices (replicated over the
-// ranks, hybrid_shard), beside the replicated run; a row per device of every rank.
-enum class HybridLayout { replicated, over_ranks, over_devices };
+// ranks, ShardOver::devices) and over every device of every rank (ShardOver::all_devices), beside the
+// replicated run; a row per device of every rank.
+enum class HybridLayout { replicated, over_ranks, over_devices, over_all };
 const char* hybrid_layout_name(HybridLayout l);
 struct HybridRun {
   HybridLayout layout = HybridLayout::replicated;

@@ -2,7 +2,7 @@
 // hold one of, and call without asking where the shards are.
 //
 //   zero::ShardedState         (core/optim/zero.hpp)       the devices of this process, stages 1 to 3;
-//                                                          with hybrid_shard also replicated over ranks
+//                                                          with ShardOver::devices also replicated over ranks
 //   zero::RankShardedState     (core/optim/zero_dist.hpp)  the ranks of a group, stages 1 and 2
 //   zero::RankParameterShards  (core/optim/fsdp_dist.hpp)  the ranks of the world, stage 3
 //

@@ -14,6 +14,10 @@
 
 namespace d2l::optim {
 
+const char* shard_over_name(ShardOver s) {
+  return s == ShardOver::ranks ? "ranks" : s == ShardOver::devices ? "devices" : "all_devices";
+}
+
 namespace {
 
 std::string num(double v) {
@@ -80,15 +84,16 @@ Trainer::Trainer(const nn::ParameterDict& params, const std::string& optimizer, 
     // gradient on every one of them: 'local' updates in host memory instead. Stage 2 sums with its
     // own reduce-scatter over the same devices, and takes the same. With dist_sync and
     // dist_sync_ring the shards are the ranks instead (core/optim/zero_dist.hpp; several devices of a
-    // rank are replicas), or with hybrid_shard each rank's devices, replicated over the ranks.
+    // rank are replicas), or, by shard_over, each rank's devices replicated over the ranks, or every
+    // device of every rank.
     const std::string stage = std::to_string(options_.zero_stage);
     const bool processes = kv_->type() == "dist_sync" || kv_->type() == "dist_sync_ring";
-    if (options_.hybrid_shard && (!processes || options_.zero_stage == 3))
-      throw ConfigError("Trainer: hybrid_shard shards over the devices of each process and replicates over the ranks: it "
-                        "needs kvstore dist_sync or dist_sync_ring and zero_stage 1 or 2, not kvstore '" + kv_->type() +
-                        "' at zero_stage " + stage);
+    if (options_.shard_over != ShardOver::ranks && (!processes || options_.zero_stage == 3))
+      throw ConfigError(std::string("Trainer: shard_over ") + shard_over_name(options_.shard_over) +
+                        " shards over the devices of each process: it needs kvstore dist_sync or dist_sync_ring and "
+                        "zero_stage 1 or 2, not kvstore '" + kv_->type() + "' at zero_stage " + stage);
     // Where the shards live is decided here, once; from here on the Trainer calls them the same way.
-    if (options_.hybrid_shard) {
+    if (options_.shard_over == ShardOver::devices) {
       auto devices = std::make_unique<zero::ShardedState>(state_names_.size(), options_.zero_stage);
       devices->replicate_over(options_.dp_group.value_or(dist::Group()));
       zero_ = std::move(devices);
@@ -96,7 +101,8 @@ Trainer::Trainer(const nn::ParameterDict& params, const std::string& optimizer, 
       zero_ = std::make_unique<zero::RankParameterShards>(state_names_.size());
     else if (processes)
       zero_ = std::make_unique<zero::RankShardedState>(state_names_.size(), options_.zero_stage,
-                                                       options_.reduce_bucket_mb, options_.dp_group.value_or(dist::Group()));
+                                                       options_.reduce_bucket_mb, options_.dp_group.value_or(dist::Group()),
+                                                       options_.shard_over == ShardOver::all_devices);
     else if (kv_->type() != "device" && kv_->type() != "ring")
       throw ConfigError("Trainer: zero_stage " + stage + " shards the optimizer state over the devices of one process "
                         "and needs kvstore 'device' or 'ring', not '" + kv_->type() + "'");
@@ -168,12 +174,12 @@ void Trainer::place_state(size_t k, const std::vector<Tensor>& weights) {
 }
 
 void Trainer::set_buckets(const dist::BucketOptions& options) {
-  if (zero_ && zero_->stage() >= 2 && !options_.hybrid_shard && kv_->type() != "device" && kv_->type() != "ring")
+  if (zero_ && zero_->stage() >= 2 && options_.shard_over != ShardOver::devices && kv_->type() != "device" && kv_->type() != "ring")
     throw ConfigError("gradient buckets (--bucket-mb) all-reduce the gradients, but zero_stage " +
                       std::to_string(zero_->stage()) + " reduce-scatters them: "
                       "use zero_stage 1 with buckets");
-  if (options_.hybrid_shard)
-    throw ConfigError("gradient buckets (--bucket-mb) all-reduce whole gradients over the ranks, but hybrid_shard "
+  if (options_.shard_over == ShardOver::devices)
+    throw ConfigError("gradient buckets (--bucket-mb) all-reduce whole gradients over the ranks, but shard_over devices "
                       "all-reduces each device's shard of the sum: use one or the other");
   kv_->set_buckets(options);
   std::vector<std::vector<Tensor>> weights;

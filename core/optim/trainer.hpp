@@ -55,6 +55,21 @@ class RankParameterShards;  // core/optim/fsdp_dist.hpp
 // Adam reads learning_rate, wd, beta1, beta2 and epsilon (PyTorch's defaults; its default learning
 // rate is 1e-3: pass it, {.learning_rate = 1e-3f}). A field the optimizer does not read must keep its
 // default (a ConfigError otherwise).
+// ZeRO stages 1 and 2 over processes with several devices each (OptimizerOptions::shard_over): what
+// holds the shards, FSDP's sharding strategies with a process per machine.
+//   ranks        the shards are the ranks (the dp_group, else the world); a process's devices are
+//                replicas of each other, the rank's chunk of the state on its first device
+//                (core/optim/zero_dist.hpp);
+//   devices      HYBRID_SHARD: the shards are each process's devices, replicated over the ranks:
+//                device i of every rank keeps shard i, whose summed gradient is all-reduced over the
+//                ranks before its update (core/optim/zero.hpp, replicate_over);
+//   all_devices  every device of every rank its own shard, W k of them (FULL_SHARD with a rank per
+//                device): device i of rank r keeps the state of shard r k + i; the rank's devices'
+//                shards together are its chunk, reduce-scattered and all-gathered over the ranks as
+//                with `ranks` (the one split rule nests: shards r k to r k + k - 1 of W k are chunk r of W).
+enum class ShardOver { ranks, devices, all_devices };
+const char* shard_over_name(ShardOver s);
+
 struct OptimizerOptions {
   float learning_rate = 0.01f;
   float momentum = 0.0f;  // SGD's
@@ -76,8 +91,8 @@ struct OptimizerOptions {
   //   needs kvstore 'device' or 'ring' and every trainable parameter on the same devices.
   //   With kvstore 'dist_sync' or 'dist_sync_ring', the shards are the processes: rank r of W keeps
   //   the state of chunk r (dist::chunk_begin's split) on its first device (core/optim/zero_dist.hpp;
-  //   a process's other devices hold replicas of its parameters, unless hybrid_shard shards over
-  //   its devices and replicates over the ranks), updates it after a
+  //   a process's other devices hold replicas of its parameters, unless shard_over says otherwise),
+  //   updates it after a
   //   reduce-scatter (or the buckets' allreduce), then dist::allgather; state_dict() is then a collective.
   // 2 ZeRO stage 2: as 1, and the gradients are reduce-scattered (core/comm.hpp), not all-reduced:
   //   device i receives the summed gradient of shard i only. The same kvstores and devices as 1;
@@ -104,13 +119,10 @@ struct OptimizerOptions {
   // of such slices over it and counts the other parameters once, so the norm is the unsharded
   // model's (stages 0 to 2; ConfigError at stage 3 and with shards over the devices of a process).
   std::optional<dist::Group> dp_group{}, tp_group{};
-  // Stages 1 and 2 with kvstore dist_sync or dist_sync_ring and several devices per process: shard
-  // over this process's devices and replicate over the ranks (the dp_group, else the world), FSDP's
-  // HYBRID_SHARD: device i of every rank keeps shard i, whose summed gradient is all-reduced over
-  // the ranks before its update (core/optim/zero.hpp, replicate_over). Without it the shards are the
-  // ranks and a process's devices replicas of each other (the reverse). A ConfigError with another
-  // kvstore, at stage 3, or with DDP's buckets.
-  bool hybrid_shard = false;
+  // Stages 1 and 2 with kvstore dist_sync or dist_sync_ring and several devices per process: what
+  // holds the shards (ShardOver, above). Other than `ranks`: a ConfigError with another kvstore or at
+  // stage 3, and `devices` with DDP's buckets too.
+  ShardOver shard_over = ShardOver::ranks;
 };
 using SGDOptions = OptimizerOptions;  // its name while SGD was the only optimizer
 

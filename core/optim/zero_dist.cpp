@@ -6,6 +6,7 @@
 
 #include "core/allocator.hpp"
 #include "core/autograd.hpp"
+#include "core/comm.hpp"
 #include "core/copy.hpp"
 #include "core/dist/collectives.hpp"
 #include "core/dist/process_group.hpp"
@@ -64,6 +65,25 @@ bool fails_in_allgather(int stage) {
 
 int64_t RankShardedState::lo() const { return layout_.bounds[static_cast<size_t>(group_.rank())]; }
 int64_t RankShardedState::chunk() const { return layout_.shard_size(static_cast<size_t>(group_.rank())); }
+int64_t RankShardedState::piece_begin(size_t i) const {
+  // Shard r h + i of W h (h holders a rank): the one split rule nests, so the rank's h pieces are its chunk.
+  const int64_t h = static_cast<int64_t>(holders());
+  return chunk_begin(layout_.total(), group_.rank() * h + static_cast<int64_t>(i), group_.size() * h);
+}
+
+std::vector<Device> RankShardedState::devices() const {
+  return std::vector<Device>(replica_devices_.begin(), replica_devices_.begin() + static_cast<std::ptrdiff_t>(holders()));
+}
+
+Tensor RankShardedState::chunk_of_slot(size_t j) const {
+  if (holders() == 1) return state_[0][j];
+  Tensor flat = Tensor::empty({chunk()}, device());
+  for (size_t i = 0; i < holders(); ++i)
+    if (state_[i][j].numel() > 0)
+      copy_bytes(state_[i][j], 0, flat, static_cast<size_t>(piece_begin(i) - lo()) * kFloatBytes,
+                 static_cast<size_t>(state_[i][j].numel()) * kFloatBytes);
+  return flat;
+}
 
 bool RankShardedState::fits(const std::vector<std::vector<Tensor>>& weights) const {
   if (!placed_ || weights.size() + 1 != layout_.offsets.size()) return false;
@@ -107,17 +127,20 @@ void RankShardedState::place(const std::vector<std::vector<Tensor>>& weights, co
                       "gradients are already reduce-scattered and released: step before moving them");
   layout_ = layout;
   replica_devices_ = devices;
-  const int64_t n = chunk(), first = lo();
-  state_.assign(slots_, Tensor());
-  for (size_t j = 0; j < slots_; ++j) {
-    std::vector<float> flat(static_cast<size_t>(n), 0.0f);
-    each_piece_between(layout_, first, first + n, [&](size_t k, int64_t a, int64_t b) {
-      const auto& from = host[k][j];
-      if (!from.empty())
-        std::copy(from.begin() + (a - layout_.offsets[k]), from.begin() + (b - layout_.offsets[k]), flat.begin() + (a - first));
-    });
-    MemoryTagScope tag(MemoryTag::optimizer_state);
-    state_[j] = Tensor::from_vector(flat, {n}, device());
+  const int64_t n = chunk();
+  state_.assign(holders(), std::vector<Tensor>(slots_));
+  for (size_t i = 0; i < holders(); ++i) {  // holder i's piece [first, end), on device i
+    const int64_t first = piece_begin(i), end = piece_begin(i + 1);
+    for (size_t j = 0; j < slots_; ++j) {
+      std::vector<float> flat(static_cast<size_t>(end - first), 0.0f);
+      each_piece_between(layout_, first, end, [&](size_t k, int64_t a, int64_t b) {
+        const auto& from = host[k][j];
+        if (!from.empty())
+          std::copy(from.begin() + (a - layout_.offsets[k]), from.begin() + (b - layout_.offsets[k]), flat.begin() + (a - first));
+      });
+      MemoryTagScope tag(MemoryTag::optimizer_state);
+      state_[i][j] = Tensor::from_vector(flat, {end - first}, replica_devices_[i]);
+    }
   }
   for (auto& slots : host)
     for (auto& slot : slots) slot.clear();
@@ -133,8 +156,8 @@ void RankShardedState::place(const std::vector<std::vector<Tensor>>& weights, co
   placed_ = true;
 }
 
-RankShardedState::RankShardedState(size_t slots, int stage, double reduce_bucket_mb, dist::Group group)
-    : slots_(slots), stage_(stage), group_(std::move(group)), bucket_mb_(reduce_bucket_mb) {
+RankShardedState::RankShardedState(size_t slots, int stage, double reduce_bucket_mb, dist::Group group, bool over_devices)
+    : slots_(slots), stage_(stage), group_(std::move(group)), over_devices_(over_devices), bucket_mb_(reduce_bucket_mb) {
   if (!(reduce_bucket_mb >= 0) || !std::isfinite(reduce_bucket_mb))
     throw ConfigError("Trainer: reduce_bucket_mb must be finite and >= 0 (0: one reduce-scatter per parameter), got " +
                       std::to_string(reduce_bucket_mb));
@@ -178,8 +201,9 @@ void RankShardedState::make_buckets() {
 Tensor RankShardedState::device_sum(size_t k) const {
   const std::vector<Tensor>& on = replicas_[k];
   const Tensor& first = on[0];
-  if (on.size() == 1) return first.grad().defined() ? first.grad() : Tensor::zeros(first.shape(), device());
-  Tensor sum = first.grad().defined() ? first.grad().clone() : Tensor::zeros(first.shape(), device());
+  // Added into the first device's .grad buffer in place, as the 'device' kvstore sums: the step (or,
+  // at stage 2, the release after packing) is done with its contents, and a copy would hold 4 Psi more.
+  Tensor sum = first.grad().defined() ? first.grad() : Tensor::zeros(first.shape(), device());
   for (size_t i = 1; i < on.size(); ++i)  // device order, as the 'device' kvstore adds
     if (on[i].grad().defined()) add_(sum, on[i].grad().to(device()));
   return sum;
@@ -300,12 +324,31 @@ void RankShardedState::step(const StepInput& in, const Step& step, GradClip* cli
     const std::vector<double> both = dist::sum_over_ranks({split, other}, group_);
     s = clip->apply(step, both[0], both[1]);
   }
-  // This rank's chunk of the weights, flat, updated with its state and summed gradient; then the all-gather.
-  Tensor w = Tensor::empty({n}, device());
-  copy_flat(layout_, params, first, n, w, false);
-  gather_from_ = w, gather_into_ = params;
-  update_my_shard_then_all_gather(n > 0 ? std::vector<ReplicaStep>{{w, state_, g}} : std::vector<ReplicaStep>{}, s);
-  gather_from_ = Tensor(), gather_into_.clear();
+  // This rank's chunk of the weights, flat, updated with its state and summed gradient; then the
+  // all-gather. With over_devices each device takes its piece of the weights from its own replicas
+  // and of the sum from the first device; the all-gather collects the updated pieces.
+  gather_into_ = params;
+  std::vector<ReplicaStep> mine;
+  if (n > 0 && holders() == 1) {
+    Tensor w = Tensor::empty({n}, device());
+    copy_flat(layout_, params, first, n, w, false);
+    gather_from_ = w;
+    mine.push_back({w, state_[0], g});
+  }
+  for (size_t i = 0; n > 0 && holders() > 1 && i < holders(); ++i) {
+    const int64_t a = piece_begin(i), len = piece_begin(i + 1) - a;
+    if (len == 0) continue;
+    std::vector<Tensor> on_i;
+    for (auto& replicas : weights) on_i.push_back(replicas[i]);
+    Tensor wi = Tensor::empty({len}, replica_devices_[i]), gi = Tensor::empty({len}, replica_devices_[i]);
+    copy_flat(layout_, on_i, a, len, wi, false);
+    copy_bytes(g, static_cast<size_t>(a - first) * kFloatBytes, gi, 0, static_cast<size_t>(len) * kFloatBytes);
+    mine.push_back({wi, state_[i], gi});
+    updated_pieces_.push_back({wi, a - first});
+  }
+  if (holders() > 1) g = Tensor();  // each device has its piece of the sum (stage 2 keeps grad_shard_ still)
+  update_my_shard_then_all_gather(mine, s);
+  gather_from_ = Tensor(), gather_into_.clear(), updated_pieces_.clear();
 }
 
 void RankShardedState::all_gather() {
@@ -315,7 +358,10 @@ void RankShardedState::all_gather() {
                       "(D2L_FAIL_RANK_IN_ALLGATHER=" + std::getenv("D2L_FAIL_RANK_IN_ALLGATHER") + ")");
   // Parameter by parameter straight into its tensor: rank r gives the part of it that lies in its
   // chunk (MPI_Allgatherv's counts), so no rank holds a second whole copy.
+  if (!gather_from_.defined()) gather_from_ = Tensor::empty({chunk()}, device());  // over_devices: the pieces, collected
   const Tensor& w = gather_from_;
+  for (auto& [piece, at] : updated_pieces_)
+    copy_bytes(piece, 0, w, static_cast<size_t>(at) * kFloatBytes, static_cast<size_t>(piece.numel()) * kFloatBytes);
   const std::vector<Tensor>& params = gather_into_;
   const int64_t n = chunk(), first = lo();
   std::vector<dist::Work> gathers;
@@ -337,7 +383,7 @@ std::vector<std::vector<std::vector<float>>> RankShardedState::gather_state() co
   std::vector<std::vector<std::vector<float>>> out(params, std::vector<std::vector<float>>(slots_));
   for (size_t j = 0; j < slots_; ++j) {
     Tensor whole = Tensor::empty({layout_.total()}, device());
-    dist::allgather(state_[j], whole, group_);
+    dist::allgather(chunk_of_slot(j), whole, group_);
     const std::vector<float> v = whole.to_vector();
     for (size_t k = 0; k < params; ++k)
       out[k][j].assign(v.begin() + layout_.offsets[k], v.begin() + layout_.offsets[k + 1]);
@@ -348,22 +394,24 @@ std::vector<std::vector<std::vector<float>>> RankShardedState::gather_state() co
 std::vector<std::vector<float>> RankShardedState::chunk_state() const {
   std::vector<std::vector<float>> out;
   if (!placed_) return out;
-  for (size_t j = 0; j < slots_; ++j) out.push_back(chunk() > 0 ? state_[j].to_vector() : std::vector<float>{});
+  for (size_t j = 0; j < slots_; ++j) out.push_back(chunk() > 0 ? chunk_of_slot(j).to_vector() : std::vector<float>{});
   return out;
 }
 
 int64_t RankShardedState::bytes() const {  // from the tensors held
   int64_t n = 0;
-  for (const Tensor& t : state_)
-    if (t.defined() && t.impl().storage) n += static_cast<int64_t>(kFloatBytes) * t.numel();
+  for (const auto& piece : state_)
+    for (const Tensor& t : piece)
+      if (t.defined() && t.impl().storage) n += static_cast<int64_t>(kFloatBytes) * t.numel();
   return n;
 }
 
 void RankShardedState::add_memory(const std::function<DeviceMemory&(Device)>& at) const {
   if (!placed_) return;
-  DeviceMemory& m = at(device());
-  m.state_bytes += bytes();
-  m.summed_gradient_bytes += gradient_bytes();  // stage 2: the chunk's sum is all the sum kept
+  for (size_t i = 0; i < state_.size(); ++i)  // each holder's piece of the state, on its device
+    for (const Tensor& t : state_[i])
+      if (t.defined() && t.impl().storage) at(replica_devices_[i]).state_bytes += static_cast<int64_t>(kFloatBytes) * t.numel();
+  at(device()).summed_gradient_bytes += gradient_bytes();  // stage 2: the chunk's sum is all the sum kept
 }
 
 int64_t RankShardedState::gradient_bytes() const {

@@ -3,7 +3,9 @@
 // dist_sync_ring: the paper's setting, one device per data-parallel process. A process may have
 // several devices: they are replicas of each other, their gradients summed on the first one (device
 // order) before the reduce-scatter, the chunk's state and update on that first device, and the
-// all-gathered values copied from it into the others (the reverse of hybrid_shard's layout).
+// all-gathered values copied from it into the others (the reverse of ShardOver::devices' layout). With
+// over_devices (ShardOver::all_devices) the state is split further, over those devices: device i of
+// rank r keeps shard r k + i of W k, and updates it with its piece of the rank's summed chunk.
 //
 // core/optim/zero.hpp shards the optimizer state over the devices of one process. Here the shards
 // are the ranks: the trainable parameters, in the Trainer's order, laid end to end are one flat
@@ -76,7 +78,9 @@ class RankShardedState : public Shards {
   // reduce_bucket_mb: the buckets' size in MiB (above), >= 0; a ConfigError otherwise.
   // group: the ranks that hold the shards (the world, or a grid's dp group: the layout, the
   // reduce-scatters, the all-gathers and the norm's sums are the group's).
-  RankShardedState(size_t slots, int stage, double reduce_bucket_mb = 25, dist::Group group = dist::Group());
+  // over_devices: every device of the process holds its own shard of the rank's chunk (above).
+  RankShardedState(size_t slots, int stage, double reduce_bucket_mb = 25, dist::Group group = dist::Group(),
+                   bool over_devices = false);
   ~RankShardedState() override;
   RankShardedState(const RankShardedState&) = delete;
   RankShardedState& operator=(const RankShardedState&) = delete;
@@ -85,9 +89,10 @@ class RankShardedState : public Shards {
   // waiting in in.host[k][j], the parameters moved), then stage 1's or stage 2's step above.
   // in.weights[k]: parameter k's replicas on this process's devices, the same devices in the same
   // order for every parameter (a ConfigError otherwise, raised before any collective). With several
-  // devices the shards are still the ranks (the reverse of hybrid_shard): the devices' gradients are
+  // devices the shards are still the ranks (the reverse of ShardOver::devices): the devices' gradients are
   // summed on the first one, in device order, before the reduce-scatter; the rank's chunk of the state
-  // lives on that first device; the all-gather fills its replicas, copied from there into the others. The kvstore's buckets may have summed the
+  // lives on that first device (over_devices: split over the devices, each updating its piece); the
+  // all-gather fills its replicas, copied from there into the others. The kvstore's buckets may have summed the
   // gradients already (stage 1 only): then chunk r of that sum is read.
   // clip: clip_grad_norm_ (GradClip) over every rank's chunk of the sum (dist::sum_over_ranks of the
   // chunks' squares over the group, a collective; a tp_group's slices then added over it); null: off.
@@ -98,12 +103,13 @@ class RankShardedState : public Shards {
   const ShardLayout& layout() const { return layout_; }
   // The device holding the chunk: the first of this process's devices.
   Device device() const { return replica_devices_.empty() ? Device{} : replica_devices_[0]; }
-  std::vector<Device> devices() const override { return {device()}; }
+  std::vector<Device> devices() const override;
   // The state in the unsharded layout ([k][j]: parameter k's slot j, flattened), every rank's chunk
   // all-gathered: a collective, every rank calls it and every rank gets the whole state. Empty
   // before the first step (then no rank communicates).
   std::vector<std::vector<std::vector<float>>> gather_state() const override;
-  // This rank's chunk of the state and, at stage 2, of the summed gradient, on its device.
+  // This rank's chunk of the state (on its first device, or its pieces on each device with
+  // over_devices) and, at stage 2, of the summed gradient (on the first device).
   void add_memory(const std::function<DeviceMemory&(Device)>& at) const override;
   // This rank's chunk of the state, without communication: per slot the values of elements
   // [layout().bounds[rank], layout().bounds[rank + 1]) of the flat vector (sharded checkpoints,
@@ -125,7 +131,10 @@ class RankShardedState : public Shards {
   bool placed_ = false;
   ShardLayout layout_;
   std::vector<Device> replica_devices_;  // this process's devices, in the replicas' order
-  std::vector<Tensor> state_;  // per slot, the chunk's state, flat
+  bool over_devices_;
+  // [i][slot]: holder i's piece of the chunk's state, flat, on device i: one holder (the whole chunk
+  // on the first device), or every device with over_devices_.
+  std::vector<std::vector<Tensor>> state_;
   Tensor grad_shard_;          // the chunk's summed gradient (stage 1: during the step only)
   int64_t steps_ = 0;          // steps taken, for the fault injection
   double bucket_mb_;
@@ -160,6 +169,7 @@ class RankShardedState : public Shards {
   // This step's updated chunk, flat, and the parameters the all-gather writes it into.
   Tensor gather_from_;
   std::vector<Tensor> gather_into_;
+  std::vector<std::pair<Tensor, int64_t>> updated_pieces_;  // over_devices_: each device's updated piece, its offset in the chunk
   void all_gather() override;
   void make_buckets();
   void pack(size_t k, bool release);
@@ -172,6 +182,9 @@ class RankShardedState : public Shards {
              std::vector<std::vector<std::vector<float>>>& host);
   int64_t lo() const;
   int64_t chunk() const;
+  size_t holders() const { return over_devices_ ? replica_devices_.size() : 1; }
+  int64_t piece_begin(size_t i) const;  // holder i's piece of the chunk: [piece_begin(i), piece_begin(i + 1)), flat
+  Tensor chunk_of_slot(size_t j) const;  // the chunk's state of slot j, flat, on the first device
 };
 
 }  // namespace d2l::optim::zero
