@@ -99,16 +99,18 @@ Params params_of(Sequential& net) {
   return out;
 }
 
-// stage 0 or 3 over the ranks (this rank's rows), or `alone` (the whole batch, kvstore 'device').
-Result train(const Setup& u, int stage, bool alone = false, int steps = 20) {
+// stage 0 or 3 over the ranks (this rank's rows), or `alone` (the whole batch, kvstore 'device');
+// over `group`'s ranks only when given (the Trainer's dp_group: this rank's rows of the group's split).
+Result train(const Setup& u, int stage, bool alone = false, int steps = 20, const dist::Group* group = nullptr) {
   auto net = three_units();
   OptimizerOptions o = u.opt;
   o.zero_stage = stage;
+  if (group) o.dp_group = *group;
   Trainer trainer(net->collect_params(), u.optimizer, o, alone ? "device" : u.kvstore);
   std::unique_ptr<FullyShardedDataParallel> fsdp;
   if (stage == 3) fsdp = std::make_unique<FullyShardedDataParallel>(net, trainer, FsdpOptions{u.prefetch});
   auto run = [&](const Tensor& X) { return fsdp ? (*fsdp)({X})[0] : (*net)(X); };
-  const int W = alone ? 1 : dist::world_size(), r = alone ? 0 : dist::rank();
+  const int W = alone ? 1 : group ? group->size() : dist::world_size(), r = alone ? 0 : group ? group->rank() : dist::rank();
   Result out;
   for (int s = 0; s < steps; ++s) {
     for (int p = 0; p < u.passes; ++p) backward_rows(run, s, p, kGlobal * r / W, kGlobal * (r + 1) / W);
@@ -238,6 +240,31 @@ TEST_CASE("clip_grad_norm: ZeRO-3 over the ranks clips by the norm of the whole 
     CHECK(alone.params != train(base, 0, true).params);  // clipping changed the run
     if (dist::world_size() <= 2) CHECK(sharded.params == replicated.params);
     CHECK(same_on_every_rank(sharded.params));
+  }
+}
+
+// A dp group (the grid's column, or any ranks sharing a model): the world split by rank parity, so
+// 4 ranks make two groups of 2, 3 ranks one of 2 and one of 1. Each group trains the whole global
+// batch by itself, its ranks taking their rows of it: every group equals the unsharded run, and the
+// replicated run over the same group (bit for bit where a group has at most 2 ranks); each rank keeps
+// its chunk of the group's split, the chunks of a group adding up to one copy.
+TEST_CASE("ZeRO-3 over a group of ranks (the Trainer's dp_group) equals the unsharded run, each rank keeping its chunk of the group's split") {
+  const dist::Group group = dist::split(dist::rank() % 2);
+  CAPTURE(group.str());
+  const int64_t P = kUnits[0] + kUnits[1] + kUnits[2], mine = chunk_of(kUnits, group.rank(), group.size());
+  for (const Setup& u : {Setup{}, adam_setup()}) {
+    CAPTURE(u.optimizer);
+    const int64_t slots = u.optimizer == "adam" ? 2 : 1;
+    const Result alone = train(u, 0, true), replicated = train(u, 0, false, 20, &group), sharded = train(u, 3, false, 20, &group);
+    CHECK(sharded.released);
+    CHECK(close_params(alone.params, sharded.params));
+    CHECK(close_params(replicated.params, sharded.params));
+    if (group.size() <= 2) CHECK(sharded.params == replicated.params);
+    REQUIRE(sharded.memory.size() == 1);
+    CHECK(sharded.memory[0].parameter_bytes == 4 * mine);
+    CHECK(sharded.memory[0].state_bytes == 4 * slots * mine);
+    const auto total = dist::sum_over_ranks({double(sharded.memory[0].state_bytes)}, group);
+    CHECK(total[0] == double(4 * slots * P));
   }
 }
 

@@ -28,14 +28,14 @@ void each_unit_piece(const std::vector<int64_t>& offsets, int64_t lo, int64_t hi
   }
 }
 
-// Per rank, how many of parameter i's elements lie in that rank's chunk of the unit's flat vector
-// (P_u elements, dist::chunk_begin's split): the counts of its all-gather and reduce-scatter.
-std::vector<int64_t> counts_of(const std::vector<int64_t>& offsets, size_t i) {
+// Per rank of the group, how many of parameter i's elements lie in that rank's chunk of the unit's
+// flat vector (P_u elements, the one split rule): the counts of its all-gather and reduce-scatter.
+std::vector<int64_t> counts_of(const std::vector<int64_t>& offsets, size_t i, const dist::Group& group) {
   const int64_t P = offsets.back();
   std::vector<int64_t> counts;
-  for (int r = 0; r < dist::world_size(); ++r)
-    counts.push_back(std::max<int64_t>(
-        0, std::min(offsets[i + 1], dist::chunk_begin(P, r + 1)) - std::max(offsets[i], dist::chunk_begin(P, r))));
+  for (int r = 0; r < group.size(); ++r)
+    counts.push_back(std::max<int64_t>(0, std::min(offsets[i + 1], dist::chunk_begin(P, r + 1, group)) -
+                                              std::max(offsets[i], dist::chunk_begin(P, r, group))));
   return counts;
 }
 
@@ -63,7 +63,7 @@ void RankParameterShards::shard(const std::vector<std::vector<Tensor>>& weights,
   device_ = weights.empty() ? cpu(0) : weights[0][0].device();
   weights_.clear();
   for (auto& replicas : weights) weights_.push_back(replicas[0]);
-  const int r = dist::rank();
+  const int r = group_.rank();
   std::vector<Unit> laid;
   for (const auto& params : units) {
     Unit unit;
@@ -71,8 +71,8 @@ void RankParameterShards::shard(const std::vector<std::vector<Tensor>>& weights,
     unit.offsets.push_back(0);
     for (size_t k : params) unit.offsets.push_back(unit.offsets.back() + weights_[k].numel());
     const int64_t P = unit.offsets.back();
-    unit.lo = dist::chunk_begin(P, r);
-    unit.n = dist::chunk_begin(P, r + 1) - unit.lo;
+    unit.lo = dist::chunk_begin(P, r, group_);
+    unit.n = dist::chunk_begin(P, r + 1, group_) - unit.lo;
     // This rank's replica holds the same values as every other rank's: its chunk is a local copy.
     unit.param = [&] {
       MemoryTagScope tag(MemoryTag::parameters);
@@ -136,7 +136,7 @@ void RankParameterShards::start_gather(size_t u) {
     const Tensor& w = weights_[unit.params[i]];
     unit.gathering.push_back(Tensor::empty(w.shape(), device_));
     const int64_t in_chunk = std::clamp<int64_t>(unit.offsets[i] - unit.lo, 0, unit.n);
-    unit.works.push_back(dist::allgather_async(unit.param, in_chunk, unit.gathering.back(), counts_of(unit.offsets, i)));
+    unit.works.push_back(dist::allgather_async(unit.param, in_chunk, unit.gathering.back(), counts_of(unit.offsets, i, group_), group_));
   }
 }
 
@@ -172,7 +172,7 @@ void RankParameterShards::reduce_scatter_gradients(size_t u) {
     const Tensor& w = weights_[unit.params[i]];
     const Tensor g = w.grad().defined() ? w.grad() : Tensor::zeros(w.shape(), device_);
     const int64_t at = std::clamp<int64_t>(unit.offsets[i] - unit.lo, 0, unit.n);
-    works.push_back(dist::reduce_scatter_async(g, mine, at, counts_of(unit.offsets, i)));
+    works.push_back(dist::reduce_scatter_async(g, mine, at, counts_of(unit.offsets, i, group_), group_));
     weights_[unit.params[i]].impl().grad.reset();  // the communication thread holds it until it is read
   }
   for (auto& work : works) work.wait();
@@ -187,7 +187,7 @@ void RankParameterShards::step(const StepInput& in, const Step& step, GradClip* 
   if (clip) {  // clip_grad_norm_: every unit's chunk's squares, added over the ranks
     double squares = 0;
     for (const Unit& unit : units_) squares += unit.n > 0 ? sum_of_squares(unit.grad) : 0.0;
-    s = clip->apply(step, dist::sum_over_ranks({squares})[0]);
+    s = clip->apply(step, dist::sum_over_ranks({squares}, group_)[0]);
   }
   std::vector<ReplicaStep> mine;  // every unit's chunk: its parameters, state and summed gradient
   for (size_t u = 0; u < units_.size(); ++u) {
@@ -206,7 +206,7 @@ std::vector<std::vector<float>> RankParameterShards::parameters() const {
   std::vector<std::vector<float>> out(weights_.size());
   for (const Unit& unit : units_) {
     const Tensor whole = Tensor::empty({unit.offsets.back()}, device_);
-    dist::allgather(unit.param, whole);
+    dist::allgather(unit.param, whole, group_);
     const std::vector<float> v = whole.to_vector();
     for (size_t i = 0; i < unit.params.size(); ++i)
       out[unit.params[i]].assign(v.begin() + unit.offsets[i], v.begin() + unit.offsets[i + 1]);
@@ -232,7 +232,7 @@ std::vector<std::vector<std::vector<float>>> RankParameterShards::gather_state()
   for (const Unit& unit : units_)
     for (size_t j = 0; j < slots_; ++j) {
       const Tensor whole = Tensor::empty({unit.offsets.back()}, device_);
-      dist::allgather(unit.state[j], whole);
+      dist::allgather(unit.state[j], whole, group_);
       const std::vector<float> v = whole.to_vector();
       for (size_t i = 0; i < unit.params.size(); ++i)
         out[unit.params[i]][j].assign(v.begin() + unit.offsets[i], v.begin() + unit.offsets[i + 1]);

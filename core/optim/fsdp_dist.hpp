@@ -1,4 +1,4 @@
-// ZeRO stage 3 over the processes of the world (Rajbhandari et al., SC20, section 5.3, P_os+g+p;
+// ZeRO stage 3 over the processes of a group, by default the world (Rajbhandari et al., SC20, section 5.3, P_os+g+p;
 // PyTorch's FullyShardedDataParallel, Zhao et al., VLDB 2023): the Trainer's {.zero_stage = 3} with
 // kvstore dist_sync or dist_sync_ring, one device per rank, run through
 // optim::FullyShardedDataParallel (core/optim/fsdp.hpp) exactly as across the devices of one process:
@@ -10,9 +10,10 @@
 //   trainer.step(global_batch_size);
 //
 // The flat vectors are per unit, as FSDP's FlatParameter is: unit u's parameters (a top-level child
-// of the net) laid end to end are P_u elements, cut into W chunks by dist::chunk_begin, so rank r
-// keeps [P_u r / W, P_u (r+1) / W) of every unit (the split MPI's allgather and reduce-scatter are
-// given). For each unit rank r keeps its chunk of the parameters, of the summed gradient and of the
+// of the net) laid end to end are P_u elements, cut into W chunks by the one split rule (chunk_begin,
+// core/comm.hpp), so rank r keeps [P_u r / W, P_u (r+1) / W) of every unit (the split MPI's allgather
+// and reduce-scatter are given). W and r are the group's: the Trainer's dp_group (a grid's column, or
+// any group of ranks that share a model), else the world; every collective runs over it. For each unit rank r keeps its chunk of the parameters, of the summed gradient and of the
 // optimizer state, nothing else: between steps 4 + 4 + 8 bytes an element of its chunks with Adam,
 // the paper's 16 Psi / N_d. A unit is made whole only while it runs:
 //   forward   dist::allgather of the unit's chunks into a flat buffer of P_u, copied into the unit's
@@ -45,6 +46,7 @@
 #include <cstdint>
 #include <deque>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/dist/collectives.hpp"
@@ -56,7 +58,8 @@ namespace d2l::optim::zero {
 
 class RankParameterShards : public Shards {
  public:
-  explicit RankParameterShards(size_t slots) : slots_(slots) {}
+  // group: the ranks that hold the shards (the world, or a dp group).
+  explicit RankParameterShards(size_t slots, dist::Group group = dist::Group()) : slots_(slots), group_(std::move(group)) {}
 
   // The first call: weights[k] are parameter k's replicas (one: this process's one device, the same
   // for every parameter; a ConfigError otherwise, before any collective), units[u] the Trainer's
@@ -128,6 +131,7 @@ class RankParameterShards : public Shards {
     std::vector<dist::Work> works;
   };
   size_t slots_;
+  dist::Group group_;
   Device device_;
   std::vector<Tensor> weights_;  // [k]: the replica, whole only while its unit is gathered
   std::vector<Unit> units_;

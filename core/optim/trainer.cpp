@@ -98,7 +98,7 @@ Trainer::Trainer(const nn::ParameterDict& params, const std::string& optimizer, 
       devices->replicate_over(options_.dp_group.value_or(dist::Group()));
       zero_ = std::move(devices);
     } else if (processes && options_.zero_stage == 3)
-      zero_ = std::make_unique<zero::RankParameterShards>(state_names_.size());
+      zero_ = std::make_unique<zero::RankParameterShards>(state_names_.size(), options_.dp_group.value_or(dist::Group()));
     else if (processes)
       zero_ = std::make_unique<zero::RankShardedState>(state_names_.size(), options_.zero_stage,
                                                        options_.reduce_bucket_mb, options_.dp_group.value_or(dist::Group()),
@@ -110,8 +110,6 @@ Trainer::Trainer(const nn::ParameterDict& params, const std::string& optimizer, 
       zero_ = std::make_unique<zero::ShardedState>(state_names_.size(), options_.zero_stage);
   }
   if (options_.dp_group) {
-    if (options_.zero_stage == 3 && !options_.dp_group->is_world())
-      throw ConfigError("Trainer: zero_stage 3 shards over the world, not over the group " + options_.dp_group->str());
     kv_->set_group(*options_.dp_group);  // a ConfigError for a kvstore within one process
   }
   if (options_.tp_group && zero_ && !rank_sharded_state())

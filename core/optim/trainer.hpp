@@ -102,8 +102,9 @@ struct OptimizerOptions {
   // 3 ZeRO stage 3 (FSDP): the parameters sharded too; the net runs through
   //   optim::FullyShardedDataParallel (core/optim/fsdp.hpp), which gathers each layer's parameters
   //   just before its forward and its backward and adds each gradient into the shards that own it.
-  //   With kvstore 'dist_sync' or 'dist_sync_ring' the shards are the ranks, one device each: rank r
-  //   keeps chunk r of each unit's flat vector (core/optim/fsdp_dist.hpp); state_dict() is a collective.
+  //   With kvstore 'dist_sync' or 'dist_sync_ring' the shards are the ranks (of the dp_group, else the
+  //   world), one device each: rank r keeps chunk r of each unit's flat vector (core/optim/fsdp_dist.hpp);
+  //   state_dict() is a collective.
   int zero_stage = 0;
   // Stages 1 and 2 over the processes (kvstore dist_sync or dist_sync_ring): the gradients are
   // reduce-scattered in buckets of this many MiB, consecutive parameters from the last one back
@@ -112,9 +113,9 @@ struct OptimizerOptions {
   // (core/optim/zero_dist.hpp). Every bucket size gives the same bits. >= 0.
   double reduce_bucket_mb = 25;
   // The grid's groups (core/dist/grid.hpp), over processes. dp_group: the ranks kvstore dist_sync or
-  // dist_sync_ring sums the gradients over and, at zero_stage 1 or 2, shards the state over: a
-  // grid's column, ZeRO on the dp group (Megatron-LM's distributed optimizer); unset: the world.
-  // Stage 3 and DDP's buckets take the world only (ConfigError). tp_group: the ranks a parameter
+  // dist_sync_ring sums the gradients over and, at zero_stage 1 to 3, shards over: a grid's column,
+  // ZeRO on the dp group (Megatron-LM's distributed optimizer); unset: the world. DDP's buckets take
+  // the world only (ConfigError). tp_group: the ranks a parameter
   // marked split_over_ranks (core/parameter.hpp) is split over; clip_grad_norm then adds the squares
   // of such slices over it and counts the other parameters once, so the norm is the unsharded
   // model's (stages 0 to 2; ConfigError at stage 3 and with shards over the devices of a process).
