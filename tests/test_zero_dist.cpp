@@ -447,6 +447,7 @@ namespace {
 struct HybridRun {
   Values params;
   int64_t held[2] = {};
+  std::vector<double> norms;  // last_grad_norm() after every step
 };
 HybridRun hybrid(const Setup& u, int stage, ShardOver over) {
   const std::vector<Device> two{cpu(0), cpu(1)};
@@ -475,6 +476,7 @@ HybridRun hybrid(const Setup& u, int stage, ShardOver over) {
         softmax_cross_entropy((*net)(Xt), Tensor::from_vector(y, {hi - lo}, two[i]), Reduction::sum).backward();
       }
       trainer.step(kGlobalBatch);
+      out.norms.push_back(trainer.last_grad_norm());
     }
     for (int i = 0; i < 2; ++i) out.held[i] = state_on(two[i]) - before[i];
   }
@@ -527,4 +529,28 @@ TEST_CASE("hybrid sharding: ZeRO-1 and ZeRO-2 over the ranks, each process's dev
   }
   Trainer trainer(net->collect_params(), "sgd", {.zero_stage = 1, .shard_over = ShardOver::devices}, "dist_sync");
   CHECK_THROWS_WITH_AS(trainer.set_buckets({}), doctest::Contains("shard_over devices"), ConfigError);
+}
+
+TEST_CASE("clip_grad_norm with 2 devices a rank: every layout clips by the whole summed gradient's norm, as the unsharded run") {
+  for (const Setup& base : {Setup{}, adam_setup()}) {
+    CAPTURE(base.optimizer);
+    Setup loose = base;
+    loose.opt.clip_grad_norm = 1e30f;
+    Setup u = base;
+    u.opt.clip_grad_norm = static_cast<float>(0.1 * alone(loose, 1).norms[0]);  // a tenth of step 1's norm: it clips
+    const Result ref = alone(u);
+    CHECK(ref.norms[0] > 5 * u.opt.clip_grad_norm);
+    CHECK(ref.params != alone(base).params);  // clipping changed the run
+    std::vector<std::pair<int, ShardOver>> runs{{0, ShardOver::ranks}};
+    for (int stage : {1, 2})
+      for (ShardOver over : {ShardOver::ranks, ShardOver::all_devices, ShardOver::devices}) runs.push_back({stage, over});
+    for (auto [stage, over] : runs) {
+      CAPTURE(stage);
+      CAPTURE(shard_over_name(over));
+      const HybridRun h = hybrid(u, stage, over);
+      CHECK(test::close(ref.reference, h.norms, 0, 1e-5, "norm with 2 devices a rank"));
+      CHECK(close_maps(ref.params, h.params));
+      CHECK(same_on_every_rank(h.params));
+    }
+  }
 }
