@@ -353,12 +353,6 @@ TEST_CASE("ZeRO-3 errors are one line: another stage, the net run without FSDP, 
     // The net outside FSDP: its replicas have no memory now.
     one_line([&] { (*net)(X); }, "whole only inside FullyShardedDataParallel's forward and backward");
   }
-  // Over the processes (tests/test_fsdp_dist.cpp) the shards are the ranks, one device each: a process
-  // with two devices is refused.
-  for (const std::string kv : {"dist_sync", "dist_sync_ring"}) {
-    Trainer t(net->collect_params(), "sgd", {.learning_rate = 0.1f, .zero_stage = 3}, kv);
-    one_line([&] { FullyShardedDataParallel f(net, t); }, "shards over the processes, one device each");
-  }
   for (int stage : {4, -1})
     one_line([&] { Trainer(net->collect_params(), "sgd", {.learning_rate = 0.1f, .zero_stage = stage}); },
              "or 3 (ZeRO-3: parameters sharded too), got " + std::to_string(stage));

@@ -48,19 +48,22 @@ void RankParameterShards::shard(const std::vector<std::vector<Tensor>>& weights,
     if (loaded_state_waits(host)) place_state(names, host);
     return;
   }
-  // The paper's setting, one device per process: every chunk on this process's one device.
+  // Every chunk on this process's first device (the paper's setting: its one device); its other
+  // devices hold replicas of the units while they run.
+  std::vector<Device> devices;
+  if (!weights.empty())
+    for (auto& w : weights[0]) devices.push_back(w.device());
   for (size_t k = 0; k < weights.size(); ++k) {
     std::vector<Device> on;
     for (auto& w : weights[k]) on.push_back(w.device());
-    if (on.size() != 1)
-      throw ConfigError("Trainer: zero_stage 3 with a dist kvstore shards over the processes, one device each, but '" +
-                        names[k] + "' is on " + str(on) + " in rank " + std::to_string(dist::rank()) +
-                        ": give each process one device");
-    if (on[0] != weights[0][0].device())
-      throw ConfigError("Trainer: zero_stage 3 needs every trainable parameter on one device: '" + names[0] + "' is on " +
-                        str(std::vector<Device>{weights[0][0].device()}) + ", '" + names[k] + "' on " + str(on));
+    if (on != devices)
+      throw ConfigError("Trainer: zero_stage 3 needs every trainable parameter on the same devices, in the same order: '" +
+                        names[0] + "' is on " + str(devices) + ", '" + names[k] + "' on " + str(on) + " in rank " +
+                        std::to_string(dist::rank()));
   }
-  device_ = weights.empty() ? cpu(0) : weights[0][0].device();
+  devices_ = devices.empty() ? std::vector<Device>{cpu(0)} : devices;
+  device_ = devices_[0];
+  replicas_ = weights;
   weights_.clear();
   for (auto& replicas : weights) weights_.push_back(replicas[0]);
   const int r = group_.rank();
@@ -90,7 +93,43 @@ void RankParameterShards::shard(const std::vector<std::vector<Tensor>>& weights,
   }
   units_ = std::move(laid);
   place_state(names, host);
-  for (size_t u = 0; u < units_.size(); ++u) release(u);
+  for (size_t u = 0; u < units_.size(); ++u)
+    for (size_t i = 0; i < devices_.size(); ++i) release_unit(u, i);
+}
+
+void RankParameterShards::gather_unit(size_t u, size_t i) {
+  if (i == 0) return gather(u);
+  const Unit& unit = units_[u];
+  if (unit.params.empty() || gathered(unit.params[0], i)) return;
+  // Device i's replicas are copies of the first device's: gathered there (a collective) when they
+  // are not whole already, and released again once copied (backward reaches device i's units after
+  // the first device has released them: memory stays one or two units a device).
+  const bool borrowed = !gathered(unit.params[0]);
+  gather(u);
+  MemoryTagScope tag(MemoryTag::gathered);
+  for (size_t k : unit.params) replicas_[k][i].impl().storage = weights_[k].to(devices_[i]).storage();
+  if (borrowed) release(u);
+}
+
+void RankParameterShards::release_unit(size_t u, size_t i) {
+  if (i == 0) return release(u);
+  for (size_t k : units_[u].params) {
+    TensorImpl& t = replicas_[k][i].impl();
+    t.storage.reset();
+    t.grad.reset();
+  }
+}
+
+void RankParameterShards::unit_gradients_done(size_t u, size_t i) {
+  // Each device's gradients reduce-scattered as they complete, added into the chunk's summed
+  // gradient as a second backward pass's would be (device i's copied to the first device first).
+  if (i > 0)
+    for (size_t k : units_[u].params) {
+      TensorImpl& t = replicas_[k][i].impl();
+      if (t.grad) weights_[k].impl().grad = Tensor(t.grad).to(device_).ptr();
+      t.grad.reset();
+    }
+  reduce_scatter_gradients(u);
 }
 
 void RankParameterShards::place_state(const std::vector<std::string>& names,

@@ -1,6 +1,6 @@
 // ZeRO stage 3 over the processes of a group, by default the world (Rajbhandari et al., SC20, section 5.3, P_os+g+p;
 // PyTorch's FullyShardedDataParallel, Zhao et al., VLDB 2023): the Trainer's {.zero_stage = 3} with
-// kvstore dist_sync or dist_sync_ring, one device per rank, run through
+// kvstore dist_sync or dist_sync_ring, one device per rank (or several, below), run through
 // optim::FullyShardedDataParallel (core/optim/fsdp.hpp) exactly as across the devices of one process:
 //
 //   optim::Trainer trainer(net->collect_params(), "adam", {.learning_rate = 1e-3f, .zero_stage = 3}, "dist_sync");
@@ -61,29 +61,35 @@ class RankParameterShards : public Shards {
   // group: the ranks that hold the shards (the world, or a dp group).
   explicit RankParameterShards(size_t slots, dist::Group group = dist::Group()) : slots_(slots), group_(std::move(group)) {}
 
-  // The first call: weights[k] are parameter k's replicas (one: this process's one device, the same
-  // for every parameter; a ConfigError otherwise, before any collective), units[u] the Trainer's
+  // The first call: weights[k] are parameter k's replicas (on this process's devices, the same for
+  // every parameter; a ConfigError otherwise, before any collective), units[u] the Trainer's
   // indices of unit u's parameters. Rank r copies its chunk of every unit out of its replicas and
   // releases them; the state is placed from host (host[k][j]: parameter k's slot j unsharded, loaded
   // values) or zeros. Later calls keep the parameters' chunks and the state, unless a loaded state
   // waits in host, which then replaces it.
   void shard(const std::vector<std::vector<Tensor>>& weights, const std::vector<std::string>& names,
              const std::vector<std::vector<size_t>>& units, std::vector<std::vector<std::vector<float>>>& host);
-  // The same as FullyShardedDataParallel's holders (core/optim/shards.hpp): one holder, i = 0.
+  // FullyShardedDataParallel's holders (core/optim/shards.hpp): this process's devices, i. The rank's
+  // chunk lives on the first; device i > 0 holds copies of a unit while it runs (gather_unit copies
+  // them from the first device, gathering there first when needed), and its gradients are
+  // reduce-scattered on their own as they complete, added into the chunk's sum as a second backward
+  // pass's are (k devices: k reduce-scatters a unit and up to k all-gathers in backward).
   void shard_parameters(const StepInput& in, const std::vector<std::vector<size_t>>& units) override {
     shard(in.weights, in.names, units, in.host);
   }
   bool placed() const override { return !units_.empty(); }
   int stage() const override { return 3; }
   Device device() const { return device_; }
-  std::vector<Device> devices() const override { return {device_}; }
+  std::vector<Device> devices() const override { return devices_; }
   const Tensor& replica(size_t k) const { return weights_[k]; }
-  const Tensor& replica(size_t k, size_t /*i*/) const override { return weights_[k]; }
-  void gather_unit(size_t u, size_t /*i*/) override { gather(u); }
-  void prefetch_unit(size_t u, size_t /*i*/) override { start_gather(u); }
-  void release_unit(size_t u, size_t /*i*/) override { release(u); }
-  bool gathered(size_t k, size_t /*i*/) const override { return gathered(k); }
-  void unit_gradients_done(size_t u, size_t /*i*/) override { reduce_scatter_gradients(u); }
+  const Tensor& replica(size_t k, size_t i) const override { return replicas_[k][i]; }
+  void gather_unit(size_t u, size_t i) override;
+  void prefetch_unit(size_t u, size_t i) override {
+    if (i == 0) start_gather(u);  // the other devices copy from the first when they need the unit
+  }
+  void release_unit(size_t u, size_t i) override;
+  bool gathered(size_t k, size_t i) const override { return replicas_[k][i].impl().storage != nullptr; }
+  void unit_gradients_done(size_t u, size_t i) override;
 
   // Collectives (every rank calls them in the same order): the unit's all-gather queued, one per
   // parameter straight into the buffer that becomes its replica (nothing when already queued or
@@ -132,8 +138,10 @@ class RankParameterShards : public Shards {
   };
   size_t slots_;
   dist::Group group_;
-  Device device_;
-  std::vector<Tensor> weights_;  // [k]: the replica, whole only while its unit is gathered
+  std::vector<Device> devices_;  // this process's, the chunk on the first
+  Device device_;                // devices_[0]
+  std::vector<Tensor> weights_;  // [k]: the replica on the first device, whole only while its unit is gathered
+  std::vector<std::vector<Tensor>> replicas_;  // [k][i]: on device i (replicas_[k][0] is weights_[k])
   std::vector<Unit> units_;
   int64_t steps_ = 0;            // steps taken, for the fault injection
   std::deque<Event> released_;   // the compute stream's points where the last units were released

@@ -103,7 +103,8 @@ struct OptimizerOptions {
   //   optim::FullyShardedDataParallel (core/optim/fsdp.hpp), which gathers each layer's parameters
   //   just before its forward and its backward and adds each gradient into the shards that own it.
   //   With kvstore 'dist_sync' or 'dist_sync_ring' the shards are the ranks (of the dp_group, else the
-  //   world), one device each: rank r keeps chunk r of each unit's flat vector (core/optim/fsdp_dist.hpp);
+  //   world): rank r keeps chunk r of each unit's flat vector on its first device, its other devices
+  //   holding a unit only while it runs (core/optim/fsdp_dist.hpp);
   //   state_dict() is a collective.
   int zero_stage = 0;
   // Stages 1 and 2 over the processes (kvstore dist_sync or dist_sync_ring): the gradients are
