@@ -15,15 +15,7 @@ while IFS='|' read -r np word args; do
   n=$((n + 1))
   # shellcheck disable=SC2086
   sh "$mpirun_sh" "$np" 60 "$prog" --quick $args </dev/null >/dev/null 2>"$err"  # mpirun would read the cases
-  rc=$?
-  why=$(refusal_problem "$rc" "$err" "$word")
-  if [ -n "$why" ]; then
-    echo "FAIL: -np $np --quick $args: $why"
-    sed 's/^/  /' "$err"
-    failed=$((failed + 1))
-  else
-    echo "ok: -np $np --quick $args: exit 2, $(grep '^error' "$err")"
-  fi
+  report_refusal $? "$err" "$word" "-np $np --quick $args" || failed=$((failed + 1))
 done <<'CASES'
 4|--tp-size|grid --tp-size 3
 4|--tp-size|grid --tp-size 8

@@ -41,15 +41,7 @@ while IFS='|' read -r word args rank0 rank1; do
   # shellcheck disable=SC2086
   eval "timeout -k 5 60 mpirun --oversubscribe --bind-to none -np 1 \"$prog\" $common $extra0 : -np 1 \"$prog\" $common $extra1" \
     </dev/null >/dev/null 2>"$err"
-  rc=$?
-  why=$(refusal_problem "$rc" "$err" "$word")
-  if [ -n "$why" ]; then
-    echo "FAIL: $args, rank 0 [$rank0], rank 1 [$rank1]: $why"
-    sed 's/^/  /' "$err"
-    failed=$((failed + 1))
-  else
-    echo "ok: $args, rank 0 [$rank0], rank 1 [$rank1]: exit 2, $(grep '^error' "$err")"
-  fi
+  report_refusal $? "$err" "$word" "$args, rank 0 [$rank0], rank 1 [$rank1]" || failed=$((failed + 1))
 done <<'CASES'
 --zero-stage|memory --quick --steps 2||--zero-stage 2
 --batch-size|memory --quick --steps 2||--batch-size 32
