@@ -391,7 +391,7 @@ TEST_CASE("Trainer on the grid: SGD with ZeRO-0/1/2 over the dp group and clippi
   }
 }
 
-TEST_CASE("Trainer: a dp_group needs a dist kvstore, stage 3 and buckets the world; a tp_group's norm stages 0 to 2") {
+TEST_CASE("Trainer: a dp_group needs a dist kvstore (stage 3 too, test_fsdp_dist.cpp), buckets the world; a tp_group's norm stages 0 to 2") {
   use_devices({cpu(0)});
   dist::Grid grid(tp_for_world());
   Reference ref;
@@ -400,7 +400,8 @@ TEST_CASE("Trainer: a dp_group needs a dist kvstore, stage 3 and buckets the wor
   CHECK_THROWS_AS(optim::Trainer(ref.fc1.collect_params(), "sgd", o, "device"), ConfigError);
   optim::OptimizerOptions three = o;
   three.zero_stage = 3;
-  if (!grid.dp.is_world()) CHECK_THROWS_AS(optim::Trainer(ref.fc1.collect_params(), "sgd", three, "dist_sync"), ConfigError);
+  CHECK_THROWS_AS(optim::Trainer(ref.fc1.collect_params(), "sgd", three, "device"), ConfigError);
+  CHECK_NOTHROW(optim::Trainer(ref.fc1.collect_params(), "sgd", three, "dist_sync"));
   optim::Trainer ok(ref.fc1.collect_params(), "sgd", o, "dist_sync");
   if (!grid.dp.is_world()) CHECK_THROWS_AS(ok.set_buckets(dist::BucketOptions{}), ConfigError);
   optim::OptimizerOptions tp_devices;

@@ -270,7 +270,7 @@ TEST_CASE("ZeRO-3 over a group of ranks (the Trainer's dp_group) equals the unsh
 
 // Two devices a rank: device i of rank r takes part 2 r + i of every global batch (its rows of 2 W
 // parts), the net run through FSDP on both (stage 3) or replicated over every device (stage 0).
-Result train_two_devices(const Setup& u, int stage, int steps = 20) {
+Result train_two_devices(const Setup& u, int stage, ShardOver over = ShardOver::ranks, int steps = 20) {
   const std::vector<Device> two{cpu(0), cpu(1)};
   use_devices(two);
   Result out;
@@ -278,6 +278,7 @@ Result train_two_devices(const Setup& u, int stage, int steps = 20) {
     auto net = three_units(two);
     OptimizerOptions o = u.opt;
     o.zero_stage = stage;
+    o.shard_over = over;
     Trainer trainer(net->collect_params(), u.optimizer, o, u.kvstore);
     std::unique_ptr<FullyShardedDataParallel> fsdp;
     if (stage == 3) fsdp = std::make_unique<FullyShardedDataParallel>(net, trainer, FsdpOptions{u.prefetch});
@@ -310,8 +311,11 @@ Result train_two_devices(const Setup& u, int stage, int steps = 20) {
 
 // ZeRO-3 over the ranks with two devices a rank: the rank's chunk on its first device, the second
 // holding each unit only while it runs; every device's gradients reduce-scattered into the chunk.
-TEST_CASE("ZeRO-3 over the ranks with 2 devices a rank equals the unsharded run, the chunks on each rank's first device") {
+// With ShardOver::all_devices each device keeps its own piece instead: shard 2 r + i of 2 W of every unit.
+TEST_CASE("ZeRO-3 over the ranks with 2 devices a rank equals the unsharded run, the chunks on the first device or split over both") {
   const int64_t mine = chunk_of(kUnits, dist::rank(), dist::world_size());
+  const int64_t piece[2] = {chunk_of(kUnits, 2 * dist::rank(), 2 * dist::world_size()),
+                            chunk_of(kUnits, 2 * dist::rank() + 1, 2 * dist::world_size())};
   for (const Setup& base : {Setup{}, adam_setup()})
     for (bool prefetch : {true, false}) {
       Setup u = base;
@@ -334,6 +338,19 @@ TEST_CASE("ZeRO-3 over the ranks with 2 devices a rank equals the unsharded run,
       CHECK(sharded.memory[1].parameter_bytes == 0);
       CHECK(sharded.memory[1].state_bytes == 0);
       CHECK(sharded.memory[1].gradient_bytes == 0);
+      const Result split = train_two_devices(u, 3, ShardOver::all_devices);
+      CHECK(split.released);
+      CHECK(close_params(alone.params, split.params, 1e-6));
+      CHECK(close_params(sharded.params, split.params, 1e-6));
+      CHECK(same_on_every_rank(split.params));
+      REQUIRE(split.memory.size() == 2);
+      for (int i = 0; i < 2; ++i) {
+        CAPTURE(i);
+        CHECK(split.memory[static_cast<size_t>(i)].parameter_bytes == 4 * piece[i]);
+        CHECK(split.memory[static_cast<size_t>(i)].summed_gradient_bytes == 4 * piece[i]);
+        CHECK(split.memory[static_cast<size_t>(i)].state_bytes == 4 * slots * piece[i]);
+        CHECK(split.memory[static_cast<size_t>(i)].gradient_bytes == 0);
+      }
     }
 }
 

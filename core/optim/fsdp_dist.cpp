@@ -5,6 +5,7 @@
 
 #include "core/allocator.hpp"
 #include "core/autograd.hpp"
+#include "core/comm.hpp"
 #include "core/copy.hpp"
 #include "core/dist/collectives.hpp"
 #include "core/dist/process_group.hpp"
@@ -73,21 +74,29 @@ void RankParameterShards::shard(const std::vector<std::vector<Tensor>>& weights,
     unit.params = params;
     unit.offsets.push_back(0);
     for (size_t k : params) unit.offsets.push_back(unit.offsets.back() + weights_[k].numel());
-    const int64_t P = unit.offsets.back();
+    const int64_t P = unit.offsets.back(), h = static_cast<int64_t>(holders()), W = group_.size();
     unit.lo = dist::chunk_begin(P, r, group_);
     unit.n = dist::chunk_begin(P, r + 1, group_) - unit.lo;
-    // This rank's replica holds the same values as every other rank's: its chunk is a local copy.
-    unit.param = [&] {
-      MemoryTagScope tag(MemoryTag::parameters);
-      return Tensor::empty({unit.n}, device_);
-    }();
-    each_unit_piece(unit.offsets, unit.lo, unit.lo + unit.n, [&](size_t i, int64_t a, int64_t b) {
-      copy_bytes(weights_[params[i]], static_cast<size_t>(a - unit.offsets[i]) * kBytesPerFloat, unit.param,
-                 static_cast<size_t>(a - unit.lo) * kBytesPerFloat, static_cast<size_t>(b - a) * kBytesPerFloat);
-    });
-    {
-      MemoryTagScope tag(MemoryTag::summed_gradients);
-      unit.grad = Tensor::zeros({unit.n}, device_);
+    // Holder i's piece: shard r h + i of W h (the one split rule nests: the pieces are the chunk).
+    // This rank's replicas hold the same values as every other rank's: a piece is a local copy.
+    for (int64_t i = 0; i < h; ++i) {
+      Piece piece;
+      piece.lo = chunk_begin(P, r * h + i, W * h);
+      piece.n = chunk_begin(P, r * h + i + 1, W * h) - piece.lo;
+      const Device d = devices_[static_cast<size_t>(i)];
+      {
+        MemoryTagScope tag(MemoryTag::parameters);
+        piece.param = Tensor::empty({piece.n}, d);
+      }
+      each_unit_piece(unit.offsets, piece.lo, piece.lo + piece.n, [&](size_t j, int64_t a, int64_t b) {
+        copy_bytes(replicas_[params[j]][static_cast<size_t>(i)], static_cast<size_t>(a - unit.offsets[j]) * kBytesPerFloat,
+                   piece.param, static_cast<size_t>(a - piece.lo) * kBytesPerFloat, static_cast<size_t>(b - a) * kBytesPerFloat);
+      });
+      {
+        MemoryTagScope tag(MemoryTag::summed_gradients);
+        piece.grad = Tensor::zeros({piece.n}, d);
+      }
+      unit.pieces.push_back(std::move(piece));
     }
     laid.push_back(std::move(unit));
   }
@@ -141,16 +150,18 @@ void RankParameterShards::place_state(const std::vector<std::string>& names,
           throw ShapeError("Trainer: a slot of the optimizer state of '" + names[unit.params[i]] + "' has " +
                            std::to_string(slot.size()) + " values but the parameter has " +
                            std::to_string(unit.offsets[i + 1] - unit.offsets[i]));
-    unit.state.assign(slots_, Tensor());
-    for (size_t j = 0; j < slots_; ++j) {
-      std::vector<float> flat(static_cast<size_t>(unit.n), 0.0f);  // zeros before the first step
-      each_unit_piece(unit.offsets, unit.lo, unit.lo + unit.n, [&](size_t i, int64_t a, int64_t b) {
-        const auto& from = host[unit.params[i]][j];
-        if (!from.empty())
-          std::copy(from.begin() + (a - unit.offsets[i]), from.begin() + (b - unit.offsets[i]), flat.begin() + (a - unit.lo));
-      });
-      MemoryTagScope tag(MemoryTag::optimizer_state);
-      unit.state[j] = Tensor::from_vector(flat, {unit.n}, device_);
+    for (Piece& piece : unit.pieces) {
+      piece.state.assign(slots_, Tensor());
+      for (size_t j = 0; j < slots_; ++j) {
+        std::vector<float> flat(static_cast<size_t>(piece.n), 0.0f);  // zeros before the first step
+        each_unit_piece(unit.offsets, piece.lo, piece.lo + piece.n, [&](size_t i, int64_t a, int64_t b) {
+          const auto& from = host[unit.params[i]][j];
+          if (!from.empty())
+            std::copy(from.begin() + (a - unit.offsets[i]), from.begin() + (b - unit.offsets[i]), flat.begin() + (a - piece.lo));
+        });
+        MemoryTagScope tag(MemoryTag::optimizer_state);
+        piece.state[j] = Tensor::from_vector(flat, {piece.n}, piece.param.device());
+      }
     }
   }
   for (auto& slots : host)
@@ -170,12 +181,13 @@ void RankParameterShards::start_gather(size_t u) {
   }
   // All-gather, parameter by parameter: every rank gives the part of it that lies in its chunk, and
   // the result lands in the buffer that becomes the replica, so no second copy of the unit is made.
+  unit.sending = chunk_on_first(unit, [](const Piece& p) -> const Tensor& { return p.param; });
   MemoryTagScope tag(MemoryTag::gathered);
   for (size_t i = 0; i < unit.params.size(); ++i) {
     const Tensor& w = weights_[unit.params[i]];
     unit.gathering.push_back(Tensor::empty(w.shape(), device_));
     const int64_t in_chunk = std::clamp<int64_t>(unit.offsets[i] - unit.lo, 0, unit.n);
-    unit.works.push_back(dist::allgather_async(unit.param, in_chunk, unit.gathering.back(), counts_of(unit.offsets, i, group_), group_));
+    unit.works.push_back(dist::allgather_async(unit.sending, in_chunk, unit.gathering.back(), counts_of(unit.offsets, i, group_), group_));
   }
 }
 
@@ -185,7 +197,7 @@ void RankParameterShards::gather(size_t u) {
   start_gather(u);
   for (auto& work : unit.works) work.wait();  // this device's compute stream waits for them here, not before
   for (size_t i = 0; i < unit.params.size(); ++i) weights_[unit.params[i]].impl().storage = unit.gathering[i].storage();
-  unit.gathering.clear(), unit.works.clear();
+  unit.gathering.clear(), unit.works.clear(), unit.sending = Tensor();
 }
 
 void RankParameterShards::release(size_t u) {
@@ -215,7 +227,16 @@ void RankParameterShards::reduce_scatter_gradients(size_t u) {
     weights_[unit.params[i]].impl().grad.reset();  // the communication thread holds it until it is read
   }
   for (auto& work : works) work.wait();
-  if (unit.n > 0) add_(unit.grad, mine);  // accumulated: several backward passes before a step add up
+  // Accumulated: several backward passes before a step add up. Each holder's part of the chunk's sum
+  // into its piece (one holder: the whole chunk, in place).
+  if (unit.pieces.size() == 1 && unit.n > 0) add_(unit.pieces[0].grad, mine);
+  for (size_t i = 0; unit.pieces.size() > 1 && i < unit.pieces.size(); ++i) {
+    const Piece& p = unit.pieces[i];
+    if (p.n == 0) continue;
+    Tensor part = Tensor::empty({p.n}, p.grad.device());
+    copy_bytes(mine, static_cast<size_t>(p.lo - unit.lo) * kBytesPerFloat, part, 0, static_cast<size_t>(p.n) * kBytesPerFloat);
+    add_(p.grad, part);
+  }
 }
 
 void RankParameterShards::step(const StepInput& in, const Step& step, GradClip* clip) {
@@ -225,16 +246,18 @@ void RankParameterShards::step(const StepInput& in, const Step& step, GradClip* 
   Step s = step;
   if (clip) {  // clip_grad_norm_: every unit's chunk's squares, added over the ranks
     double squares = 0;
-    for (const Unit& unit : units_) squares += unit.n > 0 ? sum_of_squares(unit.grad) : 0.0;
+    for (const Unit& unit : units_)
+      for (const Piece& p : unit.pieces) squares += p.n > 0 ? sum_of_squares(p.grad) : 0.0;
     s = clip->apply(step, dist::sum_over_ranks({squares}, group_)[0]);
   }
   std::vector<ReplicaStep> mine;  // every unit's chunk: its parameters, state and summed gradient
   for (size_t u = 0; u < units_.size(); ++u) {
     Unit& unit = units_[u];
     for (auto& work : unit.works) work.wait();  // a prefetch never used
-    unit.gathering.clear(), unit.works.clear();
+    unit.gathering.clear(), unit.works.clear(), unit.sending = Tensor();
     release(u);
-    if (unit.n > 0) mine.push_back({unit.param, unit.state, unit.grad});
+    for (const Piece& p : unit.pieces)
+      if (p.n > 0) mine.push_back({p.param, p.state, p.grad});
   }
   update_my_shard_then_all_gather(mine, s);  // stage 3: the chunks in place; the next forward gathers
   for (const ReplicaStep& r : mine) fill_(r.g, 0.0f);
@@ -245,7 +268,7 @@ std::vector<std::vector<float>> RankParameterShards::parameters() const {
   std::vector<std::vector<float>> out(weights_.size());
   for (const Unit& unit : units_) {
     const Tensor whole = Tensor::empty({unit.offsets.back()}, device_);
-    dist::allgather(unit.param, whole, group_);
+    dist::allgather(chunk_on_first(unit, [](const Piece& p) -> const Tensor& { return p.param; }), whole, group_);
     const std::vector<float> v = whole.to_vector();
     for (size_t i = 0; i < unit.params.size(); ++i)
       out[unit.params[i]].assign(v.begin() + unit.offsets[i], v.begin() + unit.offsets[i + 1]);
@@ -254,15 +277,16 @@ std::vector<std::vector<float>> RankParameterShards::parameters() const {
 }
 
 void RankParameterShards::set_parameters(const std::vector<std::vector<float>>& full) {
-  for (Unit& unit : units_) {
-    if (unit.n == 0) continue;
-    std::vector<float> flat(static_cast<size_t>(unit.n));
-    each_unit_piece(unit.offsets, unit.lo, unit.lo + unit.n, [&](size_t i, int64_t a, int64_t b) {
-      const auto& from = full.at(unit.params[i]);
-      std::copy(from.begin() + (a - unit.offsets[i]), from.begin() + (b - unit.offsets[i]), flat.begin() + (a - unit.lo));
-    });
-    copy_bytes(Tensor::from_vector(flat, {unit.n}, device_), 0, unit.param, 0, static_cast<size_t>(unit.n) * kBytesPerFloat);
-  }
+  for (Unit& unit : units_)
+    for (Piece& p : unit.pieces) {
+      if (p.n == 0) continue;
+      std::vector<float> flat(static_cast<size_t>(p.n));
+      each_unit_piece(unit.offsets, p.lo, p.lo + p.n, [&](size_t i, int64_t a, int64_t b) {
+        const auto& from = full.at(unit.params[i]);
+        std::copy(from.begin() + (a - unit.offsets[i]), from.begin() + (b - unit.offsets[i]), flat.begin() + (a - p.lo));
+      });
+      copy_bytes(Tensor::from_vector(flat, {p.n}, p.param.device()), 0, p.param, 0, static_cast<size_t>(p.n) * kBytesPerFloat);
+    }
 }
 
 std::vector<std::vector<std::vector<float>>> RankParameterShards::gather_state() const {
@@ -271,7 +295,7 @@ std::vector<std::vector<std::vector<float>>> RankParameterShards::gather_state()
   for (const Unit& unit : units_)
     for (size_t j = 0; j < slots_; ++j) {
       const Tensor whole = Tensor::empty({unit.offsets.back()}, device_);
-      dist::allgather(unit.state[j], whole, group_);
+      dist::allgather(chunk_on_first(unit, [j](const Piece& p) -> const Tensor& { return p.state[j]; }), whole, group_);
       const std::vector<float> v = whole.to_vector();
       for (size_t i = 0; i < unit.params.size(); ++i)
         out[unit.params[i]][j].assign(v.begin() + unit.offsets[i], v.begin() + unit.offsets[i + 1]);
@@ -285,35 +309,50 @@ static int64_t bytes_held(const Tensor& t) {
 
 int64_t RankParameterShards::parameter_bytes() const {
   int64_t n = 0;
-  for (const Unit& unit : units_) n += bytes_held(unit.param);
+  for (const Unit& unit : units_)
+    for (const Piece& p : unit.pieces) n += bytes_held(p.param);
   return n;
 }
 
 int64_t RankParameterShards::gradient_bytes() const {
   int64_t n = 0;
-  for (const Unit& unit : units_) n += bytes_held(unit.grad);
+  for (const Unit& unit : units_)
+    for (const Piece& p : unit.pieces) n += bytes_held(p.grad);
   return n;
 }
 
 int64_t RankParameterShards::state_bytes() const {
   int64_t n = 0;
   for (const Unit& unit : units_)
-    for (const Tensor& t : unit.state) n += bytes_held(t);
+    for (const Piece& p : unit.pieces)
+      for (const Tensor& t : p.state) n += bytes_held(t);
   return n;
 }
 
 void RankParameterShards::add_memory(const std::function<DeviceMemory&(Device)>& at) const {
-  if (!placed()) return;  // the replicas are released: the chunks are all this rank keeps
-  DeviceMemory& m = at(device_);
-  m.parameter_bytes += parameter_bytes();
-  m.summed_gradient_bytes += gradient_bytes();
-  m.state_bytes += state_bytes();
+  if (!placed()) return;  // the replicas are released: the pieces are all this rank keeps
+  for (const Unit& unit : units_)
+    for (const Piece& p : unit.pieces) {
+      DeviceMemory& m = at(p.param.device());
+      m.parameter_bytes += bytes_held(p.param);
+      m.summed_gradient_bytes += bytes_held(p.grad);
+      for (const Tensor& t : p.state) m.state_bytes += bytes_held(t);
+    }
 }
 
 int64_t RankParameterShards::chunk() const {
   int64_t n = 0;
   for (const Unit& unit : units_) n += unit.n;
   return n;
+}
+
+Tensor RankParameterShards::chunk_on_first(const Unit& unit, const std::function<const Tensor&(const Piece&)>& field) const {
+  if (unit.pieces.size() == 1) return field(unit.pieces[0]);
+  Tensor chunk = Tensor::empty({unit.n}, device_);  // the pieces end to end on the first device
+  for (const Piece& p : unit.pieces)
+    if (p.n > 0)
+      copy_bytes(field(p), 0, chunk, static_cast<size_t>(p.lo - unit.lo) * kBytesPerFloat, static_cast<size_t>(p.n) * kBytesPerFloat);
+  return chunk;
 }
 
 std::vector<int64_t> RankParameterShards::unit_sizes() const {

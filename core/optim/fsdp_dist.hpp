@@ -45,6 +45,7 @@
 #pragma once
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -58,8 +59,12 @@ namespace d2l::optim::zero {
 
 class RankParameterShards : public Shards {
  public:
-  // group: the ranks that hold the shards (the world, or a dp group).
-  explicit RankParameterShards(size_t slots, dist::Group group = dist::Group()) : slots_(slots), group_(std::move(group)) {}
+  // group: the ranks that hold the shards (the world, or a dp group). over_devices
+  // (ShardOver::all_devices): each of a process's k devices keeps its own piece of the rank's chunks,
+  // shard r k + i of W k of every unit (the one split rule nests: the pieces are the chunk); the
+  // all-gathers and reduce-scatters over the ranks stay the chunk's, through the first device.
+  explicit RankParameterShards(size_t slots, dist::Group group = dist::Group(), bool over_devices = false)
+      : slots_(slots), group_(std::move(group)), over_devices_(over_devices) {}
 
   // The first call: weights[k] are parameter k's replicas (on this process's devices, the same for
   // every parameter; a ConfigError otherwise, before any collective), units[u] the Trainer's
@@ -127,17 +132,27 @@ class RankParameterShards : public Shards {
   std::vector<int64_t> unit_sizes() const;
 
  private:
+  // Holder i's piece of a unit's chunk: [lo, lo + n) of the unit's flat vector, on device i.
+  struct Piece {
+    int64_t lo = 0, n = 0;
+    Tensor param, grad;         // the piece's parameters and summed gradient (n elements)
+    std::vector<Tensor> state;  // per slot, n elements
+  };
   struct Unit {
     std::vector<size_t> params;    // the Trainer's indices
     std::vector<int64_t> offsets;  // each parameter's first element in the unit's flat vector, P_u last
     int64_t lo = 0, n = 0;         // this rank's chunk: [lo, lo + n)
-    Tensor param, grad;            // the chunk's parameters and summed gradient (n elements)
-    std::vector<Tensor> state;     // per slot, n elements
+    std::vector<Piece> pieces;     // the whole chunk on the first device, or with over_devices one a device
     std::vector<Tensor> gathering;  // per parameter, the buffer its all-gather is writing (queued, not yet waited for)
     std::vector<dist::Work> works;
+    Tensor sending;                 // the chunk those all-gathers read (the pieces end to end, on the first device)
   };
   size_t slots_;
   dist::Group group_;
+  bool over_devices_;
+  size_t holders() const { return over_devices_ ? devices_.size() : 1; }
+  // A field of the unit's pieces end to end on the first device: the chunk (the piece itself when one).
+  Tensor chunk_on_first(const Unit& unit, const std::function<const Tensor&(const Piece&)>& field) const;
   std::vector<Device> devices_;  // this process's, the chunk on the first
   Device device_;                // devices_[0]
   std::vector<Tensor> weights_;  // [k]: the replica on the first device, whole only while its unit is gathered

@@ -88,17 +88,21 @@ Trainer::Trainer(const nn::ParameterDict& params, const std::string& optimizer, 
     // device of every rank.
     const std::string stage = std::to_string(options_.zero_stage);
     const bool processes = kv_->type() == "dist_sync" || kv_->type() == "dist_sync_ring";
-    if (options_.shard_over != ShardOver::ranks && (!processes || options_.zero_stage == 3))
+    if (options_.shard_over != ShardOver::ranks && !processes)
       throw ConfigError(std::string("Trainer: shard_over ") + shard_over_name(options_.shard_over) +
-                        " shards over the devices of each process: it needs kvstore dist_sync or dist_sync_ring and "
-                        "zero_stage 1 or 2, not kvstore '" + kv_->type() + "' at zero_stage " + stage);
+                        " shards over the devices of each process of a world: it needs kvstore dist_sync or "
+                        "dist_sync_ring, not kvstore '" + kv_->type() + "'");
+    if (options_.shard_over == ShardOver::devices && options_.zero_stage == 3)
+      throw ConfigError("Trainer: shard_over devices (HYBRID_SHARD) replicates the shards over the ranks at zero_stage 1 "
+                        "or 2, not at zero_stage 3");
     // Where the shards live is decided here, once; from here on the Trainer calls them the same way.
     if (options_.shard_over == ShardOver::devices) {
       auto devices = std::make_unique<zero::ShardedState>(state_names_.size(), options_.zero_stage);
       devices->replicate_over(options_.dp_group.value_or(dist::Group()));
       zero_ = std::move(devices);
     } else if (processes && options_.zero_stage == 3)
-      zero_ = std::make_unique<zero::RankParameterShards>(state_names_.size(), options_.dp_group.value_or(dist::Group()));
+      zero_ = std::make_unique<zero::RankParameterShards>(state_names_.size(), options_.dp_group.value_or(dist::Group()),
+                                                          options_.shard_over == ShardOver::all_devices);
     else if (processes)
       zero_ = std::make_unique<zero::RankShardedState>(state_names_.size(), options_.zero_stage,
                                                        options_.reduce_bucket_mb, options_.dp_group.value_or(dist::Group()),

@@ -122,8 +122,9 @@ struct OptimizerOptions {
   // model's (stages 0 to 2; ConfigError at stage 3 and with shards over the devices of a process).
   std::optional<dist::Group> dp_group{}, tp_group{};
   // Stages 1 and 2 with kvstore dist_sync or dist_sync_ring and several devices per process: what
-  // holds the shards (ShardOver, above). Other than `ranks`: a ConfigError with another kvstore or at
-  // stage 3, and `devices` with DDP's buckets too.
+  // holds the shards (ShardOver, above; all_devices at stage 3 too: each device its piece of every
+  // unit's chunk). Other than `ranks`: a ConfigError with another kvstore; `devices` at stage 3 and
+  // with DDP's buckets too.
   ShardOver shard_over = ShardOver::ranks;
 };
 using SGDOptions = OptimizerOptions;  // its name while SGD was the only optimizer
