@@ -1,21 +1,19 @@
-// Part 1 over processes with several devices each (mpirun, --num-gpus k > 1): ZeRO-1, 2 and 3 over W
-// ranks x k devices in the layouts of OptimizerOptions::shard_over, beside the replicated run over the
-// same W k devices. Every device takes one of the W k parts of each minibatch (rank r's device i: part
-// r k + i, the book's split_and_load over the ranks' devices in rank order) and the same Adam training
-// as the rest of part 1 runs from the same initial parameters in each:
+// Part 1 over processes with several devices each (mpirun, --num-gpus k > 1): FSDP's two hybrid
+// layouts of ZeRO-1 and ZeRO-2, W ranks x k devices, beside the replicated run over the same W k
+// devices. Every device takes one of the W k parts of each minibatch (rank r's device i: part r k + i,
+// the book's split_and_load over the ranks' devices in rank order) and the same Adam training as the
+// rest of part 1 runs five times from the same initial parameters:
 //   replicated       kvstore dist_sync at zero_stage 0: every device keeps the whole state, 8 Psi;
 //   over the ranks   zero_stage 1 and 2 (the default): the shards are the ranks, and a process's k
 //                    devices are replicas of each other (core/optim/zero_dist.hpp). Their gradients
 //                    are summed on the first device before the reduce-scatter; rank r's chunk of the
 //                    state (8 Psi_r, Psi_r of the W-way split) and, at stage 2, of the summed gradient
-//                    (4 Psi_r) live on that first device, none on the others; at stage 3 (FSDP) also
-//                    its chunk of every layer's parameters, the others copying a layer while it runs;
-//   every device     zero_stage 1 to 3 with ShardOver::all_devices: every device of every rank its own
+//                    (4 Psi_r) live on that first device, none on the others;
+//   every device     zero_stage 1 and 2 with ShardOver::all_devices: every device of every rank its own
 //                    shard, W k of them: device i of rank r keeps the state of shard r k + i (8 Psi_rk+i);
 //                    the rank's shards together are its chunk of the W-way split (the rule nests), so the
 //                    reduce-scatter and all-gather over the ranks are the first layout's, the summed
 //                    chunk (4 Psi_r at stage 2) on the first device, each device updating its piece;
-//                    at stage 3 each device keeps its piece of every layer's parameters, sum and state;
 //   over the devices zero_stage 1 and 2 with ShardOver::devices (FSDP's HYBRID_SHARD): the shards are each
 //                    process's devices, replicated over the ranks (core/optim/zero.hpp): device i of
 //                    every rank keeps shard i (8 Psi_i of state, Psi_i of the k-way split), its
@@ -23,6 +21,7 @@
 //                    machine, replicated across machines, where the links are slow.
 // What each device holds is measured from its allocator's tags, as in the rest of part 1, and every
 // run's parameters, on every device of every rank, are compared with the replicated run's.
+// (ZeRO-3 with several devices per rank is not built: its runs above use one device a rank.)
 #include <algorithm>
 #include <cmath>
 #include <sstream>
@@ -37,7 +36,6 @@
 #include "core/dist/process_group.hpp"
 #include "core/nn/sequential.hpp"
 #include "core/ops.hpp"
-#include "core/optim/fsdp.hpp"
 #include "core/optim/trainer.hpp"
 #include "core/rng.hpp"
 #include "core/runtime.hpp"
@@ -58,18 +56,7 @@ std::vector<float> all_replicas(const nn::Block& net) {
 }
 
 // n elements split k ways: part i's size (the one split rule, core/comm.hpp's chunk_begin).
-int64_t part_of(int64_t n, int64_t i, int64_t k) { return chunk_begin(n, i + 1, k) - chunk_begin(n, i, k); }
-
-// Stage 3: part i of k of every unit's flat vector (FSDP's units: the net's layers), added up.
-int64_t unit_parts(const nn::Sequential& net, int64_t i, int64_t k) {
-  int64_t n = 0;
-  for (auto& [name, child] : net.children()) {
-    int64_t psi_u = 0;
-    for (auto& p : child->collect_params().trainable()) psi_u += p->list_data()[0].numel();
-    n += part_of(psi_u, i, k);
-  }
-  return n;
-}
+int64_t part_of(int64_t n, int i, int k) { return chunk_begin(n, i + 1, k) - chunk_begin(n, i, k); }
 
 }  // namespace
 
@@ -93,8 +80,6 @@ HybridResult hybrid_over_ranks(const Config& cfg) {
   std::vector<std::pair<HybridLayout, int>> runs{{HybridLayout::replicated, 0}};
   for (int stage = 1; stage <= std::min(cfg.zero_stage, 2); ++stage)
     for (HybridLayout l : {HybridLayout::over_ranks, HybridLayout::over_all, HybridLayout::over_devices}) runs.push_back({l, stage});
-  if (cfg.zero_stage == 3)  // HYBRID_SHARD's layout is stages 1 and 2 only
-    for (HybridLayout l : {HybridLayout::over_ranks, HybridLayout::over_all}) runs.push_back({l, 3});
   for (auto [layout, stage] : runs) {
     manual_seed(cfg.seed);
     std::vector<MemoryStats> before;  // what the devices held before this run (its bytes are the difference)
@@ -108,85 +93,74 @@ HybridResult hybrid_over_ranks(const Config& cfg) {
                                                       : optim::ShardOver::ranks;
     HybridRun run;
     run.layout = layout, run.stage = stage;
-    optim::Trainer trainer(net->collect_params(), "adam", o, "dist_sync");
-    std::unique_ptr<optim::FullyShardedDataParallel> fsdp;  // stage 3: FSDP(net), its units sharded here
-    if (stage == 3) fsdp = std::make_unique<optim::FullyShardedDataParallel>(net, trainer);
-    load_run(cfg, *net, trainer);  // --load: the checkpoint in place of the seed's parameters
-    int step = 0;
-    for (int64_t epoch = 0; step <= cfg.steps; ++epoch) {
-      for (const Batch& b : train_iter.epoch(epoch)) {
-        if (step > cfg.steps) break;
-        check_interrupt();
-        if (step == 1) {
-          waitall();
-          for (const Device& d : devices) runtime(d).allocator->reset_peak();
+    {
+      optim::Trainer trainer(net->collect_params(), "adam", o, "dist_sync");
+      load_run(cfg, *net, trainer);  // --load: the checkpoint in place of the seed's parameters
+      int step = 0;
+      for (int64_t epoch = 0; step <= cfg.steps; ++epoch) {
+        for (const Batch& b : train_iter.epoch(epoch)) {
+          if (step > cfg.steps) break;
+          check_interrupt();
+          if (step == 1) {
+            waitall();
+            for (const Device& d : devices) runtime(d).allocator->reset_peak();
+          }
+          // ls = [loss(net(X_q), y_q) for the parts q = r k + i of this rank's devices]; l.backward() each
+          std::vector<Tensor> ls;
+          for (int i = 0; i < k; ++i) {
+            const int64_t q = int64_t(me) * k + i, lo = b.n * q / (int64_t(W) * k), hi = b.n * (q + 1) / (int64_t(W) * k);
+            Shape xs{hi - lo};
+            xs.insert(xs.end(), feature_shape.begin(), feature_shape.end());
+            Tensor X = Tensor::from_vector(std::vector<float>(b.X.begin() + lo * features, b.X.begin() + hi * features), xs, devices[i]);
+            Tensor y = Tensor::from_vector(std::vector<int32_t>(b.y.begin() + lo, b.y.begin() + hi), {hi - lo}, devices[i]);
+            ls.push_back(softmax_cross_entropy((*net)(X), y, Reduction::sum));
+          }
+          for (auto& l : ls) l.backward();
+          trainer.step(b.n);  // the gradient summed over every device of every rank: the whole minibatch's
+          double loss = 0;
+          for (auto& l : ls) loss += l.item();
+          check_loss(dist::sum_over_ranks({loss})[0], 1, step + 1);
+          ++step;
         }
-        // ls = [loss(net(X_q), y_q) for the parts q = r k + i of this rank's devices]; l.backward() each
-        std::vector<Tensor> Xs, ys, ls;
+      }
+      waitall(), dist::synchronize();
+      out.psi = 0;
+      for (auto& p : net->collect_params().trainable()) out.psi += p->list_data()[0].numel();
+      // Measured: every device's bytes by tag now, between steps, then every rank's rows.
+      std::vector<double> mine;
+      for (size_t i = 0; i < devices.size(); ++i) {
+        const MemoryStats now = runtime(devices[i]).allocator->stats();
+        auto held = [&](MemoryTag t) { return double(now.held(t) - before[i].held(t)); };
+        for (double f : {held(MemoryTag::parameters), held(MemoryTag::gradients), held(MemoryTag::summed_gradients),
+                         held(MemoryTag::optimizer_state), held(MemoryTag::gathered), double(now.peak),
+                         double(now.at_peak[static_cast<int>(MemoryTag::other)])})
+          mine.push_back(f);
+      }
+      const std::vector<double> all = from_every_rank(mine);
+      constexpr size_t kFigures = 7;
+      for (int r = 0; r < W; ++r)
         for (int i = 0; i < k; ++i) {
-          const int64_t q = int64_t(me) * k + i, lo = b.n * q / (int64_t(W) * k), hi = b.n * (q + 1) / (int64_t(W) * k);
-          Shape xs{hi - lo};
-          xs.insert(xs.end(), feature_shape.begin(), feature_shape.end());
-          Xs.push_back(Tensor::from_vector(std::vector<float>(b.X.begin() + lo * features, b.X.begin() + hi * features), xs, devices[i]));
-          ys.push_back(Tensor::from_vector(std::vector<int32_t>(b.y.begin() + lo, b.y.begin() + hi), {hi - lo}, devices[i]));
+          const double* f = &all[(size_t(r) * k + i) * kFigures];
+          // The shard this device holds: rank r's chunk on its first device (over the ranks), shard i
+          // on device i of every rank (over the devices), nothing when replicated.
+          // Every device: shard r k + i of W k for the state, the rank's chunk summed on its first device.
+          int64_t shard = 0, sum_shard = 0;
+          if (layout == HybridLayout::over_ranks && i == 0) shard = sum_shard = part_of(out.psi, r, W);
+          if (layout == HybridLayout::over_devices) shard = sum_shard = part_of(out.psi, i, k);
+          if (layout == HybridLayout::over_all) shard = part_of(out.psi, r * k + i, W * k), sum_shard = i == 0 ? part_of(out.psi, r, W) : 0;
+          MemoryRow row{W * k, stage, devices[i]};
+          row.parameter_bytes = int64_t(f[0]), row.gradient_bytes = int64_t(f[1]);
+          row.summed_gradient_bytes = int64_t(f[2]), row.state_bytes = int64_t(f[3]), row.gathered_bytes = int64_t(f[4]);
+          row.peak_bytes = int64_t(f[5]), row.peak_by_tag[static_cast<int>(MemoryTag::other)] = int64_t(f[6]);
+          row.formula_parameter_bytes = 4 * out.psi;
+          row.formula_gradient_bytes = stage >= 2 ? 0 : 4 * out.psi;
+          row.formula_summed_gradient_bytes = stage >= 2 ? 4 * sum_shard : 0;
+          row.formula_state_bytes = 8 * (stage == 0 ? out.psi : shard);
+          run.rows.push_back(row);
         }
-        const std::vector<Tensor> outputs = fsdp ? (*fsdp)(Xs) : (*net)(Xs);
-        for (int i = 0; i < k; ++i) ls.push_back(softmax_cross_entropy(outputs[size_t(i)], ys[size_t(i)], Reduction::sum));
-        for (auto& l : ls) l.backward();
-        trainer.step(b.n);  // the gradient summed over every device of every rank: the whole minibatch's
-        double loss = 0;
-        for (auto& l : ls) loss += l.item();
-        check_loss(dist::sum_over_ranks({loss})[0], 1, step + 1);
-        ++step;
-      }
     }
-    waitall(), dist::synchronize();
-    out.psi = 0;
-    for (auto& p : net->collect_params().trainable()) out.psi += p->list_data()[0].numel();
-    // Measured: every device's bytes by tag now, between steps, then every rank's rows.
-    std::vector<double> mine;
-    for (size_t i = 0; i < devices.size(); ++i) {
-      const MemoryStats now = runtime(devices[i]).allocator->stats();
-      auto held = [&](MemoryTag t) { return double(now.held(t) - before[i].held(t)); };
-      for (double f : {held(MemoryTag::parameters), held(MemoryTag::gradients), held(MemoryTag::summed_gradients),
-                       held(MemoryTag::optimizer_state), held(MemoryTag::gathered), double(now.peak),
-                       double(now.at_peak[static_cast<int>(MemoryTag::other)])})
-        mine.push_back(f);
-    }
-    const std::vector<double> all = from_every_rank(mine);
-    constexpr size_t kFigures = 7;
-    for (int r = 0; r < W; ++r)
-      for (int i = 0; i < k; ++i) {
-        const double* f = &all[(size_t(r) * k + i) * kFigures];
-        // The shard this device holds: rank r's chunk on its first device (over the ranks), shard i
-        // on device i of every rank (over the devices), nothing when replicated.
-        // Every device: shard r k + i of W k for the state, the rank's chunk summed on its first device.
-        // Stage 3: the same split for every unit's flat vector (FSDP's units, the layers), added up.
-        auto parts = [&](int64_t part, int64_t of) { return stage == 3 ? unit_parts(*net, part, of) : part_of(out.psi, part, of); };
-        int64_t shard = 0, sum_shard = 0;
-        if (layout == HybridLayout::over_ranks && i == 0) shard = sum_shard = parts(r, W);
-        if (layout == HybridLayout::over_devices) shard = sum_shard = parts(i, k);
-        if (layout == HybridLayout::over_all)
-          shard = parts(int64_t(r) * k + i, int64_t(W) * k), sum_shard = stage == 3 ? shard : i == 0 ? parts(r, W) : 0;
-        MemoryRow row{W * k, stage, devices[i]};
-        row.parameter_bytes = int64_t(f[0]), row.gradient_bytes = int64_t(f[1]);
-        row.summed_gradient_bytes = int64_t(f[2]), row.state_bytes = int64_t(f[3]), row.gathered_bytes = int64_t(f[4]);
-        row.peak_bytes = int64_t(f[5]), row.peak_by_tag[static_cast<int>(MemoryTag::other)] = int64_t(f[6]);
-        row.formula_parameter_bytes = 4 * (stage == 3 ? shard : out.psi);
-        row.formula_gradient_bytes = stage >= 2 ? 0 : 4 * out.psi;
-        row.formula_summed_gradient_bytes = stage >= 2 ? 4 * sum_shard : 0;
-        row.formula_state_bytes = 8 * (stage == 0 ? out.psi : shard);
-        run.rows.push_back(row);
-      }
-    // Every device's replicas against the replicated run's, and against rank 0's (broadcast); at
-    // stage 3 made whole for it (a collective).
-    std::vector<float> values;
-    if (fsdp) {
-      optim::FullyShardedDataParallel::FullParameters whole(*fsdp);
-      values = all_replicas(*net);
-    } else {
-      values = all_replicas(*net);
-    }
+    // Every device's replicas against the replicated run's, and against rank 0's (broadcast).
+    const std::vector<float> values = all_replicas(*net);
     if (layout == HybridLayout::replicated) replicated = values;
     Tensor rank0 = Tensor::from_vector(values, {static_cast<int64_t>(values.size())}, cpu(0));
     dist::broadcast(rank0, 0);
@@ -200,10 +174,10 @@ HybridResult hybrid_over_ranks(const Config& cfg) {
 }
 
 int print_hybrid(const Config& cfg, const HybridResult& h) {
-  std::printf("\n1b. Hybrid sharding over %d processes x %d devices: ZeRO-1, 2 and 3 with the shards over the ranks "
+  std::printf("\n1b. Hybrid sharding over %d processes x %d devices: ZeRO-1 and ZeRO-2 with the shards over the ranks "
               "(each process's devices replicas of each other), over every device of every rank, and over each "
-              "process's devices (replicated over the ranks, FSDP's HYBRID_SHARD; stages 1 and 2), against replicated "
-              "Adam on the same %d devices\n"
+              "process's devices (replicated over the ranks, FSDP's HYBRID_SHARD), against replicated Adam on the same "
+              "%d devices\n"
               "Psi = %lld, batch %lld split over the %d devices, %d timed steps\n",
               h.ranks, h.devices, h.ranks * h.devices, (long long)h.psi, (long long)cfg.batch_size, h.ranks * h.devices,
               cfg.steps);
@@ -217,14 +191,13 @@ int print_hybrid(const Config& cfg, const HybridResult& h) {
       const int r = static_cast<int>(j) / h.devices, i = static_cast<int>(j) % h.devices;
       std::ostringstream where;
       where << r << ":" << m.device;
-      const std::string psi = run.stage == 3 ? "Psi'_" : "Psi_";  // stage 3: the units' parts added up
-      const std::string chunk = i == 0 ? psi + "r" + std::to_string(r) : "0";
-      const std::string shard = run.layout == HybridLayout::over_devices ? psi + std::to_string(i)
-                                : run.layout == HybridLayout::over_all   ? psi + std::to_string(r * h.devices + i)
+      const std::string chunk = i == 0 ? "Psi_r" + std::to_string(r) : "0";
+      const std::string shard = run.layout == HybridLayout::over_devices ? "Psi_" + std::to_string(i)
+                                : run.layout == HybridLayout::over_all   ? "Psi_" + std::to_string(r * h.devices + i)
                                 : run.layout == HybridLayout::over_ranks ? chunk
                                                                          : "0";
       std::printf("%-12s ", hybrid_layout_name(run.layout));
-      print_memory_row(m, where.str(), shard, 10, 9, run.layout == HybridLayout::over_all && run.stage < 3 ? chunk : "");
+      print_memory_row(m, where.str(), shard, 10, 9, run.layout == HybridLayout::over_all ? chunk : "");
       std::printf("\n");
       if (m.parameter_bytes != m.formula_parameter_bytes || m.gradient_bytes != m.formula_gradient_bytes ||
           m.summed_gradient_bytes != m.formula_summed_gradient_bytes || m.state_bytes != m.formula_state_bytes ||
@@ -237,8 +210,7 @@ int print_hybrid(const Config& cfg, const HybridResult& h) {
   std::printf("(Measured after the last step, by tag, on every device of every rank. Over the ranks: Psi_rR = rank R's "
               "chunk of the %d-way split, on its first device; the others hold replicas only (8*0). Every device: "
               "Psi_g = shard g = R k + i of the %d-way split on device i of rank R, the rank's chunk summed on its "
-              "first device (at ZeRO-3 each device's piece). Psi': at ZeRO-3 the same split of every layer's flat "
-              "vector, added up. Over the devices: Psi_i = shard i of the %d-way split, the same on every rank. Sums of "
+              "first device. Over the devices: Psi_i = shard i of the %d-way split, the same on every rank. Sums of "
               "the W k devices' gradients: at stage 1 they live during the step only)\n",
               h.ranks, h.ranks * h.devices, h.devices);
   // The peaks: over the ranks a process's first device carries the chunk's state, its sum and the

@@ -1,32 +1,25 @@
 #!/bin/sh
 # hybrid_run.sh NP PROGRAM: part 1 of chapter 5 as NP processes of 2 CPU devices each (memory --quick
-# --num-gpus 2 --steps 1), checking what rank 0 prints in its hybrid table (1b): 9 NP 2 rows (replicated;
-# ZeRO-1 and ZeRO-2 with the shards over the ranks, every device, each process's devices; ZeRO-3 over
-# the ranks and every device), each
+# --num-gpus 2 --zero-stage 2 --steps 3), checking what rank 0 prints in its hybrid table (1b): 7 NP 2 rows
+# (replicated; ZeRO-1 and ZeRO-2 with the shards over the ranks, every device, each process's devices), each
 # device's bytes measured from its allocator's tags against the model recomputed here from the
 # printed Psi: parameters 4 Psi everywhere; .grad 4 Psi at stages 0 and 1, none at ZeRO-2; over the
 # ranks rank r's first device keeps the state 8 Psi_r and at ZeRO-2 the summed gradient 4 Psi_r (Psi_r
 # = floor(Psi (r+1) / NP) - floor(Psi r / NP)), its second device none; over the devices device i of
 # every rank keeps 8 Psi_i and at ZeRO-2 4 Psi_i (the same split over 2); over every device, device i
 # of rank r keeps 8 Psi_g, shard g = 2 r + i of the split over 2 NP, and its first device the rank's
-# chunk of the sum 4 Psi_r at ZeRO-2; at ZeRO-3 the same splits of every layer's flat vector (the
-# layers' sizes from the printed widths, 784 -> H x L -> 10), added up, for the parameters, the sum and
-# the state, no .grad; the eight check lines say every device of every rank equals the replicated run
-# and rank 0.
+# chunk of the sum 4 Psi_r at ZeRO-2; the six check lines say every device of every rank equals the
+# replicated run and rank 0.
 np=$1
 prog=$2
 out=$(mktemp) || exit 99
 trap 'rm -f "$out"' EXIT
-sh "$(dirname "$0")/../../tests/dist/mpirun.sh" "$np" 200 "$prog" memory --quick --num-gpus 2 --steps 1 >"$out" 2>&1
+sh "$(dirname "$0")/../../tests/dist/mpirun.sh" "$np" 200 "$prog" memory --quick --num-gpus 2 --zero-stage 2 --steps 3 >"$out" 2>&1
 rc=$?
 cat "$out"
 [ "$rc" -eq 0 ] || { echo "FAIL: exit $rc"; exit 1; }
 awk -v np="$np" '
   function chunk(p, r, n) { return int(p * (r + 1) / n) - int(p * r / n) }
-  function units(r, n) {  # the layers 784 -> H, (L - 1) x H -> H, H -> 10, weights and biases: part r of n of each
-    return chunk(features * hidden + hidden, r, n) + (layers - 1) * chunk(hidden * hidden + hidden, r, n) + chunk(hidden * 10 + 10, r, n)
-  }
-  $1 == "MLP" && features == "" { features = $2; hidden = $4; layers = $6 }
   /^1b\. Hybrid sharding over/ { table = 1; if ($5 != np || $8 != 2) { print "FAIL: the title says " $5 " x " $8; bad++ } }
   table && /^Psi = [0-9]+,/ { psi = $3; sub(/,$/, "", psi) }
   table && ($1 == "replicated" || $1 == "over" || $1 == "every") && $0 ~ /[0-9]+:cpu\(/ {
@@ -37,9 +30,7 @@ awk -v np="$np" '
     if (layout == "ranks" && i == 0) shard = summed = chunk(psi, r, np)
     if (layout == "devices") shard = summed = chunk(psi, i, 2)
     if (layout == "every") { shard = chunk(psi, 2 * r + i, 2 * np); summed = i == 0 ? chunk(psi, r, np) : 0 }
-    if (stage == 3 && layout == "ranks") shard = summed = i == 0 ? units(r, np) : 0
-    if (stage == 3 && layout == "every") shard = summed = units(2 * r + i, 2 * np)
-    params = stage == 3 ? 4 * shard : 4 * psi; grads = stage >= 2 ? 0 : 4 * psi; sums = stage >= 2 ? 4 * summed : 0; state = stage == 0 ? 8 * psi : 8 * shard
+    params = 4 * psi; grads = stage >= 2 ? 0 : 4 * psi; sums = stage >= 2 ? 4 * summed : 0; state = stage == 0 ? 8 * psi : 8 * shard
     w = layout " stage " stage " rank " r " device " i ": "
     if ($(o + 1) != 2 * np) { print "FAIL: " w "N = " $(o + 1) ", expected " 2 * np; bad++ }
     if ($(o + 4) != params || $(o + 6) != params) { print "FAIL: " w "params " $(o + 4) ", expected " params; bad++ }
@@ -49,17 +40,15 @@ awk -v np="$np" '
     if ($(o + 16) != 0) { print "FAIL: " w $(o + 16) " bytes of gathered units"; bad++ }
     if (layout != "replicated") held[layout, stage] += state
   }
-  /^hybrid check, ZeRO-[123], shards (over ranks|every device|over devices): every device.s parameters on every rank equal/ && /are the same bits as rank 0/ { checks++ }
+  /^hybrid check, ZeRO-[12], shards (over ranks|every device|over devices): every device.s parameters on every rank equal/ && /are the same bits as rank 0/ { checks++ }
   END {
     if (psi == "") { print "FAIL: no Psi in the hybrid title"; bad++ }
-    if (rows != 9 * 2 * np) { print "FAIL: " rows " hybrid rows, expected " 9 * 2 * np; bad++ }
-    if (checks != 8) { print "FAIL: " checks " passing hybrid check lines, expected 8"; bad++ }
-    if (features == "") { print "FAIL: no MLP widths printed"; bad++ }
+    if (rows != 7 * 2 * np) { print "FAIL: " rows " hybrid rows, expected " 7 * 2 * np; bad++ }
+    if (checks != 6) { print "FAIL: " checks " passing hybrid check lines, expected 6"; bad++ }
     # Over the ranks and over every device the pieces add up to one copy of the state over the world; over the devices to one copy per rank.
-    for (s = 1; s <= 3; s++) {
+    for (s = 1; s <= 2; s++) {
       if (held["ranks", s] != 8 * psi) { print "FAIL: over the ranks at stage " s " the states add up to " held["ranks", s] ", expected " 8 * psi; bad++ }
       if (held["every", s] != 8 * psi) { print "FAIL: over every device at stage " s " the states add up to " held["every", s] ", expected " 8 * psi; bad++ }
-      if (s == 3) continue
       if (held["devices", s] != np * 8 * psi) { print "FAIL: over the devices at stage " s " the states add up to " held["devices", s] ", expected " np * 8 * psi; bad++ }
     }
     exit bad ? 1 : 0
