@@ -63,17 +63,14 @@ void RankParameterShards::shard(const std::vector<std::vector<Tensor>>& weights,
                         std::to_string(dist::rank()));
   }
   devices_ = devices.empty() ? std::vector<Device>{cpu(0)} : devices;
-  device_ = devices_[0];
   replicas_ = weights;
-  weights_.clear();
-  for (auto& replicas : weights) weights_.push_back(replicas[0]);
   const int r = group_.rank();
   std::vector<Unit> laid;
   for (const auto& params : units) {
     Unit unit;
     unit.params = params;
     unit.offsets.push_back(0);
-    for (size_t k : params) unit.offsets.push_back(unit.offsets.back() + weights_[k].numel());
+    for (size_t k : params) unit.offsets.push_back(unit.offsets.back() + replicas_[k][0].numel());
     const int64_t P = unit.offsets.back(), h = static_cast<int64_t>(holders()), W = group_.size();
     unit.lo = dist::chunk_begin(P, r, group_);
     unit.n = dist::chunk_begin(P, r + 1, group_) - unit.lo;
@@ -116,7 +113,7 @@ void RankParameterShards::gather_unit(size_t u, size_t i) {
   const bool borrowed = !gathered(unit.params[0]);
   gather(u);
   MemoryTagScope tag(MemoryTag::gathered);
-  for (size_t k : unit.params) replicas_[k][i].impl().storage = weights_[k].to(devices_[i]).storage();
+  for (size_t k : unit.params) replicas_[k][i].impl().storage = replicas_[k][0].to(devices_[i]).storage();
   if (borrowed) release(u);
 }
 
@@ -135,7 +132,7 @@ void RankParameterShards::unit_gradients_done(size_t u, size_t i) {
   if (i > 0)
     for (size_t k : units_[u].params) {
       TensorImpl& t = replicas_[k][i].impl();
-      if (t.grad) weights_[k].impl().grad = Tensor(t.grad).to(device_).ptr();
+      if (t.grad) replicas_[k][0].impl().grad = Tensor(t.grad).to(device()).ptr();
       t.grad.reset();
     }
   reduce_scatter_gradients(u);
@@ -184,8 +181,8 @@ void RankParameterShards::start_gather(size_t u) {
   unit.sending = chunk_on_first(unit, [](const Piece& p) -> const Tensor& { return p.param; });
   MemoryTagScope tag(MemoryTag::gathered);
   for (size_t i = 0; i < unit.params.size(); ++i) {
-    const Tensor& w = weights_[unit.params[i]];
-    unit.gathering.push_back(Tensor::empty(w.shape(), device_));
+    const Tensor& w = replicas_[unit.params[i]][0];
+    unit.gathering.push_back(Tensor::empty(w.shape(), device()));
     const int64_t in_chunk = std::clamp<int64_t>(unit.offsets[i] - unit.lo, 0, unit.n);
     unit.works.push_back(dist::allgather_async(unit.sending, in_chunk, unit.gathering.back(), counts_of(unit.offsets, i, group_), group_));
   }
@@ -196,17 +193,17 @@ void RankParameterShards::gather(size_t u) {
   if (!unit.params.empty() && gathered(unit.params[0])) return;
   start_gather(u);
   for (auto& work : unit.works) work.wait();  // this device's compute stream waits for them here, not before
-  for (size_t i = 0; i < unit.params.size(); ++i) weights_[unit.params[i]].impl().storage = unit.gathering[i].storage();
+  for (size_t i = 0; i < unit.params.size(); ++i) replicas_[unit.params[i]][0].impl().storage = unit.gathering[i].storage();
   unit.gathering.clear(), unit.works.clear(), unit.sending = Tensor();
 }
 
 void RankParameterShards::release(size_t u) {
   if (units_[u].params.empty() || !gathered(units_[u].params[0])) return;
   Event e;
-  runtime(device_).compute.record(e);
+  runtime(device()).compute.record(e);
   released_.push_back(e);
   for (size_t k : units_[u].params) {
-    TensorImpl& t = weights_[k].impl();
+    TensorImpl& t = replicas_[k][0].impl();
     t.storage.reset();
     t.grad.reset();
   }
@@ -217,14 +214,14 @@ void RankParameterShards::reduce_scatter_gradients(size_t u) {
   NoGrad no_grad;
   // Each gradient reduce-scattered from its .grad buffer (zeros for a parameter that got none): rank
   // r receives the sum over the ranks of the part of it that lies in its chunk, at that part's place.
-  const Tensor mine = Tensor::empty({unit.n}, device_);
+  const Tensor mine = Tensor::empty({unit.n}, device());
   std::vector<dist::Work> works;
   for (size_t i = 0; i < unit.params.size(); ++i) {
-    const Tensor& w = weights_[unit.params[i]];
-    const Tensor g = w.grad().defined() ? w.grad() : Tensor::zeros(w.shape(), device_);
+    const Tensor& w = replicas_[unit.params[i]][0];
+    const Tensor g = w.grad().defined() ? w.grad() : Tensor::zeros(w.shape(), device());
     const int64_t at = std::clamp<int64_t>(unit.offsets[i] - unit.lo, 0, unit.n);
     works.push_back(dist::reduce_scatter_async(g, mine, at, counts_of(unit.offsets, i, group_), group_));
-    weights_[unit.params[i]].impl().grad.reset();  // the communication thread holds it until it is read
+    replicas_[unit.params[i]][0].impl().grad.reset();  // the communication thread holds it until it is read
   }
   for (auto& work : works) work.wait();
   // Accumulated: several backward passes before a step add up. Each holder's part of the chunk's sum
@@ -265,9 +262,9 @@ void RankParameterShards::step(const StepInput& in, const Step& step, GradClip* 
 }
 
 std::vector<std::vector<float>> RankParameterShards::parameters() const {
-  std::vector<std::vector<float>> out(weights_.size());
+  std::vector<std::vector<float>> out(replicas_.size());
   for (const Unit& unit : units_) {
-    const Tensor whole = Tensor::empty({unit.offsets.back()}, device_);
+    const Tensor whole = Tensor::empty({unit.offsets.back()}, device());
     dist::allgather(chunk_on_first(unit, [](const Piece& p) -> const Tensor& { return p.param; }), whole, group_);
     const std::vector<float> v = whole.to_vector();
     for (size_t i = 0; i < unit.params.size(); ++i)
@@ -291,10 +288,10 @@ void RankParameterShards::set_parameters(const std::vector<std::vector<float>>& 
 
 std::vector<std::vector<std::vector<float>>> RankParameterShards::gather_state() const {
   if (!placed()) return {};
-  std::vector<std::vector<std::vector<float>>> out(weights_.size(), std::vector<std::vector<float>>(slots_));
+  std::vector<std::vector<std::vector<float>>> out(replicas_.size(), std::vector<std::vector<float>>(slots_));
   for (const Unit& unit : units_)
     for (size_t j = 0; j < slots_; ++j) {
-      const Tensor whole = Tensor::empty({unit.offsets.back()}, device_);
+      const Tensor whole = Tensor::empty({unit.offsets.back()}, device());
       dist::allgather(chunk_on_first(unit, [j](const Piece& p) -> const Tensor& { return p.state[j]; }), whole, group_);
       const std::vector<float> v = whole.to_vector();
       for (size_t i = 0; i < unit.params.size(); ++i)
@@ -348,7 +345,7 @@ int64_t RankParameterShards::chunk() const {
 
 Tensor RankParameterShards::chunk_on_first(const Unit& unit, const std::function<const Tensor&(const Piece&)>& field) const {
   if (unit.pieces.size() == 1) return field(unit.pieces[0]);
-  Tensor chunk = Tensor::empty({unit.n}, device_);  // the pieces end to end on the first device
+  Tensor chunk = Tensor::empty({unit.n}, device());  // the pieces end to end on the first device
   for (const Piece& p : unit.pieces)
     if (p.n > 0)
       copy_bytes(field(p), 0, chunk, static_cast<size_t>(p.lo - unit.lo) * kBytesPerFloat, static_cast<size_t>(p.n) * kBytesPerFloat);

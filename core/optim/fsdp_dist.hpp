@@ -84,9 +84,9 @@ class RankParameterShards : public Shards {
   }
   bool placed() const override { return !units_.empty(); }
   int stage() const override { return 3; }
-  Device device() const { return device_; }
+  Device device() const { return devices_.empty() ? Device{} : devices_[0]; }
   std::vector<Device> devices() const override { return devices_; }
-  const Tensor& replica(size_t k) const { return weights_[k]; }
+  const Tensor& replica(size_t k) const { return replicas_[k][0]; }
   const Tensor& replica(size_t k, size_t i) const override { return replicas_[k][i]; }
   void gather_unit(size_t u, size_t i) override;
   void prefetch_unit(size_t u, size_t i) override {
@@ -103,7 +103,7 @@ class RankParameterShards : public Shards {
   void gather(size_t u);
   // The replicas' memory and gradients handed back (in stream order: queued kernels still read them).
   void release(size_t u);
-  bool gathered(size_t k) const { return weights_[k].impl().storage != nullptr; }
+  bool gathered(size_t k) const { return replicas_[k][0].impl().storage != nullptr; }
   // The unit's gradients, complete: each reduce-scattered from its .grad buffer as it is (no packing),
   // this rank's chunk of the sum added into the chunk's summed gradient; the gradients released. A
   // collective.
@@ -153,10 +153,8 @@ class RankParameterShards : public Shards {
   size_t holders() const { return over_devices_ ? devices_.size() : 1; }
   // A field of the unit's pieces end to end on the first device: the chunk (the piece itself when one).
   Tensor chunk_on_first(const Unit& unit, const std::function<const Tensor&(const Piece&)>& field) const;
-  std::vector<Device> devices_;  // this process's, the chunk on the first
-  Device device_;                // devices_[0]
-  std::vector<Tensor> weights_;  // [k]: the replica on the first device, whole only while its unit is gathered
-  std::vector<std::vector<Tensor>> replicas_;  // [k][i]: on device i (replicas_[k][0] is weights_[k])
+  std::vector<Device> devices_;  // this process's, the chunks (or the first device's pieces) on the first
+  std::vector<std::vector<Tensor>> replicas_;  // [k][i]: parameter k on device i, whole only while its unit is gathered there
   std::vector<Unit> units_;
   int64_t steps_ = 0;            // steps taken, for the fault injection
   std::deque<Event> released_;   // the compute stream's points where the last units were released
