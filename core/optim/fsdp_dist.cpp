@@ -110,21 +110,13 @@ void RankParameterShards::gather_unit(size_t u, size_t i) {
   // Device i's replicas are copies of the first device's: gathered there (a collective) when they
   // are not whole already, and released again once copied (backward reaches device i's units after
   // the first device has released them: memory stays one or two units a device).
-  const bool borrowed = !gathered(unit.params[0]);
+  const bool borrowed = !gathered(unit.params[0], 0);
   gather(u);
   MemoryTagScope tag(MemoryTag::gathered);
   for (size_t k : unit.params) replicas_[k][i].impl().storage = replicas_[k][0].to(devices_[i]).storage();
-  if (borrowed) release(u);
+  if (borrowed) release_unit(u, 0);
 }
 
-void RankParameterShards::release_unit(size_t u, size_t i) {
-  if (i == 0) return release(u);
-  for (size_t k : units_[u].params) {
-    TensorImpl& t = replicas_[k][i].impl();
-    t.storage.reset();
-    t.grad.reset();
-  }
-}
 
 void RankParameterShards::unit_gradients_done(size_t u, size_t i) {
   // Each device's gradients reduce-scattered as they complete, added into the chunk's summed
@@ -167,7 +159,7 @@ void RankParameterShards::place_state(const std::vector<std::string>& names,
 
 void RankParameterShards::start_gather(size_t u) {
   Unit& unit = units_[u];
-  if (!unit.gathering.empty() || (!unit.params.empty() && gathered(unit.params[0]))) return;
+  if (!unit.gathering.empty() || (!unit.params.empty() && gathered(unit.params[0], 0))) return;
   if (steps_ == 1 && fails_in_allgather(3))
     throw DeviceError("injected failure inside the ZeRO-3 all-gather of step 2 (D2L_FAIL_RANK_IN_ALLGATHER=" +
                       std::string(std::getenv("D2L_FAIL_RANK_IN_ALLGATHER")) + ")");
@@ -190,20 +182,22 @@ void RankParameterShards::start_gather(size_t u) {
 
 void RankParameterShards::gather(size_t u) {
   Unit& unit = units_[u];
-  if (!unit.params.empty() && gathered(unit.params[0])) return;
+  if (!unit.params.empty() && gathered(unit.params[0], 0)) return;
   start_gather(u);
   for (auto& work : unit.works) work.wait();  // this device's compute stream waits for them here, not before
   for (size_t i = 0; i < unit.params.size(); ++i) replicas_[unit.params[i]][0].impl().storage = unit.gathering[i].storage();
   unit.gathering.clear(), unit.works.clear(), unit.sending = Tensor();
 }
 
-void RankParameterShards::release(size_t u) {
-  if (units_[u].params.empty() || !gathered(units_[u].params[0])) return;
-  Event e;
-  runtime(device()).compute.record(e);
-  released_.push_back(e);
+void RankParameterShards::release_unit(size_t u, size_t i) {
+  if (units_[u].params.empty() || !gathered(units_[u].params[0], i)) return;
+  if (i == 0) {  // the first device's release is what the rate limiter waits for
+    Event e;
+    runtime(device()).compute.record(e);
+    released_.push_back(e);
+  }
   for (size_t k : units_[u].params) {
-    TensorImpl& t = replicas_[k][0].impl();
+    TensorImpl& t = replicas_[k][i].impl();
     t.storage.reset();
     t.grad.reset();
   }
@@ -252,7 +246,7 @@ void RankParameterShards::step(const StepInput& in, const Step& step, GradClip* 
     Unit& unit = units_[u];
     for (auto& work : unit.works) work.wait();  // a prefetch never used
     unit.gathering.clear(), unit.works.clear(), unit.sending = Tensor();
-    release(u);
+    release_unit(u, 0);
     for (const Piece& p : unit.pieces)
       if (p.n > 0) mine.push_back({p.param, p.state, p.grad});
   }

@@ -86,12 +86,13 @@ class RankParameterShards : public Shards {
   int stage() const override { return 3; }
   Device device() const { return devices_.empty() ? Device{} : devices_[0]; }
   std::vector<Device> devices() const override { return devices_; }
-  const Tensor& replica(size_t k) const { return replicas_[k][0]; }
   const Tensor& replica(size_t k, size_t i) const override { return replicas_[k][i]; }
   void gather_unit(size_t u, size_t i) override;
   void prefetch_unit(size_t u, size_t i) override {
     if (i == 0) start_gather(u);  // the other devices copy from the first when they need the unit
   }
+  // Device i's replicas of unit u: their memory and gradients handed back (in stream order: queued
+  // kernels still read them).
   void release_unit(size_t u, size_t i) override;
   bool gathered(size_t k, size_t i) const override { return replicas_[k][i].impl().storage != nullptr; }
   void unit_gradients_done(size_t u, size_t i) override;
@@ -101,9 +102,6 @@ class RankParameterShards : public Shards {
   // whole); the unit whole (its all-gathers waited for, the buffers handed to the replicas).
   void start_gather(size_t u);
   void gather(size_t u);
-  // The replicas' memory and gradients handed back (in stream order: queued kernels still read them).
-  void release(size_t u);
-  bool gathered(size_t k) const { return replicas_[k][0].impl().storage != nullptr; }
   // The unit's gradients, complete: each reduce-scattered from its .grad buffer as it is (no packing),
   // this rank's chunk of the sum added into the chunk's summed gradient; the gradients released. A
   // collective.
