@@ -1,7 +1,8 @@
 // Graph autograd (README.md "Decisions": autograd frees as it goes). Each result of a differentiable op
-// made while recording is on knows its Node: the op's name, its inputs and its backward. backward()
-// from a scalar walks the graph in reverse topological order; each backward enqueues its kernels on
-// the device where that node's tensors live, so per-device losses run their backward in parallel.
+// made while recording is on knows its Node: the op's name, its inputs and its backward. This file is
+// the graph the ops record into, below them; backward() (core/backward.hpp), above the ops, walks it
+// from a scalar in reverse topological order; each backward enqueues its kernels on the device where
+// that node's tensors live, so per-device losses run their backward in parallel.
 #pragma once
 #include <functional>
 #include <memory>
@@ -85,18 +86,25 @@ class DeferWeightGrads {
   ~DeferWeightGrads();
   DeferWeightGrads(const DeferWeightGrads&) = delete;
   DeferWeightGrads& operator=(const DeferWeightGrads&) = delete;
-  using Work = std::function<void()>;
+  // One weight gradient kept for W: `make` enqueues it and returns it; run() adds it into `leaf`.
+  struct Work {
+    std::shared_ptr<TensorImpl> leaf;
+    std::function<Tensor()> make;
+  };
   std::vector<Work> take();  // the work kept so far (the scope keeps collecting)
   // A leaf whose gradient B must give now (a pipeline stage's received input, not a weight).
   void not_deferred(const Tensor& leaf) { keep_.push_back(leaf.ptr().get()); }
-  static void run(std::vector<Work>& work);  // enqueue it, in order; clears `work`
+  // Enqueues it, in order, adds each gradient into its leaf and calls the gradient-ready hooks for
+  // it; clears `work` (core/backward.cpp, beside backward()'s own adding).
+  static void run(std::vector<Work>& work);
+  // Whether the scope alive on this thread keeps leaf's gradient for W (backward() leaves its hooks to W).
+  static bool defers(const TensorImpl* leaf);
 
  private:
   DeferWeightGrads* prev_;
   std::vector<Work> work_;
   std::vector<const TensorImpl*> keep_;
   std::unordered_set<const TensorImpl*> deferred_;  // leaves with a gradient in work_: W calls their hooks
-  friend void backward(const Tensor& root);
   friend bool defer_weight_grad(const Tensor&, std::function<Tensor()>);
 };
 // Called by an op's backward for its input `w`: when a DeferWeightGrads scope is alive and w is a
@@ -108,12 +116,6 @@ bool defer_weight_grad(const Tensor& w, std::function<Tensor()> make);
 void record(const Tensor& out, const char* name, const std::vector<Tensor>& inputs,
             std::function<std::vector<Tensor>(const Tensor&)> backward);
 
-// Runs backward from a one-element tensor (Tensor::backward calls this). As in PyTorch, each node's
-// saved tensors are freed once its backward has run (retain_graph=False), unless another graph
-// still leads to the node (several losses sharing a part, each with its own backward); a second
-// backward through a freed node is a logic_error that says so.
-void backward(const Tensor& root);
-
 // Gradient-ready hooks (DDP's autograd hook, core/dist/buckets.hpp): during backward(), the moment
 // every kernel that adds into a leaf's gradient has been enqueued, each hook is called with that
 // leaf (its grad now holds this pass's sum, once the queued work has run); for a weight gradient
@@ -123,5 +125,6 @@ void backward(const Tensor& root);
 using GradReadyHook = std::function<void(TensorImpl& leaf)>;
 int add_grad_ready_hook(GradReadyHook hook);
 void remove_grad_ready_hook(int id);
+std::vector<GradReadyHook> grad_ready_hooks();  // those added now, in the order added
 
 }  // namespace d2l

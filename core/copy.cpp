@@ -1,10 +1,14 @@
 #include "core/copy.hpp"
 
+#include <cmath>
 #include <cstring>
+#include <iomanip>
 #include <map>
 #include <mutex>
+#include <sstream>
 #include <vector>
 
+#include "core/autograd.hpp"
 #include "core/gpu/cuda_layer.hpp"
 #include "core/runtime.hpp"
 
@@ -130,5 +134,111 @@ void copy_to_host(const Tensor& src, void* host, size_t bytes) {
   if (work_cancelled()) throw WorkCancelled();  // src may never have been computed
   transfer(host, cpu(0), src.storage()->ptr, src.device(), bytes, nullptr);
 }
+
+// ---- Tensor's methods that copy (core/tensor.hpp): from the host, to it, between devices.
+
+template <class T>
+static Tensor from_host(const std::vector<T>& v, const Shape& shape, Device d, DType t) {
+  if (static_cast<int64_t>(v.size()) != numel(shape))
+    throw ShapeError("from_vector: " + std::to_string(v.size()) + " values do not fill shape " + str(shape));
+  Tensor x = Tensor::empty(shape, d, t);
+  copy_from_host(v.data(), v.size() * sizeof(T), x);
+  return x;
+}
+
+Tensor Tensor::from_vector(const std::vector<float>& v, const Shape& shape, Device d) {
+  return from_host(v, shape, d, DType::f32);
+}
+Tensor Tensor::from_vector(const std::vector<int32_t>& v, const Shape& shape, Device d) {
+  return from_host(v, shape, d, DType::i32);
+}
+
+Tensor Tensor::arange(int64_t n, Device d) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[i] = static_cast<float>(i);
+  return from_vector(v, {n}, d);
+}
+
+std::vector<float> Tensor::to_vector() const {
+  std::vector<float> out(static_cast<size_t>(numel()));
+  copy_to_host(*this, out.data(), out.size() * 4);
+  return out;
+}
+
+std::vector<int32_t> Tensor::to_labels() const {
+  std::vector<int32_t> out(static_cast<size_t>(numel()));
+  labels();  // dtype check
+  copy_to_host(*this, out.data(), out.size() * 4);
+  return out;
+}
+
+float Tensor::item() const {
+  if (numel() != 1) throw ShapeError("item() needs a one-element tensor, got shape " + d2l::str(shape()));
+  return to_vector()[0];
+}
+
+Tensor Tensor::to(Device d) const {
+  if (device() == d) return *this;
+  Tensor out = empty(shape(), d, dtype());
+  copy_between(*this, out);
+  Device src = device();
+  if (dtype() == DType::f32)
+    record(out, "copy", {*this}, [src](const Tensor& g) { return std::vector<Tensor>{g.to(src)}; });
+  return out;
+}
+
+Tensor Tensor::clone() const {
+  Tensor out = empty(shape(), device(), dtype());
+  copy_between(*this, out);
+  if (dtype() == DType::f32) record(out, "clone", {*this}, [](const Tensor& g) { return std::vector<Tensor>{g}; });
+  return out;
+}
+
+void Tensor::copyto(const Tensor& dst) const {
+  if (dst.shape() != shape() || dst.dtype() != dtype())
+    throw ShapeError("copyto: source " + d2l::str(shape()) + " and destination " + d2l::str(dst.shape()) +
+                     " differ in shape or dtype");
+  copy_between(*this, dst);
+}
+
+// Nested brackets as NumPy/MXNet print them, then the shape and the device:
+// [[1. 1.]]
+// <Tensor 1x2 @cpu(0)>
+static void print_block(std::ostringstream& os, const std::vector<float>& v, const Shape& s, size_t dim,
+                        int64_t& at, int indent, bool is_int) {
+  if (dim == s.size()) {
+    float x = v[static_cast<size_t>(at++)];
+    if (is_int) os << static_cast<int64_t>(x);
+    else if (x == static_cast<float>(static_cast<int64_t>(x)) && std::fabs(x) < 1e7f) os << static_cast<int64_t>(x) << ".";
+    else os << x;
+    return;
+  }
+  os << "[";
+  for (int64_t i = 0; i < s[dim]; ++i) {
+    if (i) {
+      if (dim + 1 == s.size()) os << " ";
+      else os << "\n" << std::string(static_cast<size_t>(indent + 1), ' ');
+    }
+    print_block(os, v, s, dim + 1, at, indent + 1, is_int);
+  }
+  os << "]";
+}
+
+std::string Tensor::str() const {
+  std::ostringstream os;
+  os << std::setprecision(7);
+  std::vector<float> v;
+  bool is_int = dtype() == DType::i32;
+  if (!is_int) v = to_vector();
+  else for (auto x : to_labels()) v.push_back(static_cast<float>(x));
+  int64_t at = 0;
+  print_block(os, v, shape(), 0, at, 0, is_int);
+  os << "\n<Tensor ";
+  for (size_t i = 0; i < shape().size(); ++i) os << (i ? "x" : "") << shape()[i];
+  os << " @" << device() << ">";
+  return os.str();
+}
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t) { return os << t.str(); }
 
 }  // namespace d2l

@@ -30,6 +30,11 @@ std::string str(const std::vector<Device>& ds);  // "[cpu(0), cpu(1)]"
 struct ConfigError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+// An error raised on a device: inside a stream's work, rethrown at the next synchronisation ("relu
+// on cpu(1): ..."), or by the CUDA layer (core/gpu).
+struct DeviceError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
 
 // "cpu:0" or "cpu(0)" -> cpu(0). Throws ConfigError naming the text and the expected form.
 Device parse_device(const std::string& text);

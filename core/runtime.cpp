@@ -1,7 +1,5 @@
 #include "core/runtime.hpp"
 
-#include "core/dist/process_group.hpp"
-
 #include <algorithm>
 #include <cstdlib>
 #include <map>
@@ -9,6 +7,7 @@
 #include <thread>
 
 #include "core/gpu/cuda_layer.hpp"
+#include "core/world.hpp"
 #include "kernels/cpu/kernels.hpp"
 #ifdef D2L_WITH_CUDA
 #include "kernels/cuda/gpu.hpp"
@@ -182,26 +181,29 @@ int use_devices(const std::vector<Device>& devices) {
   return budget;
 }
 
+static std::mutex g_comm_mu;
+static std::vector<Stream*> g_comm_streams;
+
+void add_comm_stream(Stream* s) {
+  std::lock_guard<std::mutex> lock(g_comm_mu);
+  g_comm_streams.push_back(s);
+}
+
 void waitall() {
-  std::vector<DeviceRuntime*> all;
+  std::vector<Stream*> all;
   {
     Registry& r = registry();
     std::lock_guard<std::mutex> lock(r.mu);
-    for (auto& [d, rt] : r.devices) all.push_back(rt.get());
+    for (auto& [d, rt] : r.devices) all.push_back(&rt->compute), all.push_back(&rt->copy);
+  }
+  {
+    std::lock_guard<std::mutex> lock(g_comm_mu);  // then the collectives queued on the communication streams
+    all.insert(all.end(), g_comm_streams.begin(), g_comm_streams.end());
   }
   std::string first;
-  for (auto* rt : all) {
-    for (Stream* s : {&rt->compute, &rt->copy}) {
-      try {
-        s->synchronize();
-      } catch (const DeviceError& e) {
-        if (first.empty()) first = e.what();
-      }
-    }
-  }
-  if (dist::initialized()) {  // the collectives queued on the communication streams
+  for (Stream* s : all) {
     try {
-      dist::synchronize();
+      s->synchronize();
     } catch (const DeviceError& e) {
       if (first.empty()) first = e.what();
     }

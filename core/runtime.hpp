@@ -93,8 +93,12 @@ int num_cores();
 // D2L_LOGICAL_GPUS's one-line reason to refuse it (parse_logical_gpus), or "".
 std::string why_logical_gpus_env_is_bad();
 
-// Host waits until every stream of every created device is idle; rethrows the first kept error.
+// Host waits until every stream of every created device is idle, and every communication stream
+// added below; rethrows the first kept error.
 void waitall();
+// A stream that is not a device's own (the process group's MPI thread, a GPU's NCCL stream,
+// core/dist) for waitall() to wait on as well; it must outlive every later waitall().
+void add_comm_stream(Stream* s);
 
 // Enqueues a kernel on d's compute stream; fn gets the device's LaunchCtx. `keep`: the storage the kernel
 // touches. Storage allocated for that stream is not held (stream-ordered reuse, core/allocator.hpp:

@@ -2,12 +2,6 @@
 
 namespace d2l {
 
-static std::atomic<bool> g_cancelled{false};
-
-void cancel_queued_work() { g_cancelled.store(true, std::memory_order_release); }
-bool work_cancelled() { return g_cancelled.load(std::memory_order_acquire); }
-static_assert(std::atomic<bool>::is_always_lock_free, "cancel_queued_work() runs in a signal handler");
-
 // done only grows: the host's fence (synchronize) and the stream's thread may both advance it.
 static void advance(std::atomic<uint64_t>& done, uint64_t to) {
   uint64_t cur = done.load(std::memory_order_relaxed);
@@ -138,7 +132,7 @@ void Stream::loop() {
     trace::Clock::time_point started;
     if (task.traced) started = trace::Clock::now();
     try {
-      if (!(task.work && g_cancelled.load(std::memory_order_acquire))) task.fn();
+      if (!(task.work && work_cancelled())) task.fn();
       if (task.traced && hooks_.fence) {  // gpu(i): the record ends when the GPU is done
         hooks_.fence();
         fenced_ = true;

@@ -1,6 +1,10 @@
 // Tensors: float32 data or int32 labels, contiguous row-major (NCHW), living on one device.
 // A Tensor is a handle (shared); ops enqueue work on the device's streams and return at once.
 // Reading values (to_vector, item) waits for the device.
+// The methods live on the floor of what they do: the handle and its memory here (core/tensor.cpp);
+// zeros, ones and full with the fill op (core/ops/fill.cpp); the copies to and from the host and
+// between devices, and printing, with the copies (core/copy.cpp); the gradients with the backward
+// pass (core/backward.cpp).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -9,19 +13,11 @@
 
 #include "core/allocator.hpp"
 #include "core/device.hpp"
+#include "core/shape.hpp"
 
 namespace d2l {
 
-using Shape = std::vector<int64_t>;
-std::string str(const Shape& s);  // "(2, 3)"
-int64_t numel(const Shape& s);
-
 enum class DType { f32, i32 };
-
-// Wrong shapes, dtypes or devices for an op: one line naming the op and what it expected.
-struct ShapeError : std::invalid_argument {
-  using std::invalid_argument::invalid_argument;
-};
 
 struct Node;  // core/autograd.hpp
 

@@ -1,4 +1,4 @@
-// Training checkpoints (core/io/checkpoint.hpp): a net with BatchNorm trained on two devices with
+// Training checkpoints (core/checkpoint/checkpoint.hpp): a net with BatchNorm trained on two devices with
 // the Trainer (momentum, weight decay) and random noise from the RNG, checkpointed after "epoch 1"
 // and continued; a fresh net + trainer (shapes still deferred, another seed) loaded from the
 // checkpoint and continued the same way ends with every parameter, every device's running
@@ -12,8 +12,8 @@
 #include <filesystem>
 #include <functional>
 
-#include "core/io/checkpoint.hpp"
-#include "core/io/parameters_file.hpp"
+#include "core/checkpoint/checkpoint.hpp"
+#include "core/checkpoint/parameters_file.hpp"
 #include "core/nn/nn.hpp"
 #include "core/nn/split_and_load.hpp"
 #include "core/ops.hpp"

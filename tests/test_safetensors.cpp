@@ -22,7 +22,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
-#include "core/io/parameters_file.hpp"
+#include "core/checkpoint/parameters_file.hpp"
 #include "core/rng.hpp"
 #include "core/runtime.hpp"
 #include "tests/check.hpp"

@@ -1,4 +1,4 @@
-// Sharded checkpoints (core/io/sharded_checkpoint.hpp), run as 1, 2 and 4 processes
+// Sharded checkpoints (core/checkpoint/sharded_checkpoint.hpp), run as 1, 2 and 4 processes
 // (tests/dist/mpirun.sh), and 3 in the plain run. The small MLP of tests/dist/zero_mlp.hpp (P = 43,
 // uneven chunks, parameters straddling them), rank r taking its rows of every global batch.
 //   - at stages 0, 1 and 2, SGD with momentum and Adam: 5 steps, save, 5 more steps is the reference;
@@ -31,7 +31,7 @@
 #include "check.hpp"
 #include "core/dist/collectives.hpp"
 #include "core/dist/process_group.hpp"
-#include "core/io/sharded_checkpoint.hpp"
+#include "core/checkpoint/sharded_checkpoint.hpp"
 #include "core/nn/nn.hpp"
 #include "core/nn/split_and_load.hpp"
 #include "core/ops.hpp"

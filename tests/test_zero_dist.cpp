@@ -283,10 +283,10 @@ TEST_CASE("ZeRO-2 reduce-scatters each bucket during backward and releases the .
       const Ranges one_each = {{3, 4}, {2, 3}, {1, 2}, {0, 1}};
       const Ranges& sent = stage == 1 ? one_each : expected;
       CHECK(trainer.rank_sharded_state()->buckets() == sent);
-      waitall(), dist::synchronize(), dist::barrier();
+      waitall(), dist::barrier();
       trace::start();
       backward_rows(*net, 1, kGlobalBatch * r / W, kGlobalBatch * (r + 1) / W);
-      waitall(), dist::synchronize();
+      waitall();
       trace::stop();
       // Before trainer.step: stage 2 has sent one reduce-scatter per bucket and kept no .grad
       // buffer; stage 1 has sent nothing and keeps every one.
@@ -306,7 +306,7 @@ TEST_CASE("ZeRO-2 reduce-scatters each bucket during backward and releases the .
       }
       trace::start();
       trainer.step(kGlobalBatch);
-      waitall(), dist::synchronize();
+      waitall();
       trace::stop();
       CHECK(reduce_scatters(trace::events()) == (stage == 2 ? 0 : static_cast<long>(sent.size())));
       // And the step gives what the replicated run gives (the same two steps at stage 0).
@@ -354,10 +354,10 @@ TEST_CASE("bytes sent per rank, read from the collective counters: (W-1)/W * 2 *
       auto net = mlp_43();
       Trainer trainer(net->collect_params(), u.optimizer, at_stage(u.opt, run.stage, run.bucket_mb), "dist_sync");
       if (run.ddp) trainer.set_buckets({0.0001, "library", true});
-      waitall(), dist::synchronize();
+      waitall();
       dist::reset_collective_counters();
       train_steps(*net, trainer, 0, kSteps);
-      waitall(), dist::synchronize();
+      waitall();
       const dist::CollectiveCounters c = dist::collective_counters();
       const double mine = double(c.allreduce.sent_bytes + c.reduce_scatter.sent_bytes + c.allgather.sent_bytes) / kSteps;
       const double total = dist::sum_over_ranks({mine})[0];

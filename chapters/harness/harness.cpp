@@ -11,7 +11,7 @@
 #include "core/dist/process_group.hpp"
 #include "datasets/data_iter.hpp"
 #include "core/nn/block.hpp"
-#include "core/io/checkpoint.hpp"
+#include "core/checkpoint/checkpoint.hpp"
 #include "core/kernel_choice.hpp"
 #include "core/runtime.hpp"
 #include "core/trace.hpp"

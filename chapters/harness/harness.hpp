@@ -154,7 +154,7 @@ void join_processes(const std::vector<std::pair<std::string, std::string>>& conf
 void check_outputs(const std::vector<std::pair<const char*, std::string>>& outputs);
 void check_readable(const char* flag, const std::string& path);
 
-// ---- checkpoints (core/io/checkpoint.hpp): --resume before the first epoch, --checkpoint after each.
+// ---- checkpoints (core/checkpoint/checkpoint.hpp): --resume before the first epoch, --checkpoint after each.
 // resume: "" = none, returns 0; otherwise the epoch the checkpoint was written after, the net and the
 // trainer loaded (on `devices`), "resumed from F after epoch E" printed when verbose (with ": nothing
 // left to train (--num-epochs)" when E >= num_epochs). A bad file: ConfigError "bad --resume

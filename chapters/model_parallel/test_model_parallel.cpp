@@ -16,7 +16,7 @@
 
 #include "chapters/model_parallel/experiment.hpp"
 #include "chapters/model_parallel/report.hpp"
-#include "core/io/parameters_file.hpp"
+#include "core/checkpoint/parameters_file.hpp"
 #include "core/autograd.hpp"
 #include "core/ops.hpp"
 #include "core/rng.hpp"

@@ -13,7 +13,7 @@
 #include "core/dist/collectives.hpp"
 #include "core/dist/fingerprint.hpp"
 #include "core/dist/process_group.hpp"
-#include "core/io/parameters_file.hpp"
+#include "core/checkpoint/parameters_file.hpp"
 #include "core/nn/split_and_load.hpp"
 #include "core/optim/kvstore.hpp"
 #include "core/plot.hpp"

@@ -13,7 +13,7 @@
 #include "chapters/harness/harness.hpp"
 #include "chapters/multi_gpu_concise/multi_gpu_concise.hpp"
 #include "core/autograd.hpp"
-#include "core/io/parameters_file.hpp"
+#include "core/checkpoint/parameters_file.hpp"
 #include "core/nn/split_and_load.hpp"
 #include "core/rng.hpp"
 #include "core/runtime.hpp"

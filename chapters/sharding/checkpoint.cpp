@@ -1,4 +1,4 @@
-// Part 1's checkpoints (core/io/sharded_checkpoint.hpp).
+// Part 1's checkpoints (core/checkpoint/sharded_checkpoint.hpp).
 // --save DIR: its last run (the last stage, on the most devices or over every rank) written as a
 // sharded checkpoint: each rank its own file of the optimizer state's chunk, rank 0 the parameters
 // and, last, index.json. The files' sizes are read back from the disk for the report, not computed.
@@ -10,7 +10,7 @@
 #include "chapters/sharding/sharding.hpp"
 #include "core/dist/collectives.hpp"
 #include "core/dist/process_group.hpp"
-#include "core/io/sharded_checkpoint.hpp"
+#include "core/checkpoint/sharded_checkpoint.hpp"
 #include "core/optim/trainer.hpp"
 
 namespace d2l::sharding {

@@ -123,7 +123,7 @@ HybridResult hybrid_over_ranks(const Config& cfg) {
           ++step;
         }
       }
-      waitall(), dist::synchronize();
+      waitall();
       out.psi = 0;
       for (auto& p : net->collect_params().trainable()) out.psi += p->list_data()[0].numel();
       // Measured: every device's bytes by tag now, between steps, then every rank's rows.

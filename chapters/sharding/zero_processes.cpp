@@ -140,7 +140,7 @@ ZeroRanksResult zero_memory_over_ranks(const Config& cfg) {
     ZeroRun run;
     run.n = W, run.stage = stage;
     auto start = std::chrono::steady_clock::now();
-    waitall(), dist::synchronize();
+    waitall();
     dist::reset_collective_counters();  // from here, the training steps' collectives only
     int step = 0;
     double last_loss = 0;
@@ -173,7 +173,7 @@ ZeroRanksResult zero_memory_over_ranks(const Config& cfg) {
         ++step;
       }
     }
-    waitall(), dist::synchronize();
+    waitall();
     const int64_t sent_per_step = dist::collective_counters().sent_bytes() / step;
     run.seconds_per_step = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / cfg.steps;
     run.final_loss = dist::sum_over_ranks({last_loss})[0] / static_cast<double>(last_n);

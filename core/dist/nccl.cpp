@@ -101,7 +101,7 @@ Communicator& communicator(Device d) {
   const int W = world_size(), r = rank();
   c->stream->enqueue("ncclCommInitRank", [out, W, id, r] { check(ncclCommInitRank(out, W, id, r), "ncclCommInitRank"); });
   c->stream->synchronize();
-  add_stream(c->stream.get());
+  add_comm_stream(c->stream.get());
   g_comm = std::move(c);
   return *g_comm;
 }

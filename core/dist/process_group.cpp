@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/device.hpp"
+#include "core/runtime.hpp"
 
 #ifdef D2L_WITH_MPI
 #include <mpi.h>
@@ -18,32 +19,11 @@ namespace d2l::dist {
 
 namespace {
 
-int env_int(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return fallback;
-  char* end = nullptr;
-  long x = std::strtol(v, &end, 10);
-  return (*end == '\0' && x >= 0 && x < (1 << 24)) ? static_cast<int>(x) : fallback;
-}
-
-World read_world() {
-  World w;
-  // Open MPI's mpirun; MPICH and Intel MPI's launchers set PMI_*.
-  w.size = env_int("OMPI_COMM_WORLD_SIZE", env_int("PMI_SIZE", 1));
-  w.rank = env_int("OMPI_COMM_WORLD_RANK", env_int("PMI_RANK", 0));
-  w.local_rank = env_int("OMPI_COMM_WORLD_LOCAL_RANK", env_int("MPI_LOCALRANKID", w.size == 1 ? 0 : w.rank));
-  w.local_size = env_int("OMPI_COMM_WORLD_LOCAL_SIZE", env_int("MPI_LOCALNRANKS", w.size));
-  if (w.size < 1 || w.rank >= w.size) w = World{};
-  if (w.local_size < 1 || w.local_rank >= w.local_size) w.local_rank = 0, w.local_size = 1;
-  return w;
-}
-
 std::mutex g_mu;
 std::unique_ptr<Stream> g_comm;   // the communication thread; made by init()
 std::atomic<bool> g_initialized{false}, g_finalized{false};
 std::atomic<int> g_abort_code{-1};  // >= 0: an abort was requested
 std::thread::id g_comm_thread;       // the thread that makes every MPI call
-std::vector<Stream*> g_streams;      // add_stream()
 
 #ifdef D2L_WITH_MPI
 [[noreturn]] void abort_now() {
@@ -53,11 +33,6 @@ std::vector<Stream*> g_streams;      // add_stream()
 #endif
 
 }  // namespace
-
-const World& world() {
-  static const World w = read_world();
-  return w;
-}
 
 bool built_with_mpi() {
 #ifdef D2L_WITH_MPI
@@ -91,6 +66,7 @@ void init() {
                         std::to_string(world().size));
   });
   g_comm->synchronize();
+  add_comm_stream(g_comm.get());
   g_initialized = true;
   std::atexit([] { finalize(); });
 #endif
@@ -99,29 +75,6 @@ void init() {
 Stream& comm() {
   if (!g_comm) throw ConfigError("dist::comm(): the process group is not initialized (a world of one has no MPI)");
   return *g_comm;
-}
-
-void add_stream(Stream* s) {
-  std::lock_guard<std::mutex> lock(g_mu);
-  g_streams.push_back(s);
-}
-
-void synchronize() {
-  std::vector<Stream*> all;
-  {
-    std::lock_guard<std::mutex> lock(g_mu);
-    all = g_streams;
-    if (g_comm) all.push_back(g_comm.get());
-  }
-  std::string first;
-  for (Stream* s : all) {
-    try {
-      s->synchronize();
-    } catch (const DeviceError& e) {
-      if (first.empty()) first = e.what();
-    }
-  }
-  if (!first.empty()) throw DeviceError(first);
 }
 
 void finalize() {

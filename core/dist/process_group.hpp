@@ -13,6 +13,7 @@
 
 #include "core/device.hpp"
 #include "core/stream.hpp"
+#include "core/world.hpp"
 
 namespace d2l::dist {
 
@@ -24,16 +25,6 @@ struct CollectiveError : ConfigError {
   using ConfigError::ConfigError;
 };
 
-struct World {
-  int rank = 0, size = 1;              // this process among all of them
-  int local_rank = 0, local_size = 1;  // among the processes on this host
-};
-
-// The world this process belongs to, from mpirun's environment (OMPI_COMM_WORLD_*, or PMI_*),
-// read once. A world of one when no launcher started it.
-const World& world();
-inline int rank() { return world().rank; }
-inline int world_size() { return world().size; }
 // Whether this build can talk MPI (Meson found libopenmpi-dev).
 bool built_with_mpi();
 
@@ -51,11 +42,8 @@ void finalize();
 // MPI. init() must have run. Errors inside fn come back at the next synchronize.
 Stream& comm();
 
-// The communication streams of GPUs (core/dist/nccl.cpp) register here, so that synchronize()
-// and waitall() wait for them too.
-void add_stream(Stream* s);
-// Waits for the communication thread and every registered stream; rethrows the first kept error.
-void synchronize();
+// The communication thread, and the GPUs' communication streams (core/dist/nccl.cpp), are registered
+// with the runtime (add_comm_stream, core/runtime.hpp): waitall() waits for them too.
 
 // Inside a comm task: completes an MPI request by polling, abandoning it for an abort requested
 // meanwhile. `request` is an MPI_Request* (kept opaque so this header needs no mpi.h).

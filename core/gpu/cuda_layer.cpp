@@ -10,7 +10,7 @@
 #include <string>
 #include <utility>
 
-#include "core/stream.hpp"  // DeviceError
+#include "core/device.hpp"  // DeviceError
 #include "kernels/cuda/gpu.hpp"  // uses_tf32: --precision
 
 namespace d2l::cuda_layer {

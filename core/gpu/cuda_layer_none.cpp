@@ -2,7 +2,7 @@
 // runtime() refuses them first), so nothing here is reached in a correct program.
 #include "core/gpu/cuda_layer.hpp"
 
-#include "core/stream.hpp"  // DeviceError
+#include "core/device.hpp"  // DeviceError
 
 namespace d2l::cuda_layer {
 

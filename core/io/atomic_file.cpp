@@ -1,6 +1,6 @@
 #include "core/io/atomic_file.hpp"
 
-#include "core/stream.hpp"
+#include "core/cancel.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -148,7 +148,7 @@ std::string why_not_writable(const std::string& path) {
 void write_file_atomic(const std::string& path, const std::vector<std::string_view>& pieces) {
   const Place p = place_of(path);
   const std::string& dir = p.dir;
-  // After Ctrl-C the queued work is skipped (core/stream.hpp), so what would be written may be stale.
+  // After Ctrl-C the queued work is skipped (core/cancel.hpp), so what would be written may be stale.
   if (work_cancelled()) throw FileError(path + ": not written: the run was interrupted");
   remove_stale_temporaries(path);  // a killed writer's leftovers
   TempFile tmp;

@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "core/io/atomic_file.hpp"
-#include "core/tensor.hpp"
+#include "core/shape.hpp"
 
 namespace d2l::io {
 

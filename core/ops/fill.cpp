@@ -1,9 +1,24 @@
-// fill_, scale and scale_ (kernels/{cpu,cuda}/fill).
+// fill_, scale and scale_ (kernels/{cpu,cuda}/fill), and the tensors made by a fill (Tensor::zeros,
+// ones and full, core/tensor.hpp).
 #include "core/ops.hpp"
 #include "core/ops/op.hpp"
 
 namespace d2l {
 using namespace detail;
+
+Tensor Tensor::zeros(const Shape& shape, Device d, DType t) {
+  Tensor x = empty(shape, d, t);
+  fill_(x, 0.0f);  // 0.0f and int32 0 share the bit pattern
+  return x;
+}
+
+Tensor Tensor::ones(const Shape& shape, Device d) { return full(shape, 1.0f, d); }
+
+Tensor Tensor::full(const Shape& shape, float value, Device d) {
+  Tensor x = empty(shape, d);
+  fill_(x, value);
+  return x;
+}
 
 Tensor scale(const Tensor& x, float alpha) {
   Tensor y = elementwise_output("scale", {x});

@@ -113,7 +113,7 @@ class RankShardedState : public Shards {
   void add_memory(const std::function<DeviceMemory&(Device)>& at) const override;
   // This rank's chunk of the state, without communication: per slot the values of elements
   // [layout().bounds[rank], layout().bounds[rank + 1]) of the flat vector (sharded checkpoints,
-  // core/io/sharded_checkpoint.hpp). Empty before the first step.
+  // core/checkpoint/sharded_checkpoint.hpp). Empty before the first step.
   std::vector<std::vector<float>> chunk_state() const;
   // Bytes of state this rank holds: slots * 4 * its chunk's size (Adam: 8 * chunk).
   int64_t bytes() const;

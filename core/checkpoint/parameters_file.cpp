@@ -1,4 +1,4 @@
-#include "core/io/parameters_file.hpp"
+#include "core/checkpoint/parameters_file.hpp"
 
 #include <cmath>
 #include <set>

@@ -1,11 +1,11 @@
-#include "core/io/checkpoint.hpp"
+#include "core/checkpoint/checkpoint.hpp"
 
 #include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <map>
 
-#include "core/io/parameters_file.hpp"
+#include "core/checkpoint/parameters_file.hpp"
 #include "core/rng.hpp"
 #include "core/runtime.hpp"
 

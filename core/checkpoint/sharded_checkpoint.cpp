@@ -1,4 +1,4 @@
-#include "core/io/sharded_checkpoint.hpp"
+#include "core/checkpoint/sharded_checkpoint.hpp"
 
 #include <unistd.h>
 
@@ -12,7 +12,7 @@
 
 #include "core/dist/collectives.hpp"
 #include "core/dist/process_group.hpp"
-#include "core/io/parameters_file.hpp"
+#include "core/checkpoint/parameters_file.hpp"
 #include "core/optim/zero_dist.hpp"
 
 namespace d2l::io {

@@ -12,7 +12,7 @@
 //   - every tensor of the file is a parameter of the net (unexpected ones are listed), except
 //     PyTorch BatchNorm's `*.num_batches_tracked` (an I64 scalar: it counts batches for a momentum
 //     of None, which this project does not have), which is accepted and ignored, and checkpoint
-//     entries under "trainer/" and "replica/" (core/io/checkpoint.hpp), so a checkpoint also loads
+//     entries under "trainer/" and "replica/" (core/checkpoint/checkpoint.hpp), so a checkpoint also loads
 //     as parameters;
 //   - dtype F32, and the shape the parameter has (both shapes named);
 //   - every value finite: a NaN or infinity (a diverged run, a damaged file) is refused, naming the
