@@ -13,6 +13,7 @@
 // Every channel is independent: all loops split over C.
 #include <cmath>
 
+#include "batch_norm_channel.hpp"
 #include "kernels.hpp"
 
 namespace d2l::kernels::cpu {
@@ -23,27 +24,13 @@ void batch_norm_train_forward(const Ctx& c, int64_t N, int64_t C, int64_t HW, co
   const int64_t M = N * HW;
   c.parallel_for(C, [&](int64_t begin, int64_t end) {
     for (int64_t ch = begin; ch < end; ++ch) {
-      // Two passes in double: the mean, then the squared deviations from it.
-      double sum = 0.0;
-      for (int64_t n = 0; n < N; ++n)
-        for (int64_t i = 0; i < HW; ++i) sum += x[(n * C + ch) * HW + i];
-      const double mu = sum / static_cast<double>(M);
-      double sq = 0.0;
-      for (int64_t n = 0; n < N; ++n)
-        for (int64_t i = 0; i < HW; ++i) {
-          const double d = x[(n * C + ch) * HW + i] - mu;
-          sq += d * d;
-        }
+      const ChannelMoments mo = channel_moments(N, C, HW, x, ch);  // two passes in double
+      const double mu = mo.mean, sq = mo.sq;
       const double var = sq / static_cast<double>(M);
       const double istd = 1.0 / std::sqrt(var + static_cast<double>(eps));
 
-      const float scale = static_cast<float>(gamma[ch] * istd);  // y = scale * (x - mean) + beta
-      const float m = static_cast<float>(mu);
-      for (int64_t n = 0; n < N; ++n)
-        for (int64_t i = 0; i < HW; ++i) {
-          const int64_t k = (n * C + ch) * HW + i;
-          y[k] = scale * (x[k] - m) + beta[ch];
-        }
+      const float m = static_cast<float>(mu);  // y = scale * (x - mean) + beta
+      channel_normalize(N, C, HW, x, ch, static_cast<float>(gamma[ch] * istd), m, beta[ch], y);
 
       mean[ch] = m;
       invstd[ch] = static_cast<float>(istd);
@@ -61,11 +48,7 @@ void batch_norm_eval_forward(const Ctx& c, int64_t N, int64_t C, int64_t HW, con
     for (int64_t ch = begin; ch < end; ++ch) {
       const float scale =
           static_cast<float>(gamma[ch] / std::sqrt(static_cast<double>(running_var[ch]) + eps));
-      for (int64_t n = 0; n < N; ++n)
-        for (int64_t i = 0; i < HW; ++i) {
-          const int64_t k = (n * C + ch) * HW + i;
-          y[k] = scale * (x[k] - running_mean[ch]) + beta[ch];
-        }
+      channel_normalize(N, C, HW, x, ch, scale, running_mean[ch], beta[ch], y);
     }
   });
 }
@@ -77,13 +60,8 @@ void batch_norm_backward(const Ctx& c, int64_t N, int64_t C, int64_t HW, const f
   c.parallel_for(C, [&](int64_t begin, int64_t end) {
     for (int64_t ch = begin; ch < end; ++ch) {
       const double mu = mean[ch], istd = invstd[ch];
-      double sum_dy = 0.0, sum_dy_xhat = 0.0;
-      for (int64_t n = 0; n < N; ++n)
-        for (int64_t i = 0; i < HW; ++i) {
-          const int64_t k = (n * C + ch) * HW + i;
-          sum_dy += dy[k];
-          sum_dy_xhat += dy[k] * ((x[k] - mu) * istd);
-        }
+      const ChannelGradSums g = channel_grad_sums(N, C, HW, x, dy, ch, mu, istd);
+      const double sum_dy = g.dy, sum_dy_xhat = g.dy_xhat;
       dbeta[ch] = static_cast<float>(sum_dy);
       dgamma[ch] = static_cast<float>(sum_dy_xhat);
 

@@ -19,6 +19,7 @@
 // Every channel is independent: all loops split over C.
 #include <cmath>
 
+#include "batch_norm_channel.hpp"
 #include "kernels.hpp"
 
 namespace d2l::kernels::cpu {
@@ -27,18 +28,9 @@ void batch_norm_stats_forward(const Ctx& c, int64_t N, int64_t C, int64_t HW, co
   const int64_t M = N * HW;
   c.parallel_for(C, [&](int64_t begin, int64_t end) {
     for (int64_t ch = begin; ch < end; ++ch) {
-      double sum = 0.0;
-      for (int64_t n = 0; n < N; ++n)
-        for (int64_t i = 0; i < HW; ++i) sum += x[(n * C + ch) * HW + i];
-      const double mu = sum / static_cast<double>(M);
-      double sq = 0.0;
-      for (int64_t n = 0; n < N; ++n)
-        for (int64_t i = 0; i < HW; ++i) {
-          const double d = x[(n * C + ch) * HW + i] - mu;
-          sq += d * d;
-        }
-      stats[ch] = static_cast<float>(mu);
-      stats[C + ch] = static_cast<float>(sq / static_cast<double>(M));
+      const ChannelMoments mo = channel_moments(N, C, HW, x, ch);
+      stats[ch] = static_cast<float>(mo.mean);
+      stats[C + ch] = static_cast<float>(mo.sq / static_cast<double>(M));
     }
   });
 }
@@ -100,12 +92,7 @@ void batch_norm_apply_forward(const Ctx& c, int64_t N, int64_t C, int64_t HW, co
   c.parallel_for(C, [&](int64_t begin, int64_t end) {
     for (int64_t ch = begin; ch < end; ++ch) {
       const double istd = 1.0 / std::sqrt(static_cast<double>(stats[C + ch]) + static_cast<double>(eps));
-      const float scale = static_cast<float>(gamma[ch] * istd), m = stats[ch];  // y = scale * (x - mean) + beta
-      for (int64_t n = 0; n < N; ++n)
-        for (int64_t i = 0; i < HW; ++i) {
-          const int64_t k = (n * C + ch) * HW + i;
-          y[k] = scale * (x[k] - m) + beta[ch];
-        }
+      channel_normalize(N, C, HW, x, ch, static_cast<float>(gamma[ch] * istd), stats[ch], beta[ch], y);
     }
   });
 }
@@ -117,13 +104,8 @@ void batch_norm_apply_backward(const Ctx& c, int64_t N, int64_t C, int64_t HW, c
     for (int64_t ch = begin; ch < end; ++ch) {
       const double mu = stats[ch];
       const double istd = 1.0 / std::sqrt(static_cast<double>(stats[C + ch]) + static_cast<double>(eps));
-      double sum_dy = 0.0, sum_dy_xhat = 0.0;
-      for (int64_t n = 0; n < N; ++n)
-        for (int64_t i = 0; i < HW; ++i) {
-          const int64_t k = (n * C + ch) * HW + i;
-          sum_dy += dy[k];
-          sum_dy_xhat += dy[k] * ((x[k] - mu) * istd);
-        }
+      const ChannelGradSums g = channel_grad_sums(N, C, HW, x, dy, ch, mu, istd);
+      const double sum_dy = g.dy, sum_dy_xhat = g.dy_xhat;
       dbeta[ch] = static_cast<float>(sum_dy);
       dgamma[ch] = static_cast<float>(sum_dy_xhat);
       dstats[ch] = static_cast<float>(-gamma[ch] * istd * sum_dy);
