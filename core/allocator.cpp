@@ -8,14 +8,7 @@
 
 #include "core/gpu/cuda_layer.hpp"
 
-#if defined(__SANITIZE_ADDRESS__)
-#include <sanitizer/asan_interface.h>
-#define D2L_POISON(p, n) ASAN_POISON_MEMORY_REGION(p, n)
-#define D2L_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION(p, n)
-#else
-#define D2L_POISON(p, n) ((void)(p), (void)(n))
-#define D2L_UNPOISON(p, n) ((void)(p), (void)(n))
-#endif
+#include "kernels/cpu/asan_poison.hpp"
 
 namespace d2l {
 

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "core/stream.hpp"
+#include "kernels/cpu/no_copy.hpp"
 
 namespace d2l {
 
@@ -44,12 +45,10 @@ inline constexpr int kMemoryTags = 6;
 const char* memory_tag_name(MemoryTag t);  // "other", "parameters", ...
 
 // While one is alive, the buffers this thread asks for are tagged `tag` (scopes nest).
-class MemoryTagScope {
+class MemoryTagScope : NoCopy {
  public:
   explicit MemoryTagScope(MemoryTag tag);
   ~MemoryTagScope();
-  MemoryTagScope(const MemoryTagScope&) = delete;
-  MemoryTagScope& operator=(const MemoryTagScope&) = delete;
 
  private:
   MemoryTag prev_;
@@ -125,12 +124,10 @@ class Allocator : public std::enable_shared_from_this<Allocator> {
 
 // Device memory owned by tensors. Allocated for the `home` stream's work; returns its block when the
 // last holder lets go, with a point in `home` and in every stream recorded as a user.
-struct Storage {
+struct Storage : NoCopy {
   Storage(std::shared_ptr<Allocator> a, size_t bytes, std::shared_ptr<const StreamClock> home = nullptr)
       : alloc(std::move(a)), bytes(bytes), home(std::move(home)), ptr(alloc->allocate(bytes, {this->home.get()})) {}
   ~Storage();
-  Storage(const Storage&) = delete;
-  Storage& operator=(const Storage&) = delete;
   // Work on stream `s` (not home) reads or writes this storage without holding it: its block is not
   // reused by others before that work is done (PyTorch's record_stream).
   void record_stream(const std::shared_ptr<const StreamClock>& s);

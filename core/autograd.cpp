@@ -36,17 +36,14 @@ static thread_local bool g_grad_enabled = true;
 static thread_local bool g_training = true;
 
 bool grad_enabled() { return g_grad_enabled; }
-NoGrad::NoGrad() : prev_(g_grad_enabled) { g_grad_enabled = false; }
-NoGrad::~NoGrad() { g_grad_enabled = prev_; }
+NoGrad::NoGrad() : FlagScope(g_grad_enabled, false) {}
 
 bool is_training() { return g_training; }
-TrainMode::TrainMode(bool training) : prev_(g_training) { g_training = training; }
-TrainMode::~TrainMode() { g_training = prev_; }
+TrainMode::TrainMode(bool training) : FlagScope(g_training, training) {}
 
 static thread_local bool g_recomputing = false;
 bool is_recomputing() { return g_recomputing; }
-Recompute::Recompute() : prev_(g_recomputing) { g_recomputing = true; }
-Recompute::~Recompute() { g_recomputing = prev_; }
+Recompute::Recompute() : FlagScope(g_recomputing, true) {}
 
 static thread_local DeferWeightGrads* g_defer = nullptr;
 DeferWeightGrads::DeferWeightGrads() : prev_(g_defer) { g_defer = this; }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/tensor.hpp"
+#include "kernels/cpu/no_copy.hpp"
 
 namespace d2l {
 
@@ -34,45 +35,35 @@ struct Node {
   std::weak_ptr<TensorImpl> output;  // the result it made (whose grad_fn it is), while that lives
 };
 
+// A flag of this thread set for a scope and put back as it was when the scope ends: the modes below.
+class FlagScope : NoCopy {
+ public:
+  FlagScope(bool& flag, bool value) : flag_(flag), prev_(flag) { flag = value; }
+  ~FlagScope() { flag_ = prev_; }
+
+ private:
+  bool& flag_;
+  bool prev_;
+};
+
 // Whether ops record graph nodes (on by default). The book's autograd.record() is the default here;
 // NoGrad turns it off for evaluation and parameter updates.
 bool grad_enabled();
-class NoGrad {
- public:
+struct NoGrad : FlagScope {
   NoGrad();
-  ~NoGrad();
-  NoGrad(const NoGrad&) = delete;
-  NoGrad& operator=(const NoGrad&) = delete;
-
- private:
-  bool prev_;
 };
 
 // Training / evaluation mode, separate from NoGrad: BatchNorm uses batch statistics in training.
 bool is_training();
-class TrainMode {  // scope: TrainMode t(false) evaluates
- public:
+struct TrainMode : FlagScope {  // scope: TrainMode t(false) evaluates
   explicit TrainMode(bool training);
-  ~TrainMode();
-  TrainMode(const TrainMode&) = delete;
-  TrainMode& operator=(const TrainMode&) = delete;
-
- private:
-  bool prev_;
 };
 
 // Activation recomputation (core/pipeline's checkpointing): inside a Recompute scope a forward is a
 // second run of one already made, so BatchNorm leaves its running statistics alone.
 bool is_recomputing();
-class Recompute {
- public:
+struct Recompute : FlagScope {
   Recompute();
-  ~Recompute();
-  Recompute(const Recompute&) = delete;
-  Recompute& operator=(const Recompute&) = delete;
-
- private:
-  bool prev_;
 };
 
 // Zero-bubble pipelines (core/pipeline's zb-h1) split a backward into B, the input gradients, and W,
@@ -80,12 +71,10 @@ class Recompute {
 // gradient is a kernel of its own (conv2d's backward_weight, matmul's) leave the gradient of a leaf
 // out of backward and keep its work here; run() later enqueues that work and adds each gradient
 // into its leaf, and then calls the gradient-ready hooks (below) for it.
-class DeferWeightGrads {
+class DeferWeightGrads : NoCopy {
  public:
   DeferWeightGrads();
   ~DeferWeightGrads();
-  DeferWeightGrads(const DeferWeightGrads&) = delete;
-  DeferWeightGrads& operator=(const DeferWeightGrads&) = delete;
   // One weight gradient kept for W: `make` enqueues it and returns it; run() adds it into `leaf`.
   struct Work {
     std::shared_ptr<TensorImpl> leaf;

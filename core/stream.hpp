@@ -15,6 +15,7 @@
 
 #include "core/cancel.hpp"
 #include "core/trace.hpp"
+#include "kernels/cpu/no_copy.hpp"
 
 namespace d2l {
 
@@ -61,12 +62,10 @@ struct StreamHooks {
   std::function<void()> fence;
 };
 
-class Stream {
+class Stream : NoCopy {
  public:
   explicit Stream(std::string name, StreamHooks hooks = {});  // name: "cpu(0) compute"
   ~Stream();
-  Stream(const Stream&) = delete;
-  Stream& operator=(const Stream&) = delete;
 
   // Runs fn on the stream's thread after everything enqueued before. `op` names it in errors and in
   // the trace (core/trace.hpp), which records the task while recording is on.

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "core/device.hpp"
+#include "kernels/cpu/no_copy.hpp"
 
 namespace d2l::trace {
 
@@ -52,12 +53,10 @@ std::vector<Record> events();
 
 // Names a region of host code: tasks enqueued by this thread while it lives carry `text` (and
 // `tag`) in their record. Labels nest; the innermost one wins, the outer one returns at its end.
-class Label {
+class Label : NoCopy {
  public:
   explicit Label(std::string text, std::optional<int64_t> tag = std::nullopt);
   ~Label();
-  Label(const Label&) = delete;
-  Label& operator=(const Label&) = delete;
 
  private:
   std::string prev_text_;

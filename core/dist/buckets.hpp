@@ -32,6 +32,7 @@
 
 #include "core/dist/collectives.hpp"
 #include "core/tensor.hpp"
+#include "kernels/cpu/no_copy.hpp"
 
 namespace d2l::dist {
 
@@ -41,14 +42,12 @@ struct BucketOptions {
   bool overlap = true;                 // launch buckets during backward (false: all in finish())
 };
 
-class Buckets {
+class Buckets : NoCopy {
  public:
   // replicas[k]: parameter k, in registration order, on each of this process's devices (the same
   // device order for every k). Their gradients (.grad()) are what gets summed.
   Buckets(std::vector<std::vector<Tensor>> replicas, BucketOptions options);
   ~Buckets();
-  Buckets(const Buckets&) = delete;
-  Buckets& operator=(const Buckets&) = delete;
 
   // Launches the buckets not launched yet, in order; then every replica's gradient holds the sum
   // over all devices and ranks (stream-ordered: the host does not wait). Resets for the next step.
@@ -56,12 +55,10 @@ class Buckets {
 
   // DDP's no_sync(): while a NoSync lives, backward launches nothing and gradients accumulate on
   // each device; the first backward after it (followed by finish()) reduces the accumulated sum.
-  class NoSync {
+  class NoSync : NoCopy {
    public:
     explicit NoSync(Buckets& b);
     ~NoSync();
-    NoSync(const NoSync&) = delete;
-    NoSync& operator=(const NoSync&) = delete;
 
    private:
     Buckets& b_;

@@ -17,6 +17,7 @@
 
 #include "core/parameter.hpp"
 #include "core/tensor.hpp"
+#include "kernels/cpu/no_copy.hpp"
 
 namespace d2l::nn {
 
@@ -46,11 +47,9 @@ class ParameterDict {
   std::vector<Item> items_;
 };
 
-class Block {
+class Block : NoCopy {
  public:
   virtual ~Block() = default;
-  Block(const Block&) = delete;
-  Block& operator=(const Block&) = delete;
 
   // One device's input -> output, with the parameters' replicas on x's device. Default:
   // forward_shards({x})[0].

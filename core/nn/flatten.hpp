@@ -10,7 +10,6 @@ namespace d2l::nn {
 
 class Flatten : public Block {
  public:
-  Flatten() = default;
   Tensor forward(const Tensor& x) override;
   std::string type() const override { return "Flatten"; }
 };

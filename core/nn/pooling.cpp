@@ -3,7 +3,7 @@
 namespace d2l::nn {
 
 Pool2D::Pool2D(const char* type, Size2 pool_size, Size2 strides, Size2 padding)
-    : size_(pool_size.hw), strides_(strides.hw == Pair{0, 0} ? pool_size.hw : strides.hw), padding_(padding.hw) {
+    : type_(type), size_(pool_size.hw), strides_(strides.hw == Pair{0, 0} ? pool_size.hw : strides.hw), padding_(padding.hw) {
   if (size_[0] < 1 || size_[1] < 1 || strides_[0] < 1 || strides_[1] < 1 || padding_[0] < 0 || padding_[1] < 0)
     throw ConfigError(std::string(type) + ": pool_size " + str(size_) + " and strides " + str(strides_) +
                       " must be >= 1, padding " + str(padding_) + " >= 0");
@@ -12,6 +12,9 @@ Pool2D::Pool2D(const char* type, Size2 pool_size, Size2 strides, Size2 padding)
 std::string Pool2D::describe() const {
   return type() + "(size=" + str(size_) + ", stride=" + str(strides_) + ", padding=" + str(padding_) + ")";
 }
+
+MaxPool2D::MaxPool2D(Size2 pool_size, Size2 strides, Size2 padding) : Pool2D("MaxPool2D", pool_size, strides, padding) {}
+AvgPool2D::AvgPool2D(Size2 pool_size, Size2 strides, Size2 padding) : Pool2D("AvgPool2D", pool_size, strides, padding) {}
 
 Tensor MaxPool2D::forward(const Tensor& x) {
   expect_rank(*this, x, "(N, C, H, W)", 4, 4);

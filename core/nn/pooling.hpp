@@ -12,36 +12,34 @@
 
 namespace d2l::nn {
 
-// What MaxPool2D and AvgPool2D share: the window, stride and padding, and how they print.
+// What MaxPool2D and AvgPool2D share: the window, stride and padding, their checks, the block's
+// type and how it prints.
 class Pool2D : public Block {
  public:
+  std::string type() const override { return type_; }
   // "MaxPool2D(size=(2, 2), stride=(2, 2), padding=(0, 0))", Gluon's print.
   std::string describe() const override;
 
  protected:
   Pool2D(const char* type, Size2 pool_size, Size2 strides, Size2 padding);
+  std::string type_;
   Pair size_, strides_, padding_;
 };
 
 class MaxPool2D : public Pool2D {
  public:
-  explicit MaxPool2D(Size2 pool_size = 2, Size2 strides = 0, Size2 padding = 0)
-      : Pool2D("MaxPool2D", pool_size, strides, padding) {}
+  explicit MaxPool2D(Size2 pool_size = 2, Size2 strides = 0, Size2 padding = 0);
   Tensor forward(const Tensor& x) override;
-  std::string type() const override { return "MaxPool2D"; }
 };
 
 class AvgPool2D : public Pool2D {
  public:
-  explicit AvgPool2D(Size2 pool_size = 2, Size2 strides = 0, Size2 padding = 0)
-      : Pool2D("AvgPool2D", pool_size, strides, padding) {}
+  explicit AvgPool2D(Size2 pool_size = 2, Size2 strides = 0, Size2 padding = 0);
   Tensor forward(const Tensor& x) override;
-  std::string type() const override { return "AvgPool2D"; }
 };
 
 class GlobalAvgPool2D : public Block {
  public:
-  GlobalAvgPool2D() = default;
   Tensor forward(const Tensor& x) override;
   std::string type() const override { return "GlobalAvgPool2D"; }
 };

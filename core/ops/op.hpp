@@ -19,14 +19,13 @@
 // cudaStream_t.
 #ifdef D2L_WITH_CUDA
 #include "kernels/cuda/gpu.hpp"
+#include "kernels/cpu/no_copy.hpp"
 namespace d2l::detail {
 // While alive, the gpu(i) LaunchCtx whose kernel runs on this thread: conv2d's cuBLAS GEMMs use its handle.
-class GpuCtxScope {
+class GpuCtxScope : NoCopy {
  public:
   explicit GpuCtxScope(const LaunchCtx& c);
   ~GpuCtxScope();
-  GpuCtxScope(const GpuCtxScope&) = delete;
-  GpuCtxScope& operator=(const GpuCtxScope&) = delete;
 
  private:
   const LaunchCtx* prev_;

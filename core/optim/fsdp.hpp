@@ -41,6 +41,7 @@
 
 #include "core/nn/sequential.hpp"
 #include "core/optim/trainer.hpp"
+#include "kernels/cpu/no_copy.hpp"
 
 namespace d2l::optim {
 
@@ -51,14 +52,12 @@ struct FsdpOptions {
   bool nested = true;
 };
 
-class FullyShardedDataParallel {
+class FullyShardedDataParallel : NoCopy {
  public:
   // The trainer must have zero_stage 3 and hold the net's trainable parameters, all initialised on
   // the same devices; they are sharded here (ConfigError or ParameterError otherwise, in one line).
   FullyShardedDataParallel(std::shared_ptr<nn::Sequential> net, Trainer& trainer, FsdpOptions options = {});
   ~FullyShardedDataParallel();
-  FullyShardedDataParallel(const FullyShardedDataParallel&) = delete;
-  FullyShardedDataParallel& operator=(const FullyShardedDataParallel&) = delete;
 
   // The net on the shards of one batch, xs[i] on device i of the shards' devices (in their order).
   std::vector<Tensor> forward_shards(const std::vector<Tensor>& xs);
@@ -66,12 +65,10 @@ class FullyShardedDataParallel {
 
   // PyTorch's summon_full_params: while a FullParameters lives, every replica is whole (to read
   // or save the parameters; changes made to them are not written back to the shards).
-  class FullParameters {
+  class FullParameters : NoCopy {
    public:
     explicit FullParameters(FullyShardedDataParallel& f);
     ~FullParameters();
-    FullParameters(const FullParameters&) = delete;
-    FullParameters& operator=(const FullParameters&) = delete;
 
    private:
     FullyShardedDataParallel& f_;

@@ -47,6 +47,7 @@
 #include "core/optim/kvstore.hpp"
 #include "core/optim/shards.hpp"
 #include "core/tensor.hpp"
+#include "kernels/cpu/no_copy.hpp"
 
 namespace d2l::optim::zero {
 
@@ -66,12 +67,10 @@ ShardLayout shard_layout(const std::vector<int64_t>& sizes, size_t n);
 // The state of ZeRO stages 1, 2 and 3 over the devices of one process: per device its shard's pieces,
 // each with `slots` state tensors (slot 0 SGD's momentum; Adam's m, then v), at stages 2 and 3 the
 // piece's summed gradient, at stage 3 its parameter values.
-class ShardedState : public Shards {
+class ShardedState : public Shards, NoCopy {
  public:
   ShardedState(size_t slots, int stage);
   ~ShardedState() override;
-  ShardedState(const ShardedState&) = delete;
-  ShardedState& operator=(const ShardedState&) = delete;
 
   // Whether the state is laid out for these replicas (weights[k][i]: parameter k on device i):
   // the same devices in the same order and the same parameter sizes.

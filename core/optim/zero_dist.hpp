@@ -66,6 +66,7 @@
 #include "core/optim/kvstore.hpp"
 #include "core/optim/zero.hpp"
 #include "core/tensor.hpp"
+#include "kernels/cpu/no_copy.hpp"
 
 namespace d2l::optim::zero {
 
@@ -73,7 +74,7 @@ namespace d2l::optim::zero {
 bool fails_in_allgather(int stage);
 
 
-class RankShardedState : public Shards {
+class RankShardedState : public Shards, NoCopy {
  public:
   // reduce_bucket_mb: the buckets' size in MiB (above), >= 0; a ConfigError otherwise.
   // group: the ranks that hold the shards (the world, or a grid's dp group: the layout, the
@@ -82,8 +83,6 @@ class RankShardedState : public Shards {
   RankShardedState(size_t slots, int stage, double reduce_bucket_mb = 25, dist::Group group = dist::Group(),
                    bool over_devices = false);
   ~RankShardedState() override;
-  RankShardedState(const RankShardedState&) = delete;
-  RankShardedState& operator=(const RankShardedState&) = delete;
 
   // One step (core/optim/shards.hpp): lays the chunk out when needed (the first step, a loaded state
   // waiting in in.host[k][j], the parameters moved), then stage 1's or stage 2's step above.

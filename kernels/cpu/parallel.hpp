@@ -7,6 +7,8 @@
 #include <functional>
 #include <vector>
 
+#include "kernels/cpu/no_copy.hpp"
+
 namespace d2l::kernels::cpu {
 
 class ThreadPool;  // kernels/cpu/thread_pool.hpp
@@ -33,7 +35,7 @@ inline Ctx serial_ctx() { return Ctx{}; }
 
 // n values of scratch for the kernel running now, from `ws` (or the heap), returned when it goes.
 template <class T>
-class Scratch {
+class Scratch : NoCopy {
  public:
   Scratch(const Workspace* ws, int64_t n) : ws_(ws), bytes_(static_cast<size_t>(n > 0 ? n : 0) * sizeof(T)) {
     if (bytes_ == 0) return;  // nothing to hold (data() is null)
@@ -43,8 +45,6 @@ class Scratch {
   ~Scratch() {
     if (ws_ && p_) ws_->put(p_, bytes_);
   }
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
   T* data() const { return p_; }
 
  private:

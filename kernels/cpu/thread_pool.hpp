@@ -10,15 +10,14 @@
 #include <vector>
 
 #include "kernels/cpu/parallel.hpp"
+#include "kernels/cpu/no_copy.hpp"
 
 namespace d2l::kernels::cpu {
 
-class ThreadPool {
+class ThreadPool : NoCopy {
  public:
   explicit ThreadPool(int helpers);
   ~ThreadPool();
-  ThreadPool(const ThreadPool&) = delete;
-  ThreadPool& operator=(const ThreadPool&) = delete;
 
   int helpers() const { return static_cast<int>(threads_.size()); }
   // Runs job(i) for i in [0, count): i == 0 on the calling thread, i >= 1 on helper i-1.

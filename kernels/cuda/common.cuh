@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/no_copy.hpp"
+
 #define D2L_LAUNCH_OVER(n, stream, kernel, ...)                        \
   do {                                                                 \
     if ((n) > 0) {                                                     \
@@ -79,7 +81,7 @@ inline unsigned grid_for(int64_t n) {
 //   emulated  the emu device's caching allocator (the Ctx's workspace; an emulated launch has
 //             finished when it returns), or the heap without one.
 template <class T>
-class ScratchBuffer {
+class ScratchBuffer : NoCopy {
  public:
   ScratchBuffer(Stream stream, int64_t n) : stream_(stream) {
     if (n <= 0) return;  // nothing to allocate (data() is null)
@@ -107,8 +109,6 @@ class ScratchBuffer {
     if (stream_ && stream_->workspace) stream_->workspace->put(p_, bytes_);
 #endif
   }
-  ScratchBuffer(const ScratchBuffer&) = delete;
-  ScratchBuffer& operator=(const ScratchBuffer&) = delete;
   T* data() const { return p_; }
 
  private:

@@ -12,15 +12,15 @@
 #include <cstddef>
 #include <memory>
 
+#include "kernels/cpu/no_copy.hpp"
+
 namespace d2l::cuda_emu {
 
-class Fiber {
+class Fiber : NoCopy {
  public:
   // stack_bytes: usable stack; a PROT_NONE guard page below it turns an overflow into a crash.
   explicit Fiber(size_t stack_bytes);
   ~Fiber();
-  Fiber(const Fiber&) = delete;
-  Fiber& operator=(const Fiber&) = delete;
 
   // Prepares the fiber to run fn(arg) from the start at the next resume(). The fiber must be
   // finished (or never started). fn must not throw: catch inside it.
