@@ -3,6 +3,7 @@
 // and N training steps of concise::train_batch timed as the book's train() times an epoch (the
 // host enqueues at most two minibatches ahead, then waits for every device).
 #pragma once
+#include <cstdio>
 #include <functional>
 #include <memory>
 #include <string>
@@ -40,6 +41,17 @@ inline Model make_model(const std::string& model, const Setup& setup, float lr) 
   m.net->initialize(concise::default_init(model), setup.devices, true);
   m.trainer = std::make_unique<optim::Trainer>(m.net->collect_params(), "sgd", optim::SGDOptions{lr}, "device");
   return m;
+}
+
+// Whether to time `setup`: the one --setup names (`only`, or "all"), and no more threads than the
+// machine's cores (a line says it is skipped).
+inline bool runs(const Setup& setup, const std::string& only) {
+  if (only != "all" && only != setup.key) return false;
+  if (setup.threads > num_cores()) {
+    std::printf("%-6s skipped: %d threads on %d cores\n", setup.key, setup.threads, num_cores());
+    return false;
+  }
+  return true;
 }
 
 // n training steps; batch(i) gives the i-th minibatch (host memory). Returns when every device is done.

@@ -26,17 +26,6 @@ namespace {
 
 // ---- 1. validation: one image through the lab's CNN in direct loops, double
 
-std::vector<double> dense(const std::vector<double>& x, const std::vector<float>& w, const std::vector<float>& bias,
-                          int in, int out, bool relu) {  // weight (out, in), Gluon's and PyTorch's layout
-  std::vector<double> y(static_cast<size_t>(out));
-  for (int j = 0; j < out; ++j) {
-    double acc = bias[j];
-    for (int i = 0; i < in; ++i) acc += x[i] * w[j * in + i];
-    y[j] = relu && acc < 0 ? 0 : acc;
-  }
-  return y;
-}
-
 bool validate(const d2l::ArrayDataset& train) {
   const d2l::Device dev = d2l::cpu(0);
   d2l::manual_seed(0);
@@ -55,8 +44,8 @@ bool validate(const d2l::ArrayDataset& train) {
     std::vector<double> x(xs.begin() + n * 784, xs.begin() + (n + 1) * 784);
     x = b::bench_ref::conv_relu_pool(x, 1, 28, p("0.weight"), p("0.bias"), 20, 3, false, &h);  // 13x13
     x = b::bench_ref::conv_relu_pool(x, 20, h, p("2.weight"), p("2.bias"), 50, 5, false, &h);  // 4x4
-    x = dense(x, p("5.weight"), p("5.bias"), 800, 128, true);
-    x = dense(x, p("6.weight"), p("6.bias"), 128, 10, false);
+    x = b::bench_ref::dense(x, p("5.weight"), p("5.bias"), 800, 128, true, b::bench_ref::WeightLayout::out_in);
+    x = b::bench_ref::dense(x, p("6.weight"), p("6.bias"), 128, 10, false, b::bench_ref::WeightLayout::out_in);
     for (int j = 0; j < 10; ++j) worst = std::max(worst, std::fabs(x[j] - got[n * 10 + j]) / (1e-3 + std::fabs(x[j])));
   }
   std::printf("validate: the lab's CNN on two training images vs direct loops in double: worst relative error %.1e %s\n",
@@ -67,13 +56,8 @@ bool validate(const d2l::ArrayDataset& train) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  b::SetupFlags flags{200, 2};
-  if (!b::parse_setup_flags(argc, argv, "--steps", 0, "usage: lab_cnn_epoch_bench [--steps N (0 = whole epochs)] [--repeats R] [--setup all|1x2|1x1|2x1] [--conv NAME]",
-                            "error: --steps must be >= 0, --repeats >= 1, --setup one of all, 1x2, 1x1, 2x1", flags))
-    return 2;
-  if (!b::apply_conv(flags.conv)) return 2;
-  const int steps = static_cast<int>(flags.count), repeats = flags.repeats;
-  const std::string only = flags.setup;
+  const b::SetupFlags flags =
+      b::setup_flags(argc, argv, "lab_cnn_epoch_bench", "--steps", "N (0 = whole epochs)", 0, {200, 2}, false);
   b::banner("lab_cnn_epoch_bench: the Gluon lab's CNN (chapter 2), seconds per epoch on Fashion-MNIST");
   d2l::ArrayDataset train;
   try {
@@ -85,6 +69,7 @@ int main(int argc, char** argv) {
   d2l::use_devices({d2l::cpu(0)});
   if (!validate(train)) return 1;
 
+  const int steps = static_cast<int>(flags.count), repeats = flags.repeats;  // steps 0: whole epochs
   const double mflop_per_image = 13.5;  // (0.24 + 4.05 + 0.20 + 0.003) MFLOP forward, x3 with the gradients
   const std::vector<b::Setup> setups = {{"1x2", {d2l::cpu(0)}, 2}, {"1x1", {d2l::cpu(0)}, 1}, {"2x1", {d2l::cpu(0), d2l::cpu(1)}, 1}};
   std::printf("lr 0.3, batch 64 per device, kvstore device; %s, %d repeat(s) after 5 warm-up steps\n",
@@ -92,11 +77,7 @@ int main(int argc, char** argv) {
   std::printf("%-6s %-18s %6s | %9s %9s %9s | %9s %8s\n", "setup", "devices", "batch", "s/epoch", "median", "CPU s", "images/s", "GFLOP/s");
   double t1x1 = 0, t2x1 = 0;
   for (const b::Setup& s : setups) {
-    if (only != "all" && only != s.key) continue;
-    if (s.threads > d2l::num_cores()) {
-      std::printf("%-6s skipped: %d threads on %d cores\n", s.key, s.threads, d2l::num_cores());
-      continue;
-    }
+    if (!b::runs(s, flags.setup)) continue;
     const int64_t batch = 64 * static_cast<int64_t>(s.devices.size());
     d2l::DataIter iter(train, batch, true, 0);
     const auto order = iter.order(0);

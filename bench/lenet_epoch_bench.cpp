@@ -34,17 +34,6 @@ namespace {
 // ---- 1. validation: LeNet's forward (conv 20@3x3, relu, avg pool 2, conv 50@5x5, relu, avg pool 2,
 // dense 800->128, relu, dense 128->10) in direct loops, double
 
-std::vector<double> dense(const std::vector<double>& x, const std::vector<float>& w, const std::vector<float>& bias,
-                          int in, int out, bool relu) {  // x (in) @ w (in, out) + bias, as the book's torch.mm
-  std::vector<double> y(out);
-  for (int j = 0; j < out; ++j) {
-    double acc = bias[j];
-    for (int i = 0; i < in; ++i) acc += x[i] * w[i * out + j];
-    y[j] = relu && acc < 0 ? 0 : acc;
-  }
-  return y;
-}
-
 bool validate(const d2l::ArrayDataset& data) {
   // Parameters of the book's shapes, but uniform in [-0.2, 0.2) so the logits are far from zero.
   const std::vector<std::vector<int64_t>> shapes = {{20, 1, 3, 3}, {20}, {50, 20, 5, 5}, {50}, {800, 128}, {128}, {128, 10}, {10}};
@@ -68,8 +57,8 @@ bool validate(const d2l::ArrayDataset& data) {
     std::vector<double> x(images.begin() + i * pixels, images.begin() + (i + 1) * pixels);
     auto h1 = b::bench_ref::conv_relu_pool(x, 1, 28, p[0], p[1], 20, 3, true, &h);
     auto h2 = b::bench_ref::conv_relu_pool(h1, 20, h, p[2], p[3], 50, 5, true, &h);
-    auto h3 = dense(h2, p[4], p[5], 800, 128, true);
-    auto y = dense(h3, p[6], p[7], 128, 10, false);
+    auto h3 = b::bench_ref::dense(h2, p[4], p[5], 800, 128, true, b::bench_ref::WeightLayout::in_out);
+    auto y = b::bench_ref::dense(h3, p[6], p[7], 128, 10, false, b::bench_ref::WeightLayout::in_out);
     for (int j = 0; j < 10; ++j) {
       const double err = std::fabs(y[j] - logits[i * 10 + j]) / (1e-3 + std::fabs(y[j]));
       if (err > worst) worst = err;
@@ -141,13 +130,8 @@ Epoch time_setup(const Setup& setup, const d2l::scratch::Config& base, int steps
 }  // namespace
 
 int main(int argc, char** argv) {
-  b::SetupFlags flags{60, 3};
-  if (!b::parse_setup_flags(argc, argv, "--steps", 1, "usage: lenet_epoch_bench [--steps N (235 = whole epochs)] [--repeats R] [--setup all|1x2|1x1|2x1] [--conv NAME] [--gemm NAME]",
-                            "error: --steps and --repeats must be >= 1, --setup one of all, 1x2, 1x1, 2x1", flags))
-    return 2;
-  if (!b::apply_conv(flags.conv) || !b::apply_gemm(flags.gemm)) return 2;
-  const int steps = static_cast<int>(flags.count), repeats = flags.repeats;
-  const std::string only = flags.setup;
+  const b::SetupFlags flags =
+      b::setup_flags(argc, argv, "lenet_epoch_bench", "--steps", "N (235 = whole epochs)", 1, {60, 3}, true);
   b::banner("lenet_epoch_bench: the book's LeNet from scratch, Fashion-MNIST, batch 256, lr 0.2");
 
   d2l::ArrayDataset train, test;
@@ -172,6 +156,7 @@ int main(int argc, char** argv) {
   base.train_data = train;
   base.test_data = test;
   const int64_t epoch_steps = (train.n + base.batch_size - 1) / base.batch_size;  // 235
+  const int steps = static_cast<int>(flags.count), repeats = flags.repeats;
   const double epoch_gflop = 13.46e-3 * static_cast<double>(train.n);  // 13.46 MFLOP per image, see below
   // Per image: conv1 0.243 MFLOP, conv2 4.05, dense 0.205 + 0.003 forward; backward twice that
   // (data and weight gradients; conv1's data gradient is computed too): 3 x 4.49 = 13.46 MFLOP.
@@ -186,7 +171,7 @@ int main(int argc, char** argv) {
   std::vector<double> seconds;  // per setup run, -1 when skipped
   std::printf("%-22s %7s | %9s %9s %9s | %9s %7s\n", "setup", "threads", "s/epoch", "median", "CPU s", "images/s", "GFLOP/s");
   for (const Setup& setup : setups) {
-    if (only != "all" && only != setup.key) {
+    if (flags.setup != "all" && flags.setup != setup.key) {
       seconds.push_back(-1);
       continue;
     }

@@ -48,15 +48,16 @@ def read_idx(path):
     return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(shape)
 
 
-def load_train():
+def load_split(prefix):
+    """Fashion-MNIST's "train" or "t10k" split: images (N, 1, 28, 28) in [0, 1], labels (N)."""
     def find(name):
         for suffix in (".gz", ""):
             p = os.path.join(DATA_DIR, name + suffix)
             if os.path.exists(p):
                 return p
         sys.exit(f"error: {name} not found in {DATA_DIR} (apt-get install dataset-fashion-mnist)")
-    X = torch.from_numpy(read_idx(find("train-images-idx3-ubyte")).astype(np.float32) / 255.0).reshape(-1, 1, 28, 28)
-    y = torch.from_numpy(read_idx(find("train-labels-idx1-ubyte")).astype(np.int64))
+    X = torch.from_numpy(read_idx(find(prefix + "-images-idx3-ubyte")).astype(np.float32) / 255.0).reshape(-1, 1, 28, 28)
+    y = torch.from_numpy(read_idx(find(prefix + "-labels-idx1-ubyte")).astype(np.int64))
     return X, y
 
 
@@ -103,7 +104,7 @@ def train_batch(X, y, params, lr):  # one device: split_batch and allreduce are 
 
 
 def bench_lenet(args):
-    X, y = load_train()
+    X, y = load_split("train")
     torch.manual_seed(0)
     params = get_lenet_params()
     batch, lr = 256, 0.2
@@ -205,18 +206,6 @@ def bench_resnet(args):
 # ---- the Gluon lab's CNN (chapters/multi_gpu_concise's lab_cnn)
 # Our names (Conv2D and Dense carry their relu, so the indices skip PyTorch's ReLU modules).
 LAB_NAMES = {"0": "0", "3": "2", "7": "5", "9": "6"}
-
-
-def load_split(prefix):
-    def find(name):
-        for suffix in (".gz", ""):
-            p = os.path.join(DATA_DIR, name + suffix)
-            if os.path.exists(p):
-                return p
-        sys.exit(f"error: {name} not found in {DATA_DIR} (apt-get install dataset-fashion-mnist)")
-    X = torch.from_numpy(read_idx(find(prefix + "-images-idx3-ubyte")).astype(np.float32) / 255.0).reshape(-1, 1, 28, 28)
-    y = torch.from_numpy(read_idx(find(prefix + "-labels-idx1-ubyte")).astype(np.int64))
-    return X, y
 
 
 def lab_cnn():

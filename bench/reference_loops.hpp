@@ -1,6 +1,6 @@
 // Direct loops in double for the benchmarks' validation: a ResNet block's convolution (square input
 // and kernel) and BatchNorm in training mode with gamma 1, beta 0, an optional relu; LeNet's and the
-// lab CNN's convolution, relu and pooling.
+// lab CNN's convolution, relu and pooling, and their dense layers.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -74,17 +74,11 @@ inline double residual_block_error(const std::vector<float>& xs, int N, int C, i
 // PH = (H - K + 1) / 2, in *out_h.
 inline Vec conv_relu_pool(const Vec& x, int C, int H, const std::vector<float>& w, const std::vector<float>& bias,
                           int OC, int K, bool average, int* out_h) {
-  const int OH = H - K + 1, PH = OH / 2;
-  Vec conv(static_cast<size_t>(OC * OH * OH)), pooled(static_cast<size_t>(OC * PH * PH), average ? 0.0 : -1e300);
-  for (int oc = 0; oc < OC; ++oc)
-    for (int oh = 0; oh < OH; ++oh)
-      for (int ow = 0; ow < OH; ++ow) {
-        double acc = bias[oc];
-        for (int c = 0; c < C; ++c)
-          for (int kh = 0; kh < K; ++kh)
-            for (int kw = 0; kw < K; ++kw) acc += x[(c * H + oh + kh) * H + ow + kw] * w[((oc * C + c) * K + kh) * K + kw];
-        conv[(oc * OH + oh) * OH + ow] = acc > 0 ? acc : 0;
-      }
+  int OH = 0;
+  Vec conv = ref_conv(x, 1, C, H, w, bias, OC, K, 1, 0, &OH);  // OH = H - K + 1
+  for (double& v : conv) v = v > 0 ? v : 0;
+  const int PH = OH / 2;
+  Vec pooled(static_cast<size_t>(OC * PH * PH), average ? 0.0 : -1e300);
   for (int oc = 0; oc < OC; ++oc)
     for (int ph = 0; ph < PH; ++ph)
       for (int pw = 0; pw < PH; ++pw)
@@ -95,6 +89,20 @@ inline Vec conv_relu_pool(const Vec& x, int C, int H, const std::vector<float>& 
         }
   *out_h = PH;
   return pooled;
+}
+
+// One example through a dense layer, y = W x + bias, then relu where asked. W is stored (out, in), as
+// Gluon and PyTorch store it, or (in, out): x @ W, the book's torch.mm from scratch.
+enum class WeightLayout { out_in, in_out };
+inline Vec dense(const Vec& x, const std::vector<float>& w, const std::vector<float>& bias, int in, int out, bool relu,
+                 WeightLayout layout) {
+  Vec y(static_cast<size_t>(out));
+  for (int j = 0; j < out; ++j) {
+    double acc = bias[j];
+    for (int i = 0; i < in; ++i) acc += x[i] * w[layout == WeightLayout::out_in ? j * in + i : i * out + j];
+    y[j] = relu && acc < 0 ? 0 : acc;
+  }
+  return y;
 }
 
 }  // namespace d2l::bench::bench_ref

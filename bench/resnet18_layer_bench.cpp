@@ -48,17 +48,13 @@ bool validate() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  b::SetupFlags flags{256, 3};
-  if (!b::parse_setup_flags(argc, argv, "--batch", 2, "usage: resnet18_layer_bench [--batch N] [--repeats R] [--setup all|1x2|1x1|2x1] [--conv NAME]",
-                            "error: --batch must be >= 2, --repeats >= 1, --setup one of all, 1x2, 1x1, 2x1", flags))
-    return 2;
-  if (!b::apply_conv(flags.conv)) return 2;
-  const int64_t batch = flags.count;
-  const int repeats = flags.repeats;
-  const std::string only = flags.setup;
+  const b::SetupFlags flags = b::setup_flags(argc, argv, "resnet18_layer_bench", "--batch", "N", 2, {256, 3}, false);
   b::banner("resnet18_layer_bench: chapter 2's ResNet-18 (concise::resnet18, the layer) training step");
   d2l::use_devices({d2l::cpu(0)});
   if (!validate()) return 1;
+
+  const int64_t batch = flags.count;
+  const int repeats = flags.repeats;
 
   d2l::Batch data;  // the same inputs in every setup and in pytorch_reference.py's shape
   data.n = batch;
@@ -73,11 +69,7 @@ int main(int argc, char** argv) {
   std::printf("%-6s %-22s | %9s %9s %9s | %9s %8s\n", "setup", "devices", "s/step", "median", "CPU s", "images/s", "GFLOP/s");
   double t1x1 = 0, t2x1 = 0;
   for (const b::Setup& s : setups) {
-    if (only != "all" && only != s.key) continue;
-    if (s.threads > d2l::num_cores()) {
-      std::printf("%-6s skipped: %d threads on %d cores\n", s.key, s.threads, d2l::num_cores());
-      continue;
-    }
+    if (!b::runs(s, flags.setup)) continue;
     b::Model m = b::make_model("resnet18", s, 0.1f);
     b::run_steps(m, 1, [&](int) -> const d2l::Batch& { return data; });  // warm-up (and deferred shapes)
     const b::Stats st = b::time_it([&] { b::run_steps(m, 1, [&](int) -> const d2l::Batch& { return data; }); }, 0, repeats);

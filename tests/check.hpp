@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <string>
 #include <vector>
@@ -23,6 +24,19 @@ inline std::string python() {
 inline bool python_can_import(const std::string& modules) {
   const std::string cmd = "'" + python() + "' -c 'import " + modules + "' >/dev/null 2>&1";
   return std::system(cmd.c_str()) == 0;
+}
+// A file beside a test's source, `source` being the test's __FILE__ as the compiler saw it: the path as
+// is where it is absolute or found from the working directory, else from the build directory, whose
+// copy of the source's folder (tests/, chapters/<name>/) holds this executable.
+inline std::string beside_source(const char* source, const char* name) {
+  namespace fs = std::filesystem;
+  const fs::path folder = fs::path(source).parent_path(), here = folder / name;
+  if (here.is_absolute() || fs::exists(here)) return here.string();
+  std::error_code ec;
+  fs::path build_root = fs::read_symlink("/proc/self/exe", ec).parent_path();
+  for (const fs::path& part : folder)
+    if (part != ".." && part != ".") build_root = build_root.parent_path();
+  return (build_root / here).lexically_normal().string();
 }
 
 template <class Ref, class Got>

@@ -89,6 +89,15 @@ void for_row_shapes(Check check) {
   }
 }
 
+// Calls check(sizes) with kListSizes, then with many_sizes(): a failure names the list's length.
+template <class Check>
+void for_list_sizes(Check check) {
+  for (const auto& sizes : {kListSizes, many_sizes()}) {
+    CAPTURE(sizes.size());
+    check(sizes);
+  }
+}
+
 // Bitwise equality (same algorithm, same operation order): prints the first few differences.
 template <class T>
 bool same_bits(const std::vector<T>& ref, const std::vector<T>& got, const char* what) {
@@ -150,6 +159,54 @@ inline bool grad_check(const std::vector<float>& x, const std::vector<float>& gr
 }
 
 inline std::vector<float> to_float(const std::vector<double>& v) { return {v.begin(), v.end()}; }
+
+// An elementwise activation's kernels, emulated and on the CPU: forward(x -> y, n) and backward(saved,
+// dy -> dx, n), whose `saved` is the forward's input (relu) or its output (sigmoid).
+struct Activation {
+  const char* name;
+  void (*emu_forward)(kemu::Stream, const float*, float*, int64_t);
+  void (*emu_backward)(kemu::Stream, const float*, const float*, float*, int64_t);
+  void (*cpu_forward)(const kernels::cpu::Ctx&, const float*, float*, int64_t);
+  void (*cpu_backward)(const kernels::cpu::Ctx&, const float*, const float*, float*, int64_t);
+  bool backward_reads_output;
+};
+
+// The emulated kernels bitwise the CPU's on x = x_of(n) for each n of kGridSizes (dy = lcg_data(n, 4)):
+// the forward, then the backward from what it reads (x, or the CPU forward's y); n = 0 launches nothing.
+template <class Data>
+void check_activation_emulated(kemu::Stream s, const Activation& a, const Data& x_of) {
+  const std::string name = a.name;
+  for_grid_sizes([&](int64_t n) {
+    const std::vector<float> x = x_of(n), dy = lcg_data(n, 4);
+    std::vector<float> got(n), ref(n);
+    a.emu_forward(s, x.data(), got.data(), n);
+    a.cpu_forward(kernels::cpu::serial_ctx(), x.data(), ref.data(), n);
+    CHECK(same_bits(ref, got, (name + "_forward").c_str()));
+    const std::vector<float> saved = a.backward_reads_output ? ref : x;
+    a.emu_backward(s, saved.data(), dy.data(), got.data(), n);
+    a.cpu_backward(kernels::cpu::serial_ctx(), saved.data(), dy.data(), ref.data(), n);
+    CHECK(same_bits(ref, got, (name + "_backward").c_str()));
+  });
+  float v = 1.0f;  // n = 0 launches nothing
+  a.emu_forward(s, &v, &v, 0);
+  CHECK(v == 1.0f);
+}
+
+// The emulated backward at x against finite differences of the emulated forward, of the loss
+// sum(r * y(x)): FdTol's tolerances with step 1e-2, and the gradient scaled by 1.05 must fail.
+inline bool activation_fd_ok(const Activation& a, const std::vector<float>& x, const std::vector<float>& r) {
+  const int64_t n = static_cast<int64_t>(x.size());
+  std::vector<float> y(n), dx(n);
+  a.emu_forward(nullptr, x.data(), y.data(), n);
+  a.emu_backward(nullptr, a.backward_reads_output ? y.data() : x.data(), r.data(), dx.data(), n);
+  auto loss = [&](const std::vector<double>& xd) {
+    const auto xf = to_float(xd);
+    std::vector<float> yf(xf.size());
+    a.emu_forward(nullptr, xf.data(), yf.data(), n);
+    return dot(to_double(yf), r);
+  };
+  return grad_check(x, dx, loss, {1e-2}, (std::string(a.name) + " dx").c_str());
+}
 
 // Labels in [0, K) from a simple hash, independent of the library's RNG.
 inline std::vector<int32_t> labels_for(int64_t N, int64_t K, uint32_t seed) {

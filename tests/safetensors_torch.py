@@ -12,12 +12,10 @@ v[i] = BASE[name] + i / 8 (exact in float32). This script
 Exit status: 0 all passed, 77 PyTorch missing (the test is skipped), 1 a check failed.
 
 Debian bookworm packages python3-torch but not python3-safetensors: without the package, the small
-reader and writer of the format below (stdlib + torch) stand in, so the PyTorch side (names,
-layout, load_state_dict) is still checked; step 3 then does not run.
+reader and writer of the format in tests/safetensors_stdlib.py (stdlib + torch) stand in, so the
+PyTorch side (names, layout, load_state_dict) is still checked; step 3 then does not run.
 """
-import json
 import os
-import struct
 import sys
 
 try:
@@ -32,35 +30,7 @@ try:
     HAVE_SAFETENSORS = True
 except ImportError:
     HAVE_SAFETENSORS = False
-    DTYPES = {"F32": torch.float32, "I32": torch.int32, "I64": torch.int64}
-
-    def load_file(path):
-        with open(path, "rb") as f:
-            b = f.read()
-        (n,) = struct.unpack("<Q", b[:8])
-        header = json.loads(b[8:8 + n].decode("utf-8"))
-        header.pop("__metadata__", None)
-        out = {}
-        for name, e in header.items():
-            begin, end = e["data_offsets"]
-            raw = bytearray(b[8 + n + begin:8 + n + end])
-            t = torch.frombuffer(raw, dtype=DTYPES[e["dtype"]]) if raw else torch.empty(0, dtype=DTYPES[e["dtype"]])
-            out[name] = t.reshape(e["shape"]).clone()
-        return out
-
-    def save_file(tensors, path):
-        names = {torch.float32: "F32", torch.int32: "I32", torch.int64: "I64"}
-        order = sorted(tensors.items(), key=lambda kv: (-kv[1].element_size(), kv[0]))
-        header, chunks, offset = {}, [], 0
-        for name, t in order:
-            data = bytes(t.contiguous().reshape(-1).view(torch.uint8).tolist())
-            header[name] = {"dtype": names[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + len(data)]}
-            chunks.append(data)
-            offset += len(data)
-        text = json.dumps(header, separators=(",", ":")).encode("utf-8")
-        text += b" " * ((8 - len(text) % 8) % 8)
-        with open(path, "wb") as f:
-            f.write(struct.pack("<Q", len(text)) + text + b"".join(chunks))
+    from safetensors_stdlib import load_file, save_file  # beside this file
 
 BASE = {"0.weight": 0.0, "0.bias": 10.0, "1.weight": 20.0, "1.bias": 30.0, "1.running_mean": 40.0, "1.running_var": 50.0}
 

@@ -205,26 +205,22 @@ void check_multi_adam(const std::vector<int64_t>& sizes, One one, Multi multi) {
 #define D2L_ADAM_ARGS(h, t) float(h.grad_scale), float(h.wd), float(h.beta1), float(h.beta2), float(h.eps), \
                             step_size(h, t), bc2_sqrt(h, t)
 
-void check_multi_adam_emulated(kemu::Stream s, const std::vector<int64_t>& sizes) {
-  check_multi_adam(
-      sizes,
-      [&](float* w, float* m, float* v, const float* g, int64_t n, const Hyper& h, int t) {
-        kemu::adam_update(s, w, m, v, g, n, D2L_ADAM_ARGS(h, t));
-      },
-      [&](float* const* w, float* const* m, float* const* v, const float* const* g, const int64_t* n, int64_t count,
-          const Hyper& h, int t) { kemu::multi_adam_update(s, w, m, v, g, n, count, D2L_ADAM_ARGS(h, t)); });
-}
-
 void check_multi_emulated(kemu::Stream s) {
-  check_multi_adam_emulated(s, kListSizes);
-  check_multi_adam_emulated(s, many_sizes());
+  for_list_sizes([&](const std::vector<int64_t>& sizes) {
+    check_multi_adam(
+        sizes,
+        [&](float* w, float* m, float* v, const float* g, int64_t n, const Hyper& h, int t) {
+          kemu::adam_update(s, w, m, v, g, n, D2L_ADAM_ARGS(h, t));
+        },
+        [&](float* const* w, float* const* m, float* const* v, const float* const* g, const int64_t* n, int64_t count,
+            const Hyper& h, int t) { kemu::multi_adam_update(s, w, m, v, g, n, count, D2L_ADAM_ARGS(h, t)); });
+  });
 }
 
 }  // namespace
 
 TEST_CASE("multi_adam_update on the CPU is adam_update tensor by tensor, bit for bit") {
-  for (const auto& sizes : {kListSizes, many_sizes()}) {
-    CAPTURE(sizes.size());
+  for_list_sizes([&](const std::vector<int64_t>& sizes) {
     for_thread_counts([&](const cpu::Ctx& c) {
       check_multi_adam(
           sizes,
@@ -234,15 +230,14 @@ TEST_CASE("multi_adam_update on the CPU is adam_update tensor by tensor, bit for
           [&](float* const* w, float* const* m, float* const* v, const float* const* g, const int64_t* n,
               int64_t count, const Hyper& h, int t) { cpu::multi_adam_update(c, w, m, v, g, n, count, D2L_ADAM_ARGS(h, t)); });
     });
-  }
+  });
 }
 
 D2L_EMULATED_CASES("emulated multi_adam_update is adam_update tensor by tensor, bit for bit",
                    "emulated multi_adam_update on 2 device threads", check_multi_emulated)
 
 TEST_CASE("multi_adam_update launches once per table of tensors") {
-  for (const auto& sizes : {kListSizes, many_sizes()}) {
-    CAPTURE(sizes.size());
+  for_list_sizes([&](const std::vector<int64_t>& sizes) {
     auto w = lists_of(sizes, 1), m = lists_of(sizes, 2), v = lists_of(sizes, 3), g = lists_of(sizes, 4);
     for (auto& x : v) for (float& y : x) y = y * y;  // a second moment is >= 0
     const int64_t count = static_cast<int64_t>(sizes.size());
@@ -251,7 +246,7 @@ TEST_CASE("multi_adam_update launches once per table of tensors") {
                             sizes.data(), count, D2L_ADAM_ARGS(kDecay, 2));
     CHECK(launches("multi_adam_update_kernel") - before ==
           (count + kemu::kMaxTensorsPerLaunch - 1) / kemu::kMaxTensorsPerLaunch);
-  }
+  });
 }
 
 // ---- the op: one launch on emu(0) for the whole list, adam_update_'s bits on cpu(0) and emu(0).

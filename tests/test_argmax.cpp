@@ -45,9 +45,6 @@ TEST_CASE("argmax picks the first maximum; count_correct counts matches") {
 // ---- the emulated CUDA kernels equal the CPU's, on (N, K) with classes fewer than, equal to and more
 // than a warp's 32 lanes.
 namespace {
-using d2l::test::kRowShapes;
-using d2l::test::RowsShape;
-
 void check_emulated(kemu::Stream s) {
   for_row_shapes([&](const RowsShape& r) {
     auto x = lcg_data(r.N * r.K, 12);

@@ -66,6 +66,11 @@ struct Run {
       trainer->step(kBatch);
     }
   }
+  // Epoch 1, then its checkpoint written to `path`.
+  void first_epoch_saved_to(const std::string& path) {
+    epoch(1);
+    save_checkpoint(path, *net, *trainer, 1);
+  }
 };
 
 // Every replica of every parameter (running statistics per device included), by name.
@@ -112,8 +117,7 @@ TEST_CASE("resuming from a checkpoint continues bit for bit") {
   std::string path = dir + "/epoch1.safetensors";
 
   Run a(1);
-  a.epoch(1);
-  save_checkpoint(path, *a.net, *a.trainer, 1);
+  a.first_epoch_saved_to(path);
   for (auto& e : fs::directory_iterator(dir)) CHECK(e.path() == path);  // no temporary file left
   a.epoch(2);
 
@@ -159,8 +163,7 @@ TEST_CASE("a corrupt or mismatched checkpoint: one line naming the file; net, tr
   std::string dir = make_tmpdir();
   std::string good = dir + "/good.safetensors";
   Run a(7);
-  a.epoch(1);
-  save_checkpoint(good, *a.net, *a.trainer, 1);
+  a.first_epoch_saved_to(good);
   const SafetensorsFile base = load_safetensors(good);
 
   // Each case: a file, and the words its error must contain.

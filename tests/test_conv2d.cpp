@@ -25,27 +25,52 @@ using d2l::test::lcg_data;
 
 namespace {
 
-// y[n][oc][oh][ow] = sum over ci, kh, kw of x[n][ci][oh*sh - ph + kh][ow*sw - pw + kw] * w[oc][ci][kh][kw]
-std::vector<double> ref_conv(const Conv2dShape& s, const std::vector<double>& x,
-                             const std::vector<double>& w) {
+int64_t x_size(const Conv2dShape& s) { return s.N * s.C * s.H * s.W; }
+int64_t w_size(const Conv2dShape& s) { return s.OC * s.C * s.KH * s.KW; }
+int64_t y_size(const Conv2dShape& s) { return s.N * s.OC * s.OH() * s.OW(); }
+
+// The three passes in double, and for each output the sum of |a||b| over its products (the scale of
+// its rounding errors): y, dx, dw of x, w, r (r standing for dy; without r, y alone).
+//   y[n][oc][oh][ow] = sum over ci, kh, kw of x[n][ci][oh*sh - ph + kh][ow*sw - pw + kw] * w[oc][ci][kh][kw]
+// dx and dw sum the products of r with w and with x over the same index pairs.
+struct RefPasses {
+  std::vector<double> y, dx, dw, y_abs, dx_abs, dw_abs;
+};
+template <class T>
+RefPasses ref_passes(const Conv2dShape& s, const std::vector<T>& x, const std::vector<T>& w,
+                     const std::vector<T>& r = {}) {
   const int64_t OH = s.OH(), OW = s.OW();
-  std::vector<double> y(static_cast<size_t>(s.N * s.OC * OH * OW), 0.0);
+  RefPasses p;
+  p.y.assign(size_t(y_size(s)), 0.0), p.y_abs = p.y;
+  if (!r.empty()) {
+    p.dx.assign(size_t(x_size(s)), 0.0), p.dx_abs = p.dx;
+    p.dw.assign(size_t(w_size(s)), 0.0), p.dw_abs = p.dw;
+  }
   for (int64_t n = 0; n < s.N; ++n)
     for (int64_t oc = 0; oc < s.OC; ++oc)
       for (int64_t oh = 0; oh < OH; ++oh)
         for (int64_t ow = 0; ow < OW; ++ow) {
-          double acc = 0;
+          const size_t yi = size_t(((n * s.OC + oc) * OH + oh) * OW + ow);
           for (int64_t ci = 0; ci < s.C; ++ci)
             for (int64_t kh = 0; kh < s.KH; ++kh)
               for (int64_t kw = 0; kw < s.KW; ++kw) {
-                int64_t ih = oh * s.stride_h - s.pad_h + kh, iw = ow * s.stride_w - s.pad_w + kw;
+                const int64_t ih = oh * s.stride_h - s.pad_h + kh, iw = ow * s.stride_w - s.pad_w + kw;
                 if (ih < 0 || ih >= s.H || iw < 0 || iw >= s.W) continue;
-                acc +=
-                    x[((n * s.C + ci) * s.H + ih) * s.W + iw] * w[((oc * s.C + ci) * s.KH + kh) * s.KW + kw];
+                const size_t xi = size_t(((n * s.C + ci) * s.H + ih) * s.W + iw);
+                const size_t wi = size_t(((oc * s.C + ci) * s.KH + kh) * s.KW + kw);
+                const double xv = x[xi], wv = w[wi];
+                p.y[yi] += xv * wv, p.y_abs[yi] += std::fabs(xv * wv);
+                if (r.empty()) continue;
+                const double rv = r[yi];
+                p.dx[xi] += rv * wv, p.dx_abs[xi] += std::fabs(rv * wv);
+                p.dw[wi] += rv * xv, p.dw_abs[wi] += std::fabs(rv * xv);
               }
-          y[((n * s.OC + oc) * OH + oh) * OW + ow] = acc;
         }
-  return y;
+  return p;
+}
+template <class T>
+std::vector<double> ref_conv(const Conv2dShape& s, const std::vector<T>& x, const std::vector<T>& w) {
+  return ref_passes(s, x, w).y;
 }
 
 // {N, C, H, W, OC, KH, KW, stride_h, stride_w, pad_h, pad_w}
@@ -78,10 +103,6 @@ std::string describe(const Conv2dShape& s) {
   return b;
 }
 
-int64_t x_size(const Conv2dShape& s) { return s.N * s.C * s.H * s.W; }
-int64_t w_size(const Conv2dShape& s) { return s.OC * s.C * s.KH * s.KW; }
-int64_t y_size(const Conv2dShape& s) { return s.N * s.OC * s.OH() * s.OW(); }
-
 double rms(const std::vector<double>& v) {
   double s = 0;
   for (double e : v) s += e * e;
@@ -96,51 +117,78 @@ double tolerance(Conv2dKernel m) {
 }
 
 namespace k = d2l::kernels::cpu;
+namespace kemu = d2l::kernels::emu;
 const std::vector<Conv2dKernel> kMembers = {Conv2dKernel::direct, Conv2dKernel::im2col, Conv2dKernel::winograd,
                                             Conv2dKernel::winograd2, Conv2dKernel::blocked};
-const char* name(Conv2dKernel m) {
-  switch (m) {
-    case Conv2dKernel::direct: return "kernel1 direct";
-    case Conv2dKernel::im2col: return "kernel2 im2col";
-    case Conv2dKernel::winograd: return "kernel3 winograd F(4x4,3x3)";
-    case Conv2dKernel::winograd2: return "kernel3 winograd2 F(2x2,3x3)";
-    case Conv2dKernel::blocked: return "kernel4 blocked";
-    case Conv2dKernel::implicit: return "kernel5 implicit GEMM";
-    default: return "automatic";
-  }
-}
 
+// Each member's name (in the messages) and its three passes (forward, backward_data, backward_weight)
+// on the CPU (k::) and on the GPU (kemu::, emulated). A member a device does not have runs kernel2
+// (im2col) there, as automatic's row does (the cases ask conv2d_auto_kernel which member automatic
+// is); kernel3's backward_weight is kernel2's.
+template <class Pass>
+struct Passes {
+  Pass forward, data, weight;
+};
+struct Member {
+  Conv2dKernel m;
+  const char* name;
+  Passes<decltype(&k::conv2d_forward_direct)> cpu;
+  Passes<decltype(&kemu::conv2d_forward_direct)> gpu;
+};
+// ns's conv2d_forward_<f>, conv2d_backward_data_<d> and conv2d_backward_weight_<w>.
+#define PASSES(ns, f, d, w) {ns::conv2d_forward_##f, ns::conv2d_backward_data_##d, ns::conv2d_backward_weight_##w}
+using K = Conv2dKernel;
+const Member kMemberTable[] = {
+    {K::direct, "kernel1 direct", PASSES(k, direct, direct, direct), PASSES(kemu, direct, direct, direct)},
+    {K::im2col, "kernel2 im2col", PASSES(k, im2col, im2col, im2col), PASSES(kemu, im2col, im2col, im2col)},
+    {K::winograd, "kernel3 winograd F(4x4,3x3)", PASSES(k, winograd, winograd, im2col), PASSES(kemu, winograd, winograd, im2col)},
+    {K::winograd2, "kernel3 winograd2 F(2x2,3x3)", PASSES(k, winograd2, winograd2, im2col), PASSES(kemu, winograd2, winograd2, im2col)},
+    {K::blocked, "kernel4 blocked", PASSES(k, blocked, blocked, blocked), PASSES(kemu, im2col, im2col, im2col)},
+    {K::implicit, "kernel5 implicit GEMM", PASSES(k, im2col, im2col, im2col), PASSES(kemu, implicit, implicit, implicit)},
+    {K::automatic, "automatic", PASSES(k, im2col, im2col, im2col), PASSES(kemu, im2col, im2col, im2col)},
+};
+#undef PASSES
+
+const Member& member(Conv2dKernel m) {
+  const Member* row =
+      std::find_if(std::begin(kMemberTable), std::end(kMemberTable), [&](const Member& r) { return r.m == m; });
+  REQUIRE(row != std::end(kMemberTable));
+  return *row;
+}
+const char* name(Conv2dKernel m) { return member(m).name; }
+
+// One pass of a member on the CPU (where: its Ctx) or on the emulated GPU (where: its stream): the output
+// of `size` elements, filled with garbage first, so that the pass must write every one.
+template <class Pass, class Where>
+std::vector<float> run_pass(Pass pass, const Where& where, const Conv2dShape& s, int64_t size,
+                            const std::vector<float>& a, const std::vector<float>& b) {
+  std::vector<float> out(static_cast<size_t>(size), -7.0f);
+  pass(where, s, a.data(), b.data(), out.data());
+  return out;
+}
 std::vector<float> forward(const Ctx& c, const Conv2dShape& s, const std::vector<float>& x,
                            const std::vector<float>& w, Conv2dKernel m = Conv2dKernel::im2col) {
-  std::vector<float> y(static_cast<size_t>(y_size(s)), -7.0f);  // garbage: forward overwrites
-  const auto f = m == Conv2dKernel::direct      ? k::conv2d_forward_direct
-                 : m == Conv2dKernel::winograd  ? k::conv2d_forward_winograd
-                 : m == Conv2dKernel::winograd2 ? k::conv2d_forward_winograd2
-                 : m == Conv2dKernel::blocked   ? k::conv2d_forward_blocked
-                                                : k::conv2d_forward_im2col;
-  f(c, s, x.data(), w.data(), y.data());
-  return y;
+  return run_pass(member(m).cpu.forward, c, s, y_size(s), x, w);
 }
 std::vector<float> grad_x(const Ctx& c, const Conv2dShape& s, const std::vector<float>& dy,
                           const std::vector<float>& w, Conv2dKernel m = Conv2dKernel::im2col) {
-  std::vector<float> dx(static_cast<size_t>(x_size(s)), -7.0f);  // garbage: backward overwrites
-  const auto f = m == Conv2dKernel::direct      ? k::conv2d_backward_data_direct
-                 : m == Conv2dKernel::winograd  ? k::conv2d_backward_data_winograd
-                 : m == Conv2dKernel::winograd2 ? k::conv2d_backward_data_winograd2
-                 : m == Conv2dKernel::blocked   ? k::conv2d_backward_data_blocked
-                                                : k::conv2d_backward_data_im2col;
-  f(c, s, dy.data(), w.data(), dx.data());
-  return dx;
+  return run_pass(member(m).cpu.data, c, s, x_size(s), dy, w);
 }
-// kernel3's backward_weight is kernel2's.
 std::vector<float> grad_w(const Ctx& c, const Conv2dShape& s, const std::vector<float>& x,
                           const std::vector<float>& dy, Conv2dKernel m = Conv2dKernel::im2col) {
-  std::vector<float> dw(static_cast<size_t>(w_size(s)), -7.0f);
-  const auto f = m == Conv2dKernel::direct    ? k::conv2d_backward_weight_direct
-                 : m == Conv2dKernel::blocked ? k::conv2d_backward_weight_blocked
-                                              : k::conv2d_backward_weight_im2col;
-  f(c, s, x.data(), dy.data(), dw.data());
-  return dw;
+  return run_pass(member(m).cpu.weight, c, s, w_size(s), x, dy);
+}
+std::vector<float> gpu_forward(kemu::Stream st, const Conv2dShape& s, const std::vector<float>& x,
+                               const std::vector<float>& w, Conv2dKernel m) {
+  return run_pass(member(m).gpu.forward, st, s, y_size(s), x, w);
+}
+std::vector<float> gpu_grad_x(kemu::Stream st, const Conv2dShape& s, const std::vector<float>& dy,
+                              const std::vector<float>& w, Conv2dKernel m) {
+  return run_pass(member(m).gpu.data, st, s, x_size(s), dy, w);
+}
+std::vector<float> gpu_grad_w(kemu::Stream st, const Conv2dShape& s, const std::vector<float>& x,
+                              const std::vector<float>& dy, Conv2dKernel m) {
+  return run_pass(member(m).gpu.weight, st, s, w_size(s), x, dy);
 }
 
 }  // namespace
@@ -214,7 +262,6 @@ TEST_CASE("conv2d automatic: the member of each (shape, kernel4 width, GEMM widt
   const Conv2dShape pointwise{32, 64, 28, 28, 64, 1, 1, 1, 1, 0, 0};   // 1x1
   const Conv2dShape edge{4, 16, 13, 11, 24, 3, 3, 1, 1, 1, 1};         // 48 tiles for 24 channels
   const Conv2dShape few{1, 16, 8, 8, 64, 3, 3, 1, 1, 1, 1};            // 4 tiles for 64 channels
-  using K = Conv2dKernel;
   struct Row {
     const char* what;
     Conv2dShape s;
@@ -350,25 +397,6 @@ TEST_CASE("im2col matches its definition and col2im is its adjoint") {
 // ---- The networks' shapes, at small batches and images (a few seconds in all).
 namespace {
 
-// dx[n][ci][ih][iw] = sum of dy[n][oc][oh][ow] * w[oc][ci][kh][kw] over the outputs that read x there.
-std::vector<double> ref_conv_dx(const Conv2dShape& s, const std::vector<double>& dy, const std::vector<double>& w) {
-  const int64_t OH = s.OH(), OW = s.OW();
-  std::vector<double> dx(static_cast<size_t>(x_size(s)), 0.0);
-  for (int64_t n = 0; n < s.N; ++n)
-    for (int64_t oc = 0; oc < s.OC; ++oc)
-      for (int64_t oh = 0; oh < OH; ++oh)
-        for (int64_t ow = 0; ow < OW; ++ow)
-          for (int64_t ci = 0; ci < s.C; ++ci)
-            for (int64_t kh = 0; kh < s.KH; ++kh)
-              for (int64_t kw = 0; kw < s.KW; ++kw) {
-                int64_t ih = oh * s.stride_h - s.pad_h + kh, iw = ow * s.stride_w - s.pad_w + kw;
-                if (ih < 0 || ih >= s.H || iw < 0 || iw >= s.W) continue;
-                dx[((n * s.C + ci) * s.H + ih) * s.W + iw] +=
-                    dy[((n * s.OC + oc) * OH + oh) * OW + ow] * w[((oc * s.C + ci) * s.KH + kh) * s.KW + kw];
-              }
-  return dx;
-}
-
 // The worst error, as a fraction of the reference's root mean square.
 double worst_error(const std::vector<double>& ref, const std::vector<float>& got) {
   double worst = 0;
@@ -376,27 +404,92 @@ double worst_error(const std::vector<double>& ref, const std::vector<float>& got
   return worst / rms(ref);
 }
 
+// The named shapes of the cases below, in one table: each row tagged with the set of cases that runs it.
+enum class Set { nets, gpu_winograd, gpu_implicit, gpu_tf32, gpu_strided };
 struct NetShape {
+  Set set;
   const char* name;
   Conv2dShape s;
 };
-const std::vector<NetShape> kNetShapes = {
-    {"LeNet/lab CNN conv1 1->20 3x3", {4, 1, 28, 28, 20, 3, 3, 1, 1, 0, 0}},
-    {"LeNet/lab CNN conv2 20->50 5x5 (not kernel3's)", {2, 20, 13, 13, 50, 5, 5, 1, 1, 0, 0}},
-    {"d2l LeNet conv1 1->6 5x5 pad 2 (not kernel3's)", {2, 1, 28, 28, 6, 5, 5, 1, 1, 2, 2}},
-    {"ResNet-18 stem 1->64 3x3", {2, 1, 28, 28, 64, 3, 3, 1, 1, 1, 1}},
-    {"ResNet-18 64->64 3x3", {2, 64, 14, 14, 64, 3, 3, 1, 1, 1, 1}},
-    {"ResNet-18 64->128 3x3 /2 (not kernel3's)", {1, 64, 14, 14, 128, 3, 3, 2, 2, 1, 1}},
-    {"ResNet-18 128->128 3x3", {1, 128, 10, 10, 128, 3, 3, 1, 1, 1, 1}},
-    {"ResNet-18 256->256 3x3", {1, 256, 7, 7, 256, 3, 3, 1, 1, 1, 1}},
-    {"ResNet-18 512->512 3x3", {1, 512, 4, 4, 512, 3, 3, 1, 1, 1, 1}},
-    {"ResNet-50 64->64 3x3", {1, 64, 11, 11, 64, 3, 3, 1, 1, 1, 1}},
-    {"ResNet-50 128->128 3x3", {1, 128, 9, 9, 128, 3, 3, 1, 1, 1, 1}},
-    {"ResNet-50 256->256 3x3", {1, 256, 6, 6, 256, 3, 3, 1, 1, 1, 1}},
-    {"ResNet-50 512->512 3x3", {1, 512, 3, 3, 512, 3, 3, 1, 1, 1, 1}},
-    {"ResNet-50 256->256 3x3 /2 (not kernel3's)", {1, 256, 7, 7, 256, 3, 3, 2, 2, 1, 1}},
-    {"37->29 channels 3x3, 13x11", {2, 37, 13, 11, 29, 3, 3, 1, 1, 1, 1}},
+// {N, C, H, W, OC, KH, KW, stride_h, stride_w, pad_h, pad_w}
+const std::vector<NetShape> kNamedShapes = {
+    // nets: the networks' own convolutions, at small batches and images (every CPU member on them).
+    {Set::nets, "LeNet/lab CNN conv1 1->20 3x3", {4, 1, 28, 28, 20, 3, 3, 1, 1, 0, 0}},
+    {Set::nets, "LeNet/lab CNN conv2 20->50 5x5 (not kernel3's)", {2, 20, 13, 13, 50, 5, 5, 1, 1, 0, 0}},
+    {Set::nets, "d2l LeNet conv1 1->6 5x5 pad 2 (not kernel3's)", {2, 1, 28, 28, 6, 5, 5, 1, 1, 2, 2}},
+    {Set::nets, "ResNet-18 stem 1->64 3x3", {2, 1, 28, 28, 64, 3, 3, 1, 1, 1, 1}},
+    {Set::nets, "ResNet-18 64->64 3x3", {2, 64, 14, 14, 64, 3, 3, 1, 1, 1, 1}},
+    {Set::nets, "ResNet-18 64->128 3x3 /2 (not kernel3's)", {1, 64, 14, 14, 128, 3, 3, 2, 2, 1, 1}},
+    {Set::nets, "ResNet-18 128->128 3x3", {1, 128, 10, 10, 128, 3, 3, 1, 1, 1, 1}},
+    {Set::nets, "ResNet-18 256->256 3x3", {1, 256, 7, 7, 256, 3, 3, 1, 1, 1, 1}},
+    {Set::nets, "ResNet-18 512->512 3x3", {1, 512, 4, 4, 512, 3, 3, 1, 1, 1, 1}},
+    {Set::nets, "ResNet-50 64->64 3x3", {1, 64, 11, 11, 64, 3, 3, 1, 1, 1, 1}},
+    {Set::nets, "ResNet-50 128->128 3x3", {1, 128, 9, 9, 128, 3, 3, 1, 1, 1, 1}},
+    {Set::nets, "ResNet-50 256->256 3x3", {1, 256, 6, 6, 256, 3, 3, 1, 1, 1, 1}},
+    {Set::nets, "ResNet-50 512->512 3x3", {1, 512, 3, 3, 512, 3, 3, 1, 1, 1, 1}},
+    {Set::nets, "ResNet-50 256->256 3x3 /2 (not kernel3's)", {1, 256, 7, 7, 256, 3, 3, 2, 2, 1, 1}},
+    {Set::nets, "37->29 channels 3x3, 13x11", {2, 37, 13, 11, 29, 3, 3, 1, 1, 1, 1}},
+    // gpu_winograd: LeNet- and ResNet-like 3x3 stride-1 convs, small enough for the emulation: every
+    // padding kernel3 takes for both passes, odd sizes (tiles cut at the edge), channels no multiple of 4,
+    // 1 and more images (GPU kernel3, and kernel5 with gpu_implicit).
+    {Set::gpu_winograd, "LeNet-like 1->6, 28x28, pad 0", {3, 1, 28, 28, 6, 3, 3, 1, 1, 0, 0}},
+    {Set::gpu_winograd, "LeNet-like 6->16, 13x13, pad 1", {2, 6, 13, 13, 16, 3, 3, 1, 1, 1, 1}},
+    {Set::gpu_winograd, "ResNet-like 64->64, 14x14, pad 1", {2, 64, 14, 14, 64, 3, 3, 1, 1, 1, 1}},
+    {Set::gpu_winograd, "ResNet-like 128->128, 7x7, pad 1", {1, 128, 7, 7, 128, 3, 3, 1, 1, 1, 1}},
+    {Set::gpu_winograd, "37->29 channels, 13x11, pad 2", {2, 37, 13, 11, 29, 3, 3, 1, 1, 2, 2}},
+    {Set::gpu_winograd, "5->3 channels, 9x7, pad (0, 1)", {3, 5, 9, 7, 3, 3, 3, 1, 1, 0, 1}},
+    {Set::gpu_winograd, "13->5 channels, 7x10, pad (2, 1)", {1, 13, 7, 10, 5, 3, 3, 1, 1, 2, 1}},
+    {Set::gpu_winograd, "1x1 image, pad 1 (8 of 9 taps in the padding)", {2, 5, 1, 1, 3, 3, 3, 1, 1, 1, 1}},
+    {Set::gpu_winograd, "3x3 image, pad 0 (one output)", {1, 1, 3, 3, 1, 3, 3, 1, 1, 0, 0}},
+    // gpu_implicit: what kernel3 does not take, for kernel5 (strides, 5x5, 1x1, wide padding, a batch
+    // larger than a 64-row tile, the networks' layers, rectangular filters).
+    {Set::gpu_implicit, "stride 2, 3x3, pad 1", {2, 3, 13, 11, 4, 3, 3, 2, 2, 1, 1}},
+    {Set::gpu_implicit, "5x5, pad 2", {2, 2, 9, 8, 3, 5, 5, 1, 1, 2, 2}},
+    {Set::gpu_implicit, "pad 3 (the backward's taps past the output)", {1, 2, 3, 4, 2, 3, 3, 1, 1, 3, 1}},
+    {Set::gpu_implicit, "1x1, stride 2", {3, 16, 7, 7, 8, 1, 1, 2, 2, 0, 0}},
+    {Set::gpu_implicit, "stride (2, 1), 3x2 filter", {2, 4, 9, 8, 5, 3, 2, 2, 1, 1, 0}},
+    {Set::gpu_implicit, "ResNet-like 64->70 on 8x8, 5 images (320 rows: 5 row tiles)", {5, 64, 8, 8, 70, 3, 3, 1, 1, 1, 1}},
+    {Set::gpu_implicit, "LeNet/lab CNN conv2 20->50 5x5, pad 0", {2, 20, 13, 13, 50, 5, 5, 1, 1, 0, 0}},
+    {Set::gpu_implicit, "d2l LeNet conv1 1->6 5x5, pad 2", {2, 1, 28, 28, 6, 5, 5, 1, 1, 2, 2}},
+    {Set::gpu_implicit, "ResNet-18 stem 1->64 3x3, pad 1", {2, 1, 12, 12, 64, 3, 3, 1, 1, 1, 1}},
+    {Set::gpu_implicit, "ResNet-18 64->128 3x3 /2", {1, 64, 14, 14, 128, 3, 3, 2, 2, 1, 1}},
+    {Set::gpu_implicit, "ResNet-18 shortcut 64->128 1x1 /2", {2, 64, 14, 14, 128, 1, 1, 2, 2, 0, 0}},
+    {Set::gpu_implicit, "ResNet-18 512->512 3x3 on 4x4", {1, 512, 4, 4, 512, 3, 3, 1, 1, 1, 1}},
+    {Set::gpu_implicit, "ResNet-50 bottleneck 256->64 1x1", {1, 256, 7, 7, 64, 1, 1, 1, 1, 0, 0}},
+    {Set::gpu_implicit, "ResNet-50 bottleneck 64->256 1x1", {1, 64, 7, 7, 256, 1, 1, 1, 1, 0, 0}},
+    {Set::gpu_implicit, "ResNet-50 stem 3->64 7x7 /2, pad 3", {1, 3, 21, 19, 64, 7, 7, 2, 2, 3, 3}},
+    {Set::gpu_implicit, "rectangular 2x5 filter, pad (0, 2), stride (1, 3)", {2, 6, 9, 17, 7, 2, 5, 1, 3, 0, 2}},
+    // gpu_tf32: small enough for the tensor cores' emulation (each lane of a warp does the warp's whole
+    // product), for kernel5's fp32 and tf32 variants.
+    {Set::gpu_tf32, "LeNet-like 1->6 3x3, 12x12, pad 0", {2, 1, 12, 12, 6, 3, 3, 1, 1, 0, 0}},
+    {Set::gpu_tf32, "lab CNN 6->16 5x5, 9x9, pad 2", {1, 6, 9, 9, 16, 5, 5, 1, 1, 2, 2}},
+    {Set::gpu_tf32, "ResNet-like 16->24 3x3, 6x7, pad 1", {2, 16, 6, 7, 24, 3, 3, 1, 1, 1, 1}},
+    {Set::gpu_tf32, "ResNet-like 16->32 3x3 /2, pad (1, 0)", {1, 16, 9, 8, 32, 3, 3, 2, 2, 1, 0}},
+    {Set::gpu_tf32, "ResNet shortcut 24->40 1x1 /2", {2, 24, 7, 6, 40, 1, 1, 2, 2, 0, 0}},
+    // gpu_strided: kernel5's strided backward_data (its classes of input positions).
+    {Set::gpu_strided, "ResNet 3x3 /2, pad 1, 1 image", {1, 5, 8, 8, 6, 3, 3, 2, 2, 1, 1}},
+    {Set::gpu_strided, "3x3 /2, pad 1, odd 9x7, 3 images", {3, 4, 9, 7, 5, 3, 3, 2, 2, 1, 1}},
+    {Set::gpu_strided, "3x3 /2, pad 1, 4 images of 12x12 (144 rows a class: 3 row tiles)", {4, 3, 12, 12, 5, 3, 3, 2, 2, 1, 1}},
+    {Set::gpu_strided, "downsample 1x1 /2, pad 0, odd 7x9 (three classes of zeros)", {2, 6, 7, 9, 4, 1, 1, 2, 2, 0, 0}},
+    {Set::gpu_strided, "1x1 /2, pad 1 (the padding makes class (1, 1) the one with a tap)", {1, 3, 6, 5, 4, 1, 1, 2, 2, 1, 1}},
+    {Set::gpu_strided, "stem 7x7 /2, pad 3, odd 11x13", {2, 3, 11, 13, 8, 7, 7, 2, 2, 3, 3}},
+    {Set::gpu_strided, "stride 3, 3x3, pad 1", {2, 3, 10, 11, 4, 3, 3, 3, 3, 1, 1}},
+    {Set::gpu_strided, "stride 3, 5x5, pad 2 (2 or 1 taps a class and axis)", {1, 2, 8, 8, 3, 5, 5, 3, 3, 2, 2}},
+    {Set::gpu_strided, "2x2 filter, stride 3 (rows 2 mod 3 meet no tap)", {1, 2, 7, 8, 3, 2, 2, 3, 3, 0, 0}},
+    {Set::gpu_strided, "strides (2, 3), 3x5, pad (1, 2)", {2, 4, 9, 10, 5, 3, 5, 2, 3, 1, 2}},
+    {Set::gpu_strided, "strides (3, 1), pad (0, 1)", {1, 3, 8, 7, 4, 3, 3, 3, 1, 0, 1}},
+    {Set::gpu_strided, "stride 2, pads (0, 1)", {2, 3, 8, 9, 4, 3, 3, 2, 2, 0, 1}},
+    {Set::gpu_strided, "stride 2, pads (2, 0), 4x3 filter", {1, 3, 9, 8, 4, 4, 3, 2, 2, 2, 0}},
+    {Set::gpu_strided, "1x1 image, 3x3 /2, pad 1 (classes without positions)", {2, 3, 1, 1, 4, 3, 3, 2, 2, 1, 1}},
 };
+
+// The rows of `sets`, in the table's order.
+std::vector<NetShape> shapes_of(std::initializer_list<Set> sets) {
+  std::vector<NetShape> out;
+  for (const NetShape& ns : kNamedShapes)
+    if (std::find(sets.begin(), sets.end(), ns.set) != sets.end()) out.push_back(ns);
+  return out;
+}
 
 }  // namespace
 
@@ -409,11 +502,12 @@ const std::vector<NetShape> kNetShapes = {
 //   kernel1 direct           9.9e-6   bound 5e-5   (one float sum of up to 4608 products, in order)
 // The bounds are far below what a wrong transform entry gives (errors of the size of the result).
 TEST_CASE("conv2d members on the networks' shapes: double reference, kernel1, thread counts") {
-  for (const NetShape& ns : kNetShapes) {
+  for (const NetShape& ns : shapes_of({Set::nets})) {
     const Conv2dShape& s = ns.s;
     auto x = lcg_data(x_size(s), 11), w = lcg_data(w_size(s), 12), r = lcg_data(y_size(s), 13);
-    const auto y_ref = ref_conv(s, d2l::test::to_double(x), d2l::test::to_double(w));
-    const auto dx_ref = ref_conv_dx(s, d2l::test::to_double(r), d2l::test::to_double(w));
+    const RefPasses ref = ref_passes(s, x, w, r);
+    const std::vector<double>& y_ref = ref.y;
+    const std::vector<double>& dx_ref = ref.dx;
     const Ctx c1 = d2l::kernels::cpu::serial_ctx();
     const auto y1 = forward(c1, s, x, w, Conv2dKernel::direct), dx1 = grad_x(c1, s, r, w, Conv2dKernel::direct);
     for (Conv2dKernel m : kMembers) {
@@ -457,7 +551,7 @@ TEST_CASE("conv2d kernel4 (blocked): every vector width this CPU runs matches ke
   const k::VectorIsa best = k::conv2d_blocked_isa();
   REQUIRE(k::vector_isas().back() == best);  // the widest the CPU has runs by default
   std::vector<Conv2dShape> shapes = kShapes;
-  for (const NetShape& ns : kNetShapes) shapes.push_back(ns.s);
+  for (const NetShape& ns : shapes_of({Set::nets})) shapes.push_back(ns.s);
   for (k::VectorIsa isa : k::vector_isas()) {
     k::set_conv2d_blocked_isa(isa);
     std::printf("  kernel4 blocked: %s\n", k::vector_isa_name(isa));
@@ -481,58 +575,10 @@ TEST_CASE("conv2d kernel4 (blocked): every vector width this CPU runs matches ke
 // the outputs' root mean square; shapes it does not take run the GPU's kernel2 (im2col), bit for bit.
 namespace {
 
-namespace kemu = d2l::kernels::emu;
-
-std::vector<float> gpu_forward(kemu::Stream st, const Conv2dShape& s, const std::vector<float>& x,
-                               const std::vector<float>& w, Conv2dKernel m) {
-  std::vector<float> y(static_cast<size_t>(y_size(s)), -7.0f);  // garbage: every output must be written
-  const auto f = m == Conv2dKernel::direct      ? kemu::conv2d_forward_direct
-                 : m == Conv2dKernel::winograd  ? kemu::conv2d_forward_winograd
-                 : m == Conv2dKernel::winograd2 ? kemu::conv2d_forward_winograd2
-                 : m == Conv2dKernel::implicit  ? kemu::conv2d_forward_implicit
-                                                : kemu::conv2d_forward_im2col;
-  f(st, s, x.data(), w.data(), y.data());
-  return y;
-}
-std::vector<float> gpu_grad_x(kemu::Stream st, const Conv2dShape& s, const std::vector<float>& dy,
-                              const std::vector<float>& w, Conv2dKernel m) {
-  std::vector<float> dx(static_cast<size_t>(x_size(s)), -7.0f);
-  const auto f = m == Conv2dKernel::direct      ? kemu::conv2d_backward_data_direct
-                 : m == Conv2dKernel::winograd  ? kemu::conv2d_backward_data_winograd
-                 : m == Conv2dKernel::winograd2 ? kemu::conv2d_backward_data_winograd2
-                 : m == Conv2dKernel::implicit  ? kemu::conv2d_backward_data_implicit
-                                                : kemu::conv2d_backward_data_im2col;
-  f(st, s, dy.data(), w.data(), dx.data());
-  return dx;
-}
-std::vector<float> gpu_grad_w(kemu::Stream st, const Conv2dShape& s, const std::vector<float>& x,
-                              const std::vector<float>& dy, Conv2dKernel m) {
-  std::vector<float> dw(static_cast<size_t>(w_size(s)), -7.0f);
-  const auto f = m == Conv2dKernel::direct     ? kemu::conv2d_backward_weight_direct
-                 : m == Conv2dKernel::implicit ? kemu::conv2d_backward_weight_implicit
-                                               : kemu::conv2d_backward_weight_im2col;
-  f(st, s, x.data(), dy.data(), dw.data());
-  return dw;
-}
-
 // The worst difference, as a fraction of the root mean square of `ref` (kernel1's float result).
 double worst_vs(const std::vector<float>& ref, const std::vector<float>& got) {
   return worst_error(d2l::test::to_double(ref), got);
 }
-
-// LeNet- and ResNet-like 3x3 stride-1 convs, small enough for the emulation: every padding kernel3
-// takes for both passes, odd sizes (tiles cut at the edge), channels no multiple of 4, 1 and more images.
-const std::vector<NetShape> kGpuWinogradShapes = {
-    {"LeNet-like 1->6, 28x28, pad 0", {3, 1, 28, 28, 6, 3, 3, 1, 1, 0, 0}},
-    {"LeNet-like 6->16, 13x13, pad 1", {2, 6, 13, 13, 16, 3, 3, 1, 1, 1, 1}},
-    {"ResNet-like 64->64, 14x14, pad 1", {2, 64, 14, 14, 64, 3, 3, 1, 1, 1, 1}},
-    {"ResNet-like 128->128, 7x7, pad 1", {1, 128, 7, 7, 128, 3, 3, 1, 1, 1, 1}},
-    {"37->29 channels, 13x11, pad 2", {2, 37, 13, 11, 29, 3, 3, 1, 1, 2, 2}},
-    {"5->3 channels, 9x7, pad (0, 1)", {3, 5, 9, 7, 3, 3, 3, 1, 1, 0, 1}},
-    {"13->5 channels, 7x10, pad (2, 1)", {1, 13, 7, 10, 5, 3, 3, 1, 1, 2, 1}},
-    {"1x1 image, pad 1 (8 of 9 taps in the padding)", {2, 5, 1, 1, 3, 3, 3, 1, 1, 1, 1}},
-    {"3x3 image, pad 0 (one output)", {1, 1, 3, 3, 1, 3, 3, 1, 1, 0, 0}},
-};
 
 }  // namespace
 
@@ -540,7 +586,7 @@ TEST_CASE("GPU kernel3 winograd (emulated) matches kernel1 on the CPU, forward a
   const Ctx c1 = d2l::kernels::cpu::serial_ctx();
   for (Conv2dKernel m : {Conv2dKernel::winograd2, Conv2dKernel::winograd}) {
     double worst_y = 0, worst_dx = 0;
-    for (const NetShape& ns : kGpuWinogradShapes) {
+    for (const NetShape& ns : shapes_of({Set::gpu_winograd})) {
       const Conv2dShape& s = ns.s;
       INFO(name(m) << ": " << ns.name << ": " << describe(s));
       REQUIRE(k::conv2d_winograd_fits(s));
@@ -655,31 +701,10 @@ TEST_CASE("GPU conv2d (emulated) runs the member set_conv2d_kernel chose") {
 // lab-CNN, ResNet-18 and ResNet-50 layers, rectangular filters), within kernel1's own bound (5e-5 of
 // the outputs' root mean square: both are float sums, of up to 4608 products, in different orders);
 // each pass one launch of the GEMM, whatever the batch (plus the split-K sum where it splits).
-namespace {
-const std::vector<NetShape> kGpuImplicitShapes = {
-    {"stride 2, 3x3, pad 1", {2, 3, 13, 11, 4, 3, 3, 2, 2, 1, 1}},
-    {"5x5, pad 2", {2, 2, 9, 8, 3, 5, 5, 1, 1, 2, 2}},
-    {"pad 3 (the backward's taps past the output)", {1, 2, 3, 4, 2, 3, 3, 1, 1, 3, 1}},
-    {"1x1, stride 2", {3, 16, 7, 7, 8, 1, 1, 2, 2, 0, 0}},
-    {"stride (2, 1), 3x2 filter", {2, 4, 9, 8, 5, 3, 2, 2, 1, 1, 0}},
-    {"ResNet-like 64->70 on 8x8, 5 images (320 rows: 5 row tiles)", {5, 64, 8, 8, 70, 3, 3, 1, 1, 1, 1}},
-    {"LeNet/lab CNN conv2 20->50 5x5, pad 0", {2, 20, 13, 13, 50, 5, 5, 1, 1, 0, 0}},
-    {"d2l LeNet conv1 1->6 5x5, pad 2", {2, 1, 28, 28, 6, 5, 5, 1, 1, 2, 2}},
-    {"ResNet-18 stem 1->64 3x3, pad 1", {2, 1, 12, 12, 64, 3, 3, 1, 1, 1, 1}},
-    {"ResNet-18 64->128 3x3 /2", {1, 64, 14, 14, 128, 3, 3, 2, 2, 1, 1}},
-    {"ResNet-18 shortcut 64->128 1x1 /2", {2, 64, 14, 14, 128, 1, 1, 2, 2, 0, 0}},
-    {"ResNet-18 512->512 3x3 on 4x4", {1, 512, 4, 4, 512, 3, 3, 1, 1, 1, 1}},
-    {"ResNet-50 bottleneck 256->64 1x1", {1, 256, 7, 7, 64, 1, 1, 1, 1, 0, 0}},
-    {"ResNet-50 bottleneck 64->256 1x1", {1, 64, 7, 7, 256, 1, 1, 1, 1, 0, 0}},
-    {"ResNet-50 stem 3->64 7x7 /2, pad 3", {1, 3, 21, 19, 64, 7, 7, 2, 2, 3, 3}},
-    {"rectangular 2x5 filter, pad (0, 2), stride (1, 3)", {2, 6, 9, 17, 7, 2, 5, 1, 3, 0, 2}},
-};
-}  // namespace
 
 TEST_CASE("GPU kernel5 implicit GEMM (emulated) matches kernel1 on the CPU, all three passes") {
   const Ctx c1 = d2l::kernels::cpu::serial_ctx();
-  std::vector<NetShape> shapes = kGpuWinogradShapes;
-  shapes.insert(shapes.end(), kGpuImplicitShapes.begin(), kGpuImplicitShapes.end());
+  const std::vector<NetShape> shapes = shapes_of({Set::gpu_winograd, Set::gpu_implicit});
   double worst_y = 0, worst_dx = 0, worst_dw = 0;
   for (const NetShape& ns : shapes) {
     const Conv2dShape& s = ns.s;
@@ -721,39 +746,6 @@ TEST_CASE("GPU kernel5 implicit GEMM (emulated) on 2 device threads: the same bi
 // ---- kernel5's variants and split-K (kernels/cuda/conv2d_implicit.cu), emulated.
 namespace {
 
-// The three passes in double, and for each output the sum of |a||b| over its products (the scale of
-// its rounding errors): y, dx, dw of x, w, r (r standing for dy).
-struct RefPasses {
-  std::vector<double> y, dx, dw, y_abs, dx_abs, dw_abs;
-};
-RefPasses ref_passes(const Conv2dShape& s, const std::vector<float>& x, const std::vector<float>& w,
-                     const std::vector<float>& r) {
-  const int64_t OH = s.OH(), OW = s.OW();
-  RefPasses p;
-  p.y.assign(size_t(y_size(s)), 0.0), p.y_abs = p.y;
-  p.dx.assign(size_t(x_size(s)), 0.0), p.dx_abs = p.dx;
-  p.dw.assign(size_t(w_size(s)), 0.0), p.dw_abs = p.dw;
-  for (int64_t n = 0; n < s.N; ++n)
-    for (int64_t oc = 0; oc < s.OC; ++oc)
-      for (int64_t oh = 0; oh < OH; ++oh)
-        for (int64_t ow = 0; ow < OW; ++ow) {
-          const size_t yi = size_t(((n * s.OC + oc) * OH + oh) * OW + ow);
-          for (int64_t ci = 0; ci < s.C; ++ci)
-            for (int64_t kh = 0; kh < s.KH; ++kh)
-              for (int64_t kw = 0; kw < s.KW; ++kw) {
-                const int64_t ih = oh * s.stride_h - s.pad_h + kh, iw = ow * s.stride_w - s.pad_w + kw;
-                if (ih < 0 || ih >= s.H || iw < 0 || iw >= s.W) continue;
-                const size_t xi = size_t(((n * s.C + ci) * s.H + ih) * s.W + iw);
-                const size_t wi = size_t(((oc * s.C + ci) * s.KH + kh) * s.KW + kw);
-                const double xv = x[xi], wv = w[wi], rv = r[yi];
-                p.y[yi] += xv * wv, p.y_abs[yi] += std::fabs(xv * wv);
-                p.dx[xi] += rv * wv, p.dx_abs[xi] += std::fabs(rv * wv);
-                p.dw[wi] += rv * xv, p.dw_abs[wi] += std::fabs(rv * xv);
-              }
-        }
-  return p;
-}
-
 // The worst |got - ref| / (sum |a||b|) over the outputs (0 where an output has no products).
 double worst_scaled(const std::vector<double>& ref, const std::vector<double>& abs_sum, const std::vector<float>& got) {
   double worst = 0;
@@ -788,22 +780,13 @@ std::vector<std::vector<float>> implicit_passes(kemu::Stream st, const Conv2dSha
   return {y, dx, dw};
 }
 
-// Small enough for the tensor cores' emulation (each lane of a warp does the warp's whole product).
-const std::vector<NetShape> kGpuTf32Shapes = {
-    {"LeNet-like 1->6 3x3, 12x12, pad 0", {2, 1, 12, 12, 6, 3, 3, 1, 1, 0, 0}},
-    {"lab CNN 6->16 5x5, 9x9, pad 2", {1, 6, 9, 9, 16, 5, 5, 1, 1, 2, 2}},
-    {"ResNet-like 16->24 3x3, 6x7, pad 1", {2, 16, 6, 7, 24, 3, 3, 1, 1, 1, 1}},
-    {"ResNet-like 16->32 3x3 /2, pad (1, 0)", {1, 16, 9, 8, 32, 3, 3, 2, 2, 1, 0}},
-    {"ResNet shortcut 24->40 1x1 /2", {2, 24, 7, 6, 40, 1, 1, 2, 2, 0, 0}},
-};
-
 }  // namespace
 
 // The fp32 variant with each tile (64x64 and 128x128) against the double reference: kernel1's bound.
 TEST_CASE("GPU kernel5 fp32 (emulated): both tiles match the double reference, all three passes") {
   for (int tile : {64, 128}) {
     Kernel5Setting fp32(d2l::kernels::cpu::Precision::fp32, tile);
-    for (const NetShape& ns : kGpuTf32Shapes) {
+    for (const NetShape& ns : shapes_of({Set::gpu_tf32})) {
       const Conv2dShape& s = ns.s;
       INFO("tile " << tile << ": " << ns.name << ": " << describe(s));
       auto x = lcg_data(x_size(s), 51), w = lcg_data(w_size(s), 52), r = lcg_data(y_size(s), 53);
@@ -827,7 +810,7 @@ TEST_CASE("GPU kernel5 fp32 (emulated): both tiles match the double reference, a
 // (>= 1e-5 of the root mean square; FP32's own differences are ~1e-6), and the tf32 kernel was launched.
 TEST_CASE("GPU kernel5 tf32 (emulated): within TF32's bound of the double reference, both tiles, all three passes") {
   for (int tile : {64, 128}) {
-    for (const NetShape& ns : kGpuTf32Shapes) {
+    for (const NetShape& ns : shapes_of({Set::gpu_tf32})) {
       const Conv2dShape& s = ns.s;
       INFO("tile " << tile << ": " << ns.name << ": " << describe(s));
       auto x = lcg_data(x_size(s), 54), w = lcg_data(w_size(s), 55), r = lcg_data(y_size(s), 56);
@@ -875,23 +858,6 @@ TEST_CASE("GPU kernel5 (emulated): precision automatic runs the fp32 variant") {
 // the CPU and the double reference in FP32, within TF32's bound in TF32. Odd sizes give classes of
 // different sizes; some shapes leave classes without taps (their dx is 0) or without positions.
 namespace {
-// {N, C, H, W, OC, KH, KW, stride_h, stride_w, pad_h, pad_w}
-const std::vector<NetShape> kGpuStridedShapes = {
-    {"ResNet 3x3 /2, pad 1, 1 image", {1, 5, 8, 8, 6, 3, 3, 2, 2, 1, 1}},
-    {"3x3 /2, pad 1, odd 9x7, 3 images", {3, 4, 9, 7, 5, 3, 3, 2, 2, 1, 1}},
-    {"3x3 /2, pad 1, 4 images of 12x12 (144 rows a class: 3 row tiles)", {4, 3, 12, 12, 5, 3, 3, 2, 2, 1, 1}},
-    {"downsample 1x1 /2, pad 0, odd 7x9 (three classes of zeros)", {2, 6, 7, 9, 4, 1, 1, 2, 2, 0, 0}},
-    {"1x1 /2, pad 1 (the padding makes class (1, 1) the one with a tap)", {1, 3, 6, 5, 4, 1, 1, 2, 2, 1, 1}},
-    {"stem 7x7 /2, pad 3, odd 11x13", {2, 3, 11, 13, 8, 7, 7, 2, 2, 3, 3}},
-    {"stride 3, 3x3, pad 1", {2, 3, 10, 11, 4, 3, 3, 3, 3, 1, 1}},
-    {"stride 3, 5x5, pad 2 (2 or 1 taps a class and axis)", {1, 2, 8, 8, 3, 5, 5, 3, 3, 2, 2}},
-    {"2x2 filter, stride 3 (rows 2 mod 3 meet no tap)", {1, 2, 7, 8, 3, 2, 2, 3, 3, 0, 0}},
-    {"strides (2, 3), 3x5, pad (1, 2)", {2, 4, 9, 10, 5, 3, 5, 2, 3, 1, 2}},
-    {"strides (3, 1), pad (0, 1)", {1, 3, 8, 7, 4, 3, 3, 3, 1, 0, 1}},
-    {"stride 2, pads (0, 1)", {2, 3, 8, 9, 4, 3, 3, 2, 2, 0, 1}},
-    {"stride 2, pads (2, 0), 4x3 filter", {1, 3, 9, 8, 4, 4, 3, 2, 2, 2, 0}},
-    {"1x1 image, 3x3 /2, pad 1 (classes without positions)", {2, 3, 1, 1, 4, 3, 3, 2, 2, 1, 1}},
-};
 
 std::vector<float> implicit_grad_x(kemu::Stream st, const Conv2dShape& s, const std::vector<float>& r,
                                    const std::vector<float>& w) {
@@ -910,7 +876,7 @@ TEST_CASE("GPU kernel5 strided backward_data (emulated): fp32 matches kernel1 an
   const Ctx c1 = d2l::kernels::cpu::serial_ctx();
   for (int tile : {0, 128}) {
     Kernel5Setting fp32(d2l::kernels::cpu::Precision::fp32, tile);
-    for (const NetShape& ns : kGpuStridedShapes) {
+    for (const NetShape& ns : shapes_of({Set::gpu_strided})) {
       const Conv2dShape& s = ns.s;
       INFO("tile " << tile << ": " << ns.name << ": " << describe(s));
       auto w = lcg_data(w_size(s), 71), r = lcg_data(y_size(s), 72);
@@ -927,7 +893,7 @@ TEST_CASE("GPU kernel5 strided backward_data (emulated): fp32 matches kernel1 an
 }
 
 TEST_CASE("GPU kernel5 strided backward_data (emulated): tf32 within TF32's bound of the double reference") {
-  for (const NetShape& ns : kGpuStridedShapes) {
+  for (const NetShape& ns : shapes_of({Set::gpu_strided})) {
     const Conv2dShape& s = ns.s;
     INFO(ns.name << ": " << describe(s));
     auto w = lcg_data(w_size(s), 74), r = lcg_data(y_size(s), 75);

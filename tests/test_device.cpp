@@ -70,15 +70,21 @@ TEST_CASE("logical GPUs: a GPU beyond the physical ones is an error naming it") 
   CHECK_THROWS_WITH_AS(plan_devices("gpu:0,gpu:2", 1, "2", 1), doctest::Contains("no device gpu(2)"), ConfigError);
 }
 
+namespace {
+// A plan of gpu(0) and gpu(1), logical GPUs both on physical GPU 0, with one note, which says `note`.
+void check_two_logical_on_gpu0(const DevicePlan& p, const std::string& note) {
+  CHECK(p.devices == std::vector<Device>{gpu(0), gpu(1)});
+  CHECK(p.gpu_map == std::vector<int>{0, 0});
+  REQUIRE(p.notes.size() == 1);
+  CHECK(p.notes[0].find(note) != std::string::npos);
+}
+}  // namespace
+
 TEST_CASE("logical GPUs: D2L_LOGICAL_GPUS=K splits each physical GPU into K") {
   CHECK(split_gpus(1, 2) == std::vector<int>{0, 0});
   CHECK(split_gpus(2, 3) == std::vector<int>{0, 0, 0, 1, 1, 1});
   CHECK(split_gpus(0, 4).empty());
-  DevicePlan p = plan_devices("gpu:0,gpu:1", 1, "2", 1);
-  CHECK(p.devices == std::vector<Device>{gpu(0), gpu(1)});
-  CHECK(p.gpu_map == std::vector<int>{0, 0});
-  REQUIRE(p.notes.size() == 1);
-  CHECK(p.notes[0].find("physical GPU 0") != std::string::npos);
+  check_two_logical_on_gpu0(plan_devices("gpu:0,gpu:1", 1, "2", 1), "physical GPU 0");
   // The items name logical GPUs: each at most once.
   CHECK_THROWS_WITH_AS(plan_devices("gpu:0,gpu:0", 1, "2", 1), doctest::Contains("gpu(0) is listed twice"), ConfigError);
   // D2L_LOGICAL_GPUS=1 is the default: names are physical.
@@ -109,11 +115,7 @@ TEST_CASE("logical GPUs: cpu and emu devices listed twice stay errors") {
 }
 
 TEST_CASE("logical GPUs: --num-gpus 2 with D2L_LOGICAL_GPUS=2 on one GPU") {
-  DevicePlan p = plan_devices("", 2, "2", 1);
-  CHECK(p.devices == std::vector<Device>{gpu(0), gpu(1)});
-  CHECK(p.gpu_map == std::vector<int>{0, 0});
-  REQUIRE(p.notes.size() == 1);
-  CHECK(p.notes[0].find("both on physical GPU 0") != std::string::npos);
+  check_two_logical_on_gpu0(plan_devices("", 2, "2", 1), "both on physical GPU 0");
   CHECK_THROWS_WITH_AS(plan_devices("", 3, "2", 1), doctest::Contains("--num-gpus 3"), ConfigError);
   // Without the variable one GPU is not two; with no GPU at all CPU devices stand in as before.
   CHECK_THROWS_AS(plan_devices("", 2, nullptr, 1), ConfigError);

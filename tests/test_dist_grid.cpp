@@ -35,8 +35,10 @@
 #include "core/tensor_parallel/conjugate_ops.hpp"
 #include "core/tensor_parallel/megatron_mlp.hpp"
 #include "fd_check.hpp"
+#include "reference_mlp.hpp"
 
 using namespace d2l;
+using namespace d2l::test::reference_mlp;
 using d2l::test::close;
 using d2l::test::lcg_data;
 
@@ -67,6 +69,12 @@ std::vector<float> indicator(const std::vector<int>& ranks) {
 // The tensor-parallel group of the tests: 2 ranks when the world is even, else the group of one.
 int tp_for_world() { return dist::world_size() % 2 == 0 ? 2 : 1; }
 
+// The grid of the tests with a tp group (tp_for_world), this rank on its cpu(0).
+dist::Grid tp_grid() {
+  use_devices({cpu(0)});
+  return dist::Grid(tp_for_world());
+}
+
 // A smooth scalar of y: sum(sigmoid(y) * r).
 Tensor smooth_loss(const Tensor& y, const std::vector<float>& r) {
   return sum(mul(sigmoid(y), Tensor::from_vector(r, y.shape(), y.device())));
@@ -76,20 +84,12 @@ const Shape kShape{2, 3};
 std::vector<float> r_of(int t) { return lcg_data(6, 10 + static_cast<uint32_t>(t)); }
 std::vector<float> z_of(int t) { return lcg_data(6, 30 + static_cast<uint32_t>(t)); }
 
-// ---- The MLP: the unsharded reference on this rank's cpu(0), with weights from lcg_data (the same
-// on every rank, whatever the RNG).
-constexpr int64_t kBatch = 6, kModel = 8, kHidden = 16;
-constexpr double kMlpAtol = 1e-6, kMlpRtol = 1e-5;
-constexpr float kLr = 0.1f;
-
-struct Reference {
-  nn::Dense fc1{kHidden, "relu", true, kModel}, fc2{kModel, "", true, kHidden};
-  Reference() {
-    for (nn::Dense* fc : {&fc1, &fc2}) fc->collect_params().initialize(Init::Zero(), {cpu(0)});
+// ---- The MLP: the unsharded reference on this rank's cpu(0) (tests/reference_mlp.hpp), with weights
+// from lcg_data too (the same on every rank, whatever the RNG).
+struct Reference : test::reference_mlp::ReferenceMlp {
+  Reference() : ReferenceMlp(Init::Zero(), 2, 4) {
     fc1.weight->set_data(Tensor::from_vector(lcg_data(kHidden * kModel, 1), {kHidden, kModel}, cpu(0)));
-    fc1.bias->set_data(Tensor::from_vector(lcg_data(kHidden, 2), {kHidden}, cpu(0)));
     fc2.weight->set_data(Tensor::from_vector(lcg_data(kModel * kHidden, 3), {kModel, kHidden}, cpu(0)));
-    fc2.bias->set_data(Tensor::from_vector(lcg_data(kModel, 4), {kModel}, cpu(0)));
   }
 };
 
@@ -347,8 +347,7 @@ Tensor sum_squared_error(const Tensor& y, const std::vector<float>& t) {
 }  // namespace
 
 TEST_CASE("Trainer on the grid: SGD with ZeRO-0/1/2 over the dp group and clipping over the tp slices equals one process") {
-  use_devices({cpu(0)});
-  dist::Grid grid(tp_for_world());
+  dist::Grid grid = tp_grid();
   const int P = grid.tp_size, t = grid.tp_rank, D = grid.dp_size, j = grid.dp_rank;
   constexpr float kClip = 0.05f;  // below the norms of these steps: the clipping acts
   for (int stage : {0, 1, 2}) {
@@ -392,8 +391,7 @@ TEST_CASE("Trainer on the grid: SGD with ZeRO-0/1/2 over the dp group and clippi
 }
 
 TEST_CASE("Trainer: a dp_group needs a dist kvstore (stage 3 too, test_fsdp_dist.cpp), buckets the world; a tp_group's norm stages 0 to 2") {
-  use_devices({cpu(0)});
-  dist::Grid grid(tp_for_world());
+  dist::Grid grid = tp_grid();
   Reference ref;
   optim::OptimizerOptions o;
   o.dp_group = grid.dp;
@@ -410,8 +408,7 @@ TEST_CASE("Trainer: a dp_group needs a dist kvstore (stage 3 too, test_fsdp_dist
 }
 
 TEST_CASE("f over a process group: backward sums the ranks' gradients (finite differences)") {
-  use_devices({cpu(0)});
-  dist::Grid grid(tp_for_world());
+  dist::Grid grid = tp_grid();
   const int P = grid.tp_size, t = grid.tp_rank;
   const std::vector<float> x = lcg_data(6, 1);
   // Rank t of the group computes h_t(X) = smooth_loss(X, R_t); the logical loss is sum_t h_t(X).
@@ -441,8 +438,7 @@ TEST_CASE("f over a process group: backward sums the ranks' gradients (finite di
 }
 
 TEST_CASE("g over a process group: forward the group's sum, backward the identity (finite differences)") {
-  use_devices({cpu(0)});
-  dist::Grid grid(tp_for_world());
+  dist::Grid grid = tp_grid();
   const int P = grid.tp_size, t = grid.tp_rank;
   const std::vector<float> r = lcg_data(6, 20);
   Tensor z = Tensor::from_vector(z_of(t), kShape, cpu(0)).attach_grad();
@@ -466,25 +462,21 @@ TEST_CASE("g over a process group: forward the group's sum, backward the identit
 }
 
 TEST_CASE("the Megatron MLP sharded over the ranks of a tp group equals the unsharded MLP over 10 SGD steps") {
-  use_devices({cpu(0)});
-  dist::Grid grid(tp_for_world());
+  dist::Grid grid = tp_grid();
   const int P = grid.tp_size, t = grid.tp_rank;
   Reference ref;
   auto mlp = tp::shard_mlp(ref.fc1, ref.fc2, grid.tp, cpu(0));
   CHECK(shard_matches(ref, *mlp, t, P, false, "initial"));
   for (uint32_t step = 0; step < 10; ++step) {
     CAPTURE(step);
-    const auto X = lcg_data(kBatch * kModel, 100 + step), T = lcg_data(kBatch * kModel, 200 + step);
-    Tensor x = Tensor::from_vector(X, {kBatch, kModel}, cpu(0)).attach_grad();
-    Tensor y = ref.fc2(ref.fc1(x));
-    mse_loss(y, Tensor::from_vector(T, {kBatch, kModel}, cpu(0))).backward();
+    const auto b = ref.forward_backward(100 + step, 200 + step);
 
     tp::reset_traffic();
-    Tensor xs = Tensor::from_vector(X, {kBatch, kModel}, cpu(0)).attach_grad();
+    Tensor xs = Tensor::from_vector(b.X, {kBatch, kModel}, cpu(0)).attach_grad();
     Tensor ys = (*mlp)(xs);
-    mse_loss(ys, Tensor::from_vector(T, {kBatch, kModel}, cpu(0))).backward();
-    CHECK(close(y.to_vector(), ys.to_vector(), kMlpAtol, kMlpRtol, "output"));
-    CHECK(close(x.grad().to_vector(), xs.grad().to_vector(), kMlpAtol, kMlpRtol, "input gradient"));
+    mse_loss(ys, Tensor::from_vector(b.T, {kBatch, kModel}, cpu(0))).backward();
+    CHECK(close(b.y.to_vector(), ys.to_vector(), kMlpAtol, kMlpRtol, "output"));
+    CHECK(close(b.x.grad().to_vector(), xs.grad().to_vector(), kMlpAtol, kMlpRtol, "input gradient"));
     CHECK(shard_matches(ref, *mlp, t, P, true, "step " + std::to_string(step)));
     // g forward and f backward: two allreduces of a (batch, d_model) tensor.
     CHECK(tp::traffic().allreduces == 2);
@@ -497,8 +489,7 @@ TEST_CASE("the Megatron MLP sharded over the ranks of a tp group equals the unsh
 }
 
 TEST_CASE("layers over a process group: this rank's names and shapes, descriptions, errors") {
-  use_devices({cpu(0)});
-  dist::Grid grid(tp_for_world());
+  dist::Grid grid = tp_grid();
   const int P = grid.tp_size, t = grid.tp_rank;
   Reference ref;
   auto mlp = tp::shard_mlp(ref.fc1, ref.fc2, grid.tp, cpu(0));

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <span>
 #include <vector>
 
 #include "check.hpp"
@@ -133,16 +134,23 @@ bool run_case(kemu::Stream stream, GemmKernel kernel, bool ta, bool tb, Shape s,
   return ok;
 }
 
+// run_case on every transpose and shape, with alpha 1, beta 0 and with alpha 0.5, beta -2, each case
+// on its own data (seeds from `seed` on): how many failed.
+int failures_over_shapes(kemu::Stream stream, GemmKernel kernel, std::span<const Shape> shapes, uint32_t& seed) {
+  int failures = 0;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (const Shape& s : shapes) {
+        failures += !run_case(stream, kernel, ta, tb, s, 1.0f, 0.0f, seed++);
+        failures += !run_case(stream, kernel, ta, tb, s, 0.5f, -2.0f, seed++);
+      }
+  return failures;
+}
+
 int failures_over_all_cases(kemu::Stream stream) {
   int failures = 0;
   uint32_t seed = 1;
-  for (GemmKernel kernel : kKernels)
-    for (bool ta : {false, true})
-      for (bool tb : {false, true})
-        for (const Shape& s : kShapes) {
-          failures += !run_case(stream, kernel, ta, tb, s, 1.0f, 0.0f, seed++);
-          failures += !run_case(stream, kernel, ta, tb, s, 0.5f, -2.0f, seed++);
-        }
+  for (GemmKernel kernel : kKernels) failures += failures_over_shapes(stream, kernel, kShapes, seed);
   return failures;
 }
 
@@ -179,14 +187,8 @@ TEST_CASE("emulated GEMM kernels on 2 device threads" * doctest::test_suite("thr
 TEST_CASE("warp-tiled GEMM: tile edges, K below a slice, float4 and scalar loads, all transposes") {
   const Shape shapes[] = {{1, 1, 1},    {3, 5, 7},     {67, 33, 129}, {130, 129, 3}, {128, 128, 8},
                           {129, 4, 12}, {132, 68, 20}, {4, 260, 36},  {256, 192, 160}};
-  int failures = 0;
   uint32_t seed = 100;
-  for (bool ta : {false, true})
-    for (bool tb : {false, true})
-      for (const Shape& s : shapes) {
-        failures += !run_case(nullptr, GemmKernel::warptiled, ta, tb, s, 1.0f, 0.0f, seed++);
-        failures += !run_case(nullptr, GemmKernel::warptiled, ta, tb, s, 0.5f, -2.0f, seed++);
-      }
+  int failures = failures_over_shapes(nullptr, GemmKernel::warptiled, shapes, seed);
   for (bool ta : {false, true})
     for (bool tb : {false, true})
       for (int shift : {1, 4})  // misaligned, and aligned again at another address
@@ -200,14 +202,8 @@ TEST_CASE("warp-tiled GEMM: tile edges, K below a slice, float4 and scalar loads
 // fragment work once per lane (32 times over): the shapes stay small.
 TEST_CASE("TF32 GEMM: within TF32's bound on squares, odd shapes, all transposes, alpha and beta") {
   const Shape shapes[] = {{64, 64, 64}, {128, 128, 128}, {130, 130, 130}, {1, 1, 1}, {17, 33, 9}, {200, 70, 45}};
-  int failures = 0;
   uint32_t seed = 300;
-  for (bool ta : {false, true})
-    for (bool tb : {false, true})
-      for (const Shape& s : shapes) {
-        failures += !run_case(nullptr, GemmKernel::tf32, ta, tb, s, 1.0f, 0.0f, seed++);
-        failures += !run_case(nullptr, GemmKernel::tf32, ta, tb, s, 0.5f, -2.0f, seed++);
-      }
+  int failures = failures_over_shapes(nullptr, GemmKernel::tf32, shapes, seed);
   for (bool ta : {false, true})
     for (bool tb : {false, true})
       failures += !run_case(nullptr, GemmKernel::tf32, ta, tb, {132, 68, 20}, 0.5f, -2.0f, seed++, 1);

@@ -109,6 +109,14 @@ void check_conv(kemu::Stream st) {
   }
 }
 
+// A member's three emulated passes (forward, backward_data, backward_weight), named for the messages.
+struct Passes {
+  const char* name;
+  decltype(&kemu::conv2d_forward) forward;
+  decltype(&kemu::conv2d_backward_data) data;
+  decltype(&kemu::conv2d_backward_weight) weight;
+};
+
 }  // namespace
 
 TEST_CASE("emulated conv2d (im2col + tiled GEMM, direct, implicit GEMM) matches the CPU") { check_conv(nullptr); }
@@ -120,40 +128,26 @@ TEST_CASE("emulated conv2d backward_data and backward_weight match finite differ
   for (const Conv& s : shapes) {
     INFO(describe(s));
     const auto x = lcg_data(x_size(s), 70), w = lcg_data(w_size(s), 71), r = lcg_data(y_size(s), 72);
-    std::vector<float> dx(x_size(s)), dw(w_size(s));
-    kemu::conv2d_backward_data(nullptr, s, r.data(), w.data(), dx.data());
-    kemu::conv2d_backward_weight(nullptr, s, x.data(), r.data(), dw.data());
-    auto loss_x = [&](const std::vector<double>& xd) {
-      const auto xf = to_float(xd);
-      std::vector<float> y(y_size(s));
-      kemu::conv2d_forward(nullptr, s, xf.data(), w.data(), y.data());
-      return dot(to_double(y), r);
-    };
-    auto loss_w = [&](const std::vector<double>& wd) {
-      const auto wf = to_float(wd);
-      std::vector<float> y(y_size(s));
-      kemu::conv2d_forward(nullptr, s, x.data(), wf.data(), y.data());
-      return dot(to_double(y), r);
-    };
-    CHECK(grad_check(x, dx, loss_x, {5e-2}, "conv2d dx"));  // linear in x and in w: a wide step
-    CHECK(grad_check(w, dw, loss_w, {5e-2}, "conv2d dw"));
-    // kernel5 (implicit GEMM): its backward passes against differences of its own forward.
-    kemu::conv2d_backward_data_implicit(nullptr, s, r.data(), w.data(), dx.data());
-    kemu::conv2d_backward_weight_implicit(nullptr, s, x.data(), r.data(), dw.data());
-    auto loss_x5 = [&](const std::vector<double>& xd) {
-      const auto xf = to_float(xd);
-      std::vector<float> y(y_size(s));
-      kemu::conv2d_forward_implicit(nullptr, s, xf.data(), w.data(), y.data());
-      return dot(to_double(y), r);
-    };
-    auto loss_w5 = [&](const std::vector<double>& wd) {
-      const auto wf = to_float(wd);
-      std::vector<float> y(y_size(s));
-      kemu::conv2d_forward_implicit(nullptr, s, x.data(), wf.data(), y.data());
-      return dot(to_double(y), r);
-    };
-    CHECK(grad_check(x, dx, loss_x5, {5e-2}, "conv2d implicit dx"));
-    CHECK(grad_check(w, dw, loss_w5, {5e-2}, "conv2d implicit dw"));
+    // The launchers (the member set_conv2d_kernel chose), then kernel5 (implicit GEMM): each one's
+    // backward passes against differences of its own forward. Linear in x and in w: a wide step.
+    const Passes passes[] = {{"conv2d", kemu::conv2d_forward, kemu::conv2d_backward_data, kemu::conv2d_backward_weight},
+                             {"conv2d implicit", kemu::conv2d_forward_implicit, kemu::conv2d_backward_data_implicit,
+                              kemu::conv2d_backward_weight_implicit}};
+    for (const Passes& p : passes) {
+      std::vector<float> dx(x_size(s)), dw(w_size(s));
+      p.data(nullptr, s, r.data(), w.data(), dx.data());
+      p.weight(nullptr, s, x.data(), r.data(), dw.data());
+      // The loss sum(r * y) of the forward at (x, w).
+      auto loss = [&](const std::vector<float>& xv, const std::vector<float>& wv) {
+        std::vector<float> y(y_size(s));
+        p.forward(nullptr, s, xv.data(), wv.data(), y.data());
+        return dot(to_double(y), r);
+      };
+      auto loss_x = [&](const std::vector<double>& xd) { return loss(to_float(xd), w); };
+      auto loss_w = [&](const std::vector<double>& wd) { return loss(x, to_float(wd)); };
+      CHECK(grad_check(x, dx, loss_x, {5e-2}, (std::string(p.name) + " dx").c_str()));
+      CHECK(grad_check(w, dw, loss_w, {5e-2}, (std::string(p.name) + " dw").c_str()));
+    }
   }
 }
 

@@ -44,6 +44,14 @@ std::shared_ptr<Sequential> mlp(int64_t in, int64_t h1, int64_t h2, int64_t out)
   return net;
 }
 
+// The tests' MLP, mlp(kIn, 7, 5, 3), from seed `seed`: initialised (Xavier) on `devices`.
+std::shared_ptr<Sequential> seeded_mlp(uint64_t seed, const std::vector<Device>& devices) {
+  manual_seed(seed);
+  auto net = mlp(kIn, 7, 5, 3);
+  net->initialize(Init::Xavier(), devices);
+  return net;
+}
+
 struct Run {
   std::string optimizer = "sgd";
   OptimizerOptions opt{.learning_rate = 0.1f, .momentum = 0.9f, .wd = 1e-3f};
@@ -87,9 +95,7 @@ struct Result {
 
 // The replicated run (stage 0, `device` kvstore, net(Xs)) or the sharded one (stage 3 through FSDP).
 Result train(const Run& r, const std::vector<Device>& devices, int stage) {
-  manual_seed(7);
-  auto net = mlp(kIn, 7, 5, 3);
-  net->initialize(Init::Xavier(), devices);
+  auto net = seeded_mlp(7, devices);
   OptimizerOptions o = r.opt;
   o.zero_stage = stage;
   Trainer trainer(net->collect_params(), r.optimizer, o, "device");
@@ -214,9 +220,7 @@ TEST_CASE("ZeRO-3 between steps: parameters 4 Psi_i, summed gradient 4 Psi_i, Ad
 
 TEST_CASE("ZeRO-3: the gathered replicas are the same bits on every device, and the shards' values") {
   const auto devices = cpus(4);
-  manual_seed(3);
-  auto net = mlp(kIn, 7, 5, 3);
-  net->initialize(Init::Xavier(), devices);
+  auto net = seeded_mlp(3, devices);
   Trainer trainer(net->collect_params(), "adam", {.learning_rate = 0.01f, .zero_stage = 3});
   FullyShardedDataParallel fsdp(net, trainer);
   auto run = [&](const std::vector<Tensor>& xs) { return fsdp(xs); };
@@ -283,9 +287,7 @@ TEST_CASE("ZeRO-3: a step moves 3(N-1) * 4 Psi bytes between devices: the forwar
   for (int n : {2, 4}) {
     CAPTURE(n);
     const auto devices = cpus(n);
-    manual_seed(9);
-    auto net = mlp(kIn, 7, 5, 3);
-    net->initialize(Init::Xavier(), devices);
+    auto net = seeded_mlp(9, devices);
     Trainer trainer(net->collect_params(), "sgd", {.learning_rate = 0.1f, .zero_stage = 3});
     FullyShardedDataParallel fsdp(net, trainer);
     auto run = [&](const std::vector<Tensor>& xs) { return fsdp(xs); };

@@ -147,17 +147,6 @@ Params state_values(const std::map<std::string, HostTensor>& state) {
   return out;
 }
 
-// Every rank holds the same bits (a collective: every rank calls it).
-bool same_on_every_rank(const Params& v) {
-  try {
-    test::check_same_bits_on_every_rank(v);
-    return true;
-  } catch (const dist::CollectiveError& e) {
-    MESSAGE(e.what());
-    return false;
-  }
-}
-
 // Rank r's chunk over the units: per unit chunk_begin's rule, P_u (r + 1) / W - P_u r / W, recomputed here.
 int64_t chunk_of(const std::vector<int64_t>& units, int r, int W) {
   int64_t n = 0;
@@ -187,8 +176,8 @@ void compare(const Setup& u) {
     CHECK(sharded.params == replicated.params);
     CHECK(state_values(sharded.state) == state_values(replicated.state));
   }
-  CHECK(same_on_every_rank(sharded.params));
-  CHECK(same_on_every_rank(state_values(sharded.state)));
+  CHECK(test::same_bits_on_every_rank(sharded.params));
+  CHECK(test::same_bits_on_every_rank(state_values(sharded.state)));
   REQUIRE(sharded.state.size() == replicated.state.size());
   for (auto& [key, t] : replicated.state) {
     CAPTURE(key);
@@ -234,12 +223,12 @@ TEST_CASE("clip_grad_norm: ZeRO-3 over the ranks clips by the norm of the whole 
     CHECK(test::close(alone.reference, alone.norms, 0, 1e-5, "unsharded norm"));
     CHECK(test::close(alone.reference, replicated.norms, 0, 1e-5, "replicated norm"));
     CHECK(test::close(alone.reference, sharded.norms, 0, 1e-5, "ZeRO-3 norm"));
-    CHECK(same_on_every_rank({std::vector<float>(sharded.norms.begin(), sharded.norms.end())}));
+    CHECK(test::same_bits_on_every_rank({std::vector<float>(sharded.norms.begin(), sharded.norms.end())}));
     CHECK(close_params(alone.params, sharded.params));
     CHECK(close_params(replicated.params, sharded.params));
     CHECK(alone.params != train(base, 0, true).params);  // clipping changed the run
     if (dist::world_size() <= 2) CHECK(sharded.params == replicated.params);
-    CHECK(same_on_every_rank(sharded.params));
+    CHECK(test::same_bits_on_every_rank(sharded.params));
   }
 }
 
@@ -330,7 +319,7 @@ TEST_CASE("ZeRO-3 over the ranks with 2 devices a rank equals the unsharded run,
       CHECK(close_params(alone.params, replicated.params, 1e-6));
       CHECK(close_params(alone.params, sharded.params, 1e-6));
       CHECK(close_params(replicated.params, sharded.params, 1e-6));
-      CHECK(same_on_every_rank(sharded.params));
+      CHECK(test::same_bits_on_every_rank(sharded.params));
       REQUIRE(sharded.memory.size() == 2);
       CHECK(sharded.memory[0].parameter_bytes == 4 * mine);
       CHECK(sharded.memory[0].summed_gradient_bytes == 4 * mine);
@@ -342,7 +331,7 @@ TEST_CASE("ZeRO-3 over the ranks with 2 devices a rank equals the unsharded run,
       CHECK(split.released);
       CHECK(close_params(alone.params, split.params, 1e-6));
       CHECK(close_params(sharded.params, split.params, 1e-6));
-      CHECK(same_on_every_rank(split.params));
+      CHECK(test::same_bits_on_every_rank(split.params));
       REQUIRE(split.memory.size() == 2);
       for (int i = 0; i < 2; ++i) {
         CAPTURE(i);
@@ -393,7 +382,7 @@ TEST_CASE("ZeRO-3 over the ranks: the gathered parameters are the same bits on e
     whole = params_of(*net);
   }
   CHECK(whole == chunks);
-  CHECK(same_on_every_rank(whole));
+  CHECK(test::same_bits_on_every_rank(whole));
   // A second FullyShardedDataParallel of the same net and Trainer keeps the chunks and the state.
   const auto state = state_values(trainer.state_dict());
   {

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -58,6 +59,20 @@ bool compare_to_reference(const cpu::Ctx& c, cpu::GemmKernel k, bool ta, bool tb
   const double atol = 1e-5 * static_cast<double>(s.K + 1);
   return close(ref, C, atol, 1e-5, "against the double reference") &&
          close(naive, C, 2 * atol, 1e-5, "against kernel1");
+}
+
+// Calls f(s, ta, tb) for each shape and each of the four transpose combinations (all captured for the
+// messages).
+template <class F>
+void for_shapes_and_transposes(std::span<const Shape> shapes, const F& f) {
+  for (const Shape& s : shapes)
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        CAPTURE(s.what);
+        CAPTURE(ta);
+        CAPTURE(tb);
+        f(s, ta, tb);
+      }
 }
 
 // Each member that the tests run, with the ISA it is forced to: kernel3 on every one this CPU has.
@@ -112,14 +127,9 @@ TEST_CASE("kernel3 across its panels and blocks, every ISA") {
   for (cpu::VectorIsa isa : cpu::vector_isas()) {
     CAPTURE(cpu::vector_isa_name(isa));
     cpu::set_gemm_isa(isa);
-    for (const Shape& s : big)
-      for (bool ta : {false, true})
-        for (bool tb : {false, true}) {
-          CAPTURE(s.what);
-          CAPTURE(ta);
-          CAPTURE(tb);
-          CHECK(compare_to_reference(three, cpu::GemmKernel::packed, ta, tb, s, -1.25f, 1.0f, 91));
-        }
+    for_shapes_and_transposes(big, [&](const Shape& s, bool ta, bool tb) {
+      CHECK(compare_to_reference(three, cpu::GemmKernel::packed, ta, tb, s, -1.25f, 1.0f, 91));
+    });
   }
   cpu::set_gemm_isa(cpu::best_vector_isa());
 }
@@ -134,22 +144,17 @@ TEST_CASE("kernels 1-3 give the same bits at 1, 2 and 3 threads") {
     CAPTURE(m.name());
     cpu::set_gemm_isa(m.isa);
     cpu::set_gemm_kernel(m.kernel);
-    for (const Shape& s : shapes)
-      for (bool ta : {false, true})
-        for (bool tb : {false, true}) {
-          CAPTURE(s.what);
-          CAPTURE(ta);
-          CAPTURE(tb);
-          auto A = lcg_data(s.M * s.K, 3), B = lcg_data(s.K * s.N, 4), C0 = lcg_data(s.M * s.N, 5);
-          std::vector<std::vector<float>> out;
-          for (const cpu::Ctx& c : ctxs) {
-            auto C = C0;
-            cpu::gemm(c, ta, tb, s.M, s.N, s.K, 0.5f, A.data(), B.data(), 2.0f, C.data());
-            out.push_back(C);
-          }
-          CHECK(std::memcmp(out[0].data(), out[1].data(), out[0].size() * sizeof(float)) == 0);
-          CHECK(std::memcmp(out[0].data(), out[2].data(), out[0].size() * sizeof(float)) == 0);
-        }
+    for_shapes_and_transposes(shapes, [&](const Shape& s, bool ta, bool tb) {
+      auto A = lcg_data(s.M * s.K, 3), B = lcg_data(s.K * s.N, 4), C0 = lcg_data(s.M * s.N, 5);
+      std::vector<std::vector<float>> out;
+      for (const cpu::Ctx& c : ctxs) {
+        auto C = C0;
+        cpu::gemm(c, ta, tb, s.M, s.N, s.K, 0.5f, A.data(), B.data(), 2.0f, C.data());
+        out.push_back(C);
+      }
+      CHECK(std::memcmp(out[0].data(), out[1].data(), out[0].size() * sizeof(float)) == 0);
+      CHECK(std::memcmp(out[0].data(), out[2].data(), out[0].size() * sizeof(float)) == 0);
+    });
   }
   cpu::set_gemm_kernel(cpu::GemmKernel::automatic);
   cpu::set_gemm_isa(cpu::best_vector_isa());

@@ -150,22 +150,26 @@ TEST_CASE("the allocation counter sees the reader's allocations") {  // control 
   CHECK(g_largest_alloc.load() >= (3u << 20));
 }
 
-TEST_CASE("absurd claimed size is refused before allocating") {
+namespace {
+// An images file `name` (gzip when gz) of 100 zero bytes after a header claiming `count` images of
+// 28x28: reading it must fail with `error`, and allocate nothing near the claim (no block of 1 MiB).
+void check_claim_refused(const std::string& name, bool gz, uint32_t count, const std::string& error) {
   TempDir dir;
-  write(dir / "x", bytes(0x803, {0xFFFFFFFFu, 28, 28}, zeros(100)), false);
+  write(dir / name, bytes(0x803, {count, 28, 28}, zeros(100)), gz);
   g_largest_alloc = 0;
-  expect_error([&] { d2l::read_idx_images(dir / "x"); },
-               {"header claims 4294967295 images of 28x28 (3367254359280 bytes), over the 2 GiB limit"});
+  expect_error([&] { d2l::read_idx_images(dir / name); }, {error});
   CHECK(g_largest_alloc.load() < (1u << 20));
+}
+}  // namespace
+
+TEST_CASE("absurd claimed size is refused before allocating") {
+  check_claim_refused("x", false, 0xFFFFFFFFu,
+                      "header claims 4294967295 images of 28x28 (3367254359280 bytes), over the 2 GiB limit");
 }
 
 TEST_CASE("a small .gz claiming far more than it holds is refused without allocating the claim") {
-  TempDir dir;
-  write(dir / "x.gz", bytes(0x803, {1000000, 28, 28}, zeros(100)), true);  // claims 784 MB
-  g_largest_alloc = 0;
-  expect_error([&] { d2l::read_idx_images(dir / "x.gz"); },
-               {"truncated: header claims 1000000 images of 28x28 (784000000 bytes) but the file holds 100"});
-  CHECK(g_largest_alloc.load() < (1u << 20));
+  check_claim_refused("x.gz", true, 1000000,  // claims 784 MB
+                      "truncated: header claims 1000000 images of 28x28 (784000000 bytes) but the file holds 100");
 }
 
 TEST_CASE("non-gzip content in a .gz file") {

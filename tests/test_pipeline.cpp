@@ -50,6 +50,15 @@ std::shared_ptr<nn::Sequential> small_net() {
   return net;
 }
 
+// Two dense layers, `hidden` units with relu and then `out`, from seed `seed`: Uniform(0.5) on `device`.
+std::shared_ptr<nn::Sequential> two_layer_mlp(uint64_t seed, int64_t hidden, int64_t out, Device device) {
+  manual_seed(seed);
+  auto net = std::make_shared<nn::Sequential>();
+  net->add(std::make_shared<nn::Dense>(hidden, "relu"), std::make_shared<nn::Dense>(out));
+  net->initialize(Init::Uniform(0.5f), {device});
+  return net;
+}
+
 // The net cut at `starts`, stage k moved to devices[k].
 std::vector<Stage> place(const nn::Sequential& net, const std::vector<size_t>& starts, const std::vector<Device>& devices) {
   std::vector<Stage> stages;
@@ -355,10 +364,7 @@ TEST_CASE("forward and forward_backward equal the single-device model") {
 
 TEST_CASE("forward_backward's gradient against central finite differences of the pipelined loss") {
   use_devices({cpu(0), cpu(1)});
-  manual_seed(5);
-  auto net = std::make_shared<nn::Sequential>();
-  net->add(std::make_shared<nn::Dense>(5, "relu"), std::make_shared<nn::Dense>(3));
-  net->initialize(Init::Uniform(0.5f), {cpu(0)});
+  auto net = two_layer_mlp(5, 5, 3, cpu(0));
   Tensor X = Tensor::from_vector(test::lcg_data(6 * 4, 11), {6, 4}, cpu(0));
   std::vector<float> t = test::lcg_data(6 * 3, 12);
   Tensor T = Tensor::from_vector(t, {6, 3}, cpu(0));
@@ -505,10 +511,7 @@ TEST_CASE("zb-h1 runs W in 1f1b's bubble: its idle fraction, from the trace, is 
 
 TEST_CASE("a short pipelined step on [emu(0), emu(1)] equals the single-device model") {
   use_devices({emu(0), emu(1)});
-  manual_seed(9);
-  auto net = std::make_shared<nn::Sequential>();
-  net->add(std::make_shared<nn::Dense>(4, "relu"), std::make_shared<nn::Dense>(2));
-  net->initialize(Init::Uniform(0.5f), {emu(0)});
+  auto net = two_layer_mlp(9, 4, 2, emu(0));
   Tensor X = Tensor::from_vector(test::lcg_data(5 * 3, 21), {5, 3}, emu(0));
   Tensor T = Tensor::from_vector(test::lcg_data(5 * 2, 22), {5, 2}, emu(0));
   Tensor loss_ref = mse_sum(net->forward(X), T);

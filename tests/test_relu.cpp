@@ -48,20 +48,9 @@ TEST_CASE("the gradient check rejects a wrong relu gradient") {
 // ---- the emulated CUDA kernels: bitwise the CPU's (the same float operations in the same order),
 // n = 1, 7, 1000, 4099 (grid-stride tails).
 namespace {
+const Activation kRelu{"relu", kemu::relu_forward, kemu::relu_backward, cpu::relu_forward, cpu::relu_backward, false};
 void check_emulated(kemu::Stream s) {
-  for_grid_sizes([&](int64_t n) {
-    const auto a = lcg_data(n, 2), dy = lcg_data(n, 4);
-    Vec got(n), ref(n);
-    kemu::relu_forward(s, a.data(), got.data(), n);
-    cpu::relu_forward(cpu::serial_ctx(), a.data(), ref.data(), n);
-    CHECK(same_bits(ref, got, "relu_forward"));
-    kemu::relu_backward(s, a.data(), dy.data(), got.data(), n);
-    cpu::relu_backward(cpu::serial_ctx(), a.data(), dy.data(), ref.data(), n);
-    CHECK(same_bits(ref, got, "relu_backward"));
-  });
-  float v = 1.0f;  // n = 0 launches nothing
-  kemu::relu_forward(s, &v, &v, 0);
-  CHECK(v == 1.0f);
+  check_activation_emulated(s, kRelu, [](int64_t n) { return lcg_data(n, 2); });
 }
 }  // namespace
 
@@ -71,16 +60,7 @@ D2L_EMULATED_CASES("emulated relu is bitwise the CPU's; n = 0 launches nothing",
 TEST_CASE("emulated relu_backward matches finite differences") {
   auto x = lcg_data(300, 20);
   for (float& v : x) v = v < 0 ? v - 0.05f : v + 0.05f;  // |x| >= 0.05: no step of h crosses the kink
-  const auto r = lcg_data(300, 21);
-  Vec dx(300);
-  kemu::relu_backward(nullptr, x.data(), r.data(), dx.data(), 300);
-  auto loss = [&](const std::vector<double>& xd) {
-    const auto xf = to_float(xd);
-    Vec y(xf.size());
-    kemu::relu_forward(nullptr, xf.data(), y.data(), 300);
-    return dot(to_double(y), r);
-  };
-  CHECK(grad_check(x, dx, loss, {1e-2}, "relu dx"));  // FD tolerances: FdTol's (emu_check.hpp)
+  CHECK(activation_fd_ok(kRelu, x, lcg_data(300, 21)));  // FD tolerances: FdTol's (emu_check.hpp)
 }
 
 // ---- the op through autograd: gradcheck's tolerances (h 1e-2, atol 2e-3, rtol 2e-2), and a broken

@@ -617,16 +617,6 @@ TEST_CASE("a full disk and a read-only file system (a 64 KiB tmpfs)" * doctest::
 
 namespace {
 
-// tests/safetensors_torch.py, found from this file's name as the compiler saw it (relative to the
-// build directory, whose tests/ folder holds this executable).
-std::string torch_script() {
-  fs::path here = fs::path(__FILE__).parent_path() / "safetensors_torch.py";
-  if (here.is_absolute() || fs::exists(here)) return here.string();
-  std::error_code ec;
-  fs::path build_root = fs::read_symlink("/proc/self/exe", ec).parent_path().parent_path();
-  return (build_root / here).lexically_normal().string();
-}
-
 // The values the script expects: BASE[name] + i / 8, or their negatives.
 std::vector<float> script_values(const std::string& name, int64_t n, float sign) {
   static const std::map<std::string, float> base{{"0.weight", 0},  {"0.bias", 10},        {"1.weight", 20},
@@ -640,7 +630,7 @@ std::vector<float> script_values(const std::string& name, int64_t n, float sign)
 // fresh temporary folder, returned): it writes from_torch.safetensors, and with the safetensors
 // package resaved.safetensors.
 std::string exchange_with_torch() {
-  std::string script = torch_script();
+  std::string script = d2l::test::beside_source(__FILE__, "safetensors_torch.py");
   REQUIRE_MESSAGE(fs::exists(script), "no " << script);
   std::string dir = make_tmpdir();
   Net net(4, 3);

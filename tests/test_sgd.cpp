@@ -88,30 +88,26 @@ void check_multi_sgd(const std::vector<int64_t>& sizes, Scale scale, Axpy axpy, 
   }
 }
 
-void check_multi_sgd_emulated(kemu::Stream s, const std::vector<int64_t>& sizes) {
-  check_multi_sgd(
-      sizes, [&](const float* x, float* y, int64_t n, float a) { kemu::scale(s, x, y, n, a); },
-      [&](float a, const float* x, float* y, int64_t n) { kemu::axpy(s, a, x, y, n); },
-      [&](auto... args) { kemu::multi_sgd_mom_update(s, args...); });
-}
-
 void check_multi_emulated(kemu::Stream s) {
-  check_multi_sgd_emulated(s, kListSizes);
-  check_multi_sgd_emulated(s, many_sizes());
+  for_list_sizes([&](const std::vector<int64_t>& sizes) {
+    check_multi_sgd(
+        sizes, [&](const float* x, float* y, int64_t n, float a) { kemu::scale(s, x, y, n, a); },
+        [&](float a, const float* x, float* y, int64_t n) { kemu::axpy(s, a, x, y, n); },
+        [&](auto... args) { kemu::multi_sgd_mom_update(s, args...); });
+  });
 }
 
 }  // namespace
 
 TEST_CASE("multi_sgd_mom_update on the CPU is the per-tensor step, bit for bit") {
-  for (const auto& sizes : {kListSizes, many_sizes()}) {
-    CAPTURE(sizes.size());
+  for_list_sizes([&](const std::vector<int64_t>& sizes) {
     for_thread_counts([&](const cpu::Ctx& c) {
       check_multi_sgd(
           sizes, [&](const float* x, float* y, int64_t n, float a) { cpu::scale(c, x, y, n, a); },
           [&](float a, const float* x, float* y, int64_t n) { cpu::axpy(c, a, x, y, n); },
           [&](auto... args) { cpu::multi_sgd_mom_update(c, args...); });
     });
-  }
+  });
 }
 
 D2L_EMULATED_CASES("emulated multi_sgd_mom_update is the per-tensor step, bit for bit",

@@ -377,34 +377,39 @@ std::string resume_dir(const char* mode) {
   return s.rfind(prefix, 0) == 0 ? s.substr(prefix.size()) : "";
 }
 
+// mlp_43 and adam_setup's optimizer over the ranks (dist_sync) at ZeRO stage `stage`, after steps
+// [0, steps) (none: a fresh net and trainer).
+struct AdamOverRanks {
+  const Setup u = adam_setup();
+  std::shared_ptr<Sequential> net = mlp_43();
+  Trainer trainer;
+  AdamOverRanks(int stage, int steps)
+      : trainer(net->collect_params(), u.optimizer, at_stage(u.opt, stage), "dist_sync") {
+    train_steps(*net, trainer, 0, steps);
+  }
+};
+
 }  // namespace
 
 TEST_CASE("separate runs: save at ZeRO-2 after 5 steps (D2L_SHARDED_RESUME=save:DIR)") {
   const std::string dir = resume_dir("save");
   if (dir.empty()) return;
-  const Setup u = adam_setup();
-  auto net = mlp_43();
-  Trainer trainer(net->collect_params(), u.optimizer, at_stage(u.opt, 2), "dist_sync");
-  train_steps(*net, trainer, 0, 5);
-  io::save_sharded_checkpoint(dir, *net, trainer, 1);
+  AdamOverRanks run(2, 5);
+  io::save_sharded_checkpoint(dir, *run.net, run.trainer, 1);
   MESSAGE("saved 5 steps at ZeRO-2 over " << dist::world_size() << " ranks into " << dir);
 }
 
 TEST_CASE("separate runs: resume at any number of ranks and continue as 10 steps straight (D2L_SHARDED_RESUME=resume:DIR)") {
   const std::string dir = resume_dir("resume");
   if (dir.empty()) return;
-  const Setup u = adam_setup();
-  auto net = mlp_43();
-  Trainer straight(net->collect_params(), u.optimizer, at_stage(u.opt, 1), "dist_sync");
-  train_steps(*net, straight, 0, 10);
-  auto fresh = mlp_43();
-  Trainer resumed(fresh->collect_params(), u.optimizer, at_stage(u.opt, 1), "dist_sync");
-  CHECK(io::load_sharded_checkpoint(dir, *fresh, resumed) == 1);
-  CHECK(resumed.num_update() == 5);
-  train_steps(*fresh, resumed, 5, 10);
-  const Values want = params_of(net->collect_params()), got = params_of(fresh->collect_params());
+  AdamOverRanks straight(1, 10), resumed(1, 0);
+  CHECK(io::load_sharded_checkpoint(dir, *resumed.net, resumed.trainer) == 1);
+  CHECK(resumed.trainer.num_update() == 5);
+  train_steps(*resumed.net, resumed.trainer, 5, 10);
+  const Values want = params_of(straight.net->collect_params()), got = params_of(resumed.net->collect_params());
   for (auto& [name, v] : want) CHECK(test::close(v, got.at(name), 1e-7, 1e-5, name.c_str()));
-  const Values want_state = state_values(straight.state_dict()), got_state = state_values(resumed.state_dict());
+  const Values want_state = state_values(straight.trainer.state_dict()),
+               got_state = state_values(resumed.trainer.state_dict());
   for (auto& [key, v] : want_state) CHECK(test::close(v, got_state.at(key), 1e-7, 1e-4, key.c_str()));
   MESSAGE("resumed over " << dist::world_size() << " ranks from " << dir);
 }

@@ -95,23 +95,14 @@ TEST_CASE("the gradient check rejects a wrong sigmoid gradient") {
 // ---- the emulated CUDA kernels. Bitwise: the same float operations in the same order (expf, not
 // __expf; g++ does not contract a*b+c into an fma). n = 1, 7, 1000, 4099 (grid-stride tails).
 namespace {
+const Activation kSigmoid{"sigmoid", kemu::sigmoid_forward, kemu::sigmoid_backward, cpu::sigmoid_forward,
+                          cpu::sigmoid_backward, true};
 void check_emulated(kemu::Stream s) {
-  for_grid_sizes([&](int64_t n) {
+  check_activation_emulated(s, kSigmoid, [](int64_t n) {
     auto x = lcg_data(n, 2);  // over [-40, 40), saturated at both ends
     for (float& v : x) v *= 40.0f;
-    const auto dy = lcg_data(n, 4);
-    Vec got(n), ref(n);
-    kemu::sigmoid_forward(s, x.data(), got.data(), n);
-    cpu::sigmoid_forward(cpu::serial_ctx(), x.data(), ref.data(), n);
-    CHECK(same_bits(ref, got, "sigmoid_forward"));
-    const auto y = ref;  // the backward reads the forward's output
-    kemu::sigmoid_backward(s, y.data(), dy.data(), got.data(), n);
-    cpu::sigmoid_backward(cpu::serial_ctx(), y.data(), dy.data(), ref.data(), n);
-    CHECK(same_bits(ref, got, "sigmoid_backward"));
+    return x;
   });
-  float v = 1.0f;  // n = 0 launches nothing
-  kemu::sigmoid_forward(s, &v, &v, 0);
-  CHECK(v == 1.0f);
 }
 }  // namespace
 
@@ -121,17 +112,7 @@ D2L_EMULATED_CASES("emulated sigmoid is bitwise the CPU's; n = 0 launches nothin
 TEST_CASE("emulated sigmoid_backward matches finite differences") {
   auto x = lcg_data(300, 32);
   for (float& v : x) v *= 8.0f;
-  const auto r = lcg_data(300, 33);
-  Vec y(300), dx(300);
-  kemu::sigmoid_forward(nullptr, x.data(), y.data(), 300);
-  kemu::sigmoid_backward(nullptr, y.data(), r.data(), dx.data(), 300);
-  auto loss = [&](const std::vector<double>& xd) {
-    const auto xf = to_float(xd);
-    Vec yf(xf.size());
-    kemu::sigmoid_forward(nullptr, xf.data(), yf.data(), 300);
-    return dot(to_double(yf), r);
-  };
-  CHECK(grad_check(x, dx, loss, {1e-2}, "sigmoid dx"));  // FD tolerances: FdTol's (emu_check.hpp)
+  CHECK(activation_fd_ok(kSigmoid, x, lcg_data(300, 33)));  // FD tolerances: FdTol's (emu_check.hpp)
 }
 
 // ---- the op through autograd: gradcheck's tolerances (h 1e-2, atol 2e-3, rtol 2e-2), and a broken

@@ -77,9 +77,6 @@ TEST_CASE("the gradient check rejects a wrong softmax_ce gradient") {
 // ---- the emulated CUDA kernels: within 1e-6 of the CPU's, on (N, K) with classes fewer than, equal to
 // and more than a warp's 32 lanes.
 namespace {
-using d2l::test::kRowShapes;
-using d2l::test::RowsShape;
-
 void check_emulated(kemu::Stream s) {
   for_row_shapes([&](const RowsShape& r) {
     auto logits = lcg_data(r.N * r.K, 9);

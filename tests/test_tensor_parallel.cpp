@@ -27,8 +27,10 @@
 #include "core/tensor_parallel/conjugate_ops.hpp"
 #include "core/tensor_parallel/megatron_mlp.hpp"
 #include "fd_check.hpp"
+#include "reference_mlp.hpp"
 
 using namespace d2l;
+using namespace d2l::test::reference_mlp;
 using d2l::test::close;
 using d2l::test::lcg_data;
 
@@ -95,19 +97,10 @@ struct GCase {
   }
 };
 
-// ---- The MLP: the unsharded reference on cpu(0) and the same weights sharded over a group.
-constexpr int64_t kBatch = 6, kModel = 8, kHidden = 16;
-constexpr double kMlpAtol = 1e-6, kMlpRtol = 1e-5;
-constexpr float kLr = 0.1f;
-
-struct Reference {
-  nn::Dense fc1{kHidden, "relu", true, kModel}, fc2{kModel, "", true, kHidden};
-  Reference() {
-    for (nn::Dense* fc : {&fc1, &fc2}) fc->collect_params().initialize(Init::Uniform(0.5f), {cpu(0)});
-    // Biases not zero, so that the bias of each layer is checked too.
-    fc1.bias->set_data(Tensor::from_vector(lcg_data(kHidden, 3), {kHidden}, cpu(0)));
-    fc2.bias->set_data(Tensor::from_vector(lcg_data(kModel, 4), {kModel}, cpu(0)));
-  }
+// ---- The MLP: the unsharded reference on cpu(0) (tests/reference_mlp.hpp, weights from the RNG) and
+// the same weights sharded over a group.
+struct Reference : test::reference_mlp::ReferenceMlp {
+  Reference() : ReferenceMlp(Init::Uniform(0.5f), 3, 4) {}
 };
 
 // The sharded parameters put back together as the unsharded layout, on the host.
@@ -174,21 +167,18 @@ void check_mlp_against_unsharded(const std::vector<Device>& devs, const std::str
   REQUIRE(same_as_reference(ref, gather(*mlp, false), false, "initial"));
   for (uint32_t step = 0; step < 20; ++step) {
     CAPTURE(step);
-    const auto X = lcg_data(kBatch * kModel, 100 + step), T = lcg_data(kBatch * kModel, 200 + step);
-    Tensor x = Tensor::from_vector(X, {kBatch, kModel}, cpu(0)).attach_grad();
-    Tensor y = ref.fc2(ref.fc1(x));
-    mse_loss(y, Tensor::from_vector(T, {kBatch, kModel}, cpu(0))).backward();
+    const auto b = ref.forward_backward(100 + step, 200 + step);
 
-    auto xs = replicate(X, {kBatch, kModel}, devs);
+    auto xs = replicate(b.X, {kBatch, kModel}, devs);
     auto ys = (*mlp)(xs);
     REQUIRE(ys.size() == devs.size());
-    for (size_t i = 0; i < devs.size(); ++i) mse_loss(ys[i], Tensor::from_vector(T, {kBatch, kModel}, devs[i])).backward();
+    for (size_t i = 0; i < devs.size(); ++i) mse_loss(ys[i], Tensor::from_vector(b.T, {kBatch, kModel}, devs[i])).backward();
 
     for (size_t i = 0; i < devs.size(); ++i) {
       CHECK(ys[i].device() == devs[i]);
-      CHECK(close(y.to_vector(), ys[i].to_vector(), kMlpAtol, kMlpRtol, "output"));
+      CHECK(close(b.y.to_vector(), ys[i].to_vector(), kMlpAtol, kMlpRtol, "output"));
       CHECK(ys[i].to_vector() == ys[0].to_vector());
-      CHECK(close(x.grad().to_vector(), xs[i].grad().to_vector(), kMlpAtol, kMlpRtol, "input gradient"));
+      CHECK(close(b.x.grad().to_vector(), xs[i].grad().to_vector(), kMlpAtol, kMlpRtol, "input gradient"));
     }
     CHECK(same_as_reference(ref, gather(*mlp, true), true, "step " + std::to_string(step)));
     if (optimizer == "adam") {
@@ -305,18 +295,15 @@ TEST_CASE("the Megatron MLP without f: the input gradient is only one shard's pa
   use_devices(devs);
   Reference ref;
   auto mlp = tp::shard_mlp(ref.fc1, ref.fc2, devs);
-  const auto X = lcg_data(kBatch * kModel, 7), T = lcg_data(kBatch * kModel, 8);
-  Tensor x = Tensor::from_vector(X, {kBatch, kModel}, cpu(0)).attach_grad();
-  Tensor y = ref.fc2(ref.fc1(x));
-  mse_loss(y, Tensor::from_vector(T, {kBatch, kModel}, cpu(0))).backward();
+  const auto b = ref.forward_backward(7, 8);
   // fc1's shards called directly: the column-parallel layer without its f.
-  auto xs = replicate(X, {kBatch, kModel}, devs);
+  auto xs = replicate(b.X, {kBatch, kModel}, devs);
   std::vector<Tensor> hs;
   for (size_t i = 0; i < devs.size(); ++i) hs.push_back(mlp->fc1->shards()[i]->forward(xs[i]));
   auto ys = mlp->fc2->forward_shards(hs);
-  for (size_t i = 0; i < devs.size(); ++i) mse_loss(ys[i], Tensor::from_vector(T, {kBatch, kModel}, devs[i])).backward();
-  CHECK(close(y.to_vector(), ys[0].to_vector(), kMlpAtol, kMlpRtol, "output (f moves nothing forward)"));
-  CHECK_FALSE(close(x.grad().to_vector(), xs[0].grad().to_vector(), kMlpAtol, kMlpRtol, "dX without f (expected to differ)"));
+  for (size_t i = 0; i < devs.size(); ++i) mse_loss(ys[i], Tensor::from_vector(b.T, {kBatch, kModel}, devs[i])).backward();
+  CHECK(close(b.y.to_vector(), ys[0].to_vector(), kMlpAtol, kMlpRtol, "output (f moves nothing forward)"));
+  CHECK_FALSE(close(b.x.grad().to_vector(), xs[0].grad().to_vector(), kMlpAtol, kMlpRtol, "dX without f (expected to differ)"));
 }
 
 TEST_CASE("tensor-parallel layers: bad groups and inputs are one clear error") {

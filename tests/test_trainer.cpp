@@ -73,6 +73,14 @@ std::pair<std::vector<float>, std::vector<int32_t>> batch_data(const Config& c, 
   return {X, y};
 }
 
+// The small CNN from seed `seed`, initialised (Xavier) on `devices`.
+std::shared_ptr<Sequential> seeded_cnn(const Config& c, uint64_t seed, const std::vector<Device>& devices) {
+  manual_seed(seed);
+  auto net = small_cnn(c.channels);
+  net->initialize(Init::Xavier(), devices);
+  return net;
+}
+
 // One training step, the book's way: shards, one loss per device, backward per loss, step.
 void train_step(Sequential& net, Trainer& trainer, const Config& c, int s, const std::vector<Device>& devices) {
   auto [X, y] = batch_data(c, s);
@@ -87,9 +95,7 @@ void train_step(Sequential& net, Trainer& trainer, const Config& c, int s, const
 // Trains a fresh net (same seed, so the same initial values everywhere); checks the replicas after
 // every step; returns the final parameters.
 Values train(const Config& c, const std::vector<Device>& devices, const std::string& kvstore) {
-  manual_seed(42);
-  auto net = small_cnn(c.channels);
-  net->initialize(Init::Xavier(), devices);
+  auto net = seeded_cnn(c, 42, devices);
   Trainer trainer(net->collect_params(), c.optimizer, c.opt, kvstore);  // before the shapes are known (deferred)
   bool equal = true;
   for (int s = 0; s < c.steps; ++s) {
@@ -374,9 +380,7 @@ TEST_CASE("a trainer restored from state_dict continues bit for bit like the ori
   const std::vector<Device> devices{cpu(0), cpu(1)};
   for (auto& kv : kKVStores) {
     CAPTURE(kv);
-    manual_seed(3);
-    auto a = small_cnn(c.channels);
-    a->initialize(Init::Xavier(), devices);
+    auto a = seeded_cnn(c, 3, devices);
     Trainer ta(a->collect_params(), "sgd", c.opt, kv);
     for (int s = 0; s < c.steps; ++s) train_step(*a, ta, c, s, devices);
     ta.set_learning_rate(0.05f);
@@ -385,9 +389,7 @@ TEST_CASE("a trainer restored from state_dict continues bit for bit like the ori
     CHECK(state.at("momentum/0.weight").shape == Shape{4, 1, 3, 3});
     CHECK(state.at("momentum/2.bias").shape == Shape{3});
 
-    manual_seed(99);  // other initial values, replaced below
-    auto b = small_cnn(c.channels);
-    b->initialize(Init::Xavier(), devices);
+    auto b = seeded_cnn(c, 99, devices);  // other initial values, replaced below
     b->forward(Tensor::zeros({1, 1, c.size, c.size}, cpu(0)));  // complete the deferred shapes
     auto pa = a->collect_params(), pb = b->collect_params();
     for (auto& [name, p] : pa) pb[name].set_data(p->data(cpu(0)));
@@ -771,9 +773,7 @@ TEST_CASE("an adam trainer restored from state_dict continues bit for bit like t
   const std::vector<Device> devices{cpu(0), cpu(1)};
   for (const std::string kv : {"device", "local"}) {
     CAPTURE(kv);
-    manual_seed(3);
-    auto a = small_cnn(c.channels);
-    a->initialize(Init::Xavier(), devices);
+    auto a = seeded_cnn(c, 3, devices);
     Trainer ta(a->collect_params(), "adam", c.opt, kv);
     for (int s = 0; s < c.steps; ++s) train_step(*a, ta, c, s, devices);
     auto state = ta.state_dict();
@@ -782,9 +782,7 @@ TEST_CASE("an adam trainer restored from state_dict continues bit for bit like t
     CHECK(state.at("exp_avg_sq/2.bias").shape == Shape{3});
     CHECK(state.count("momentum/0.weight") == 0);
 
-    manual_seed(99);
-    auto b = small_cnn(c.channels);
-    b->initialize(Init::Xavier(), devices);
+    auto b = seeded_cnn(c, 99, devices);
     b->forward(Tensor::zeros({1, 1, c.size, c.size}, cpu(0)));
     auto pa = a->collect_params(), pb = b->collect_params();
     for (auto& [name, p] : pa) pb[name].set_data(p->data(cpu(0)));

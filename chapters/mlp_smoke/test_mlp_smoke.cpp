@@ -5,6 +5,7 @@
 
 #include "chapters/mlp_smoke/mlp_smoke.hpp"
 #include "core/runtime.hpp"
+#include "tests/smoke_on_devices.hpp"
 
 using namespace d2l;
 
@@ -40,19 +41,6 @@ TEST_CASE("a batch smaller than the device count is a configuration error") {
 }
 
 TEST_CASE("the same MLP on two emulated GPUs: the CUDA kernels give the CPU devices' losses") {
-  smoke::Config cfg;
-  cfg.verbose = false;
-  cfg.num_epochs = 3;
-  cfg.n_train = 1000;
-  cfg.n_test = 300;
-  cfg.devices = {cpu(0), cpu(1)};
-  use_devices(cfg.devices);
-  auto on_cpu = smoke::run(cfg);
-  cfg.devices = {emu(0), emu(1)};
-  use_devices(cfg.devices);
-  auto on_emu = smoke::run(cfg);
-  for (size_t e = 0; e < on_cpu.epoch_loss.size(); ++e)
-    CHECK(std::fabs(on_cpu.epoch_loss[e] - on_emu.epoch_loss[e]) <= 1e-4 * on_cpu.epoch_loss[e]);
-  CHECK(on_emu.test_acc > 0.9);
+  const smoke::Result on_emu = test::smoke_on_gpus_as_on_cpus({cpu(0), cpu(1)}, {emu(0), emu(1)});
   CHECK(on_emu.kernels_per_device[1] > 0);
 }

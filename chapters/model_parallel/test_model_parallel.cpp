@@ -194,22 +194,11 @@ TEST_CASE("a torchvision-layout state_dict loads into resnet50; a wrong name or 
   fs::remove_all(dir);
 }
 
-namespace {
-// chapters/model_parallel/torchvision_resnet50.py, found from this file's name as the compiler saw it
-// (relative to the build directory, whose chapters/model_parallel/ folder holds this executable).
-std::string torchvision_script() {
-  fs::path here = fs::path(__FILE__).parent_path() / "torchvision_resnet50.py";
-  if (here.is_absolute() || fs::exists(here)) return here.string();
-  std::error_code ec;
-  fs::path build_root = fs::read_symlink("/proc/self/exe", ec).parent_path().parent_path().parent_path();
-  return (build_root / here).lexically_normal().string();
-}
-}  // namespace
-
 // Skipped (reported as such) when the Python of d2l::test::python() cannot import torch and torchvision.
 TEST_CASE("torchvision's own ResNet-50: its state_dict loads, and ours computes its outputs and gradients" *
           doctest::skip(!d2l::test::python_can_import("torch, torchvision"))) {
-  std::string python = d2l::test::python(), script = torchvision_script();
+  // chapters/model_parallel/torchvision_resnet50.py, beside this file.
+  std::string python = d2l::test::python(), script = d2l::test::beside_source(__FILE__, "torchvision_resnet50.py");
   REQUIRE_MESSAGE(fs::exists(script), "no " << script);
   std::string dir = make_tmpdir();
   std::fflush(nullptr);

@@ -18,9 +18,7 @@ Writes into DIR:
 Exit status: 0 written, 77 PyTorch or torchvision missing (the test is skipped).
 """
 import copy
-import json
 import os
-import struct
 import sys
 
 try:
@@ -31,20 +29,9 @@ except ImportError as e:
     print("torchvision_resnet50.py: " + str(e) + " for " + sys.executable + "; skipped")
     sys.exit(77)
 
-
-def save_file(tensors, path):
-    """A safetensors writer (the format of core/io/safetensors.hpp), stdlib + torch only."""
-    names = {torch.float32: "F32", torch.int64: "I64"}
-    header, chunks, offset = {}, [], 0
-    for name, t in sorted(tensors.items()):
-        data = t.detach().contiguous().cpu().numpy().tobytes()
-        header[name] = {"dtype": names[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + len(data)]}
-        chunks.append(data)
-        offset += len(data)
-    text = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    text += b" " * ((8 - len(text) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)) + text + b"".join(chunks))
+# The safetensors writer of the tests' PyTorch scripts (stdlib + torch: Debian 12 has no safetensors package).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir, "tests"))
+from safetensors_stdlib import save_file  # noqa: E402
 
 
 def main(folder):

@@ -16,6 +16,8 @@
 #include "core/runtime.hpp"
 #include "datasets/synthetic.hpp"
 #include "tests/dist/dist_check.hpp"
+#include "tests/first_devices.hpp"
+#include "tests/small_run.hpp"
 
 using namespace d2l;
 using concise::Config;
@@ -29,18 +31,10 @@ int local_devices() {
 
 // The lab's CNN, 20 steps of batch 24 a epoch on generated 28x28 images.
 Config lab_small(int devices, const std::string& kvstore) {
-  Config c;
-  c.devices.clear();
-  for (int i = 0; i < devices; ++i) c.devices.push_back(cpu(i));
-  use_devices(c.devices);
+  Config c = test::small_run<Config>(test::first_devices(devices), {.train_images = 480, .test_images = 50,
+                                                                    .image_size = 28, .data_seed = 11,
+                                                                    .batch_size = 24, .lr = 0.3f, .seed = 3});
   c.model = "lab-cnn";
-  c.train_data = make_image_classification(480, 28, 10, 11);
-  c.test_data = make_image_classification(50, 28, 10, 12);
-  c.batch_size = 24;
-  c.lr = 0.3f;
-  c.num_epochs = 1;
-  c.verbose = false;
-  c.seed = 3;
   c.kvstore = kvstore;
   return c;
 }

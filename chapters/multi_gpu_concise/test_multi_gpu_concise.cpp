@@ -19,6 +19,7 @@
 #include "core/runtime.hpp"
 #include "datasets/synthetic.hpp"
 #include "tests/first_devices.hpp"
+#include "tests/small_run.hpp"
 
 using namespace d2l;
 using concise::Config;
@@ -30,31 +31,17 @@ std::vector<Device> cpus(int n) { return test::first_devices(n); }
 
 // The lab's CNN, 20 steps of batch 10 on generated 28x28 images (1 epoch of 200): small enough for TSan.
 Config lab_small(int devices) {
-  Config c;
-  c.devices = cpus(devices);
+  Config c = test::small_run<Config>(cpus(devices), {.train_images = 200, .test_images = 40, .image_size = 28,
+                                                     .data_seed = 11, .batch_size = 10, .lr = 0.3f, .seed = 3});
   c.model = "lab-cnn";
-  c.train_data = make_image_classification(200, 28, 10, 11);
-  c.test_data = make_image_classification(40, 28, 10, 12);
-  c.batch_size = 10;
-  c.lr = 0.3f;
-  c.num_epochs = 1;
-  c.verbose = false;
-  c.seed = 3;
   return c;
 }
 
 // ResNet-18 on generated 1x12x12 images (12 -> 6 -> 3 -> 2 through the stages), batch 8.
 Config resnet_tiny(int devices, int64_t images = 16) {
-  Config c;
-  c.devices = cpus(devices);
+  Config c = test::small_run<Config>(cpus(devices), {.train_images = images, .test_images = 16, .image_size = 12,
+                                                     .data_seed = 21, .batch_size = 8, .lr = 0.05f, .seed = 5});
   c.model = "resnet18";
-  c.train_data = make_image_classification(images, 12, 10, 21);
-  c.test_data = make_image_classification(16, 12, 10, 22);
-  c.batch_size = 8;
-  c.lr = 0.05f;
-  c.num_epochs = 1;
-  c.verbose = false;
-  c.seed = 5;
   return c;
 }
 
@@ -404,8 +391,7 @@ TEST_CASE("the lab's CNN on two emulated GPUs trains as on two CPU devices: the 
     Config c = lab_small(2);
     c.devices = devices;
     use_devices(devices);
-    c.train_data = make_image_classification(40, 16, 10, 31);
-    c.test_data = make_image_classification(20, 16, 10, 32);
+    test::generated_images(c, 40, 20, 16, 31);
     c.batch_size = 20;
     c.num_epochs = 3;
     return c;
@@ -428,8 +414,7 @@ TEST_CASE("exercise 2: --balance gives a slow device (an emulated GPU) a small s
   Config c = lab_small(1);
   c.devices = {cpu(0), emu(0)};
   use_devices(c.devices);
-  c.train_data = make_image_classification(40, 16, 10, 31);
-  c.test_data = make_image_classification(20, 16, 10, 32);
+  test::generated_images(c, 40, 20, 16, 31);
   c.batch_size = 40;
   c.balance = true;
   Result r = concise::train(c);

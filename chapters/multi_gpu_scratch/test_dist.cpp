@@ -17,6 +17,7 @@
 #include "datasets/synthetic.hpp"
 #include "tests/dist/dist_check.hpp"
 #include "tests/first_devices.hpp"
+#include "tests/small_run.hpp"
 
 using namespace d2l;
 
@@ -29,17 +30,12 @@ int local_devices() {
 
 std::vector<Device> cpus(int n) { return test::first_devices(n); }
 
+// One epoch of `steps` minibatches of 48: on 1, 2, 3, 4 and 6 devices shards of 48 / k, uneven ones on 5.
 scratch::Config small(int devices, int64_t steps) {
-  scratch::Config c;
-  c.devices = cpus(devices);
-  c.train_data = make_image_classification(48 * steps, 28, 10, 7);  // one epoch of `steps` minibatches
-  c.test_data = make_image_classification(200, 28, 10, 8);
-  c.batch_size = 48;  // 1, 2, 3, 4 and 6 devices: shards of 48 / k, and uneven ones for 5
-  c.lr = 0.3f;
-  c.num_epochs = 1;
+  scratch::Config c = test::small_run<scratch::Config>(cpus(devices), {.train_images = 48 * steps, .test_images = 200,
+                                                                       .image_size = 28, .data_seed = 7,
+                                                                       .batch_size = 48, .lr = 0.3f, .seed = 4});
   c.plot = "";
-  c.verbose = false;
-  c.seed = 4;
   return c;
 }
 

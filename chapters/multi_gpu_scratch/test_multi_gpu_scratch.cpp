@@ -18,6 +18,7 @@
 #include "datasets/synthetic.hpp"
 #include "tests/check.hpp"
 #include "tests/first_devices.hpp"
+#include "tests/small_run.hpp"
 
 using namespace d2l;
 
@@ -26,16 +27,10 @@ std::vector<Device> cpus(int n) { return test::first_devices(n); }
 
 // One epoch of 200 generated images in batches of 10 (20 steps): small enough for the sanitizer runs.
 scratch::Config small(int devices) {
-  scratch::Config c;
-  c.devices = cpus(devices);
-  c.train_data = make_image_classification(200, 28, 10, 11);
-  c.test_data = make_image_classification(40, 28, 10, 12);
-  c.batch_size = 10;
-  c.lr = 0.5f;
-  c.num_epochs = 1;
-  c.verbose = false;
+  scratch::Config c = test::small_run<scratch::Config>(cpus(devices), {.train_images = 200, .test_images = 40,
+                                                                       .image_size = 28, .data_seed = 11,
+                                                                       .batch_size = 10, .lr = 0.5f, .seed = 3});
   c.plot = "";
-  c.seed = 3;
   return c;
 }
 
@@ -136,8 +131,7 @@ TEST_CASE("LeNet on two emulated GPUs trains as on two CPU devices: the same los
     auto c = small(2);
     c.devices = devices;
     use_devices(devices);
-    c.train_data = make_image_classification(60, 28, 10, 11);
-    c.test_data = make_image_classification(20, 28, 10, 12);
+    test::generated_images(c, 60, 20, 28, 11);
     c.batch_size = 20;
     c.num_epochs = epochs;
     return c;

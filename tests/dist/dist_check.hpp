@@ -1,10 +1,13 @@
 // What the distributed chapter tests compare: parameters as host vectors, one per tensor.
 #pragma once
+#include <doctest/doctest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "core/dist/fingerprint.hpp"
+#include "core/dist/process_group.hpp"
 #include "core/tensor.hpp"
 
 namespace d2l::test {
@@ -28,6 +31,18 @@ inline void check_same_bits_on_every_rank(const std::vector<std::vector<float>>&
   std::vector<Tensor> t;
   for (auto& p : params) t.push_back(Tensor::from_vector(p, {static_cast<int64_t>(p.size())}, cpu(0)));
   dist::check_same_bits(t, "parameters");
+}
+
+// The same for a CHECK: false, with the error as the case's message, where the ranks differ (a
+// collective: every rank calls it).
+inline bool same_bits_on_every_rank(const std::vector<std::vector<float>>& params) {
+  try {
+    check_same_bits_on_every_rank(params);
+    return true;
+  } catch (const dist::CollectiveError& e) {
+    MESSAGE(e.what());
+    return false;
+  }
 }
 
 }  // namespace d2l::test

@@ -16,6 +16,7 @@
 
 #include "chapters/mlp_smoke/mlp_smoke.hpp"
 #include "tests/check.hpp"
+#include "tests/smoke_on_devices.hpp"
 #include "core/copy.hpp"
 #include "core/ops.hpp"
 #include "core/ops/op.hpp"
@@ -223,21 +224,9 @@ TEST_CASE("--precision tf32: matmul and conv2d (kernel5, automatic) on GPU 0 wit
 }
 
 TEST_CASE("the smoke MLP on GPUs gives the CPU devices' losses within 1e-4") {
-  smoke::Config cfg;
-  cfg.verbose = false;
-  cfg.num_epochs = 3;
-  cfg.n_train = 1000;
-  cfg.n_test = 300;
-  int k = std::min(2, device_count());
-  cfg.devices = k == 2 ? std::vector<Device>{cpu(0), cpu(1)} : std::vector<Device>{cpu(0)};
-  use_devices(cfg.devices);
-  auto on_cpu = smoke::run(cfg);
-  cfg.devices = k == 2 ? std::vector<Device>{dev(0), dev(1)} : std::vector<Device>{dev(0)};
-  use_devices(cfg.devices);
-  auto on_gpu = smoke::run(cfg);
-  for (size_t e = 0; e < on_cpu.epoch_loss.size(); ++e)
-    CHECK(std::fabs(on_cpu.epoch_loss[e] - on_gpu.epoch_loss[e]) <= 1e-4 * on_cpu.epoch_loss[e]);
-  CHECK(on_gpu.test_acc > 0.9);
+  const int k = std::min(2, device_count());
+  test::smoke_on_gpus_as_on_cpus(k == 2 ? std::vector<Device>{cpu(0), cpu(1)} : std::vector<Device>{cpu(0)},
+                                 k == 2 ? std::vector<Device>{dev(0), dev(1)} : std::vector<Device>{dev(0)});
 }
 
 int main(int argc, char** argv) {
