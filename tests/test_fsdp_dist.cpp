@@ -291,7 +291,7 @@ Result train_two_devices(const Setup& u, int stage, ShardOver over = ShardOver::
         for (auto& p : net->collect_params().trainable())
           for (auto& w : p->list_data()) out.released = out.released && !w.storage();
     }
-    out.params = stage == 3 ? trainer.rank_parameter_shards()->parameters() : params_of(*net);
+    out.params = stage == 3 ? trainer.shards()->parameters() : params_of(*net);
     out.memory = trainer.memory_per_device();
   }
   use_devices({cpu(0)});
@@ -341,6 +341,31 @@ TEST_CASE("ZeRO-3 over the ranks with 2 devices a rank equals the unsharded run,
         CHECK(split.memory[static_cast<size_t>(i)].gradient_bytes == 0);
       }
     }
+}
+
+// HYBRID_SHARD at stage 3 (ShardOver::devices): every rank shards the whole model over its own 2
+// devices, as one process does (device i keeps shard i of the P elements: parameters, summed
+// gradient, state), and the ranks are replicas of each other: each device's summed pieces are
+// all-reduced over the ranks before the update, and a unit is gathered over the process's devices only.
+TEST_CASE("ZeRO-3 sharded over each process's devices, replicated over the ranks (HYBRID_SHARD), equals the unsharded run") {
+  const int64_t P = kUnits[0] + kUnits[1] + kUnits[2];
+  for (const Setup& u : {Setup{}, adam_setup()}) {
+    CAPTURE(u.optimizer);
+    const int64_t slots = u.optimizer == "adam" ? 2 : 1;
+    const Result alone = train(u, 0, true), hybrid = train_two_devices(u, 3, ShardOver::devices);
+    CHECK(hybrid.released);
+    CHECK(close_params(alone.params, hybrid.params, 1e-6));
+    CHECK(test::same_bits_on_every_rank(hybrid.params));
+    REQUIRE(hybrid.memory.size() == 2);
+    for (int i = 0; i < 2; ++i) {
+      CAPTURE(i);
+      const int64_t shard = chunk_of({P}, i, 2);  // the same shard on every rank
+      CHECK(hybrid.memory[static_cast<size_t>(i)].parameter_bytes == 4 * shard);
+      CHECK(hybrid.memory[static_cast<size_t>(i)].summed_gradient_bytes == 4 * shard);
+      CHECK(hybrid.memory[static_cast<size_t>(i)].state_bytes == 4 * slots * shard);
+      CHECK(hybrid.memory[static_cast<size_t>(i)].gradient_bytes == 0);
+    }
+  }
 }
 
 TEST_CASE("ZeRO-3 over the ranks, bytes of a rank between steps: parameters 4 chunk, no .grad, summed gradient 4 chunk, state 4 slots chunk") {

@@ -92,9 +92,6 @@ Trainer::Trainer(const nn::ParameterDict& params, const std::string& optimizer, 
       throw ConfigError(std::string("Trainer: shard_over ") + shard_over_name(options_.shard_over) +
                         " shards over the devices of each process of a world: it needs kvstore dist_sync or "
                         "dist_sync_ring, not kvstore '" + kv_->type() + "'");
-    if (options_.shard_over == ShardOver::devices && options_.zero_stage == 3)
-      throw ConfigError("Trainer: shard_over devices (HYBRID_SHARD) replicates the shards over the ranks at zero_stage 1 "
-                        "or 2, not at zero_stage 3");
     // Where the shards live is decided here, once; from here on the Trainer calls them the same way.
     if (options_.shard_over == ShardOver::devices) {
       auto devices = std::make_unique<zero::ShardedState>(state_names_.size(), options_.zero_stage);

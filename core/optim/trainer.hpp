@@ -55,14 +55,15 @@ class RankParameterShards;  // core/optim/fsdp_dist.hpp
 // Adam reads learning_rate, wd, beta1, beta2 and epsilon (PyTorch's defaults; its default learning
 // rate is 1e-3: pass it, {.learning_rate = 1e-3f}). A field the optimizer does not read must keep its
 // default (a ConfigError otherwise).
-// ZeRO stages 1 and 2 over processes with several devices each (OptimizerOptions::shard_over): what
+// ZeRO over processes with several devices each (OptimizerOptions::shard_over): what
 // holds the shards, FSDP's sharding strategies with a process per machine.
 //   ranks        the shards are the ranks (the dp_group, else the world); a process's devices are
 //                replicas of each other, the rank's chunk of the state on its first device
 //                (core/optim/zero_dist.hpp);
 //   devices      HYBRID_SHARD: the shards are each process's devices, replicated over the ranks:
 //                device i of every rank keeps shard i, whose summed gradient is all-reduced over the
-//                ranks before its update (core/optim/zero.hpp, replicate_over);
+//                ranks before its update (core/optim/zero.hpp, replicate_over); at stage 3 the
+//                parameters' shards too, so a unit is gathered over the process's devices only;
 //   all_devices  every device of every rank its own shard, W k of them (FULL_SHARD with a rank per
 //                device): device i of rank r keeps the state of shard r k + i; the rank's devices'
 //                shards together are its chunk, reduce-scattered and all-gathered over the ranks as

@@ -424,6 +424,7 @@ void ShardedState::step_shards(const Step& s, GradClip* clip) {
   for (size_t k = 0; k < weights_.size(); ++k)
     for (size_t i = 0; i < devices_.size(); ++i) release_parameter(k, i);
   const std::vector<std::vector<Tensor>> g = take_sums();
+  sum_over_replicas(g);  // HYBRID_SHARD: device i of every rank holds shard i
   std::vector<ReplicaStep> mine;
   for (size_t i = 0; i < devices_.size(); ++i)
     for (const Piece& p : pieces_[i]) mine.push_back({p.param, p.state, p.grad});

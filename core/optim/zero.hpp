@@ -117,7 +117,7 @@ class ShardedState : public Shards, NoCopy {
   // Stage 3: bytes of parameters device i keeps between layers, from the tensors it keeps.
   int64_t parameter_bytes(size_t i) const;
 
-  // FSDP's HYBRID_SHARD (the Trainer's ShardOver::devices), stages 1 and 2: the shards are this process's
+  // FSDP's HYBRID_SHARD (the Trainer's ShardOver::devices), stages 1 to 3: the shards are this process's
   // devices, and every rank of `group` holds the same layout over its own devices. Each device's
   // summed pieces are then all-reduced over the group before the update (device i of every rank
   // holds shard i), so each rank updates its shards with the sum over every rank's devices, and the
