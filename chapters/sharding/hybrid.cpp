@@ -14,14 +14,17 @@
 //                    the rank's shards together are its chunk of the W-way split (the rule nests), so the
 //                    reduce-scatter and all-gather over the ranks are the first layout's, the summed
 //                    chunk (4 Psi_r at stage 2) on the first device, each device updating its piece;
-//   over the devices zero_stage 1 and 2 with ShardOver::devices (FSDP's HYBRID_SHARD): the shards are each
-//                    process's devices, replicated over the ranks (core/optim/zero.hpp): device i of
-//                    every rank keeps shard i (8 Psi_i of state, Psi_i of the k-way split), its
-//                    pieces of the sum all-reduced over the ranks before the update: sharded inside a
-//                    machine, replicated across machines, where the links are slow.
+//   over the devices zero_stage 1, 2 and 3 with ShardOver::devices (FSDP's HYBRID_SHARD): the shards are
+//                    each process's devices, replicated over the ranks (core/optim/zero.hpp): device i
+//                    of every rank keeps shard i (8 Psi_i of state, Psi_i of the k-way split; at
+//                    stage 3 the parameters' shard too, the net run through FullyShardedDataParallel,
+//                    a unit gathered over the process's devices only), its pieces of the sum
+//                    all-reduced over the ranks before the update: sharded inside a machine,
+//                    replicated across machines, where the links are slow.
 // What each device holds is measured from its allocator's tags, as in the rest of part 1, and every
-// run's parameters, on every device of every rank, are compared with the replicated run's.
-// (ZeRO-3 with several devices per rank is not built: its runs above use one device a rank.)
+// run's parameters, on every device of every rank, are compared with the replicated run's. (ZeRO-3
+// over the ranks or every device, with several devices a rank, adds each device's sum over the ranks
+// first: its last bits differ, and Adam's steps then drift; the README says why. They are left out.)
 #include <algorithm>
 #include <cmath>
 #include <sstream>
@@ -36,6 +39,7 @@
 #include "core/dist/process_group.hpp"
 #include "core/nn/sequential.hpp"
 #include "core/ops.hpp"
+#include "core/optim/fsdp.hpp"
 #include "core/optim/trainer.hpp"
 #include "core/rng.hpp"
 #include "core/runtime.hpp"
@@ -80,6 +84,7 @@ HybridResult hybrid_over_ranks(const Config& cfg) {
   std::vector<std::pair<HybridLayout, int>> runs{{HybridLayout::replicated, 0}};
   for (int stage = 1; stage <= std::min(cfg.zero_stage, 2); ++stage)
     for (HybridLayout l : {HybridLayout::over_ranks, HybridLayout::over_all, HybridLayout::over_devices}) runs.push_back({l, stage});
+  if (cfg.zero_stage >= 3) runs.push_back({HybridLayout::over_devices, 3});
   for (auto [layout, stage] : runs) {
     manual_seed(cfg.seed);
     std::vector<MemoryStats> before;  // what the devices held before this run (its bytes are the difference)
@@ -93,8 +98,12 @@ HybridResult hybrid_over_ranks(const Config& cfg) {
                                                       : optim::ShardOver::ranks;
     HybridRun run;
     run.layout = layout, run.stage = stage;
+    std::vector<float> values;  // every device's replicas after the run
     {
       optim::Trainer trainer(net->collect_params(), "adam", o, "dist_sync");
+      // Stage 3: FSDP(net) in place of net; the parameters become each process's devices' shards here.
+      std::unique_ptr<optim::FullyShardedDataParallel> fsdp;
+      if (stage == 3) fsdp = std::make_unique<optim::FullyShardedDataParallel>(net, trainer);
       load_run(cfg, *net, trainer);  // --load: the checkpoint in place of the seed's parameters
       int step = 0;
       for (int64_t epoch = 0; step <= cfg.steps; ++epoch) {
@@ -106,15 +115,16 @@ HybridResult hybrid_over_ranks(const Config& cfg) {
             for (const Device& d : devices) runtime(d).allocator->reset_peak();
           }
           // ls = [loss(net(X_q), y_q) for the parts q = r k + i of this rank's devices]; l.backward() each
-          std::vector<Tensor> ls;
+          std::vector<Tensor> Xs, ys, ls;
           for (int i = 0; i < k; ++i) {
             const int64_t q = int64_t(me) * k + i, lo = b.n * q / (int64_t(W) * k), hi = b.n * (q + 1) / (int64_t(W) * k);
             Shape xs{hi - lo};
             xs.insert(xs.end(), feature_shape.begin(), feature_shape.end());
-            Tensor X = Tensor::from_vector(std::vector<float>(b.X.begin() + lo * features, b.X.begin() + hi * features), xs, devices[i]);
-            Tensor y = Tensor::from_vector(std::vector<int32_t>(b.y.begin() + lo, b.y.begin() + hi), {hi - lo}, devices[i]);
-            ls.push_back(softmax_cross_entropy((*net)(X), y, Reduction::sum));
+            Xs.push_back(Tensor::from_vector(std::vector<float>(b.X.begin() + lo * features, b.X.begin() + hi * features), xs, devices[i]));
+            ys.push_back(Tensor::from_vector(std::vector<int32_t>(b.y.begin() + lo, b.y.begin() + hi), {hi - lo}, devices[i]));
           }
+          const std::vector<Tensor> outs = fsdp ? (*fsdp)(Xs) : (*net)(Xs);
+          for (int i = 0; i < k; ++i) ls.push_back(softmax_cross_entropy(outs[size_t(i)], ys[size_t(i)], Reduction::sum));
           for (auto& l : ls) l.backward();
           trainer.step(b.n);  // the gradient summed over every device of every rank: the whole minibatch's
           double loss = 0;
@@ -124,6 +134,12 @@ HybridResult hybrid_over_ranks(const Config& cfg) {
         }
       }
       waitall();
+      if (fsdp) {  // summon_full_params: every replica whole while it is read
+        optim::FullyShardedDataParallel::FullParameters full(*fsdp);
+        values = all_replicas(*net);
+      } else {
+        values = all_replicas(*net);
+      }
       out.psi = 0;
       for (auto& p : net->collect_params().trainable()) out.psi += p->list_data()[0].numel();
       // Measured: every device's bytes by tag now, between steps, then every rank's rows.
@@ -152,7 +168,7 @@ HybridResult hybrid_over_ranks(const Config& cfg) {
           row.parameter_bytes = int64_t(f[0]), row.gradient_bytes = int64_t(f[1]);
           row.summed_gradient_bytes = int64_t(f[2]), row.state_bytes = int64_t(f[3]), row.gathered_bytes = int64_t(f[4]);
           row.peak_bytes = int64_t(f[5]), row.peak_by_tag[static_cast<int>(MemoryTag::other)] = int64_t(f[6]);
-          row.formula_parameter_bytes = 4 * out.psi;
+          row.formula_parameter_bytes = 4 * (stage == 3 ? shard : out.psi);
           row.formula_gradient_bytes = stage >= 2 ? 0 : 4 * out.psi;
           row.formula_summed_gradient_bytes = stage >= 2 ? 4 * sum_shard : 0;
           row.formula_state_bytes = 8 * (stage == 0 ? out.psi : shard);
@@ -160,7 +176,6 @@ HybridResult hybrid_over_ranks(const Config& cfg) {
         }
     }
     // Every device's replicas against the replicated run's, and against rank 0's (broadcast).
-    const std::vector<float> values = all_replicas(*net);
     if (layout == HybridLayout::replicated) replicated = values;
     Tensor rank0 = Tensor::from_vector(values, {static_cast<int64_t>(values.size())}, cpu(0));
     dist::broadcast(rank0, 0);
@@ -176,8 +191,8 @@ HybridResult hybrid_over_ranks(const Config& cfg) {
 int print_hybrid(const Config& cfg, const HybridResult& h) {
   std::printf("\n1b. Hybrid sharding over %d processes x %d devices: ZeRO-1 and ZeRO-2 with the shards over the ranks "
               "(each process's devices replicas of each other), over every device of every rank, and over each "
-              "process's devices (replicated over the ranks, FSDP's HYBRID_SHARD), against replicated Adam on the same "
-              "%d devices\n"
+              "process's devices (replicated over the ranks, FSDP's HYBRID_SHARD, also at ZeRO-3), against replicated "
+              "Adam on the same %d devices\n"
               "Psi = %lld, batch %lld split over the %d devices, %d timed steps\n",
               h.ranks, h.devices, h.ranks * h.devices, (long long)h.psi, (long long)cfg.batch_size, h.ranks * h.devices,
               cfg.steps);
