@@ -12,7 +12,7 @@
 //    stage 0's. The bytes a device keeps between steps (parameters, .grad buffers, state) are
 //    Trainer::memory_per_device's.
 // Under mpirun with W > 1 processes (`mpirun -np 2 zero_bench`): the same stages over the ranks, one
-// CPU device each (kvstore dist_sync; ZeRO-3 over the ranks, core/optim/fsdp_dist.hpp), each rank
+// CPU device each (kvstore dist_sync; ZeRO-3 over the ranks, core/optim/zero_dist.hpp), each rank
 // its own batch of B; the slowest rank's median and the largest rank's peak. Over processes the
 // collectives run on each rank's communication thread beside its compute.
 //   zero_bench [--batch B] [--devices N] [--repeats R]
@@ -33,7 +33,7 @@
 #include "core/ops.hpp"
 #include "core/optim/fsdp.hpp"
 #include "core/optim/trainer.hpp"
-#include "core/optim/fsdp_dist.hpp"
+#include "core/optim/zero_dist.hpp"
 #include "core/optim/zero.hpp"
 #include "core/rng.hpp"
 #include "core/runtime.hpp"
@@ -97,7 +97,7 @@ Outcome run(const Config& c, const std::vector<d2l::Device>& devices, int64_t ba
   Outcome o;
   for (int i = 0; i < steps; ++i) step();
   if (fsdp) {
-    o.params = ranks ? trainer.rank_parameter_shards()->parameters() : trainer.sharded_state()->parameters();
+    o.params = ranks ? trainer.rank_shards()->parameters() : trainer.sharded_state()->parameters();
   } else {
     for (auto& p : net->collect_params().trainable()) o.params.push_back(p->list_data()[0].to_vector());
   }

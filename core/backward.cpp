@@ -22,9 +22,10 @@ static void add_into_leaf(TensorImpl& leaf, const Tensor& g) {
 
 void DeferWeightGrads::run(std::vector<Work>& work) {
   NoGrad no_grad;
+  const std::vector<GradReadyHook> hooks = grad_ready_hooks();
   for (auto& w : work) {
     add_into_leaf(*w.leaf, w.make());
-    for (auto& h : grad_ready_hooks()) h(*w.leaf);
+    for (auto& h : hooks) h(*w.leaf);
   }
   work.clear();
 }

@@ -1,4 +1,4 @@
-// ZeRO stage 3 over the ranks (core/optim/fsdp_dist.hpp: zero_stage 3 with kvstore dist_sync or
+// ZeRO stage 3 over the ranks (core/optim/zero_dist.hpp: zero_stage 3 with kvstore dist_sync or
 // dist_sync_ring, run through optim::FullyShardedDataParallel), run as 1, 2 and 4 processes
 // (tests/dist/mpirun.sh). An MLP of three units (and a Flatten without parameters), one device per
 // rank, rank r taking its rows of every global batch. The references:
@@ -16,7 +16,7 @@
 // the allocator measured below the replicated run's (tests/dist/fsdp_peak.sh compares it between
 // 2 and 4 ranks); clip_grad_norm over every unit's chunk against the unsharded run's norm computed
 // here; the configuration errors. tests/mutants runs this file as 2 processes against a
-// fsdp_dist.cpp whose reduce-scatter overwrites the summed gradient instead of adding into it, and
+// zero_dist_fsdp.cpp whose reduce-scatter overwrites the summed gradient instead of adding into it, and
 // one whose gather never receives the other ranks' chunks: both must fail.
 #include <doctest/doctest.h>
 
@@ -32,7 +32,7 @@
 #include "core/nn/nn.hpp"
 #include "core/ops.hpp"
 #include "core/optim/fsdp.hpp"
-#include "core/optim/fsdp_dist.hpp"
+#include "core/optim/zero_dist.hpp"
 #include "core/optim/trainer.hpp"
 #include "core/rng.hpp"
 #include "core/runtime.hpp"
@@ -126,7 +126,7 @@ Result train(const Setup& u, int stage, bool alone = false, int steps = 20, cons
       for (auto& p : net->collect_params().trainable()) out.released = out.released && !p->list_data()[0].storage();
   }
   if (stage == 3) {
-    out.params = trainer.rank_parameter_shards()->parameters();  // a collective
+    out.params = trainer.rank_shards()->parameters();  // a collective
   } else {
     out.params = params_of(*net);
   }
@@ -400,7 +400,7 @@ TEST_CASE("ZeRO-3 over the ranks: the gathered parameters are the same bits on e
     backward_rows(run, s, 0, kGlobal * r / W, kGlobal * (r + 1) / W);
     trainer.step(kGlobal);
   }
-  const Params chunks = trainer.rank_parameter_shards()->parameters();
+  const Params chunks = trainer.rank_shards()->parameters();
   Params whole;
   {
     FullyShardedDataParallel::FullParameters full(fsdp);
@@ -412,7 +412,7 @@ TEST_CASE("ZeRO-3 over the ranks: the gathered parameters are the same bits on e
   const auto state = state_values(trainer.state_dict());
   {
     FullyShardedDataParallel again(net, trainer);
-    CHECK(trainer.rank_parameter_shards()->parameters() == chunks);
+    CHECK(trainer.rank_shards()->parameters() == chunks);
     CHECK(state_values(trainer.state_dict()) == state);
   }
   // Outside the scope the replicas have no memory again.
@@ -502,7 +502,7 @@ TEST_CASE("ZeRO-3 over the ranks: a state_dict after 10 steps, loaded with the p
     FullyShardedDataParallel f(net, second);
     if (u.optimizer != "sgd") second.load_state_dict(saved);
     steps(f, second, 10, 20);
-    CHECK(second.rank_parameter_shards()->parameters() == straight.params);
+    CHECK(second.rank_shards()->parameters() == straight.params);
     CHECK(state_values(second.state_dict()) == state_values(straight.state));
   }
 }

@@ -276,7 +276,7 @@ TEST_CASE("ZeRO-2 reduce-scatters each bucket during backward and releases the .
       // Stage 1 keeps every .grad buffer anyway: each is sent as it is, one parameter a bucket.
       const Ranges one_each = {{3, 4}, {2, 3}, {1, 2}, {0, 1}};
       const Ranges& sent = stage == 1 ? one_each : expected;
-      CHECK(trainer.rank_sharded_state()->buckets() == sent);
+      CHECK(trainer.rank_shards()->buckets() == sent);
       waitall(), dist::barrier();
       trace::start();
       backward_rows(*net, 1, kGlobalBatch * r / W, kGlobalBatch * (r + 1) / W);

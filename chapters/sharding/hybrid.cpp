@@ -27,6 +27,7 @@
 // first: its last bits differ, and Adam's steps then drift; the README says why. They are left out.)
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <sstream>
 
 #include "chapters/sharding/report.hpp"
@@ -134,10 +135,9 @@ HybridResult hybrid_over_ranks(const Config& cfg) {
         }
       }
       waitall();
-      if (fsdp) {  // summon_full_params: every replica whole while it is read
-        optim::FullyShardedDataParallel::FullParameters full(*fsdp);
-        values = all_replicas(*net);
-      } else {
+      {
+        std::optional<optim::FullyShardedDataParallel::FullParameters> full;  // summon_full_params:
+        if (fsdp) full.emplace(*fsdp);                                         // every replica whole while read
         values = all_replicas(*net);
       }
       out.psi = 0;

@@ -7,7 +7,7 @@
 //                    what it sends against the paper's formulas, the time of a step, and whether the
 //                    sharded runs' parameters equal the replicated run's.
 //   zero_processes   under mpirun with W > 1 ranks: the same runs with the shards over the ranks,
-//                    one device each (core/optim/zero_dist.hpp; stage 3 core/optim/fsdp_dist.hpp),
+//                    one device each (core/optim/zero_dist.hpp, every stage),
 //                    a row per rank.
 //   hybrid           under mpirun with several devices a rank: ZeRO-1 and ZeRO-2 sharded over the
 //                    ranks or over each process's devices (FSDP's HYBRID_SHARD), a row per device.

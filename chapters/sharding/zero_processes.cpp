@@ -12,7 +12,7 @@
 //   stage 2  the same reduce-scatter during backward, in buckets of reduce_bucket_mb (the Trainer's default 25 MiB, --reduce-bucket-mb): each
 //            goes once backward has completed its gradients, whose .grad buffers are then released:
 //            rank r keeps chunk r's summed gradient (4 Psi_r) and no .grad buffer between steps;
-//   stage 3  FSDP (core/optim/fsdp_dist.hpp): each layer's parameters are a flat vector of Psi_u
+//   stage 3  FSDP (core/optim/zero_dist.hpp): each layer's parameters are a flat vector of Psi_u
 //            elements and rank r keeps its chunk of each, Psi'_r elements over the layers: 4 Psi'_r
 //            of parameters, 4 Psi'_r of summed gradient and 8 Psi'_r of state, no .grad buffers
 //            between steps; a layer is all-gathered before its forward and its backward and its

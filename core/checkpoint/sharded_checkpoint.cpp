@@ -128,7 +128,8 @@ void save_sharded_checkpoint(const std::string& dir, const nn::Block& net, const
   // ZeRO-1 and ZeRO-2 over the ranks: this rank's chunk is the file's, read without communication.
   // Otherwise (stage 0, no step yet, a loaded state not yet placed) from state_dict(): the same choice
   // on every rank, as they run in step; a collective when sharded (every chunk gathered).
-  const optim::zero::RankShardedState* own = trainer.rank_sharded_state();
+  const optim::zero::RankShards* own = trainer.rank_shards();
+  if (own && own->stage() == 3) own = nullptr;
   if (own) {
     std::vector<int64_t> bounds, offsets = f.offsets;
     for (int q = 0; q <= W; ++q) bounds.push_back(bound(f.total, q, W));

@@ -23,7 +23,7 @@
 //                                 one that points at half-written files. Every file is written
 //                                 atomically (core/io/atomic_file.hpp).
 // At ZeRO-1 and ZeRO-2 over the ranks each rank writes the chunk it keeps, with no all-gather
-// (RankShardedState::chunk_state); at stage 0, before the first step, or with a loaded state not yet
+// (RankShards::chunk_state); at stage 0, before the first step, or with a loaded state not yet
 // placed, the state comes from Trainer::state_dict() (then gathered; so at stage 3, whose chunks are
 // per unit, not of the one flat vector). Shards over a group smaller than the world are refused.
 //

@@ -204,6 +204,13 @@ void on_comm_now(const char* op, std::function<void()> fn) {
 int64_t chunk_begin(int64_t n, int chunk) { return d2l::chunk_begin(n, chunk, world_size()); }
 int64_t chunk_begin(int64_t n, int chunk, const Group& group) { return d2l::chunk_begin(n, chunk, group.size()); }
 
+std::vector<int64_t> counts_in_chunks(int64_t n, int64_t a, int64_t b, const Group& group) {
+  std::vector<int64_t> counts;
+  for (int r = 0; r < group.size(); ++r)
+    counts.push_back(std::max<int64_t>(0, std::min(b, chunk_begin(n, r + 1, group)) - std::max(a, chunk_begin(n, r, group))));
+  return counts;
+}
+
 void check_algorithm(const std::string& flag, const std::string& algorithm) {
   if (algorithm != "library" && algorithm != "ring" && algorithm != "naive")
     throw ConfigError("bad " + flag + " '" + algorithm +

@@ -25,6 +25,10 @@ namespace d2l::dist {
 
 int64_t chunk_begin(int64_t n, int chunk);                     // n * chunk / world_size()
 int64_t chunk_begin(int64_t n, int chunk, const Group& group);  // the same rule over a group: n * chunk / group.size()
+// Per member of the group, how many of the elements [a, b) of n lie in its chunk: the counts that
+// hand a part of a chunked vector to allgather_async and reduce_scatter_async (ZeRO over the ranks
+// gathers and reduce-scatters parameter by parameter with them).
+std::vector<int64_t> counts_in_chunks(int64_t n, int64_t a, int64_t b, const Group& group);
 
 // In place: t becomes the sum over the ranks of t, with the same bits on every rank.
 //   library  MPI_Allreduce (ncclAllReduce for GPU tensors)
@@ -70,7 +74,7 @@ void broadcast(const Tensor& t, int root, const Group& group);
 // chunk r's elements (chunk_begin(N, r+1) - chunk_begin(N, r)).
 void allgather(const Tensor& in, const Tensor& out);
 void allgather(const Tensor& in, const Tensor& out, const Group& group);  // chunk_begin(N, r, group)'s split
-// The same all-gather without making the compute stream wait for it (FSDP's prefetch, core/optim/fsdp_dist.hpp):
+// The same all-gather without making the compute stream wait for it (FSDP's prefetch, core/optim/zero_dist.hpp):
 // `out` holds the result once work.wait() has been called. GPU tensors: as allgather (nothing pending).
 Work allgather_async(const Tensor& in, const Tensor& out);
 // The all-gather with the split given (MPI_Allgatherv): counts[r] elements (summing to out's) come

@@ -31,7 +31,7 @@
 // shards. Under NoGrad (evaluation) the forward gathers and releases and records nothing.
 //
 // With a Trainer whose kvstore is dist_sync or dist_sync_ring the shards are the ranks instead, one
-// device each (core/optim/fsdp_dist.hpp): the same class and loop, xs holding this rank's one shard
+// device each (core/optim/zero_dist.hpp): the same class and loop, xs holding this rank's one shard
 // of the batch; the gathers are dist::allgather of each unit's chunks, and a unit's gradients, once
 // all complete, are reduce-scattered over the ranks together.
 #pragma once

@@ -7,7 +7,6 @@
 
 #include "core/allocator.hpp"
 #include "core/autograd.hpp"
-#include "core/optim/fsdp_dist.hpp"
 #include "core/optim/kvstore.hpp"
 #include "core/optim/zero.hpp"
 #include "core/optim/zero_dist.hpp"
@@ -97,13 +96,10 @@ Trainer::Trainer(const nn::ParameterDict& params, const std::string& optimizer, 
       auto devices = std::make_unique<zero::ShardedState>(state_names_.size(), options_.zero_stage);
       devices->replicate_over(options_.dp_group.value_or(dist::Group()));
       zero_ = std::move(devices);
-    } else if (processes && options_.zero_stage == 3)
-      zero_ = std::make_unique<zero::RankParameterShards>(state_names_.size(), options_.dp_group.value_or(dist::Group()),
-                                                          options_.shard_over == ShardOver::all_devices);
-    else if (processes)
-      zero_ = std::make_unique<zero::RankShardedState>(state_names_.size(), options_.zero_stage,
-                                                       options_.reduce_bucket_mb, options_.dp_group.value_or(dist::Group()),
-                                                       options_.shard_over == ShardOver::all_devices);
+    } else if (processes)
+      zero_ = std::make_unique<zero::RankShards>(state_names_.size(), options_.zero_stage, options_.reduce_bucket_mb,
+                                                 options_.dp_group.value_or(dist::Group()),
+                                                 options_.shard_over == ShardOver::all_devices);
     else if (kv_->type() != "device" && kv_->type() != "ring")
       throw ConfigError("Trainer: zero_stage " + stage + " shards the optimizer state over the devices of one process "
                         "and needs kvstore 'device' or 'ring', not '" + kv_->type() + "'");
@@ -113,7 +109,7 @@ Trainer::Trainer(const nn::ParameterDict& params, const std::string& optimizer, 
   if (options_.dp_group) {
     kv_->set_group(*options_.dp_group);  // a ConfigError for a kvstore within one process
   }
-  if (options_.tp_group && zero_ && !rank_sharded_state())
+  if (options_.tp_group && zero_ && !(rank_shards() && zero_->stage() < 3))
     throw ConfigError("Trainer: a tp_group's gradient norm is built for zero_stage 0 and, over the processes, 1 and 2, "
                       "not for zero_stage " + std::to_string(options_.zero_stage) + " with kvstore '" + kv_->type() + "'");
   for (auto& [name, p] : params)
@@ -264,12 +260,7 @@ zero::Shards& Trainer::fully_shard(const std::vector<std::vector<size_t>>& units
 }
 
 const zero::ShardedState* Trainer::sharded_state() const { return dynamic_cast<const zero::ShardedState*>(zero_.get()); }
-const zero::RankShardedState* Trainer::rank_sharded_state() const {
-  return dynamic_cast<const zero::RankShardedState*>(zero_.get());
-}
-const zero::RankParameterShards* Trainer::rank_parameter_shards() const {
-  return dynamic_cast<const zero::RankParameterShards*>(zero_.get());
-}
+const zero::RankShards* Trainer::rank_shards() const { return dynamic_cast<const zero::RankShards*>(zero_.get()); }
 
 int64_t Trainer::index_of(const Parameter& p) const {
   for (size_t k = 0; k < params_.size(); ++k)

@@ -27,9 +27,9 @@
 // all-gathered into every replica. The same update, the same bits on every replica, 1/N of the state.
 // zero_stage 2 sums the gradients with a reduce-scatter instead of an allreduce: each device ends
 // with the summed gradient of its own shard only, the one part of the sum it reads.
-// With kvstore dist_sync or dist_sync_ring the same two stages shard over the processes instead
-// (core/optim/zero_dist.hpp): rank r of W keeps chunk r of the flat vector on its first device; and
-// stage 3 too (core/optim/fsdp_dist.hpp): rank r keeps chunk r of each layer's flat vector.
+// With kvstore dist_sync or dist_sync_ring every stage shards over the processes instead, one class
+// for the three (core/optim/zero_dist.hpp): rank r of W keeps chunk r of the flat vector on its first
+// device (stage 3: of each layer's flat vector).
 #pragma once
 #include <map>
 #include <memory>
@@ -47,8 +47,7 @@ namespace d2l::optim {
 
 namespace zero {
 class ShardedState;         // core/optim/zero.hpp
-class RankShardedState;     // core/optim/zero_dist.hpp
-class RankParameterShards;  // core/optim/fsdp_dist.hpp
+class RankShards;    // core/optim/zero_dist.hpp
 }
 
 // The optimizer's hyperparameters, Gluon's optimizer_params: SGD reads learning_rate, momentum and wd;
@@ -105,7 +104,7 @@ struct OptimizerOptions {
   //   just before its forward and its backward and adds each gradient into the shards that own it.
   //   With kvstore 'dist_sync' or 'dist_sync_ring' the shards are the ranks (of the dp_group, else the
   //   world): rank r keeps chunk r of each unit's flat vector on its first device, its other devices
-  //   holding a unit only while it runs (core/optim/fsdp_dist.hpp);
+  //   holding a unit only while it runs (core/optim/zero_dist.hpp);
   //   state_dict() is a collective.
   int zero_stage = 0;
   // Stages 1 and 2 over the processes (kvstore dist_sync or dist_sync_ring): the gradients are
@@ -192,13 +191,11 @@ class Trainer {
   // The index of a trainable parameter of this trainer in its flat order, -1 for any other.
   int64_t index_of(const Parameter& p) const;
   size_t num_parameters() const { return params_.size(); }  // trainable ones
-  // zero_stage 1 or 2 with a dist kvstore: this rank's chunk and the layout over the ranks (else null).
-  const zero::RankShardedState* rank_sharded_state() const;
+  // zero_stage 1, 2 or 3 with a dist kvstore: this rank's chunks and their layout over the ranks (else null).
+  const zero::RankShards* rank_shards() const;
   // Whether a state given to load_state_dict waits for the next step to be placed (then the shards,
-  // sharded_state() and rank_sharded_state(), still hold the old one; state_dict() has the loaded one).
+  // sharded_state() and rank_shards(), still hold the old one; state_dict() has the loaded one).
   bool loaded_state_waiting() const;
-  // zero_stage 3 with a dist kvstore: the chunks of every unit kept by this rank (else null).
-  const zero::RankParameterShards* rank_parameter_shards() const;
 
   // What a checkpoint needs to continue bit for bit: "<slot>/<parameter name>" per slot of
   // state_names() and trainable parameter (device 0's replica; all replicas are equal; with

@@ -1,8 +1,11 @@
+// The layout, the state, the step and stages 1 and 2's reduce-scatter over the ranks; stage 3's unit
+// gathers and releases, which FullyShardedDataParallel calls, are in zero_dist_fsdp.cpp.
 #include "core/optim/zero_dist.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <numeric>
 
 #include "core/allocator.hpp"
 #include "core/autograd.hpp"
@@ -11,41 +14,34 @@
 #include "core/dist/collectives.hpp"
 #include "core/dist/process_group.hpp"
 #include "core/ops.hpp"
+#include "core/runtime.hpp"
 
 namespace d2l::optim::zero {
 
 namespace {
 
-constexpr size_t kFloatBytes = sizeof(float);
+size_t bytes_of(int64_t n) { return static_cast<size_t>(n) * sizeof(float); }
 
-// Calls f(k, a, b) for every parameter k with elements in [lo, hi), [a, b) the flat range of them there.
-template <class F>
-void each_piece_between(const ShardLayout& layout, int64_t lo, int64_t hi, F f) {
-  for (size_t k = 0; k + 1 < layout.offsets.size(); ++k) {
-    const int64_t a = std::max(lo, layout.offsets[k]), b = std::min(hi, layout.offsets[k + 1]);
-    if (a < b) f(k, a, b);
-  }
+int64_t bytes_held(const Tensor& t) {
+  return t.defined() && t.impl().storage ? static_cast<int64_t>(bytes_of(t.numel())) : 0;
 }
 
-// Copies the flat range [lo, lo + n) of the parameters' tensors (per parameter, one each) into flat
-// (n elements), or back when `into_params`.
-void copy_flat(const ShardLayout& layout, const std::vector<Tensor>& tensors, int64_t lo, int64_t n, const Tensor& flat,
-               bool into_params) {
-  each_piece_between(layout, lo, lo + n, [&](size_t k, int64_t a, int64_t b) {
-    const size_t in_param = static_cast<size_t>(a - layout.offsets[k]) * kFloatBytes;
-    const size_t in_flat = static_cast<size_t>(a - lo) * kFloatBytes, bytes = static_cast<size_t>(b - a) * kFloatBytes;
-    if (into_params) copy_bytes(flat, in_flat, tensors[k], in_param, bytes);
-    else copy_bytes(tensors[k], in_param, flat, in_flat, bytes);
-  });
+// Calls f(p, a, b) for every parameter p of a unit (its place in the unit) with elements in the
+// unit's flat range [lo, hi): [a, b) those elements, in the unit's flat numbering.
+template <class F>
+void each_piece_between(const std::vector<int64_t>& offsets, int64_t lo, int64_t hi, F f) {
+  for (size_t p = 0; p + 1 < offsets.size(); ++p) {
+    const int64_t a = std::max(lo, offsets[p]), b = std::min(hi, offsets[p + 1]);
+    if (a < b) f(p, a, b);
+  }
 }
 
 // dst's elements [at, at + src.numel()) += src's (gradient accumulation: a bucket packed or sent twice).
 void add_at(const Tensor& dst, int64_t at, const Tensor& src) {
-  const size_t bytes = static_cast<size_t>(src.numel()) * kFloatBytes, offset = static_cast<size_t>(at) * kFloatBytes;
   Tensor part = Tensor::empty(src.shape(), dst.device());
-  copy_bytes(dst, offset, part, 0, bytes);
+  copy_bytes(dst, bytes_of(at), part, 0, bytes_of(src.numel()));
   add_(part, src);
-  copy_bytes(part, 0, dst, offset, bytes);
+  copy_bytes(part, 0, dst, bytes_of(at), bytes_of(src.numel()));
 }
 
 }  // namespace
@@ -63,100 +59,7 @@ bool fails_in_allgather(int stage) {
   return end != s && *end == '\0' && only == stage;  // R:S: stage S's only
 }
 
-int64_t RankShardedState::lo() const { return layout_.bounds[static_cast<size_t>(group_.rank())]; }
-int64_t RankShardedState::chunk() const { return layout_.shard_size(static_cast<size_t>(group_.rank())); }
-int64_t RankShardedState::piece_begin(size_t i) const {
-  // Shard r h + i of W h (h holders a rank): the one split rule nests, so the rank's h pieces are its chunk.
-  const int64_t h = static_cast<int64_t>(holders());
-  return chunk_begin(layout_.total(), group_.rank() * h + static_cast<int64_t>(i), group_.size() * h);
-}
-
-std::vector<Device> RankShardedState::devices() const {
-  return std::vector<Device>(replica_devices_.begin(), replica_devices_.begin() + static_cast<std::ptrdiff_t>(holders()));
-}
-
-Tensor RankShardedState::chunk_of_slot(size_t j) const {
-  if (holders() == 1) return state_[0][j];
-  Tensor flat = Tensor::empty({chunk()}, device());
-  for (size_t i = 0; i < holders(); ++i)
-    if (state_[i][j].numel() > 0)
-      copy_bytes(state_[i][j], 0, flat, static_cast<size_t>(piece_begin(i) - lo()) * kFloatBytes,
-                 static_cast<size_t>(state_[i][j].numel()) * kFloatBytes);
-  return flat;
-}
-
-bool RankShardedState::fits(const std::vector<std::vector<Tensor>>& weights) const {
-  if (!placed_ || weights.size() + 1 != layout_.offsets.size()) return false;
-  for (size_t k = 0; k < weights.size(); ++k) {
-    if (weights[k].size() != replica_devices_.size() || weights[k][0].numel() != layout_.offsets[k + 1] - layout_.offsets[k])
-      return false;
-    for (size_t i = 0; i < weights[k].size(); ++i)
-      if (weights[k][i].device() != replica_devices_[i]) return false;
-  }
-  return true;
-}
-
-void RankShardedState::place(const std::vector<std::vector<Tensor>>& weights, const std::vector<std::string>& names,
-                             std::vector<std::vector<std::vector<float>>>& host) {
-  // The chunk is this process's, on its first device (the paper's setting: its one device).
-  const std::string stage = std::to_string(stage_);
-  std::vector<int64_t> sizes;
-  std::vector<Device> devices;
-  for (auto& w : weights[0]) devices.push_back(w.device());
-  for (size_t k = 0; k < weights.size(); ++k) {
-    std::vector<Device> on;
-    for (auto& w : weights[k]) on.push_back(w.device());
-    if (on != devices)
-      throw ConfigError("Trainer: zero_stage " + stage + " needs every trainable parameter on the same devices, in the "
-                        "same order: '" + names[0] + "' is on " + str(devices) + ", '" + names[k] + "' on " + str(on) +
-                        " in rank " + std::to_string(dist::rank()));
-    sizes.push_back(weights[k][0].numel());
-  }
-  // The unsharded values: loaded ones, else the chunks kept so far (the parameters moved), else zeros.
-  if (!loaded_state_waits(host) && placed_) host = gather_state();
-  for (size_t k = 0; k < host.size(); ++k)
-    for (auto& slot : host[k])
-      if (!slot.empty() && static_cast<int64_t>(slot.size()) != sizes[k])
-        throw ShapeError("Trainer: a slot of the optimizer state of '" + names[k] + "' has " +
-                         std::to_string(slot.size()) + " values but the parameter has " + std::to_string(sizes[k]));
-  // A loaded state for the same parameters keeps the buckets, and what backward already sent into them.
-  const ShardLayout layout = shard_layout(sizes, static_cast<size_t>(group_.size()));  // the devices' split, over the ranks
-  const bool same_layout = placed_ && layout.offsets == layout_.offsets && replica_devices_ == devices;
-  if (!same_layout && (!pending_.empty() || std::find(packed_.begin(), packed_.end(), true) != packed_.end()))
-    throw ConfigError("Trainer: zero_stage " + stage + ": the parameters changed between backward and the step, whose "
-                      "gradients are already reduce-scattered and released: step before moving them");
-  layout_ = layout;
-  replica_devices_ = devices;
-  const int64_t n = chunk();
-  state_.assign(holders(), std::vector<Tensor>(slots_));
-  for (size_t i = 0; i < holders(); ++i) {  // holder i's piece [first, end), on device i
-    const int64_t first = piece_begin(i), end = piece_begin(i + 1);
-    for (size_t j = 0; j < slots_; ++j) {
-      std::vector<float> flat(static_cast<size_t>(end - first), 0.0f);
-      each_piece_between(layout_, first, end, [&](size_t k, int64_t a, int64_t b) {
-        const auto& from = host[k][j];
-        if (!from.empty())
-          std::copy(from.begin() + (a - layout_.offsets[k]), from.begin() + (b - layout_.offsets[k]), flat.begin() + (a - first));
-      });
-      MemoryTagScope tag(MemoryTag::optimizer_state);
-      state_[i][j] = Tensor::from_vector(flat, {end - first}, replica_devices_[i]);
-    }
-  }
-  for (auto& slots : host)
-    for (auto& slot : slots) slot.clear();
-  replicas_ = weights, index_.clear();
-  completed_.assign(weights.size(), 0);
-  for (size_t k = 0; k < weights.size(); ++k)
-    for (auto& w : weights[k]) index_[&w.impl()] = k;
-  if (!same_layout) {
-    MemoryTagScope tag(MemoryTag::summed_gradients);
-    grad_shard_ = stage_ == 2 ? Tensor::empty({n}, device()) : Tensor();
-    make_buckets();
-  }
-  placed_ = true;
-}
-
-RankShardedState::RankShardedState(size_t slots, int stage, double reduce_bucket_mb, dist::Group group, bool over_devices)
+RankShards::RankShards(size_t slots, int stage, double reduce_bucket_mb, dist::Group group, bool over_devices)
     : slots_(slots), stage_(stage), group_(std::move(group)), over_devices_(over_devices), bucket_mb_(reduce_bucket_mb) {
   if (!(reduce_bucket_mb >= 0) || !std::isfinite(reduce_bucket_mb))
     throw ConfigError("Trainer: reduce_bucket_mb must be finite and >= 0 (0: one reduce-scatter per parameter), got " +
@@ -164,19 +67,294 @@ RankShardedState::RankShardedState(size_t slots, int stage, double reduce_bucket
   if (stage_ == 2)  // backward packs each gradient the moment it is complete on every device, and sends full buckets
     hook_ = add_grad_ready_hook([this](TensorImpl& leaf) {
       auto it = index_.find(&leaf);
-      if (!placed_ || it == index_.end()) return;
+      if (!placed() || it == index_.end()) return;
       const size_t k = it->second;
-      if (++completed_[k] < replica_devices_.size()) return;  // the devices run backward one after another
+      if (++completed_[k] < devices_.size()) return;  // the devices run backward one after another
       completed_[k] = 0;
       pack(k, true);
     });
 }
 
-RankShardedState::~RankShardedState() {
+RankShards::~RankShards() {
   if (hook_ >= 0) remove_grad_ready_hook(hook_);
 }
 
-void RankShardedState::make_buckets() {
+// ---- The layout, the state and the all-gather: every stage's ----
+
+std::vector<Device> RankShards::devices_of(const std::vector<std::vector<Tensor>>& weights,
+                                           const std::vector<std::string>& names) const {
+  std::vector<Device> devices;
+  if (!weights.empty())
+    for (auto& w : weights[0]) devices.push_back(w.device());
+  for (size_t k = 0; k < weights.size(); ++k) {
+    std::vector<Device> on;
+    for (auto& w : weights[k]) on.push_back(w.device());
+    if (on != devices)
+      throw ConfigError("Trainer: zero_stage " + std::to_string(stage_) + " needs every trainable parameter on the same "
+                        "devices, in the same order: '" + names[0] + "' is on " + str(devices) + ", '" + names[k] +
+                        "' on " + str(on) + " in rank " + std::to_string(dist::rank()));
+  }
+  return devices.empty() ? std::vector<Device>{cpu(0)} : devices;
+}
+
+RankShards::Unit RankShards::unit_of(const std::vector<size_t>& params) const {
+  Unit unit;
+  unit.params = params;
+  unit.offsets.push_back(0);
+  for (size_t k : params) unit.offsets.push_back(unit.offsets.back() + replicas_[k][0].numel());
+  const int64_t P = unit.offsets.back(), h = static_cast<int64_t>(holders()), W = group_.size(), r = group_.rank();
+  unit.lo = dist::chunk_begin(P, static_cast<int>(r), group_);
+  unit.n = dist::chunk_begin(P, static_cast<int>(r + 1), group_) - unit.lo;
+  for (int64_t i = 0; i < h; ++i) {  // holder i's piece: shard r h + i of W h
+    Piece piece;
+    piece.lo = chunk_begin(P, r * h + i, W * h);
+    piece.n = chunk_begin(P, r * h + i + 1, W * h) - piece.lo;
+    unit.pieces.push_back(std::move(piece));
+  }
+  return unit;
+}
+
+void RankShards::place_state(const std::vector<std::string>& names, std::vector<std::vector<std::vector<float>>>& host) {
+  for (const Unit& unit : units_)  // every size checked before anything is placed
+    for (size_t p = 0; p < unit.params.size(); ++p)
+      for (auto& slot : host[unit.params[p]])
+        if (!slot.empty() && static_cast<int64_t>(slot.size()) != unit.offsets[p + 1] - unit.offsets[p])
+          throw ShapeError("Trainer: a slot of the optimizer state of '" + names[unit.params[p]] + "' has " +
+                           std::to_string(slot.size()) + " values but the parameter has " +
+                           std::to_string(unit.offsets[p + 1] - unit.offsets[p]));
+  for (Unit& unit : units_)
+    for (size_t i = 0; i < unit.pieces.size(); ++i) {
+      Piece& piece = unit.pieces[i];
+      piece.state.assign(slots_, Tensor());
+      for (size_t j = 0; j < slots_; ++j) {
+        MemoryTagScope tag(MemoryTag::optimizer_state);  // zeros before the first step
+        piece.state[j] = Tensor::from_vector(from_host(unit, piece, [&](size_t k) -> const std::vector<float>& { return host[k][j]; }),
+                                             {piece.n}, devices_[i]);
+      }
+    }
+  for (auto& slots : host)
+    for (auto& slot : slots) slot.clear();
+}
+
+std::vector<float> RankShards::from_host(const Unit& unit, const Piece& piece,
+                                        const std::function<const std::vector<float>&(size_t)>& full) const {
+  std::vector<float> flat(static_cast<size_t>(piece.n), 0.0f);
+  each_piece_between(unit.offsets, piece.lo, piece.lo + piece.n, [&](size_t p, int64_t a, int64_t b) {
+    const std::vector<float>& from = full(unit.params[p]);
+    if (!from.empty())
+      std::copy(from.begin() + (a - unit.offsets[p]), from.begin() + (b - unit.offsets[p]), flat.begin() + (a - piece.lo));
+  });
+  return flat;
+}
+
+Tensor RankShards::chunk_on_first(const Unit& unit, const std::function<const Tensor&(const Piece&)>& field) const {
+  if (unit.pieces.size() == 1 && unit.n > 0) return field(unit.pieces[0]);
+  Tensor chunk = Tensor::empty({unit.n}, device());  // the pieces end to end on the first device
+  for (const Piece& p : unit.pieces)
+    if (p.n > 0) copy_bytes(field(p), 0, chunk, bytes_of(p.lo - unit.lo), bytes_of(p.n));
+  return chunk;
+}
+
+void RankShards::copy_flat(const Unit& unit, size_t i, int64_t lo, const Tensor& flat, bool into_replicas) const {
+  each_piece_between(unit.offsets, lo, lo + flat.numel(), [&](size_t p, int64_t a, int64_t b) {
+    const Tensor& w = replicas_[unit.params[p]][i];
+    const size_t in_param = bytes_of(a - unit.offsets[p]), in_flat = bytes_of(a - lo), bytes = bytes_of(b - a);
+    if (into_replicas) copy_bytes(flat, in_flat, w, in_param, bytes);
+    else copy_bytes(w, in_param, flat, in_flat, bytes);
+  });
+}
+
+std::vector<dist::Work> RankShards::all_gather_unit(const Unit& unit, const Tensor& chunk,
+                                                    const std::vector<Tensor>& into) const {
+  // Parameter by parameter straight into its tensor: every rank gives the part of it that lies in its
+  // chunk (MPI_Allgatherv's counts), so no rank holds a second whole copy of the unit.
+  std::vector<dist::Work> works;
+  const int64_t P = unit.offsets.back();
+  for (size_t p = 0; p < unit.params.size(); ++p) {
+    const int64_t in_chunk = std::clamp<int64_t>(unit.offsets[p] - unit.lo, 0, unit.n);
+    works.push_back(dist::allgather_async(chunk, in_chunk, into[p], dist::counts_in_chunks(P, unit.offsets[p], unit.offsets[p + 1], group_), group_));
+  }
+  return works;
+}
+
+Step RankShards::clipped(const Step& step, GradClip* clip) const {
+  // clip_grad_norm_: this rank's pieces' squares, added over the group (the same norm on every rank);
+  // the pieces of a tp_group's slices apart, which apply() adds over that group too.
+  if (!clip) return step;
+  double split = 0, other = 0;
+  for (const Unit& unit : units_)
+    for (const Piece& piece : unit.pieces) {
+      if (piece.n == 0) continue;
+      const std::vector<float> v = piece.grad.to_vector();
+      each_piece_between(unit.offsets, piece.lo, piece.lo + piece.n, [&](size_t p, int64_t a, int64_t b) {
+        double& sum = clip->is_split(unit.params[p]) ? split : other;
+        for (int64_t e = a; e < b; ++e) sum += static_cast<double>(v[size_t(e - piece.lo)]) * static_cast<double>(v[size_t(e - piece.lo)]);
+      });
+    }
+  const std::vector<double> both = dist::sum_over_ranks({split, other}, group_);
+  return clip->apply(step, both[0], both[1]);
+}
+
+void RankShards::step(const StepInput& in, const Step& step, GradClip* clip) {
+  NoGrad no_grad;
+  if (stage_ < 3) {
+    if (in.weights.empty()) return;
+    sum_into_pieces(in);  // every piece: its values, copied out of its replicas, and its summed gradient
+  } else {
+    if (!placed()) throw run_through_fsdp();
+    shard(in.weights, in.names, {}, in.host);  // the pieces stay; a loaded state, if one waits, is placed
+    for (size_t u = 0; u < units_.size(); ++u) {
+      for (auto& work : units_[u].works) work.wait();  // a prefetch never used
+      units_[u].gathering.clear(), units_[u].works.clear(), units_[u].sending = Tensor();
+      release_unit(u, 0);
+    }
+  }
+  const Step s = clipped(step, clip);
+  std::vector<ReplicaStep> mine;  // every piece of every unit: its parameters, state and summed gradient
+  for (const Unit& unit : units_)
+    for (const Piece& p : unit.pieces)
+      if (p.n > 0) mine.push_back({p.param, p.state, p.grad});
+  update_my_shard_then_all_gather(mine, s);  // stage 3 gathers nothing: the next forward does
+  if (stage_ == 3) {
+    for (const ReplicaStep& r : mine) fill_(r.g, 0.0f);
+    ++steps_;
+  } else {
+    for (Piece& p : units_[0].pieces) p.param = Tensor(), p.grad = Tensor();  // the step's copies
+  }
+}
+
+void RankShards::all_gather() {
+  if (stage_ == 3) return;  // stage 3 gathers a unit at its next forward (start_gather, gather)
+  ++steps_;
+  if (steps_ == 2 && fails_in_allgather(stage_))
+    throw DeviceError("injected failure inside the ZeRO-" + std::to_string(stage_) + " all-gather of step 2 "
+                      "(D2L_FAIL_RANK_IN_ALLGATHER=" + std::getenv("D2L_FAIL_RANK_IN_ALLGATHER") + ")");
+  const Unit& unit = units_[0];
+  std::vector<Tensor> into;
+  for (size_t k : unit.params) into.push_back(replicas_[k][0]);
+  const Tensor mine = chunk_on_first(unit, [](const Piece& p) -> const Tensor& { return p.param; });
+  for (auto& work : all_gather_unit(unit, mine, into)) work.wait();
+  for (size_t k : unit.params)  // the process's other devices: replicas of the first
+    for (size_t i = 1; i < replicas_[k].size(); ++i) replicas_[k][0].copyto(replicas_[k][i]);
+}
+
+std::vector<std::vector<std::vector<float>>> RankShards::gather_state() const {
+  if (!placed()) return {};
+  std::vector<std::vector<std::vector<float>>> out(replicas_.size(), std::vector<std::vector<float>>(slots_));
+  for (const Unit& unit : units_)
+    for (size_t j = 0; j < slots_; ++j) {
+      const Tensor whole = Tensor::empty({unit.offsets.back()}, device());
+      dist::allgather(chunk_on_first(unit, [j](const Piece& p) -> const Tensor& { return p.state[j]; }), whole, group_);
+      const std::vector<float> v = whole.to_vector();
+      for (size_t p = 0; p < unit.params.size(); ++p)
+        out[unit.params[p]][j].assign(v.begin() + unit.offsets[p], v.begin() + unit.offsets[p + 1]);
+    }
+  return out;
+}
+
+void RankShards::add_memory(const std::function<DeviceMemory&(Device)>& at) const {
+  if (!placed()) return;
+  for (const Unit& unit : units_)
+    for (size_t i = 0; i < unit.pieces.size(); ++i) {
+      const Piece& p = unit.pieces[i];
+      DeviceMemory& m = at(devices_[i]);
+      m.parameter_bytes += bytes_held(p.param);
+      m.summed_gradient_bytes += bytes_held(p.grad);
+      for (const Tensor& t : p.state) m.state_bytes += bytes_held(t);
+    }
+  if (stage_ == 2) at(device()).summed_gradient_bytes += bytes_held(grad_shard_);  // the chunk's sum is all the sum kept
+}
+
+int64_t RankShards::chunk() const {
+  int64_t n = 0;
+  for (const Unit& unit : units_) n += unit.n;
+  return n;
+}
+
+int64_t RankShards::parameter_bytes() const {
+  int64_t n = 0;
+  for (const Unit& unit : units_)
+    for (const Piece& p : unit.pieces) n += bytes_held(p.param);
+  return n;
+}
+
+int64_t RankShards::gradient_bytes() const {
+  int64_t n = stage_ == 2 ? bytes_held(grad_shard_) : 0;
+  for (const Unit& unit : units_)
+    for (const Piece& p : unit.pieces) n += bytes_held(p.grad);
+  return n;
+}
+
+int64_t RankShards::state_bytes() const {
+  int64_t n = 0;
+  for (const Unit& unit : units_)
+    for (const Piece& p : unit.pieces)
+      for (const Tensor& t : p.state) n += bytes_held(t);
+  return n;
+}
+
+std::vector<int64_t> RankShards::unit_sizes() const {
+  std::vector<int64_t> out;
+  for (const Unit& unit : units_) out.push_back(unit.offsets.back());
+  return out;
+}
+
+// ---- Stages 1 and 2: the chunk laid out, the gradients reduce-scattered into it ----
+
+ShardLayout RankShards::layout() const { return stage_ < 3 && placed() ? layout_ : ShardLayout{}; }
+
+bool RankShards::fits(const std::vector<std::vector<Tensor>>& weights) const {
+  if (!placed() || weights.size() + 1 != layout_.offsets.size()) return false;
+  for (size_t k = 0; k < weights.size(); ++k) {
+    if (weights[k].size() != devices_.size() || weights[k][0].numel() != layout_.offsets[k + 1] - layout_.offsets[k])
+      return false;
+    for (size_t i = 0; i < weights[k].size(); ++i)
+      if (weights[k][i].device() != devices_[i]) return false;
+  }
+  return true;
+}
+
+void RankShards::place(const std::vector<std::vector<Tensor>>& weights, const std::vector<std::string>& names,
+                       std::vector<std::vector<std::vector<float>>>& host) {
+  const std::vector<Device> devices = devices_of(weights, names);
+  // The unsharded values: loaded ones, else the chunk kept so far (the parameters moved), else zeros.
+  if (!loaded_state_waits(host) && placed()) host = gather_state();
+  std::vector<int64_t> sizes;
+  for (auto& w : weights) sizes.push_back(w[0].numel());
+  // A loaded state for the same parameters keeps the buckets, and what backward already sent into them.
+  const ShardLayout layout = shard_layout(sizes, static_cast<size_t>(group_.size()));  // the devices' split, over the ranks
+  const bool same_layout = placed() && layout.offsets == layout_.offsets && devices_ == devices;
+  if (!same_layout && (!pending_.empty() || std::find(packed_.begin(), packed_.end(), true) != packed_.end()))
+    throw ConfigError("Trainer: zero_stage " + std::to_string(stage_) + ": the parameters changed between backward and "
+                      "the step, whose gradients are already reduce-scattered and released: step before moving them");
+  // Laid out anew; a loaded state of the wrong size (place_state's ShapeError) leaves the old layout.
+  std::vector<Unit> kept;
+  kept.swap(units_);
+  const ShardLayout kept_layout = layout_;
+  const std::vector<Device> kept_devices = devices_;
+  const std::vector<std::vector<Tensor>> kept_replicas = replicas_;
+  layout_ = layout, devices_ = devices, replicas_ = weights;
+  std::vector<size_t> all(weights.size());
+  std::iota(all.begin(), all.end(), size_t{0});
+  units_.push_back(unit_of(all));
+  try {
+    place_state(names, host);
+  } catch (...) {
+    units_.swap(kept), layout_ = kept_layout, devices_ = kept_devices, replicas_ = kept_replicas;
+    throw;
+  }
+  index_.clear();
+  completed_.assign(weights.size(), 0);
+  for (size_t k = 0; k < weights.size(); ++k)
+    for (auto& w : weights[k]) index_[&w.impl()] = k;
+  if (!same_layout) {
+    MemoryTagScope tag(MemoryTag::summed_gradients);
+    grad_shard_ = stage_ == 2 ? Tensor::empty({units_[0].n}, device()) : Tensor();
+    make_buckets();
+  }
+}
+
+void RankShards::make_buckets() {
   // From the last parameter back, each bucket closing once it holds bucket_mb_ MiB (DDP's rule). At
   // stage 1 every .grad buffer stays anyway: each is sent as it is, one parameter a bucket, no packing.
   const size_t params = layout_.offsets.size() - 1;
@@ -190,7 +368,7 @@ void RankShardedState::make_buckets() {
     double bytes = 0;
     do {
       --b.first;
-      bytes += static_cast<double>(kFloatBytes) * static_cast<double>(layout_.offsets[b.first + 1] - layout_.offsets[b.first]);
+      bytes += static_cast<double>(bytes_of(layout_.offsets[b.first + 1] - layout_.offsets[b.first]));
     } while (b.first > 0 && bytes < cap);
     for (size_t k = b.first; k < b.last; ++k) bucket_of_[k] = buckets_.size();
     buckets_.push_back(b);
@@ -198,7 +376,7 @@ void RankShardedState::make_buckets() {
   }
 }
 
-Tensor RankShardedState::device_sum(size_t k) const {
+Tensor RankShards::device_sum(size_t k) const {
   const std::vector<Tensor>& on = replicas_[k];
   const Tensor& first = on[0];
   // Added into the first device's .grad buffer in place, as the 'device' kvstore sums: the step (or,
@@ -209,7 +387,7 @@ Tensor RankShardedState::device_sum(size_t k) const {
   return sum;
 }
 
-void RankShardedState::pack(size_t k, bool release) {
+void RankShards::pack(size_t k, bool release) {
   // Parameter k's gradient (summed over this rank's devices; zeros if it has none) into its place in
   // the bucket; at stage 2 the .grad buffers go (the allocator takes each back once the queued copy has read it).
   Bucket& b = buckets_[bucket_of_[k]];
@@ -221,7 +399,7 @@ void RankShardedState::pack(size_t k, bool release) {
   } else {
     if (!b.packed.defined()) b.packed = Tensor::empty({layout_.offsets[b.last] - layout_.offsets[b.first]}, device());
     if (packed_[k]) add_at(b.packed, at, g);
-    else copy_bytes(g, 0, b.packed, static_cast<size_t>(at) * kFloatBytes, static_cast<size_t>(g.numel()) * kFloatBytes);
+    else copy_bytes(g, 0, b.packed, bytes_of(at), bytes_of(g.numel()));
   }
   if (release)
     for (auto& w : replicas_[k]) w.impl().grad.reset();
@@ -229,15 +407,13 @@ void RankShardedState::pack(size_t k, bool release) {
   if (b.arrived == b.last - b.first) send(b);
 }
 
-void RankShardedState::send(Bucket& b) {
-  // The bucket is elements [a, b) of the flat vector: rank r receives those inside its chunk, one
+void RankShards::send(Bucket& b) {
+  // The bucket is elements [a, end) of the flat vector: rank r receives those inside its chunk, one
   // range of it, which starts at element max(a, lo) - lo of grad_shard_.
-  const int W = group_.size();
+  const Unit& unit = units_[0];
   const int64_t a = layout_.offsets[b.first], end = layout_.offsets[b.last];
-  std::vector<int64_t> counts;
-  for (int r = 0; r < W; ++r)
-    counts.push_back(std::max<int64_t>(0, std::min(end, layout_.bounds[r + 1]) - std::max(a, layout_.bounds[r])));
-  const int64_t at = std::clamp<int64_t>(a - lo(), 0, chunk()), mine = counts[static_cast<size_t>(group_.rank())];
+  const std::vector<int64_t> counts = dist::counts_in_chunks(layout_.total(), a, end, group_);
+  const int64_t at = std::clamp<int64_t>(a - unit.lo, 0, unit.n), mine = counts[static_cast<size_t>(group_.rank())];
   if (b.sent == 0) {
     pending_.push_back(dist::reduce_scatter_async(b.packed, grad_shard_, at, counts, group_));
     if (stage_ == 2 && pending_.back().pending) {
@@ -259,7 +435,7 @@ void RankShardedState::send(Bucket& b) {
   ++b.sent;
 }
 
-void RankShardedState::reduce_scatter_rest(bool release) {
+void RankShards::reduce_scatter_rest(bool release) {
   // The buckets backward has not sent (every one at stage 1, and at the first step), in bucket
   // order: the gradients not packed yet are taken from the .grad buffers, zeros where there are none.
   for (Bucket& b : buckets_) {
@@ -271,7 +447,7 @@ void RankShardedState::reduce_scatter_rest(bool release) {
   }
 }
 
-void RankShardedState::wait_for_sums() {
+void RankShards::wait_for_sums() {
   for (auto& work : pending_) work.wait();
   for (auto& late : late_) {
     late.work.wait();
@@ -282,143 +458,60 @@ void RankShardedState::wait_for_sums() {
   std::fill(completed_.begin(), completed_.end(), 0);
 }
 
-void RankShardedState::step(const StepInput& in, const Step& step, GradClip* clip) {
-  if (in.weights.empty()) return;
-  NoGrad no_grad;
+void RankShards::sum_into_pieces(const StepInput& in) {
   const bool summed = in.kv.reduce_all(in.weights);  // DDP's buckets: every gradient summed already
-  const auto& weights = in.weights;
-  auto& host = in.host;
-  if (loaded_state_waits(host) || !fits(weights)) place(weights, in.names, host);  // checks the devices before any collective
+  if (loaded_state_waits(in.host) || !fits(in.weights)) place(in.weights, in.names, in.host);  // checks the devices before any collective
+  replicas_ = in.weights;
   if (stage_ == 2 && summed)
     throw ConfigError("Trainer: zero_stage 2 reduce-scatters the gradients, but the gradient buckets already all-reduced "
                       "them: use zero_stage 1 with buckets");
-  std::vector<Tensor> params;  // the replicas on the chunk's device
-  for (auto& replicas : weights) params.push_back(replicas[0]);
-  const int64_t n = chunk(), first = lo();
+  Unit& unit = units_[0];
   Tensor g;
-  if (stage_ == 1 && summed) {
-    // DDP's buckets all-reduced every gradient during backward: this rank reads chunk r of the sum.
-    std::vector<Tensor> grads;
-    for (const Tensor& w : params) grads.push_back(w.grad().defined() ? w.grad() : Tensor::zeros(w.shape(), w.device()));
-    g = Tensor::empty({n}, device());
-    copy_flat(layout_, grads, first, n, g, false);
+  if (stage_ == 1 && summed) {  // DDP's buckets all-reduced every gradient during backward: chunk r of the sum
+    std::vector<std::vector<Tensor>> grads(replicas_.size());
+    for (size_t k = 0; k < replicas_.size(); ++k) {
+      const Tensor& w = replicas_[k][0];
+      grads[k].push_back(w.grad().defined() ? w.grad() : Tensor::zeros(w.shape(), w.device()));
+    }
+    g = Tensor::empty({unit.n}, device());
+    each_piece_between(unit.offsets, unit.lo, unit.lo + unit.n, [&](size_t p, int64_t a, int64_t b) {
+      copy_bytes(grads[p][0], bytes_of(a - unit.offsets[p]), g, bytes_of(a - unit.lo), bytes_of(b - a));
+    });
   } else {
     // Chunk r's sum arrives in grad_shard_, no other. Stage 1 reduce-scatters every bucket now and
     // keeps the .grad buffers; at stage 2 backward sent most of them and released their gradients.
-    if (stage_ == 1) grad_shard_ = Tensor::empty({n}, device());
+    if (stage_ == 1) grad_shard_ = Tensor::empty({unit.n}, device());
     reduce_scatter_rest(stage_ == 2);
     wait_for_sums();
     g = grad_shard_;
-    if (stage_ == 1) grad_shard_ = Tensor();  // the step's g keeps it until the update is done
+    if (stage_ == 1) grad_shard_ = Tensor();  // the pieces keep it until the update is done
   }
-  // clip_grad_norm_: this rank's chunk's squares, added over the group (the same norm on every rank);
-  // the pieces of a tp_group's slices apart, which apply() adds over that group too.
-  Step s = step;
-  if (clip) {
-    double split = 0, other = 0;
-    const std::vector<float> v = n > 0 ? g.to_vector() : std::vector<float>{};
-    each_piece_between(layout_, first, first + n, [&](size_t k, int64_t a, int64_t b) {
-      double& sum = clip->is_split(k) ? split : other;
-      for (int64_t i = a; i < b; ++i) sum += static_cast<double>(v[size_t(i - first)]) * static_cast<double>(v[size_t(i - first)]);
-    });
-    const std::vector<double> both = dist::sum_over_ranks({split, other}, group_);
-    s = clip->apply(step, both[0], both[1]);
+  // Each piece: its values copied out of its own device's replicas, its part of the sum (the sum
+  // itself when the chunk is one piece).
+  for (size_t i = 0; i < unit.pieces.size(); ++i) {
+    Piece& p = unit.pieces[i];
+    if (p.n == 0) continue;
+    p.param = Tensor::empty({p.n}, devices_[i]);
+    copy_flat(unit, i, p.lo, p.param, false);
+    if (unit.pieces.size() == 1) {
+      p.grad = g;
+      continue;
+    }
+    p.grad = Tensor::empty({p.n}, devices_[i]);
+    copy_bytes(g, bytes_of(p.lo - unit.lo), p.grad, 0, bytes_of(p.n));
   }
-  // This rank's chunk of the weights, flat, updated with its state and summed gradient; then the
-  // all-gather. With over_devices each device takes its piece of the weights from its own replicas
-  // and of the sum from the first device; the all-gather collects the updated pieces.
-  gather_into_ = params;
-  std::vector<ReplicaStep> mine;
-  if (n > 0 && holders() == 1) {
-    Tensor w = Tensor::empty({n}, device());
-    copy_flat(layout_, params, first, n, w, false);
-    gather_from_ = w;
-    mine.push_back({w, state_[0], g});
-  }
-  for (size_t i = 0; n > 0 && holders() > 1 && i < holders(); ++i) {
-    const int64_t a = piece_begin(i), len = piece_begin(i + 1) - a;
-    if (len == 0) continue;
-    std::vector<Tensor> on_i;
-    for (auto& replicas : weights) on_i.push_back(replicas[i]);
-    Tensor wi = Tensor::empty({len}, replica_devices_[i]), gi = Tensor::empty({len}, replica_devices_[i]);
-    copy_flat(layout_, on_i, a, len, wi, false);
-    copy_bytes(g, static_cast<size_t>(a - first) * kFloatBytes, gi, 0, static_cast<size_t>(len) * kFloatBytes);
-    mine.push_back({wi, state_[i], gi});
-    updated_pieces_.push_back({wi, a - first});
-  }
-  if (holders() > 1) g = Tensor();  // each device has its piece of the sum (stage 2 keeps grad_shard_ still)
-  update_my_shard_then_all_gather(mine, s);
-  gather_from_ = Tensor(), gather_into_.clear(), updated_pieces_.clear();
 }
 
-void RankShardedState::all_gather() {
-  ++steps_;
-  if (steps_ == 2 && fails_in_allgather(stage_))
-    throw DeviceError("injected failure inside the ZeRO-" + std::to_string(stage_) + " all-gather of step 2 "
-                      "(D2L_FAIL_RANK_IN_ALLGATHER=" + std::getenv("D2L_FAIL_RANK_IN_ALLGATHER") + ")");
-  // Parameter by parameter straight into its tensor: rank r gives the part of it that lies in its
-  // chunk (MPI_Allgatherv's counts), so no rank holds a second whole copy.
-  if (!gather_from_.defined()) gather_from_ = Tensor::empty({chunk()}, device());  // over_devices: the pieces, collected
-  const Tensor& w = gather_from_;
-  for (auto& [piece, at] : updated_pieces_)
-    copy_bytes(piece, 0, w, static_cast<size_t>(at) * kFloatBytes, static_cast<size_t>(piece.numel()) * kFloatBytes);
-  const std::vector<Tensor>& params = gather_into_;
-  const int64_t n = chunk(), first = lo();
-  std::vector<dist::Work> gathers;
-  for (size_t k = 0; k < params.size(); ++k) {
-    const int64_t a = layout_.offsets[k], b = layout_.offsets[k + 1];
-    std::vector<int64_t> counts;
-    for (int r = 0; r < group_.size(); ++r)
-      counts.push_back(std::max<int64_t>(0, std::min(b, layout_.bounds[r + 1]) - std::max(a, layout_.bounds[r])));
-    gathers.push_back(dist::allgather_async(w, std::clamp<int64_t>(a - first, 0, n), params[k], counts, group_));
-  }
-  for (auto& work : gathers) work.wait();
-  for (size_t k = 0; k < params.size(); ++k)  // the process's other devices: replicas of the first
-    for (size_t i = 1; i < replicas_[k].size(); ++i) params[k].copyto(replicas_[k][i]);
-}
-
-std::vector<std::vector<std::vector<float>>> RankShardedState::gather_state() const {
-  if (!placed_) return {};
-  const size_t params = layout_.offsets.size() - 1;
-  std::vector<std::vector<std::vector<float>>> out(params, std::vector<std::vector<float>>(slots_));
-  for (size_t j = 0; j < slots_; ++j) {
-    Tensor whole = Tensor::empty({layout_.total()}, device());
-    dist::allgather(chunk_of_slot(j), whole, group_);
-    const std::vector<float> v = whole.to_vector();
-    for (size_t k = 0; k < params; ++k)
-      out[k][j].assign(v.begin() + layout_.offsets[k], v.begin() + layout_.offsets[k + 1]);
-  }
-  return out;
-}
-
-std::vector<std::vector<float>> RankShardedState::chunk_state() const {
+std::vector<std::vector<float>> RankShards::chunk_state() const {
   std::vector<std::vector<float>> out;
-  if (!placed_) return out;
-  for (size_t j = 0; j < slots_; ++j) out.push_back(chunk() > 0 ? chunk_of_slot(j).to_vector() : std::vector<float>{});
+  if (!placed() || stage_ == 3) return out;
+  for (size_t j = 0; j < slots_; ++j)
+    out.push_back(units_[0].n > 0 ? chunk_on_first(units_[0], [j](const Piece& p) -> const Tensor& { return p.state[j]; }).to_vector()
+                                  : std::vector<float>{});
   return out;
 }
 
-int64_t RankShardedState::bytes() const {  // from the tensors held
-  int64_t n = 0;
-  for (const auto& piece : state_)
-    for (const Tensor& t : piece)
-      if (t.defined() && t.impl().storage) n += static_cast<int64_t>(kFloatBytes) * t.numel();
-  return n;
-}
-
-void RankShardedState::add_memory(const std::function<DeviceMemory&(Device)>& at) const {
-  if (!placed_) return;
-  for (size_t i = 0; i < state_.size(); ++i)  // each holder's piece of the state, on its device
-    for (const Tensor& t : state_[i])
-      if (t.defined() && t.impl().storage) at(replica_devices_[i]).state_bytes += static_cast<int64_t>(kFloatBytes) * t.numel();
-  at(device()).summed_gradient_bytes += gradient_bytes();  // stage 2: the chunk's sum is all the sum kept
-}
-
-int64_t RankShardedState::gradient_bytes() const {
-  return stage_ == 2 && grad_shard_.defined() ? static_cast<int64_t>(kFloatBytes) * grad_shard_.numel() : 0;
-}
-
-std::vector<std::pair<size_t, size_t>> RankShardedState::buckets() const {
+std::vector<std::pair<size_t, size_t>> RankShards::buckets() const {
   std::vector<std::pair<size_t, size_t>> out;
   for (const Bucket& b : buckets_) out.emplace_back(b.first, b.last);
   return out;

@@ -1,69 +1,75 @@
-// ZeRO stages 1 and 2 over the processes of the world (Rajbhandari et al., SC20, sections 5.1 and
-// 5.2), the Trainer's {.zero_stage = 1} and {.zero_stage = 2} with kvstore dist_sync or
-// dist_sync_ring: the paper's setting, one device per data-parallel process. A process may have
-// several devices: they are replicas of each other, their gradients summed on the first one (device
-// order) before the reduce-scatter, the chunk's state and update on that first device, and the
-// all-gathered values copied from it into the others (the reverse of ShardOver::devices' layout). With
-// over_devices (ShardOver::all_devices) the state is split further, over those devices: device i of
-// rank r keeps shard r k + i of W k, and updates it with its piece of the rank's summed chunk.
+// ZeRO stages 1, 2 and 3 over the processes of a group, by default the world (Rajbhandari et al.,
+// SC20, section 5; stage 3 as PyTorch's FullyShardedDataParallel, Zhao et al., VLDB 2023): the
+// Trainer's {.zero_stage = 1, 2 or 3} with kvstore dist_sync or dist_sync_ring. One class, one layout
+// and one step for the three stages; they differ only in what stays whole between steps.
 //
-// core/optim/zero.hpp shards the optimizer state over the devices of one process. Here the shards
-// are the ranks: the trainable parameters, in the Trainer's order, laid end to end are one flat
-// vector of P elements, cut into W chunks by dist::chunk_begin (rank r keeps
-// [P r / W, P (r+1) / W), the split core/dist/collectives.hpp's allgather and reduce_scatter use, so
-// the chunks go to MPI as they are). Rank r keeps the optimizer state of chunk r only, and a step is
-//   stage 1 (P_os)    at the step, the gradients reduce-scattered (MPI_Reduce_scatter with uneven
-//                     counts, bucket by bucket, below): rank r receives the summed gradient of chunk r
-//                     only, into a buffer of the chunk's size; the .grad buffers stay (4 Psi, what
-//                     tells stage 1 from 2). Rank r copies chunk r of the weights into a flat buffer,
-//                     runs the optimizer on it with its flat state, then dist::allgather of the updated
-//                     chunks gives every rank the whole updated vector, copied back into the parameters;
-//   stage 2 (P_os+g)  the same reduce-scatter, during backward: each bucket goes on the communication
-//                     thread the moment autograd has completed its last gradient (the gradient-ready
-//                     hook DDP's buckets use), while backward goes on, and each .grad buffer is released
-//                     once packed into its bucket, the bucket's buffer once the reduce-scatter has read
-//                     it: between steps a rank keeps chunk r's sum (4 Psi_r), no .grad buffer. The step
-//                     waits for the buckets, then the same update and all-gather. (The first step's
-//                     backward runs before the chunks are laid out: its gradients go at the step.)
-// Sent per rank and step (dist::collective_counters' rule): a reduce-scatter of Psi elements and an
-// all-gather of chunk r, 4 (Psi - Psi_r) + 4 Psi_r (W-1) bytes, over the ranks 2 (W-1) 4 Psi: on
-// average (W-1)/W of 2 * 4 Psi, data parallelism's volume (the paper's section 7). Stage 1 with DDP's
-// buckets (`summed`: every gradient all-reduced during backward) reads chunk r of that sum instead
-// and then all-gathers: an allreduce and an all-gather, 3 Psi (W-1)/W per rank.
+// The layout. The trainable parameters are cut into units, each laid end to end as one flat vector of
+// P_u elements: at stages 1 and 2 one unit, the whole model in the Trainer's order (the paper's flat
+// vector); at stage 3 the units FullyShardedDataParallel runs one at a time (core/optim/fsdp.hpp),
+// each a FlatParameter. A unit is cut over the W ranks of the group by the one split rule
+// (chunk_begin, core/comm.hpp): rank r keeps chunk r, [P_u r / W, P_u (r+1) / W), the split MPI's
+// allgather and reduce_scatter are handed (core/dist/collectives.hpp). A process with several devices
+// keeps the chunk on its first device (its devices are replicas of each other), or with over_devices
+// (ShardOver::all_devices) as one piece a device: piece i of rank r is shard r h + i of W h (h
+// devices a rank; the rule nests, so the pieces are the chunk). Each piece holds its optimizer state
+// (`slots` tensors), and at stage 3 its parameters and summed gradient too.
 //
-// Buckets (DeepSpeed's reduce_bucket_size, DDP's bucket_cap_mb): the parameters taken from the last
-// one back (backward completes them roughly in that order), consecutive ones in one bucket until it
-// holds reduce_bucket_mb MiB of gradients (0: one parameter a bucket). A bucket's parameters are
-// consecutive in the flat vector, so the elements rank r receives from it are one range of chunk r,
-// and one MPI_Reduce_scatter with uneven counts serves the whole bucket. Its gradients are packed end
-// to end into one buffer (a lone parameter's gradient is sent as it is). MPI adds the W contributions
-// of an element in the same rank order whatever the bucket around it: every bucket size gives the
-// same bits. Every rank launches the buckets in the same order: the order backward completes them,
-// the same on every rank when the nets are, and at the step those still waiting in bucket order.
-// Gradient accumulation (several backward passes before a step) works at stage 2: a bucket sent
-// again in the same step is received into a buffer of its own and added into the chunk's sum.
+// One step, every stage (step()): each piece is updated in place by the same elementwise kernels as
+// the replicated Trainer's (update_my_shard_then_all_gather, core/optim/shards.hpp), from its summed
+// gradient; then
+//   stages 1, 2  the updated chunk is all-gathered into every replica, parameter by parameter straight
+//                into its tensor (MPI_Allgatherv's counts: the part of it in each rank's chunk);
+//   stage 3      nothing: the next forward gathers each unit (gather_unit), and releases it again.
+// Where the summed gradient comes from:
+//   stage 1 (P_os)    at the step, the .grad buffers reduce-scattered one parameter at a time into a
+//                     buffer of the chunk's size; the .grad buffers stay (4 Psi, what tells 1 from 2).
+//                     With DDP's buckets (the kvstore all-reduced every gradient during backward)
+//                     chunk r of that sum is read instead: an allreduce and an all-gather, 3 Psi.
+//   stage 2 (P_os+g)  the same reduce-scatter, during backward, in buckets (DeepSpeed's
+//                     reduce_bucket_size, DDP's bucket_cap_mb): the parameters taken from the last one
+//                     back, consecutive ones in a bucket until it holds reduce_bucket_mb MiB (0: one a
+//                     bucket). A bucket goes on the communication thread the moment autograd has
+//                     completed its last gradient (the gradient-ready hook DDP's buckets use), packed
+//                     end to end, and each .grad buffer is released once packed: between steps a rank
+//                     keeps chunk r's sum (4 Psi_r), no .grad buffer. A bucket sent twice in one step
+//                     (gradient accumulation) is received apart and added in. The first step's
+//                     backward runs before the chunk is laid out: its gradients go at the step.
+//   stage 3 (P_os+g+p) per unit, once its last gradient is complete (FSDP's post-backward): each
+//                     gradient reduce-scattered from its .grad buffer, this rank's part added into
+//                     the pieces' summed gradients (several backward passes add up), the gradients
+//                     and the unit's replicas released. The step zeroes the sums.
+// A unit is whole at stage 3 only while it runs: dist::allgather_async of each parameter from the
+// chunks into the buffer that becomes its replica, queued ahead by prefetch_unit (the transfer runs
+// while the unit before computes); as FSDP's rate limiter, a new all-gather first waits until the
+// device has passed the release of the unit two releases back.
 //
-// Each element is updated once, on one rank, by the same elementwise kernels as at stage 0, so every
-// rank ends with the same bits, and those of the replicated run wherever the sums are the same bits
-// (2 ranks always: a + b = b + a; from 3 ranks on the reduce-scatter may add the ranks in another
-// order than the allreduce).
+// Sent per rank and step (dist::collective_counters' rule): stages 1 and 2 a reduce-scatter of Psi
+// and an all-gather of chunk r, on average (W-1)/W of 2 * 4 Psi, data parallelism's volume (the
+// paper's section 7); stage 3 two all-gathers and a reduce-scatter, 3 (W-1)/W * 4 Psi. MPI adds the W
+// contributions of an element in rank order whatever the bucket around it: every bucket size gives
+// the same bits, every rank ends with the same bits, and those of the replicated run wherever the
+// sums are (2 ranks always: a + b = b + a).
 //
-// Fault injection, for tests: D2L_FAIL_RANK_IN_ALLGATHER=R makes rank R throw (a DeviceError) in
-// the all-gather of its second step, after its update and before it joins the collective, which the
-// other ranks have entered: it is a rank's own error (core/dist/process_group.hpp), so the program
-// prints "error: rank R: ..." and aborts every rank. R:S limits it to stage S's all-gather
-// (R:3, ZeRO-3's, core/optim/fsdp_dist.hpp).
+// Several devices a rank: their gradients are summed on the first (device order) before the
+// reduce-scatter, at stage 3 each device's gradients reduce-scattered on their own as they complete;
+// device i > 0 gets its replicas from the first device's.
+//
+// Fault injection, for tests: D2L_FAIL_RANK_IN_ALLGATHER=R makes rank R throw (a DeviceError) in the
+// all-gather of its second step (stage 3: the first all-gather of its second step), after its update,
+// when the other ranks have entered it: a rank's own error (core/dist/process_group.hpp), so the
+// program prints "error: rank R: ..." and aborts every rank. R:S limits it to stage S.
 #pragma once
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "core/dist/collectives.hpp"
-
 #include "core/optim/kvstore.hpp"
+#include "core/optim/shards.hpp"
 #include "core/optim/zero.hpp"
 #include "core/tensor.hpp"
 #include "kernels/cpu/no_copy.hpp"
@@ -73,117 +79,157 @@ namespace d2l::optim::zero {
 // Whether D2L_FAIL_RANK_IN_ALLGATHER (above) asks this rank to fail in stage `stage`'s all-gather.
 bool fails_in_allgather(int stage);
 
-
-class RankShardedState : public Shards, NoCopy {
+class RankShards : public Shards, NoCopy {
  public:
-  // reduce_bucket_mb: the buckets' size in MiB (above), >= 0; a ConfigError otherwise.
-  // group: the ranks that hold the shards (the world, or a grid's dp group: the layout, the
-  // reduce-scatters, the all-gathers and the norm's sums are the group's).
-  // over_devices: every device of the process holds its own shard of the rank's chunk (above).
-  RankShardedState(size_t slots, int stage, double reduce_bucket_mb = 25, dist::Group group = dist::Group(),
-                   bool over_devices = false);
-  ~RankShardedState() override;
+  // stage 1, 2 or 3. reduce_bucket_mb: stage 2's buckets (above), finite and >= 0 (a ConfigError
+  // otherwise). group: the ranks that hold the shards (the world, or a grid's dp group: every
+  // collective and the norm's sums are the group's). over_devices: a piece of the chunk a device.
+  RankShards(size_t slots, int stage, double reduce_bucket_mb = 25, dist::Group group = dist::Group(),
+             bool over_devices = false);
+  ~RankShards() override;
 
-  // One step (core/optim/shards.hpp): lays the chunk out when needed (the first step, a loaded state
-  // waiting in in.host[k][j], the parameters moved), then stage 1's or stage 2's step above.
-  // in.weights[k]: parameter k's replicas on this process's devices, the same devices in the same
-  // order for every parameter (a ConfigError otherwise, raised before any collective). With several
-  // devices the shards are still the ranks (the reverse of ShardOver::devices): the devices' gradients are
-  // summed on the first one, in device order, before the reduce-scatter; the rank's chunk of the state
-  // lives on that first device (over_devices: split over the devices, each updating its piece); the
-  // all-gather fills its replicas, copied from there into the others. The kvstore's buckets may have summed the
-  // gradients already (stage 1 only): then chunk r of that sum is read.
-  // clip: clip_grad_norm_ (GradClip) over every rank's chunk of the sum (dist::sum_over_ranks of the
-  // chunks' squares over the group, a collective; a tp_group's slices then added over it); null: off.
+  // The Trainer's step (above). in.weights[k]: parameter k's replicas on this process's devices, the
+  // same devices in the same order for every parameter (a ConfigError otherwise, raised before any
+  // collective). Stages 1 and 2 lay the chunk out when needed (the first step, a loaded state waiting
+  // in in.host, the parameters moved); stage 3 places a loaded state. clip: clip_grad_norm_ over
+  // every piece's summed gradient, the squares added over the group (dist::sum_over_ranks, a
+  // collective; a tp_group's slices then added over it); null: off.
   void step(const StepInput& in, const Step& s, GradClip* clip) override;
 
-  bool placed() const override { return placed_; }
+  bool placed() const override { return !units_.empty(); }
   int stage() const override { return stage_; }
-  const ShardLayout& layout() const { return layout_; }
-  // The device holding the chunk: the first of this process's devices.
-  Device device() const { return replica_devices_.empty() ? Device{} : replica_devices_[0]; }
-  std::vector<Device> devices() const override;
-  // The state in the unsharded layout ([k][j]: parameter k's slot j, flattened), every rank's chunk
-  // all-gathered: a collective, every rank calls it and every rank gets the whole state. Empty
-  // before the first step (then no rank communicates).
+  std::vector<Device> devices() const override { return devices_; }
+  Device device() const { return devices_.empty() ? Device{} : devices_[0]; }  // the chunk's
+  // The state in the unsharded layout ([k][j]: parameter k's slot j, flattened), every chunk
+  // all-gathered: a collective, every rank gets all of it. Empty before the layout (no rank communicates).
   std::vector<std::vector<std::vector<float>>> gather_state() const override;
-  // This rank's chunk of the state (on its first device, or its pieces on each device with
-  // over_devices) and, at stage 2, of the summed gradient (on the first device).
+  // Each piece's state, summed gradient and parameters, on its device; stage 2's chunk sum on the first.
   void add_memory(const std::function<DeviceMemory&(Device)>& at) const override;
-  // This rank's chunk of the state, without communication: per slot the values of elements
-  // [layout().bounds[rank], layout().bounds[rank + 1]) of the flat vector (sharded checkpoints,
-  // core/checkpoint/sharded_checkpoint.hpp). Empty before the first step.
+
+  // Stage 3 (FullyShardedDataParallel's holders: this process's devices, i). The first call takes
+  // this rank's pieces out of the replicas (units[u]: the Trainer's indices of unit u's parameters)
+  // and releases them; later calls place a loaded state, if one waits.
+  void shard_parameters(const StepInput& in, const std::vector<std::vector<size_t>>& units) override;
+  const Tensor& replica(size_t k, size_t i) const override { return replicas_[k][i]; }
+  void gather_unit(size_t u, size_t i) override;
+  void prefetch_unit(size_t u, size_t i) override {
+    if (i == 0) start_gather(u);  // the other devices copy from the first when they need the unit
+  }
+  void release_unit(size_t u, size_t i) override;  // in stream order: queued kernels still read them
+  bool gathered(size_t k, size_t i) const override { return replicas_[k][i].impl().storage != nullptr; }
+  void unit_gradients_done(size_t u, size_t i) override;
+  // The unsharded parameters ([k] flattened), every chunk all-gathered (a collective); and this
+  // rank's pieces taken from full[k] (no communication).
+  std::vector<std::vector<float>> parameters() const override;
+  void set_parameters(const std::vector<std::vector<float>>& full) override;
+
+  // Stages 1 and 2: the layout of the one unit over the group (sharded checkpoints,
+  // core/checkpoint/sharded_checkpoint.hpp), this rank's chunk of the state without communication
+  // (per slot, its elements [layout().bounds[rank], layout().bounds[rank + 1])), and the buckets'
+  // parameter ranges [first, last) in launch order at the step. Empty before the first step.
+  ShardLayout layout() const;
   std::vector<std::vector<float>> chunk_state() const;
-  // Bytes of state this rank holds: slots * 4 * its chunk's size (Adam: 8 * chunk).
-  int64_t bytes() const;
-  // Stage 2: the bytes of the chunk's summed gradient it keeps, 4 * chunk (0 at stage 1, whose
-  // buffer for it lives during the step only).
-  int64_t gradient_bytes() const;
-  // The buckets' parameter ranges [first, last) in the Trainer's order, in launch order at the step
-  // (empty before the first step).
   std::vector<std::pair<size_t, size_t>> buckets() const;
 
+  // Elements of this rank's chunks, the bytes of the tensors it keeps (pieces' parameters, summed
+  // gradients, state), and per unit its P_u.
+  int64_t chunk() const;
+  int64_t parameter_bytes() const;
+  int64_t gradient_bytes() const;
+  int64_t state_bytes() const;
+  std::vector<int64_t> unit_sizes() const;
+
  private:
-  size_t slots_;
-  int stage_;
-  dist::Group group_;
-  bool placed_ = false;
-  ShardLayout layout_;
-  std::vector<Device> replica_devices_;  // this process's devices, in the replicas' order
-  bool over_devices_;
-  // [i][slot]: holder i's piece of the chunk's state, flat, on device i: one holder (the whole chunk
-  // on the first device), or every device with over_devices_.
-  std::vector<std::vector<Tensor>> state_;
-  Tensor grad_shard_;          // the chunk's summed gradient (stage 1: during the step only)
-  int64_t steps_ = 0;          // steps taken, for the fault injection
-  double bucket_mb_;
-  // Parameters [first, last), consecutive in the flat vector, reduce-scattered in one call.
+  // Holder i's piece of a unit's chunk: [lo, lo + n) of the unit's flat vector, on device i.
+  struct Piece {
+    int64_t lo = 0, n = 0;
+    Tensor param, grad;         // stage 3: kept; stages 1, 2: during the step only
+    std::vector<Tensor> state;  // per slot, n elements
+  };
+  struct Unit {
+    std::vector<size_t> params;     // the Trainer's indices
+    std::vector<int64_t> offsets;   // each parameter's first element in the unit's flat vector, P_u last
+    int64_t lo = 0, n = 0;          // this rank's chunk: [lo, lo + n)
+    std::vector<Piece> pieces;      // the chunk on the first device, or with over_devices one a device
+    std::vector<Tensor> gathering;  // stage 3: per parameter, the buffer its queued all-gather writes
+    std::vector<dist::Work> works;
+    Tensor sending;                 // the chunk those all-gathers read
+  };
+  // Stage 2's bucket: parameters [first, last), consecutive in the flat vector, reduce-scattered in one call.
   struct Bucket {
     size_t first = 0, last = 0;
     Tensor packed;       // their gradients end to end (a lone parameter's: its gradient itself)
     size_t arrived = 0;  // parameters packed since the bucket was last sent
     int sent = 0;        // times sent this step
   };
-  // A bucket sent again in one step (gradient accumulation): its part of chunk r lands in `recv`,
-  // added into grad_shard_ from element `at` once the reduce-scatter is done.
+  // A bucket sent again in one step: its part of chunk r lands in `recv`, added in from element `at`.
   struct Late {
     dist::Work work;
     Tensor recv;
     int64_t at = 0;
   };
+
+  size_t slots_;
+  int stage_;
+  dist::Group group_;
+  bool over_devices_;
+  double bucket_mb_;
+  std::vector<Device> devices_;                // this process's, in the replicas' order
+  std::vector<std::vector<Tensor>> replicas_;  // [k][i]: parameter k on device i (stage 3: whole only while gathered)
+  std::vector<Unit> units_;                    // stages 1, 2: one; stage 3: FSDP's
+  int64_t steps_ = 0;                          // steps taken, for the fault injection
+  size_t holders() const { return over_devices_ ? devices_.size() : 1; }
+
+  // The layout, the state and the all-gather: every stage's.
+  std::vector<Device> devices_of(const std::vector<std::vector<Tensor>>& weights, const std::vector<std::string>& names) const;
+  Unit unit_of(const std::vector<size_t>& params) const;
+  void place_state(const std::vector<std::string>& names, std::vector<std::vector<std::vector<float>>>& host);
+  // The piece's elements taken from full(k), parameter k unsharded (zeros where it is empty).
+  std::vector<float> from_host(const Unit& unit, const Piece& piece,
+                               const std::function<const std::vector<float>&(size_t)>& full) const;
+  // A field of the unit's pieces end to end on the first device: the chunk (the piece itself when one).
+  Tensor chunk_on_first(const Unit& unit, const std::function<const Tensor&(const Piece&)>& field) const;
+  // The unit's elements [lo, lo + flat.numel()) copied out of device i's replicas into flat, or back.
+  void copy_flat(const Unit& unit, size_t i, int64_t lo, const Tensor& flat, bool into_replicas) const;
+  // Each of the unit's parameters all-gathered from the ranks' chunks (this rank's: `chunk`) into into[p].
+  std::vector<dist::Work> all_gather_unit(const Unit& unit, const Tensor& chunk, const std::vector<Tensor>& into) const;
+  Step clipped(const Step& s, GradClip* clip) const;
+
+  // Stages 1 and 2: the chunk laid out, the gradients reduce-scattered into it.
+  ShardLayout layout_;
+  Tensor grad_shard_;  // the chunk's summed gradient, on the first device (stage 1: during the step only)
   std::vector<Bucket> buckets_;                           // in launch order at the step
   std::vector<size_t> bucket_of_;                         // per parameter
   std::vector<bool> packed_;                              // per parameter: in its bucket, not yet sent
-  std::vector<std::vector<Tensor>> replicas_;             // [k][i]: parameter k on this rank's device i
   std::unordered_map<const TensorImpl*, size_t> index_;  // replica -> parameter
   std::vector<size_t> completed_;                         // stage 2, per parameter: replicas whose gradient is complete
   std::vector<dist::Work> pending_;                       // the reduce-scatters launched this step
-  // Stage 2's rate limiter (FSDP's limit_all_gathers, for gradients): a released .grad buffer is still
-  // in use until its reduce-scatter has read it, so backward waits once more than kInFlight buckets
-  // are on their way; without it a host running ahead of the devices holds every gradient at once.
+  // Stage 2's rate limiter (FSDP's limit_all_gathers, for gradients): a released .grad buffer is in
+  // use until its reduce-scatter has read it, so backward waits once more than kInFlight buckets are
+  // on their way; without it a host running ahead of the devices holds every gradient at once.
   static constexpr size_t kInFlight = 2;
   std::deque<Event> in_flight_;
   std::vector<Late> late_;
   int hook_ = -1;
-  // This step's updated chunk, flat, and the parameters the all-gather writes it into.
-  Tensor gather_from_;
-  std::vector<Tensor> gather_into_;
-  std::vector<std::pair<Tensor, int64_t>> updated_pieces_;  // over_devices_: each device's updated piece, its offset in the chunk
-  void all_gather() override;
+  bool fits(const std::vector<std::vector<Tensor>>& weights) const;
+  void place(const std::vector<std::vector<Tensor>>& weights, const std::vector<std::string>& names,
+             std::vector<std::vector<std::vector<float>>>& host);
+  void sum_into_pieces(const StepInput& in);
   void make_buckets();
   void pack(size_t k, bool release);
   Tensor device_sum(size_t k) const;  // parameter k's gradient summed over this rank's devices, on the first
   void send(Bucket& b);
   void reduce_scatter_rest(bool release);
   void wait_for_sums();
-  bool fits(const std::vector<std::vector<Tensor>>& weights) const;
-  void place(const std::vector<std::vector<Tensor>>& weights, const std::vector<std::string>& names,
-             std::vector<std::vector<std::vector<float>>>& host);
-  int64_t lo() const;
-  int64_t chunk() const;
-  size_t holders() const { return over_devices_ ? replica_devices_.size() : 1; }
-  int64_t piece_begin(size_t i) const;  // holder i's piece of the chunk: [piece_begin(i), piece_begin(i + 1)), flat
-  Tensor chunk_of_slot(size_t j) const;  // the chunk's state of slot j, flat, on the first device
+  void all_gather() override;
+
+  // Stage 3: a unit made whole and released, its gradients reduce-scattered.
+  std::deque<Event> released_;  // the compute stream's points where the last units were released
+  void shard(const std::vector<std::vector<Tensor>>& weights, const std::vector<std::string>& names,
+             const std::vector<std::vector<size_t>>& units, std::vector<std::vector<std::vector<float>>>& host);
+  void start_gather(size_t u);
+  void gather(size_t u);
+  void reduce_scatter_gradients(size_t u);
 };
 
 }  // namespace d2l::optim::zero

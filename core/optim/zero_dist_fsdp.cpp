@@ -1,0 +1,177 @@
+// ZeRO-3 over the ranks (core/optim/zero_dist.hpp), what FullyShardedDataParallel calls: a unit's
+// pieces taken out of the replicas, the unit made whole (an all-gather per parameter, queued ahead
+// by prefetch) and released, its gradients reduce-scattered into the pieces; the parameters read
+// from and written into the pieces. The layout, the state and the step are zero_dist.cpp's.
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+
+#include "core/allocator.hpp"
+#include "core/autograd.hpp"
+#include "core/comm.hpp"
+#include "core/copy.hpp"
+#include "core/dist/collectives.hpp"
+#include "core/ops.hpp"
+#include "core/optim/zero_dist.hpp"
+#include "core/runtime.hpp"
+
+namespace d2l::optim::zero {
+
+namespace {
+
+size_t bytes_of(int64_t n) { return static_cast<size_t>(n) * sizeof(float); }
+
+}  // namespace
+
+void RankShards::shard_parameters(const StepInput& in, const std::vector<std::vector<size_t>>& units) {
+  shard(in.weights, in.names, units, in.host);
+}
+
+void RankShards::shard(const std::vector<std::vector<Tensor>>& weights, const std::vector<std::string>& names,
+                       const std::vector<std::vector<size_t>>& units, std::vector<std::vector<std::vector<float>>>& host) {
+  if (placed()) {  // the pieces stay; a loaded state, if one waits, replaces the state
+    if (loaded_state_waits(host)) place_state(names, host);
+    return;
+  }
+  devices_ = devices_of(weights, names);
+  replicas_ = weights;
+  // This rank's replicas hold the same values as every other rank's: a piece is a local copy.
+  std::vector<Unit> laid;
+  for (const auto& params : units) {
+    Unit unit = unit_of(params);
+    for (size_t i = 0; i < unit.pieces.size(); ++i) {
+      Piece& piece = unit.pieces[i];
+      {
+        MemoryTagScope tag(MemoryTag::parameters);
+        piece.param = Tensor::empty({piece.n}, devices_[i]);
+      }
+      copy_flat(unit, i, piece.lo, piece.param, false);
+      MemoryTagScope tag(MemoryTag::summed_gradients);
+      piece.grad = Tensor::zeros({piece.n}, devices_[i]);
+    }
+    laid.push_back(std::move(unit));
+  }
+  units_ = std::move(laid);
+  place_state(names, host);
+  for (size_t u = 0; u < units_.size(); ++u)
+    for (size_t i = 0; i < devices_.size(); ++i) release_unit(u, i);
+}
+
+void RankShards::gather_unit(size_t u, size_t i) {
+  if (i == 0) return gather(u);
+  const Unit& unit = units_[u];
+  if (unit.params.empty() || gathered(unit.params[0], i)) return;
+  // Device i's replicas are copies of the first device's: gathered there (a collective) when they
+  // are not whole already, and released again once copied (backward reaches device i's units after
+  // the first device has released them: memory stays one or two units a device).
+  const bool borrowed = !gathered(unit.params[0], 0);
+  gather(u);
+  MemoryTagScope tag(MemoryTag::gathered);
+  for (size_t k : unit.params) replicas_[k][i].impl().storage = replicas_[k][0].to(devices_[i]).storage();
+  if (borrowed) release_unit(u, 0);
+}
+
+void RankShards::unit_gradients_done(size_t u, size_t i) {
+  // Each device's gradients reduce-scattered as they complete, added into the chunk's summed
+  // gradient as a second backward pass's would be (device i's copied to the first device first).
+  if (i > 0)
+    for (size_t k : units_[u].params) {
+      TensorImpl& t = replicas_[k][i].impl();
+      if (t.grad) replicas_[k][0].impl().grad = Tensor(t.grad).to(device()).ptr();
+      t.grad.reset();
+    }
+  reduce_scatter_gradients(u);
+}
+
+void RankShards::start_gather(size_t u) {
+  Unit& unit = units_[u];
+  if (!unit.gathering.empty() || (!unit.params.empty() && gathered(unit.params[0], 0))) return;
+  if (steps_ == 1 && fails_in_allgather(3))
+    throw DeviceError("injected failure inside the ZeRO-3 all-gather of step 2 (D2L_FAIL_RANK_IN_ALLGATHER=" +
+                      std::string(std::getenv("D2L_FAIL_RANK_IN_ALLGATHER")) + ")");
+  // The rate limiter: the device past the release of the unit two releases back before more memory is taken.
+  while (released_.size() >= 2) {
+    released_.front().synchronize();
+    released_.pop_front();
+  }
+  unit.sending = chunk_on_first(unit, [](const Piece& p) -> const Tensor& { return p.param; });
+  MemoryTagScope tag(MemoryTag::gathered);
+  for (size_t k : unit.params) unit.gathering.push_back(Tensor::empty(replicas_[k][0].shape(), device()));
+  unit.works = all_gather_unit(unit, unit.sending, unit.gathering);
+}
+
+void RankShards::gather(size_t u) {
+  Unit& unit = units_[u];
+  if (!unit.params.empty() && gathered(unit.params[0], 0)) return;
+  start_gather(u);
+  for (auto& work : unit.works) work.wait();  // this device's compute stream waits for them here, not before
+  for (size_t p = 0; p < unit.params.size(); ++p) replicas_[unit.params[p]][0].impl().storage = unit.gathering[p].storage();
+  unit.gathering.clear(), unit.works.clear(), unit.sending = Tensor();
+}
+
+void RankShards::release_unit(size_t u, size_t i) {
+  if (units_[u].params.empty() || !gathered(units_[u].params[0], i)) return;
+  if (i == 0) {  // the first device's release is what the rate limiter waits for
+    Event e;
+    runtime(device()).compute.record(e);
+    released_.push_back(e);
+  }
+  for (size_t k : units_[u].params) {
+    TensorImpl& t = replicas_[k][i].impl();
+    t.storage.reset();
+    t.grad.reset();
+  }
+}
+
+void RankShards::reduce_scatter_gradients(size_t u) {
+  Unit& unit = units_[u];
+  NoGrad no_grad;
+  // Each gradient reduce-scattered from its .grad buffer (zeros for a parameter that got none): rank
+  // r receives the sum over the ranks of the part of it that lies in its chunk, at that part's place.
+  const Tensor mine = Tensor::empty({unit.n}, device());
+  const int64_t P = unit.offsets.back();
+  std::vector<dist::Work> works;
+  for (size_t p = 0; p < unit.params.size(); ++p) {
+    const Tensor& w = replicas_[unit.params[p]][0];
+    const Tensor g = w.grad().defined() ? w.grad() : Tensor::zeros(w.shape(), device());
+    const int64_t at = std::clamp<int64_t>(unit.offsets[p] - unit.lo, 0, unit.n);
+    works.push_back(dist::reduce_scatter_async(g, mine, at, dist::counts_in_chunks(P, unit.offsets[p], unit.offsets[p + 1], group_), group_));
+    replicas_[unit.params[p]][0].impl().grad.reset();  // the communication thread holds it until it is read
+  }
+  for (auto& work : works) work.wait();
+  // Accumulated: several backward passes before a step add up. Each holder's part of the chunk's sum
+  // into its piece (one holder: the whole chunk, in place).
+  if (unit.pieces.size() == 1 && unit.n > 0) add_(unit.pieces[0].grad, mine);
+  for (size_t i = 0; unit.pieces.size() > 1 && i < unit.pieces.size(); ++i) {
+    const Piece& p = unit.pieces[i];
+    if (p.n == 0) continue;
+    Tensor part = Tensor::empty({p.n}, p.grad.device());
+    copy_bytes(mine, bytes_of(p.lo - unit.lo), part, 0, bytes_of(p.n));
+    add_(p.grad, part);
+  }
+}
+
+std::vector<std::vector<float>> RankShards::parameters() const {
+  if (stage_ < 3) return Shards::parameters();  // stages 1 and 2 keep the parameters whole: not sharded
+  std::vector<std::vector<float>> out(replicas_.size());
+  for (const Unit& unit : units_) {
+    const Tensor whole = Tensor::empty({unit.offsets.back()}, device());
+    dist::allgather(chunk_on_first(unit, [](const Piece& p) -> const Tensor& { return p.param; }), whole, group_);
+    const std::vector<float> v = whole.to_vector();
+    for (size_t p = 0; p < unit.params.size(); ++p)
+      out[unit.params[p]].assign(v.begin() + unit.offsets[p], v.begin() + unit.offsets[p + 1]);
+  }
+  return out;
+}
+
+void RankShards::set_parameters(const std::vector<std::vector<float>>& full) {
+  if (stage_ < 3) return Shards::set_parameters(full);
+  for (Unit& unit : units_)
+    for (Piece& piece : unit.pieces) {
+      if (piece.n == 0) continue;
+      const auto flat = from_host(unit, piece, [&](size_t k) -> const std::vector<float>& { return full.at(k); });
+      copy_bytes(Tensor::from_vector(flat, {piece.n}, piece.param.device()), 0, piece.param, 0, bytes_of(piece.n));
+    }
+}
+
+}  // namespace d2l::optim::zero
