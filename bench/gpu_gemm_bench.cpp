@@ -1,4 +1,4 @@
-// gpu_gemm_bench: the GEMM family of kernels/cuda/matmul.cu (naive, tiled, regblock, warptiled, tf32) next to cuBLAS
+// gpu_gemm_bench: the GEMM family of kernels/cuda/matmul.cu (naive, tiled, regblock, warptiled, tf32, mma) next to cuBLAS
 // on a real GPU, then the conv2d kernels of kernels/cuda/conv2d.cu and conv2d_winograd.cu. Shapes: square 1024, 2048, 4096,
 // and the im2col GEMMs of the book's LeNet and of the ResNet-18 small-image variant at batch 256
 // (M = OC, N = batch*OH*OW, K = C*KH*KW: the convolution of a whole batch as one GEMM).
@@ -158,11 +158,12 @@ int64_t conv_k(const Conv2dShape& s) { return s.C * s.KH * s.KW; }
 int64_t conv_p(const Conv2dShape& s) { return s.OH() * s.OW(); }
 
 // ---- 1. GEMM: C (M, N) = A (M, K) @ B (K, N), row-major
-const char* const kVersions[] = {"naive", "tiled", "regblock", "warptiled", "tf32", "cuBLAS", "cuBLAS_TF32"};
+const char* const kVersions[] = {"naive", "tiled", "regblock", "warptiled", "tf32", "mma", "cuBLAS", "cuBLAS_TF32"};
 const kc::GemmKernel kKernels[] = {kc::GemmKernel::naive, kc::GemmKernel::tiled, kc::GemmKernel::regblock,
-                                   kc::GemmKernel::warptiled, kc::GemmKernel::tf32};
-// Versions 0..4 are kKernels (4, tf32, on tensor cores); 5 is cuBLAS (FP32), 6 cuBLAS with TF32 tensor cores.
-constexpr int kTf32 = 4, kOurs = 5, kCublas = 5, kCublasTf32 = 6;
+                                   kc::GemmKernel::warptiled, kc::GemmKernel::tf32, kc::GemmKernel::mma};
+// Versions 0..5 are kKernels (4, tf32: wmma, and 5, mma: mma.sync, on tensor cores); 6 is cuBLAS (FP32), 7 cuBLAS
+// with TF32 tensor cores.
+constexpr int kTf32 = 4, kMma = 5, kOurs = 6, kCublas = 6, kCublasTf32 = 7;
 
 void gemm(const Gpu& g, int version, int64_t M, int64_t N, int64_t K, const float* A, const float* B, float* C) {
   if (version < kOurs) return kc::gemm(g.stream, kKernels[version], false, false, M, N, K, 1.0f, A, B, 0.0f, C);
@@ -189,7 +190,7 @@ std::vector<double> bench_gemm(const Gpu& g, const char* name, int64_t M, int64_
   for (int v = 0; v < kOurs; ++v) {
     CHECK_CUDA(cudaMemset(C.p, 0xff, C.bytes()));  // NaNs: an element the kernel skips shows
     gemm(g, v, M, N, K, A.p, B.p, C.p);
-    const bool tf32 = v == kTf32;
+    const bool tf32 = v == kTf32 || v == kMma;
     const double err = rel_error(tf32 ? ref_tf32 : ref, C.host());
     (tf32 ? worst_tf32 : worst) = std::max(tf32 ? worst_tf32 : worst, err);
     if (!(err <= (tf32 ? kTf32Tolerance : kTolerance))) {
@@ -205,10 +206,10 @@ std::vector<double> bench_gemm(const Gpu& g, const char* name, int64_t M, int64_
   }
   const double cublas = gflops[kCublas], cublas_tf32 = gflops[kCublasTf32];
   std::printf("%-34s %5lld %7lld %5lld | %8.0f %8.0f %8.0f %9.0f %8.0f | %5.2fx %5.2fx %5.2fx %5.2fx | %.1e | %8.0f %8.0f "
-              "%6.2fx | %.1e\n",
+              "%8.0f %6.2fx %6.2fx | %.1e\n",
               name, (long long)M, (long long)N, (long long)K, gflops[0], gflops[1], gflops[2], gflops[3], cublas,
               gflops[0] / cublas, gflops[1] / cublas, gflops[2] / cublas, gflops[3] / cublas, worst, gflops[kTf32],
-              cublas_tf32, gflops[kTf32] / cublas_tf32, worst_tf32);
+              gflops[kMma], cublas_tf32, gflops[kTf32] / cublas_tf32, gflops[kMma] / cublas_tf32, worst_tf32);
   return gflops;
 }
 
@@ -321,12 +322,12 @@ int run() {
               blas_version, prop.name, prop.major, prop.minor, prop.multiProcessorCount,
               double(prop.totalGlobalMem) / (1 << 30));
 
-  std::printf("%-34s %5s %7s %5s | %8s %8s %8s %9s %8s | %-27s | %-7s | %8s %8s %7s | %s\n", "GEMM (conv: batch 256)", "M",
-              "N", "K", "naive", "tiled", "regblock", "warptiled", "cuBLAS", "ratio to cuBLAS", "max err", "tf32",
-              "cuBLAS", "ratio", "max err");
-  std::printf("%-34s %5s %7s %5s | %8s %8s %8s %9s %8s | %6s %6s %6s %6s | %-7s | %8s %8s %7s | %s\n", "", "", "", "",
+  std::printf("%-34s %5s %7s %5s | %8s %8s %8s %9s %8s | %-27s | %-7s | %8s %8s %8s %15s | %s\n", "GEMM (conv: batch 256)",
+              "M", "N", "K", "naive", "tiled", "regblock", "warptiled", "cuBLAS", "ratio to cuBLAS", "max err", "tf32", "mma",
+              "cuBLAS", "ratio to TF32", "max err");
+  std::printf("%-34s %5s %7s %5s | %8s %8s %8s %9s %8s | %6s %6s %6s %6s | %-7s | %8s %8s %8s %7s %7s | %s\n", "", "", "", "",
               "GFLOP/s", "GFLOP/s", "GFLOP/s", "GFLOP/s", "GFLOP/s", "naive", "tiled", "regblk", "warp", "vs FP32", "GFLOP/s",
-              "TF32", "to TF32", "vs TF32");
+              "GFLOP/s", "TF32", "tf32", "mma", "vs TF32");
   std::vector<double> at4096;
   for (int64_t n : {1024, 2048, 4096}) {
     const std::string name = "square " + std::to_string(n);
@@ -339,9 +340,11 @@ int run() {
   std::printf("\ntargets at 4096: tiled %.2fx cuBLAS (target >= 0.3x): %s; regblock %.2fx cuBLAS (target >= 0.6x): %s\n",
               tiled, tiled >= 0.3 ? "met" : "missed", regblock, regblock >= 0.6 ? "met" : "missed");
   std::printf("warptiled at 4096: %.2fx cuBLAS\n", at4096[3] / at4096[kCublas]);
-  const double tf32 = at4096[kTf32] / at4096[kCublasTf32];
-  std::printf("tf32 >= 0.5x cuBLAS TF32 at 4096: %s (%.2fx; %.0f vs %.0f GFLOP/s)\n", tf32 >= 0.5 ? "met" : "missed", tf32,
-              at4096[kTf32], at4096[kCublasTf32]);
+  for (int v : {kTf32, kMma}) {
+    const double r = at4096[v] / at4096[kCublasTf32];
+    std::printf("%s >= 0.5x cuBLAS TF32 at 4096: %s (%.2fx; %.0f vs %.0f GFLOP/s)\n", kVersions[v], r >= 0.5 ? "met" : "missed",
+                r, at4096[v], at4096[kCublasTf32]);
+  }
   for (int v = 0; v <= kCublasTf32; ++v) b::result(std::string("gpu_gemm4096_gflops_") + kVersions[v], at4096[v]);
 
   std::printf("\n%-34s %8s %8s %8s %8s %8s %8s %8s %8s %8s %8s %8s %8s | %9s %9s %9s %9s\n", "conv2d, batch 256", "fwd",

@@ -39,7 +39,8 @@
 #   conv_step_ms, batchnorm_step_ms, optimizer_step_ms    ch2trace's compute time by kind of op over its
 #                             20 training steps, per step (the 256-image evaluation is included: one
 #                             forward pass, about 2% of the convolutions' time)
-#   gemm_tf32_vs_cublas       gpu_gemm_bench at 4096: GEMM kernel5 (tf32) over cuBLAS TF32
+#   gemm_tf32_vs_cublas       gpu_gemm_bench at 4096: the best TF32 GEMM, kernel5 (tf32, wmma) or kernel6 (mma,
+#                             mma.sync), over cuBLAS TF32
 #   gemm_fp32_vs_cublas       gpu_gemm_bench at 4096: the best hand-written FP32 GEMM over cuBLAS FP32
 #
 # bench/on_gpu.sh --parse LOG [OUT_DIR]: only the summaries, from the log.txt of an earlier run (no GPU
@@ -96,11 +97,17 @@ per_step_ms() {  # per_step_ms KIND
 
 # Every result as "name value" (value NA when missing), in the order summary.md lists them.
 results() {
-  local fp32_best=""
-  for k in naive tiled regblock warptiled; do
-    v=$(result_of tables "gpu_gemm4096_gflops_$k")
-    [[ $v =~ ^[0-9.eE+-]+$ ]] && fp32_best=$(awk -v a="$v" -v b="${fp32_best:-0}" 'BEGIN { print (a > b ? a : b) }')
-  done
+  local fp32_best="" tf32_best="" k v
+  best() {  # best VAR KERNEL...: the highest GFLOP/s of those kernels at 4096 into VAR
+    local var=$1
+    shift
+    for k in "$@"; do
+      v=$(result_of tables "gpu_gemm4096_gflops_$k")
+      [[ $v =~ ^[0-9.eE+-]+$ ]] && printf -v "$var" '%s' "$(awk -v a="$v" -v b="${!var:-0}" 'BEGIN { print (a > b ? a : b) }')"
+    done
+  }
+  best fp32_best naive tiled regblock warptiled
+  best tf32_best tf32 mma
   local -a pairs=(
     resnet18_epoch_tf32_s "$(epoch_line ch2 2)"
     resnet18_acc_tf32_mean "$(mean "$(epoch_line ch2 1)" "$(epoch_line ch2seed1 1)" "$(epoch_line ch2seed2 1)")"
@@ -108,7 +115,7 @@ results() {
     conv_step_ms "$(per_step_ms convolutions)"
     batchnorm_step_ms "$(per_step_ms batch_norm)"
     optimizer_step_ms "$(per_step_ms optimizer)"
-    gemm_tf32_vs_cublas "$(ratio "$(result_of tables gpu_gemm4096_gflops_tf32)" "$(result_of tables gpu_gemm4096_gflops_cuBLAS_TF32)")"
+    gemm_tf32_vs_cublas "$(ratio "$tf32_best" "$(result_of tables gpu_gemm4096_gflops_cuBLAS_TF32)")"
     gemm_fp32_vs_cublas "$(ratio "$fp32_best" "$(result_of tables gpu_gemm4096_gflops_cuBLAS)")"
   )
   for ((i = 0; i < ${#pairs[@]}; i += 2)); do echo "${pairs[i]} ${pairs[i + 1]:-NA}"; done

@@ -31,7 +31,7 @@ void add_device_flags(CLI::App& app, DeviceFlags& f) {
       ->capture_default_str();
   app.add_option("--devices", f.devices, "explicit device list, e.g. cpu:0,cpu:1, gpu:0,gpu:1 or emu:0,emu:1 (overrides --num-gpus)");
   app.add_option("--gemm", f.gemm,
-                 "the GEMM: auto (cuBLAS on GPUs, a member per shape on CPUs); on GPUs cublas, tiled, regblock, warptiled or tf32 "
+                 "the GEMM: auto (cuBLAS on GPUs, a member per shape on CPUs); on GPUs cublas, tiled, regblock, warptiled, tf32 or mma "
                  "(hand-written CUDA kernels; tf32 on tensor cores, sm_80+); on CPUs openblas, packed or blocked (kernels/cpu); naive on both")
       ->capture_default_str();
 }

@@ -1,6 +1,7 @@
 // The CUDA emulation (kernels/emu) on small kernels written here: index variables, barriers with
 // early-returning threads, deadlock reports, shared memory (one address per block, NaN-filled),
-// warp shuffles and atomics (exact), float4 loads (alignment checked), launch checks and the launch
+// warp shuffles and atomics (exact), float4 loads (alignment checked), PTX's cp.async, ldmatrix and
+// mma.sync (kernels/emu/ptx.hpp: groups, zero fill, per-lane fragments), launch checks and the launch
 // log. Cases tagged "threads" spread blocks over several OS threads (run again under TSan).
 #include <doctest/doctest.h>
 
@@ -145,6 +146,50 @@ __global__ void float4_load(const float* x, int shift, float* out) {
   out[0] = v.x, out[1] = v.y, out[2] = v.z, out[3] = v.w;
 }
 static_assert(sizeof(float4) == 16 && alignof(float4) == 16, "float4 is CUDA's: 16 bytes, 16-byte aligned");
+
+// One warp, two cp.async groups: thread t copies src[t] into buf[t] (zeros where t >= valid), then
+// src[32 + t] into buf[32 + t]; after cp.async.wait_group `wait` (2, 1 or 0) it reads both back.
+__global__ void cp_async_groups(const float* src, int valid, int wait, float* out) {
+  D2L_SHARED(float, buf, [64]);
+  const int t = threadIdx.x;
+  ptx::cp_async4(&buf[t], &src[t], t < valid);
+  ptx::cp_async_commit();
+  ptx::cp_async16(&buf[32 + t / 4 * 4], &src[32 + t / 4 * 4], true);  // lanes 4 q .. 4 q + 3 copy one chunk each
+  ptx::cp_async_commit();
+  if (wait == 2) ptx::cp_async_wait<2>();
+  if (wait == 1) ptx::cp_async_wait<1>();
+  if (wait == 0) ptx::cp_async_wait<0>();
+  out[t] = buf[t];
+  out[32 + t] = buf[32 + t];
+}
+
+// One warp, d = a b + c with m16n8k8 (a 16 x 8 row-major, b 8 x 8 row-major (k, n), c and d 16 x 8):
+// each lane loads its registers as PTX lays them out (g = lane / 4, t = lane % 4), or a's through
+// ldmatrix from shared memory (ldsm), and stores its part of d.
+__global__ void mma_m16n8k8(const float* a, const float* b, const float* c, float* d, bool ldsm) {
+  const int lane = threadIdx.x, g = lane / 4, t = lane % 4;
+  auto bits = [](float f) { return std::bit_cast<uint32_t>(f); };
+  uint32_t ra[4] = {bits(a[g * 8 + t]), bits(a[(g + 8) * 8 + t]), bits(a[g * 8 + t + 4]), bits(a[(g + 8) * 8 + t + 4])};
+  if (ldsm) {
+    D2L_SHARED(float4, tile, [32]);  // a, 16 rows of 8
+    tile[lane] = make_float4(a[4 * lane], a[4 * lane + 1], a[4 * lane + 2], a[4 * lane + 3]);
+    __syncwarp();
+    // matrix i = lane / 8: rows (i % 2) 8 .. + 7, columns (i / 2) 4 .. + 3; lane gives row lane % 8 of it
+    const int row = lane / 8 % 2 * 8 + lane % 8, col = lane / 16 * 4;
+    ptx::ldmatrix_x4(ra, reinterpret_cast<const float*>(tile) + row * 8 + col);
+  }
+  const uint32_t rb[2] = {bits(b[t * 8 + g]), bits(b[(t + 4) * 8 + g])};
+  float rd[4] = {c[g * 8 + 2 * t], c[g * 8 + 2 * t + 1], c[(g + 8) * 8 + 2 * t], c[(g + 8) * 8 + 2 * t + 1]};
+  ptx::mma_tf32_m16n8k8(rd, ra, rb);
+  d[g * 8 + 2 * t] = rd[0], d[g * 8 + 2 * t + 1] = rd[1], d[(g + 8) * 8 + 2 * t] = rd[2], d[(g + 8) * 8 + 2 * t + 1] = rd[3];
+}
+
+__global__ void mma_partial_warp(float* d) {
+  const uint32_t a[4] = {}, b[2] = {};
+  float r[4] = {};
+  ptx::mma_tf32_m16n8k8(r, a, b);
+  d[threadIdx.x] = r[0];
+}
 
 }  // namespace D2L_CUDA_NS::testing
 
@@ -325,6 +370,59 @@ TEST_CASE("float4 loads: aligned addresses read 4 floats, a misaligned one is an
     m = e.what();
   }
   CHECK(m.find("kernel k::float4_load block (0,0,0) thread (0,0,0): misaligned address: a 16-byte load from") == 0);
+}
+
+TEST_CASE("cp.async: a group lands at its wait_group, reads NaN before, zero-fills invalid sources") {
+  std::vector<float> src(64), out(64);
+  for (int i = 0; i < 64; ++i) src[i] = static_cast<float>(i + 1);
+  for (int wait : {2, 1, 0}) {
+    CAPTURE(wait);
+    D2L_LAUNCH(k::cp_async_groups, 1, 32, 0, nullptr)(src.data(), 24, wait, out.data());
+    int bad = 0;
+    for (int t = 0; t < 32; ++t) {
+      const float first = t < 24 ? src[t] : 0.0f;  // zeros where the source was not valid
+      bad += wait <= 1 ? out[t] != first : !std::isnan(out[t]);
+      bad += wait == 0 ? out[32 + t] != src[32 + t] : !std::isnan(out[32 + t]);
+    }
+    CHECK(bad == 0);
+  }
+}
+
+TEST_CASE("mma.sync m16n8k8: PTX's fragment layout per lane, TF32 inputs truncated, ldmatrix's rows") {
+  std::vector<float> a(16 * 8), b(8 * 8), c(16 * 8), d(16 * 8), d2(16 * 8);
+  uint32_t r = 7;
+  auto next = [&r] { return static_cast<float>(static_cast<int>((r = r * 1664525u + 1013904223u) >> 27) - 16); };
+  for (float& x : a) x = next();
+  for (float& x : b) x = next();
+  for (float& x : c) x = next();
+  D2L_LAUNCH(k::mma_m16n8k8, 1, 32, 0, nullptr)(a.data(), b.data(), c.data(), d.data(), false);
+  D2L_LAUNCH(k::mma_m16n8k8, 1, 32, 0, nullptr)(a.data(), b.data(), c.data(), d2.data(), true);
+  int bad = 0;  // small integers: every product and sum exact
+  for (int i = 0; i < 16; ++i)
+    for (int j = 0; j < 8; ++j) {
+      double s = c[i * 8 + j];
+      for (int q = 0; q < 8; ++q) s += double(a[i * 8 + q]) * b[q * 8 + j];
+      bad += d[i * 8 + j] != s;
+      bad += d2[i * 8 + j] != s;  // a's fragment through ldmatrix: the same registers
+    }
+  CHECK(bad == 0);
+  // The tensor core reads 19 bits of an FP32: 1 + 2^-12 is 1 to it, 1 + 2^-10 is not.
+  std::fill(a.begin(), a.end(), 1.0f + std::ldexp(1.0f, -12));
+  std::fill(b.begin(), b.end(), 1.0f);
+  std::fill(c.begin(), c.end(), 0.0f);
+  D2L_LAUNCH(k::mma_m16n8k8, 1, 32, 0, nullptr)(a.data(), b.data(), c.data(), d.data(), false);
+  CHECK(d[0] == 8.0f);
+  std::fill(a.begin(), a.end(), 1.0f + std::ldexp(1.0f, -10));
+  D2L_LAUNCH(k::mma_m16n8k8, 1, 32, 0, nullptr)(a.data(), b.data(), c.data(), d.data(), false);
+  CHECK(d[0] == 8.0f * (1.0f + std::ldexp(1.0f, -10)));
+  // A warp-wide instruction in a warp of fewer than 32 threads: an error, not a wrong answer.
+  std::string m;
+  try {
+    D2L_LAUNCH(k::mma_partial_warp, 1, 16, 0, nullptr)(d.data());
+  } catch (const std::runtime_error& e) {
+    m = e.what();
+  }
+  CHECK(m.find("needs a full warp of 32 threads") != std::string::npos);
 }
 
 TEST_CASE("the launch log counts every launch by kernel name" * doctest::test_suite("threads")) {

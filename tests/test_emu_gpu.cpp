@@ -49,9 +49,9 @@ TEST_CASE("nvcc-built GEMM kernels on the GPU match their emulated twins and a d
   };
   const Shape shapes[] = {{1, 1, 1}, {17, 33, 9}, {65, 31, 70}, {130, 200, 129}, {132, 260, 36}};
   const gpu::GemmKernel gk[] = {gpu::GemmKernel::naive, gpu::GemmKernel::tiled, gpu::GemmKernel::regblock,
-                                gpu::GemmKernel::warptiled, gpu::GemmKernel::tf32};
+                                gpu::GemmKernel::warptiled, gpu::GemmKernel::tf32, gpu::GemmKernel::mma};
   const kemu::GemmKernel ek[] = {kemu::GemmKernel::naive, kemu::GemmKernel::tiled, kemu::GemmKernel::regblock,
-                                 kemu::GemmKernel::warptiled, kemu::GemmKernel::tf32};
+                                 kemu::GemmKernel::warptiled, kemu::GemmKernel::tf32, kemu::GemmKernel::mma};
   uint32_t seed = 1;
   int failures = 0;
   for (int v = 0; v < 5; ++v)
@@ -67,7 +67,7 @@ TEST_CASE("nvcc-built GEMM kernels on the GPU match their emulated twins and a d
           kemu::gemm(nullptr, ek[v], ta, tb, s.M, s.N, s.K, 0.5f, A.data(), B.data(), 2.0f, Cemu.data());
           auto ref = ref_gemm(ta, tb, s.M, s.N, s.K, 0.5, A, B, 2.0, C0);
           const double atol = 1e-5 * static_cast<double>(s.K + 1);  // float accumulation of K terms
-          if (gk[v] == gpu::GemmKernel::tf32) {
+          if (gk[v] == gpu::GemmKernel::tf32 || gk[v] == gpu::GemmKernel::mma) {
             // Both round the same inputs to TF32; only the order of the FP32 sums may differ. Against
             // double: TF32's bound for |alpha| = 0.5 and sum |a||b| <= K, (K + 2) 2^-11 * 0.5 K.
             const double tf32 = (s.K + 2) * std::ldexp(1.0, -11) * 0.5 * s.K;

@@ -61,7 +61,8 @@ struct Shape {
 // 128x128x16 for kernel 6).
 const Shape kShapes[] = {{1, 1, 1}, {17, 33, 9}, {65, 31, 70}, {3, 130, 17}, {130, 2, 33}, {64, 64, 16}};
 const GemmKernel kKernels[] = {GemmKernel::naive, GemmKernel::tiled, GemmKernel::regblock, GemmKernel::warptiled,
-                               GemmKernel::tf32};
+                               GemmKernel::tf32, GemmKernel::mma};
+bool tf32_kernel(GemmKernel k) { return k == GemmKernel::tf32 || k == GemmKernel::mma; }
 const char* kernel_name(GemmKernel k) {
   switch (k) {
     case GemmKernel::naive: return "naive";
@@ -69,6 +70,7 @@ const char* kernel_name(GemmKernel k) {
     case GemmKernel::regblock: return "regblock";
     case GemmKernel::warptiled: return "warptiled";
     case GemmKernel::tf32: return "tf32";
+    case GemmKernel::mma: return "mma";
   }
   return "?";
 }
@@ -122,7 +124,7 @@ bool run_case(kemu::Stream stream, GemmKernel kernel, bool ta, bool tb, Shape s,
   auto ref = ref_gemm(ta, tb, s.M, s.N, s.K, alpha, A, B, beta, C0);
   const double atol = 1e-5 * static_cast<double>(s.K + 1);
   bool ok;
-  if (kernel == GemmKernel::tf32) {
+  if (tf32_kernel(kernel)) {
     ok = outside(ref, C, tf32_bound(ta, tb, s.M, s.N, s.K, alpha, A, B, beta, C0), "emu tf32 gemm vs double") == 0;
   } else {
     ok = close(ref, C, atol, 1e-5, "emu gemm vs double");
@@ -200,14 +202,18 @@ TEST_CASE("warp-tiled GEMM: tile edges, K below a slice, float4 and scalar loads
 // tf32_bound: squares around one block tile, odd shapes, all transposes, alpha/beta (beta = 0 with C
 // full of NaN: C not read), misaligned data (the scalar loads). The emulation does each warp's
 // fragment work once per lane (32 times over): the shapes stay small.
+// kernel6 (mma.sync, ldmatrix, cp.async) the same, with K past the three slices in flight.
 TEST_CASE("TF32 GEMM: within TF32's bound on squares, odd shapes, all transposes, alpha and beta") {
   const Shape shapes[] = {{64, 64, 64}, {128, 128, 128}, {130, 130, 130}, {1, 1, 1}, {17, 33, 9}, {200, 70, 45}};
-  uint32_t seed = 300;
-  int failures = failures_over_shapes(nullptr, GemmKernel::tf32, shapes, seed);
-  for (bool ta : {false, true})
-    for (bool tb : {false, true})
-      failures += !run_case(nullptr, GemmKernel::tf32, ta, tb, {132, 68, 20}, 0.5f, -2.0f, seed++, 1);
-  CHECK(failures == 0);
+  for (GemmKernel kernel : {GemmKernel::tf32, GemmKernel::mma}) {
+    CAPTURE(kernel_name(kernel));
+    uint32_t seed = 300;
+    int failures = failures_over_shapes(nullptr, kernel, shapes, seed);
+    for (bool ta : {false, true})
+      for (bool tb : {false, true})
+        failures += !run_case(nullptr, kernel, ta, tb, {132, 68, 20}, 0.5f, -2.0f, seed++, 1);
+    CHECK(failures == 0);
+  }
 }
 
 // The GEMMs of the book's networks at batch 2 (per image for the convolutions: M = OC, N = OH*OW,
@@ -227,11 +233,13 @@ TEST_CASE("TF32 GEMM on LeNet and ResNet-like shapes, forward and backward") {
       {"ResNet 3x3 64 -> 64 at 7x7 (64 x 49 x 576)", false, false, {64, 49, 576}},
   };
   int failures = 0;
-  uint32_t seed = 400;
-  for (const Case& c : cases) {
-    const bool ok = run_case(nullptr, GemmKernel::tf32, c.ta, c.tb, c.s, 1.0f, 0.0f, seed++);
-    if (!ok) std::printf("  (%s)\n", c.name);
-    failures += !ok;
+  for (GemmKernel kernel : {GemmKernel::tf32, GemmKernel::mma}) {
+    uint32_t seed = 400;
+    for (const Case& c : cases) {
+      const bool ok = run_case(nullptr, kernel, c.ta, c.tb, c.s, 1.0f, 0.0f, seed++);
+      if (!ok) std::printf("  (%s, %s)\n", c.name, kernel_name(kernel));
+      failures += !ok;
+    }
   }
   CHECK(failures == 0);
 }
@@ -243,7 +251,7 @@ TEST_CASE("TF32 GEMM on LeNet and ResNet-like shapes, forward and backward") {
 //   inputs) to K; FP32 gives K (1 + 3 * 2^-12);
 // - on general data the error exceeds FP32's bound (K + 2) 2^-24 sum |a||b| many times over, yet
 //   stays inside TF32's (so a kernel that silently ran FP32 SIMT fails this test).
-TEST_CASE("TF32 GEMM: exact on TF32 values, inputs rounded to nearest, less precise than FP32 elsewhere") {
+void tf32_signature(GemmKernel kernel) {
   const int64_t M = 70, N = 40, K = 96;
   std::vector<float> A(M * K), B(K * N), C(M * N);
   uint32_t r = 12345;
@@ -257,7 +265,7 @@ TEST_CASE("TF32 GEMM: exact on TF32 values, inputs rounded to nearest, less prec
       CAPTURE(ta);
       CAPTURE(tb);
       C = C0;
-      kemu::gemm(nullptr, GemmKernel::tf32, ta, tb, M, N, K, 1.0f, A.data(), B.data(), 1.0f, C.data());
+      kemu::gemm(nullptr, kernel, ta, tb, M, N, K, 1.0f, A.data(), B.data(), 1.0f, C.data());
       const auto ref = ref_gemm(ta, tb, M, N, K, 1.0, A, B, 1.0, C0);
       int64_t inexact = 0;
       for (size_t e = 0; e < C.size(); ++e) inexact += double(C[e]) != ref[e];
@@ -266,7 +274,7 @@ TEST_CASE("TF32 GEMM: exact on TF32 values, inputs rounded to nearest, less prec
 
   const float x = 1.0f + 3.0f * std::ldexp(1.0f, -12);
   std::vector<float> X(M * K, x), ones(K * N, 1.0f), Y(M * N);
-  kemu::gemm(nullptr, GemmKernel::tf32, false, false, M, N, K, 1.0f, X.data(), ones.data(), 0.0f, Y.data());
+  kemu::gemm(nullptr, kernel, false, false, M, N, K, 1.0f, X.data(), ones.data(), 0.0f, Y.data());
   const float rounded = static_cast<float>(K) * (1.0f + std::ldexp(1.0f, -10));
   int64_t off = 0;
   for (float y : Y) off += y != rounded;
@@ -276,7 +284,7 @@ TEST_CASE("TF32 GEMM: exact on TF32 values, inputs rounded to nearest, less prec
 
   auto G = lcg_data(M * K, 501), H = lcg_data(K * N, 502);
   std::vector<float> Ct(M * N), Cf(M * N);
-  kemu::gemm(nullptr, GemmKernel::tf32, false, false, M, N, K, 1.0f, G.data(), H.data(), 0.0f, Ct.data());
+  kemu::gemm(nullptr, kernel, false, false, M, N, K, 1.0f, G.data(), H.data(), 0.0f, Ct.data());
   kemu::gemm(nullptr, GemmKernel::warptiled, false, false, M, N, K, 1.0f, G.data(), H.data(), 0.0f, Cf.data());
   const std::vector<float> none;
   const auto ref = ref_gemm(false, false, M, N, K, 1.0, G, H, 0.0, none);
@@ -295,13 +303,23 @@ TEST_CASE("TF32 GEMM: exact on TF32 values, inputs rounded to nearest, less prec
   CHECK(outside(ref, Ct, bound, "tf32 vs double") == 0);
 }
 
+
+TEST_CASE("TF32 GEMM: exact on TF32 values, inputs rounded to nearest, less precise than FP32 elsewhere") {
+  for (GemmKernel kernel : {GemmKernel::tf32, GemmKernel::mma}) {
+    CAPTURE(kernel_name(kernel));
+    tf32_signature(kernel);
+  }
+}
+
 TEST_CASE("M or N = 0 is a no-op; K = 0 gives C = beta * C") {
   std::vector<float> C{1.0f, 2.0f};
   for (GemmKernel kernel : kKernels) {  // C *= 3 once per kernel
     kemu::gemm(nullptr, kernel, false, false, 0, 2, 3, 1.0f, nullptr, nullptr, 0.0f, C.data());
     kemu::gemm(nullptr, kernel, false, false, 1, 2, 0, 1.0f, nullptr, nullptr, 3.0f, C.data());
   }
-  CHECK(C == std::vector<float>{243.0f, 486.0f});
+  float times = 1.0f;
+  for (size_t i = 0; i < std::size(kKernels); ++i) times *= 3.0f;
+  CHECK(C == std::vector<float>{times, 2.0f * times});
 }
 
 TEST_CASE("tiled GEMM without its first __syncthreads is wrong, the same way on every run" *
@@ -333,11 +351,11 @@ TEST_CASE("the launch log covers every kernel of matmul.cu") {
     kemu::gemm(nullptr, kernel, false, false, 3, 3, 3, 1.0f, A.data(), B.data(), 0.0f, C.data());
   const auto log = d2l::cuda_emu::launch_log();
   const char* family[] = {"matmul_kernel1_naive", "matmul_kernel2_tiled", "matmul_kernel3_regblock",
-                          "matmul_kernel4_warptiled", "matmul_kernel5_tf32"};
+                          "matmul_kernel4_warptiled", "matmul_kernel5_tf32", "matmul_kernel6_mma"};
   int covered = 0;
   for (const char* name : family) covered += log.count(name) == 1 && log.at(name) == 1;
-  CHECK(covered == 5);
-  CHECK(log.size() == 5);
+  CHECK(covered == 6);
+  CHECK(log.size() == 6);
 }
 
 // Benchmark (meson benchmark emu_matmul_speed; skipped by meson test): validate, then time
@@ -352,7 +370,7 @@ TEST_CASE("speed: emulated GEMM 256x256x256" * doctest::skip()) {
   for (kemu::Stream stream : {static_cast<kemu::Stream>(nullptr), &two})
     for (GemmKernel kernel : kKernels) {
       kemu::gemm(stream, kernel, false, false, n, n, n, 1.0f, A.data(), B.data(), 0.0f, C.data());  // warm-up
-      if (kernel == GemmKernel::tf32)
+      if (tf32_kernel(kernel))
         REQUIRE(outside(ref_gemm(false, false, n, n, n, 1.0, A, B, 0.0, C), C,
                         tf32_bound(false, false, n, n, n, 1.0, A, B, 0.0, C), "speed check") == 0);
       else

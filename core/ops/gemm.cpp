@@ -41,7 +41,7 @@ static void set_conv_gemm(int g) {
 }
 [[maybe_unused]] static const bool g_conv_default = (set_conv_gemm(0), true);  // cublas, as g_gemm
 
-// --gemm names a member of one family or the other: the GPU's (cublas, tiled, regblock, warptiled, tf32) or the CPU's
+// --gemm names a member of one family or the other: the GPU's (cublas, tiled, regblock, warptiled, tf32, mma) or the CPU's
 // (openblas, packed, blocked); naive is kernel1 of both; auto is each family's default (cuBLAS on GPUs,
 // kernels::cpu's per-shape choice on CPUs). The family a name does not belong to keeps its default.
 void set_gemm(const std::string& name) {
@@ -54,12 +54,13 @@ void set_gemm(const std::string& name) {
   else if (name == "regblock") g = static_cast<int>(kernels::emu::GemmKernel::regblock);
   else if (name == "warptiled") g = static_cast<int>(kernels::emu::GemmKernel::warptiled);
   else if (name == "tf32") g = static_cast<int>(kernels::emu::GemmKernel::tf32);
+  else if (name == "mma") g = static_cast<int>(kernels::emu::GemmKernel::mma);
   else if (name == "openblas") cpu = GemmKernel::openblas;
   else if (name == "packed") cpu = GemmKernel::packed;
   else if (name == "blocked") cpu = GemmKernel::blocked;
   else
     throw ConfigError("bad --gemm '" + name +
-                      "': expected auto, cublas, tiled, regblock, warptiled, tf32 (GPUs), openblas, packed, blocked (CPUs) or naive");
+                      "': expected auto, cublas, tiled, regblock, warptiled, tf32, mma (GPUs), openblas, packed, blocked (CPUs) or naive");
   g_gemm = g;
   set_conv_gemm(g);
   kernels::cpu::set_gemm_kernel(cpu);

@@ -11,7 +11,9 @@
 //   D2L_CHECK_LAUNCH(kernel);                      after a launch: throws if it failed (nvcc);
 //                                                  emulated launches throw by themselves
 // threadIdx, __syncthreads(), __shfl_down_sync(), atomicAdd(), ... are CUDA's own names; tensor cores are
-// wmma::fragment, wmma::mma_sync, ... (nvcuda::wmma; TF32 m16n16k8 under the emulation).
+// wmma::fragment, wmma::mma_sync, ... (nvcuda::wmma; TF32 m16n16k8 under the emulation); PTX's own
+// instructions below that API are ptx::cp_async4, ptx::ldmatrix_x4, ptx::mma_tf32_m16n8k8, ...
+// (kernels/cuda/ptx.cuh; emulated by kernels/emu/ptx.hpp).
 #pragma once
 
 #ifdef __CUDACC__
@@ -49,6 +51,7 @@ inline void check_launch(const char* kernel, const char* file, int line) {
                              " failed: " + cudaGetErrorString(e));
 }
 }  // namespace d2l::kernels::cuda
+#include "kernels/cuda/ptx.cuh"  // ptx::cp_async4, ptx::ldmatrix_x4, ptx::mma_tf32_m16n8k8, ...
 
 #else
 #include "kernels/emu/cuda_emu.hpp"

@@ -23,9 +23,13 @@ namespace D2L_CUDA_NS {
 // tf32 where the device has them, or automatic on a real GPU that has them (fp32 on emulated ones).
 bool device_has_tf32();
 bool uses_tf32();
-enum class GemmKernel { naive = 1, tiled = 2, regblock = 3, warptiled = 4, tf32 = 5 };
+enum class GemmKernel { naive = 1, tiled = 2, regblock = 3, warptiled = 4, tf32 = 5, mma = 6 };
 void gemm(Stream stream, GemmKernel kernel, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
           const float* A, const float* B, float beta, float* C);
+// kernel6 (matmul_mma.cu), what gemm runs for GemmKernel::mma: TF32 through PTX's mma.sync, ldmatrix
+// and cp.async (kernels/cuda/ptx.cuh).
+void gemm_mma(Stream stream, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+              const float* B, float beta, float* C);
 
 // ---- fill.cu
 void fill(Stream stream, float* x, int64_t n, float value);

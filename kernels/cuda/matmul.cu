@@ -19,6 +19,9 @@
 //   kernel5 tf32      kernel4's block and warp tiles on tensor cores (wmma, m16n16k8): operands rounded
 //                     to TF32 (10-bit mantissa) in shared memory, FP32 accumulators; sm_80 and later.
 //                     Faster, and less precise than FP32: within ~K 2^-11 sum |a| |b| of it.
+//   kernel6 mma       TF32 through PTX below wmma (its own file, matmul_mma.cu): mma.sync m16n8k8 with
+//                     the fragments in registers, ldmatrix, and a three-slice cp.async pipeline into
+//                     swizzled shared memory; the same bound as kernel5.
 //
 // Transposes are strides: op(A)(i, k) = A[i * a_row + k * a_col], op(B)(k, j) = B[k * b_row + j * b_col].
 // Sizes need not be multiples of the tiles: loads past an edge read 0, stores past it are skipped.
@@ -630,6 +633,8 @@ void gemm(Stream stream, GemmKernel kernel, bool ta, bool tb, int64_t M, int64_t
       D2L_CHECK_LAUNCH(matmul_kernel5_tf32);
       return;
     }
+    case GemmKernel::mma:
+      return gemm_mma(stream, ta, tb, M, N, K, alpha, A, B, beta, C);
   }
   throw std::invalid_argument("gemm: unknown GemmKernel " + std::to_string(static_cast<int>(kernel)));
 }

@@ -42,6 +42,8 @@ bool BlockRunner::run(const BlockJob& job, uint3 block_idx, bool plain) {
   bxy_ = b.x * b.y;
   exited_ = at_block_ = 0;
   cancelled_ = false;
+  async_open_.clear();  // copies a thread left pending in an earlier block never land
+  async_groups_.clear();
   error_ = nullptr;
   slots_.clear();
   shared_bytes_ = job.dynamic_shared;
@@ -123,6 +125,7 @@ void BlockRunner::init_sweep(int exited) {
   mask_.assign(n_, 0);
   warp_waiting_.assign((n_ + 31) / 32, 0);
   lane_bits_.assign(2 * n_, ~uint64_t{0});
+  lane_blob_.assign(2 * kBlobBytes * n_, 0xFF);
   published_.assign(n_, 0);
 }
 
@@ -220,6 +223,53 @@ uint64_t BlockRunner::exchange(uint64_t bits, int src_lane, unsigned mask) {
   return lane_bits_[2 * src + ((n - 1) & 1)];
 }
 
+// The same mailbox rule as exchange, with a payload of up to kBlobBytes: the round counter is
+// shared, so shuffles and warp-wide instructions may follow each other in any order.
+void BlockRunner::warp_gather(const void* mine, size_t bytes, void* all) {
+  if (bytes > kBlobBytes) throw std::logic_error("warp_gather: at most 64 bytes a lane");
+  if (plain_) fall_back();
+  const int t = current_, w = t / 32;
+  if (warp_lanes(w) != 32)
+    throw std::runtime_error("a warp-wide instruction (ldmatrix, mma.sync) needs a full warp of 32 threads");
+  const uint32_t round = published_[t]++;
+  std::memcpy(&lane_blob_[(2 * t + (round & 1)) * kBlobBytes], mine, bytes);
+  wait_at(kAtWarp, 0xffffffffu);
+  for (int l = 0; l < 32; ++l) {
+    const int src = 32 * w + l;
+    if (published_[src] <= round)  // never got here (it exited first); one that published and exited since is fine
+      throw std::runtime_error("a warp-wide instruction (ldmatrix, mma.sync) was not executed by every lane of the warp");
+    std::memcpy(static_cast<unsigned char*>(all) + l * bytes, &lane_blob_[(2 * src + (round & 1)) * kBlobBytes], bytes);
+  }
+}
+
+void BlockRunner::async_copy(void* dst, const void* src, size_t bytes, size_t src_bytes) {
+  if (bytes != 4 && bytes != 8 && bytes != 16) throw std::logic_error("cp.async copies 4, 8 or 16 bytes");
+  if (reinterpret_cast<uintptr_t>(dst) % bytes != 0 || (src_bytes > 0 && reinterpret_cast<uintptr_t>(src) % bytes != 0))
+    misaligned_load(reinterpret_cast<uintptr_t>(dst) % bytes != 0 ? dst : src, bytes);
+  if (async_open_.empty()) async_open_.resize(n_), async_groups_.resize(n_);  // the block's first cp.async
+  AsyncCopy c{static_cast<unsigned char*>(dst), bytes, {}};
+  std::memset(c.data, 0, sizeof c.data);  // zero-fill past src_bytes (cp.async's src-size)
+  std::memcpy(c.data, src, std::min(bytes, src_bytes));
+  std::memset(dst, 0xFF, bytes);  // NaN until the copy lands
+  async_open_[current_].push_back(c);
+}
+
+void BlockRunner::async_commit() {
+  if (async_open_.empty()) async_open_.resize(n_), async_groups_.resize(n_);
+  auto& open = async_open_[current_];
+  async_groups_[current_].push_back(std::move(open));  // an empty group too, as on the GPU
+  open.clear();
+}
+
+void BlockRunner::async_wait(int pending) {
+  if (async_groups_.empty()) return;  // nothing issued in this block
+  auto& groups = async_groups_[current_];
+  const size_t landing = groups.size() > static_cast<size_t>(pending) ? groups.size() - pending : 0;
+  for (size_t g = 0; g < landing; ++g)  // the oldest first
+    for (const AsyncCopy& c : groups[g]) std::memcpy(c.dst, c.data, c.bytes);
+  groups.erase(groups.begin(), groups.begin() + static_cast<std::ptrdiff_t>(landing));
+}
+
 bool BlockRunner::release() {
   bool any = false;
   if (at_block_ > 0 && at_block_ + exited_ == n_) {  // exited threads count as arrived
@@ -296,6 +346,14 @@ void sync_warp(unsigned mask) { BlockRunner::running("__syncwarp").sync_warp(mas
 uint64_t warp_exchange(uint64_t bits, int src_lane, unsigned mask) {
   return BlockRunner::running("a warp shuffle").exchange(bits, src_lane, mask);
 }
+void warp_gather(const void* mine, size_t bytes, void* all) {
+  BlockRunner::running("a warp-wide instruction").warp_gather(mine, bytes, all);
+}
+void async_copy(void* dst, const void* src, size_t bytes, size_t src_bytes) {
+  BlockRunner::running("cp.async").async_copy(dst, src, bytes, src_bytes);
+}
+void async_commit() { BlockRunner::running("cp.async.commit_group").async_commit(); }
+void async_wait(int pending) { BlockRunner::running("cp.async.wait_group").async_wait(pending); }
 void* shared_static(const void* key, size_t bytes, size_t align) {
   return BlockRunner::running("D2L_SHARED").shared_static(key, bytes, align);
 }

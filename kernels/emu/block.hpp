@@ -61,6 +61,18 @@ class BlockRunner {
   uint64_t exchange(uint64_t bits, int src_lane, unsigned mask);
   void* shared_static(const void* key, size_t bytes, size_t align);
   void* shared_dynamic() { return arena_; }
+  // A warp-wide instruction (.sync.aligned: every lane of a full warp executes it together, as
+  // ldmatrix and mma.sync do): each lane publishes `bytes` (at most kBlobBytes) and receives all 32
+  // lanes', lane l's at all + l * bytes. One warp barrier.
+  static constexpr size_t kBlobBytes = 64;
+  void warp_gather(const void* mine, size_t bytes, void* all);
+  // cp.async (kernels/emu/ptx.hpp), per thread: a copy of `bytes` (4, 8 or 16) to shared memory, of
+  // which the first src_bytes come from src and the rest are zeros; it joins the thread's open group.
+  // Its destination reads NaN (0xFF bytes) from the issue until the copy lands, which is when a
+  // wait leaves fewer pending groups than its group's place: so a missing wait shows as NaN.
+  void async_copy(void* dst, const void* src, size_t bytes, size_t src_bytes);
+  void async_commit();                // cp.async.commit_group: the open copies become the newest group
+  void async_wait(int pending);       // cp.async.wait_group N: all but the newest N groups land
 
  private:
   enum State : uint8_t { kReady, kAtBlock, kAtWarp, kExited };
@@ -104,6 +116,15 @@ class BlockRunner {
   std::vector<int> warp_waiting_;  // threads of each warp waiting at a warp barrier
   std::vector<uint64_t> lane_bits_;  // shuffle mailbox, two slots per thread (exchange)
   std::vector<uint32_t> published_;  // values each thread has published there
+  std::vector<unsigned char> lane_blob_;  // warp_gather's mailbox: two kBlobBytes slots per thread
+  struct AsyncCopy {
+    unsigned char* dst;
+    size_t bytes;
+    unsigned char data[16];  // read at the issue (global memory does not change under a kernel)
+  };
+  std::vector<std::vector<AsyncCopy>> async_open_;                // per thread: issued, not committed
+  std::vector<std::vector<std::vector<AsyncCopy>>> async_groups_;  // per thread: committed, oldest first
+  // (both empty until the block's first cp.async: most blocks never use one)
   std::vector<Slot> slots_;          // static shared declarations used by this block
   size_t shared_used_ = 0;   // arena offset of the next allocation
   size_t shared_bytes_ = 0;  // bytes the block has declared (checked against kSharedBytes)

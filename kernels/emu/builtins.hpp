@@ -29,6 +29,11 @@ void sync_warp(unsigned mask);
 // Every lane of `mask` publishes `bits`; each gets back the bits of lane src_lane (0..31) of its
 // warp; all-ones bits (NaN) when that lane does not exist or has exited (undefined on a GPU).
 uint64_t warp_exchange(uint64_t bits, int src_lane, unsigned mask);
+// The warp-wide instructions and cp.async of kernels/emu/ptx.hpp (BlockRunner's, block.hpp).
+void warp_gather(const void* mine, size_t bytes, void* all);
+void async_copy(void* dst, const void* src, size_t bytes, size_t src_bytes);
+void async_commit();
+void async_wait(int pending);
 
 [[noreturn]] void misaligned_load(const void* p, size_t bytes);  // throws (launch.cpp)
 

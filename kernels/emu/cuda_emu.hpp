@@ -7,12 +7,14 @@
 //   shared.hpp    D2L_SHARED / D2L_DYNAMIC_SHARED
 //   builtins.hpp  index variables, barriers, shuffles, atomics, intrinsics, float4
 //   wmma.hpp      tensor cores: nvcuda::wmma's TF32 fragments, as `wmma`
+//   ptx.hpp       cp.async, ldmatrix and mma.sync (m16n8k8 TF32) with PTX's per-lane fragments, as `ptx`
 //   launch.hpp    D2L_LAUNCH's runtime: blocks over the device's threads, the launch log
 // Device code must live inside D2L_CUDA_NS (the built-ins are not in the global namespace).
 #pragma once
 
 #include "kernels/emu/builtins.hpp"
 #include "kernels/emu/launch.hpp"
+#include "kernels/emu/ptx.hpp"
 #include "kernels/emu/shared.hpp"
 #include "kernels/emu/wmma.hpp"
 
@@ -38,6 +40,7 @@
 namespace d2l::kernels::emu {
 using namespace ::d2l::cuda_emu::builtins;
 namespace wmma = ::d2l::cuda_emu::wmma;  // tensor cores (TF32), kernels/emu/wmma.hpp
+namespace ptx = ::d2l::cuda_emu::ptx;    // PTX's cp.async, ldmatrix, mma.sync, kernels/emu/ptx.hpp
 inline float to_tf32(float x) { return wmma::__float_to_tf32(x); }  // as d2l_cuda.cuh's
 using Stream = ::d2l::cuda_emu::Stream;  // the emu device's thread budget; null = calling thread only
 }  // namespace d2l::kernels::emu
