@@ -20,10 +20,8 @@ namespace d2l::optim::zero {
 
 namespace {
 
-size_t bytes_of(int64_t n) { return static_cast<size_t>(n) * sizeof(float); }
-
 int64_t bytes_held(const Tensor& t) {
-  return t.defined() && t.impl().storage ? static_cast<int64_t>(bytes_of(t.numel())) : 0;
+  return t.defined() && t.impl().storage ? static_cast<int64_t>(float_bytes(t.numel())) : 0;
 }
 
 // Calls f(p, a, b) for every parameter p of a unit (its place in the unit) with elements in the
@@ -39,9 +37,9 @@ void each_piece_between(const std::vector<int64_t>& offsets, int64_t lo, int64_t
 // dst's elements [at, at + src.numel()) += src's (gradient accumulation: a bucket packed or sent twice).
 void add_at(const Tensor& dst, int64_t at, const Tensor& src) {
   Tensor part = Tensor::empty(src.shape(), dst.device());
-  copy_bytes(dst, bytes_of(at), part, 0, bytes_of(src.numel()));
+  copy_bytes(dst, float_bytes(at), part, 0, float_bytes(src.numel()));
   add_(part, src);
-  copy_bytes(part, 0, dst, bytes_of(at), bytes_of(src.numel()));
+  copy_bytes(part, 0, dst, float_bytes(at), float_bytes(src.numel()));
 }
 
 }  // namespace
@@ -151,14 +149,14 @@ Tensor RankShards::chunk_on_first(const Unit& unit, const std::function<const Te
   if (unit.pieces.size() == 1 && unit.n > 0) return field(unit.pieces[0]);
   Tensor chunk = Tensor::empty({unit.n}, device());  // the pieces end to end on the first device
   for (const Piece& p : unit.pieces)
-    if (p.n > 0) copy_bytes(field(p), 0, chunk, bytes_of(p.lo - unit.lo), bytes_of(p.n));
+    if (p.n > 0) copy_bytes(field(p), 0, chunk, float_bytes(p.lo - unit.lo), float_bytes(p.n));
   return chunk;
 }
 
 void RankShards::copy_flat(const Unit& unit, size_t i, int64_t lo, const Tensor& flat, bool into_replicas) const {
   each_piece_between(unit.offsets, lo, lo + flat.numel(), [&](size_t p, int64_t a, int64_t b) {
     const Tensor& w = replicas_[unit.params[p]][i];
-    const size_t in_param = bytes_of(a - unit.offsets[p]), in_flat = bytes_of(a - lo), bytes = bytes_of(b - a);
+    const size_t in_param = float_bytes(a - unit.offsets[p]), in_flat = float_bytes(a - lo), bytes = float_bytes(b - a);
     if (into_replicas) copy_bytes(flat, in_flat, w, in_param, bytes);
     else copy_bytes(w, in_param, flat, in_flat, bytes);
   });
@@ -368,7 +366,7 @@ void RankShards::make_buckets() {
     double bytes = 0;
     do {
       --b.first;
-      bytes += static_cast<double>(bytes_of(layout_.offsets[b.first + 1] - layout_.offsets[b.first]));
+      bytes += static_cast<double>(float_bytes(layout_.offsets[b.first + 1] - layout_.offsets[b.first]));
     } while (b.first > 0 && bytes < cap);
     for (size_t k = b.first; k < b.last; ++k) bucket_of_[k] = buckets_.size();
     buckets_.push_back(b);
@@ -399,7 +397,7 @@ void RankShards::pack(size_t k, bool release) {
   } else {
     if (!b.packed.defined()) b.packed = Tensor::empty({layout_.offsets[b.last] - layout_.offsets[b.first]}, device());
     if (packed_[k]) add_at(b.packed, at, g);
-    else copy_bytes(g, 0, b.packed, bytes_of(at), bytes_of(g.numel()));
+    else copy_bytes(g, 0, b.packed, float_bytes(at), float_bytes(g.numel()));
   }
   if (release)
     for (auto& w : replicas_[k]) w.impl().grad.reset();
@@ -475,7 +473,7 @@ void RankShards::sum_into_pieces(const StepInput& in) {
     }
     g = Tensor::empty({unit.n}, device());
     each_piece_between(unit.offsets, unit.lo, unit.lo + unit.n, [&](size_t p, int64_t a, int64_t b) {
-      copy_bytes(grads[p][0], bytes_of(a - unit.offsets[p]), g, bytes_of(a - unit.lo), bytes_of(b - a));
+      copy_bytes(grads[p][0], float_bytes(a - unit.offsets[p]), g, float_bytes(a - unit.lo), float_bytes(b - a));
     });
   } else {
     // Chunk r's sum arrives in grad_shard_, no other. Stage 1 reduce-scatters every bucket now and
@@ -498,7 +496,7 @@ void RankShards::sum_into_pieces(const StepInput& in) {
       continue;
     }
     p.grad = Tensor::empty({p.n}, devices_[i]);
-    copy_bytes(g, bytes_of(p.lo - unit.lo), p.grad, 0, bytes_of(p.n));
+    copy_bytes(g, float_bytes(p.lo - unit.lo), p.grad, 0, float_bytes(p.n));
   }
 }
 

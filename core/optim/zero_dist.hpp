@@ -79,6 +79,9 @@ namespace d2l::optim::zero {
 // Whether D2L_FAIL_RANK_IN_ALLGATHER (above) asks this rank to fail in stage `stage`'s all-gather.
 bool fails_in_allgather(int stage);
 
+// The bytes of n floats: what the pieces' copies and memory rows count in.
+inline size_t float_bytes(int64_t n) { return static_cast<size_t>(n) * sizeof(float); }
+
 class RankShards : public Shards, NoCopy {
  public:
   // stage 1, 2 or 3. reduce_bucket_mb: stage 2's buckets (above), finite and >= 0 (a ConfigError

@@ -17,12 +17,6 @@
 
 namespace d2l::optim::zero {
 
-namespace {
-
-size_t bytes_of(int64_t n) { return static_cast<size_t>(n) * sizeof(float); }
-
-}  // namespace
-
 void RankShards::shard_parameters(const StepInput& in, const std::vector<std::vector<size_t>>& units) {
   shard(in.weights, in.names, units, in.host);
 }
@@ -146,7 +140,7 @@ void RankShards::reduce_scatter_gradients(size_t u) {
     const Piece& p = unit.pieces[i];
     if (p.n == 0) continue;
     Tensor part = Tensor::empty({p.n}, p.grad.device());
-    copy_bytes(mine, bytes_of(p.lo - unit.lo), part, 0, bytes_of(p.n));
+    copy_bytes(mine, float_bytes(p.lo - unit.lo), part, 0, float_bytes(p.n));
     add_(p.grad, part);
   }
 }
@@ -170,7 +164,7 @@ void RankShards::set_parameters(const std::vector<std::vector<float>>& full) {
     for (Piece& piece : unit.pieces) {
       if (piece.n == 0) continue;
       const auto flat = from_host(unit, piece, [&](size_t k) -> const std::vector<float>& { return full.at(k); });
-      copy_bytes(Tensor::from_vector(flat, {piece.n}, piece.param.device()), 0, piece.param, 0, bytes_of(piece.n));
+      copy_bytes(Tensor::from_vector(flat, {piece.n}, piece.param.device()), 0, piece.param, 0, float_bytes(piece.n));
     }
 }
 
