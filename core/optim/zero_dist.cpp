@@ -34,6 +34,15 @@ void each_piece_between(const std::vector<int64_t>& offsets, int64_t lo, int64_t
   }
 }
 
+// A loaded slot of parameter k's optimizer state must be empty (nothing loaded) or hold its n values.
+void check_slots(const std::vector<std::string>& names, const std::vector<std::vector<std::vector<float>>>& host, size_t k,
+                 int64_t n) {
+  for (const auto& slot : host[k])
+    if (!slot.empty() && static_cast<int64_t>(slot.size()) != n)
+      throw ShapeError("Trainer: a slot of the optimizer state of '" + names[k] + "' has " + std::to_string(slot.size()) +
+                       " values but the parameter has " + std::to_string(n));
+}
+
 // dst's elements [at, at + src.numel()) += src's (gradient accumulation: a bucket packed or sent twice).
 void add_at(const Tensor& dst, int64_t at, const Tensor& src) {
   Tensor part = Tensor::empty(src.shape(), dst.device());
@@ -114,12 +123,7 @@ RankShards::Unit RankShards::unit_of(const std::vector<size_t>& params) const {
 
 void RankShards::place_state(const std::vector<std::string>& names, std::vector<std::vector<std::vector<float>>>& host) {
   for (const Unit& unit : units_)  // every size checked before anything is placed
-    for (size_t p = 0; p < unit.params.size(); ++p)
-      for (auto& slot : host[unit.params[p]])
-        if (!slot.empty() && static_cast<int64_t>(slot.size()) != unit.offsets[p + 1] - unit.offsets[p])
-          throw ShapeError("Trainer: a slot of the optimizer state of '" + names[unit.params[p]] + "' has " +
-                           std::to_string(slot.size()) + " values but the parameter has " +
-                           std::to_string(unit.offsets[p + 1] - unit.offsets[p]));
+    for (size_t p = 0; p < unit.params.size(); ++p) check_slots(names, host, unit.params[p], unit.offsets[p + 1] - unit.offsets[p]);
   for (Unit& unit : units_)
     for (size_t i = 0; i < unit.pieces.size(); ++i) {
       Piece& piece = unit.pieces[i];
@@ -299,12 +303,17 @@ std::vector<int64_t> RankShards::unit_sizes() const {
 
 // ---- Stages 1 and 2: the chunk laid out, the gradients reduce-scattered into it ----
 
-ShardLayout RankShards::layout() const { return stage_ < 3 && placed() ? layout_ : ShardLayout{}; }
+ShardLayout RankShards::layout() const {
+  if (stage_ == 3 || !placed()) return {};
+  ShardLayout l{units_[0].offsets, {}};
+  for (int r = 0; r <= group_.size(); ++r) l.bounds.push_back(dist::chunk_begin(l.total(), r, group_));
+  return l;
+}
 
 bool RankShards::fits(const std::vector<std::vector<Tensor>>& weights) const {
-  if (!placed() || weights.size() + 1 != layout_.offsets.size()) return false;
+  if (!placed() || weights.size() + 1 != offsets().size()) return false;
   for (size_t k = 0; k < weights.size(); ++k) {
-    if (weights[k].size() != devices_.size() || weights[k][0].numel() != layout_.offsets[k + 1] - layout_.offsets[k])
+    if (weights[k].size() != devices_.size() || weights[k][0].numel() != offsets()[k + 1] - offsets()[k])
       return false;
     for (size_t i = 0; i < weights[k].size(); ++i)
       if (weights[k][i].device() != devices_[i]) return false;
@@ -317,30 +326,21 @@ void RankShards::place(const std::vector<std::vector<Tensor>>& weights, const st
   const std::vector<Device> devices = devices_of(weights, names);
   // The unsharded values: loaded ones, else the chunk kept so far (the parameters moved), else zeros.
   if (!loaded_state_waits(host) && placed()) host = gather_state();
-  std::vector<int64_t> sizes;
-  for (auto& w : weights) sizes.push_back(w[0].numel());
+  std::vector<int64_t> offsets{0};
+  for (size_t k = 0; k < weights.size(); ++k) {
+    offsets.push_back(offsets.back() + weights[k][0].numel());
+    check_slots(names, host, k, weights[k][0].numel());  // before anything changes
+  }
   // A loaded state for the same parameters keeps the buckets, and what backward already sent into them.
-  const ShardLayout layout = shard_layout(sizes, static_cast<size_t>(group_.size()));  // the devices' split, over the ranks
-  const bool same_layout = placed() && layout.offsets == layout_.offsets && devices_ == devices;
+  const bool same_layout = placed() && offsets == this->offsets() && devices_ == devices;
   if (!same_layout && (!pending_.empty() || std::find(packed_.begin(), packed_.end(), true) != packed_.end()))
     throw ConfigError("Trainer: zero_stage " + std::to_string(stage_) + ": the parameters changed between backward and "
                       "the step, whose gradients are already reduce-scattered and released: step before moving them");
-  // Laid out anew; a loaded state of the wrong size (place_state's ShapeError) leaves the old layout.
-  std::vector<Unit> kept;
-  kept.swap(units_);
-  const ShardLayout kept_layout = layout_;
-  const std::vector<Device> kept_devices = devices_;
-  const std::vector<std::vector<Tensor>> kept_replicas = replicas_;
-  layout_ = layout, devices_ = devices, replicas_ = weights;
+  devices_ = devices, replicas_ = weights;
   std::vector<size_t> all(weights.size());
   std::iota(all.begin(), all.end(), size_t{0});
-  units_.push_back(unit_of(all));
-  try {
-    place_state(names, host);
-  } catch (...) {
-    units_.swap(kept), layout_ = kept_layout, devices_ = kept_devices, replicas_ = kept_replicas;
-    throw;
-  }
+  units_.assign(1, unit_of(all));
+  place_state(names, host);
   index_.clear();
   completed_.assign(weights.size(), 0);
   for (size_t k = 0; k < weights.size(); ++k)
@@ -355,7 +355,7 @@ void RankShards::place(const std::vector<std::vector<Tensor>>& weights, const st
 void RankShards::make_buckets() {
   // From the last parameter back, each bucket closing once it holds bucket_mb_ MiB (DDP's rule). At
   // stage 1 every .grad buffer stays anyway: each is sent as it is, one parameter a bucket, no packing.
-  const size_t params = layout_.offsets.size() - 1;
+  const size_t params = offsets().size() - 1;
   const double cap = stage_ == 1 ? 0.0 : bucket_mb_ * 1024 * 1024;
   buckets_.clear();
   bucket_of_.assign(params, 0);
@@ -366,7 +366,7 @@ void RankShards::make_buckets() {
     double bytes = 0;
     do {
       --b.first;
-      bytes += static_cast<double>(float_bytes(layout_.offsets[b.first + 1] - layout_.offsets[b.first]));
+      bytes += static_cast<double>(float_bytes(offsets()[b.first + 1] - offsets()[b.first]));
     } while (b.first > 0 && bytes < cap);
     for (size_t k = b.first; k < b.last; ++k) bucket_of_[k] = buckets_.size();
     buckets_.push_back(b);
@@ -390,12 +390,12 @@ void RankShards::pack(size_t k, bool release) {
   // the bucket; at stage 2 the .grad buffers go (the allocator takes each back once the queued copy has read it).
   Bucket& b = buckets_[bucket_of_[k]];
   const Tensor g = device_sum(k);
-  const int64_t at = layout_.offsets[k] - layout_.offsets[b.first];
+  const int64_t at = offsets()[k] - offsets()[b.first];
   if (b.last - b.first == 1) {  // a lone parameter: its gradient is the bucket
     if (packed_[k]) add_(b.packed, g);
     else b.packed = g;
   } else {
-    if (!b.packed.defined()) b.packed = Tensor::empty({layout_.offsets[b.last] - layout_.offsets[b.first]}, device());
+    if (!b.packed.defined()) b.packed = Tensor::empty({offsets()[b.last] - offsets()[b.first]}, device());
     if (packed_[k]) add_at(b.packed, at, g);
     else copy_bytes(g, 0, b.packed, float_bytes(at), float_bytes(g.numel()));
   }
@@ -409,8 +409,8 @@ void RankShards::send(Bucket& b) {
   // The bucket is elements [a, end) of the flat vector: rank r receives those inside its chunk, one
   // range of it, which starts at element max(a, lo) - lo of grad_shard_.
   const Unit& unit = units_[0];
-  const int64_t a = layout_.offsets[b.first], end = layout_.offsets[b.last];
-  const std::vector<int64_t> counts = dist::counts_in_chunks(layout_.total(), a, end, group_);
+  const int64_t a = offsets()[b.first], end = offsets()[b.last];
+  const std::vector<int64_t> counts = dist::counts_in_chunks(offsets().back(), a, end, group_);
   const int64_t at = std::clamp<int64_t>(a - unit.lo, 0, unit.n), mine = counts[static_cast<size_t>(group_.rank())];
   if (b.sent == 0) {
     pending_.push_back(dist::reduce_scatter_async(b.packed, grad_shard_, at, counts, group_));
@@ -466,14 +466,11 @@ void RankShards::sum_into_pieces(const StepInput& in) {
   Unit& unit = units_[0];
   Tensor g;
   if (stage_ == 1 && summed) {  // DDP's buckets all-reduced every gradient during backward: chunk r of the sum
-    std::vector<std::vector<Tensor>> grads(replicas_.size());
-    for (size_t k = 0; k < replicas_.size(); ++k) {
-      const Tensor& w = replicas_[k][0];
-      grads[k].push_back(w.grad().defined() ? w.grad() : Tensor::zeros(w.shape(), w.device()));
-    }
-    g = Tensor::empty({unit.n}, device());
+    g = Tensor::zeros({unit.n}, device());  // zeros where a parameter got no gradient
     each_piece_between(unit.offsets, unit.lo, unit.lo + unit.n, [&](size_t p, int64_t a, int64_t b) {
-      copy_bytes(grads[p][0], float_bytes(a - unit.offsets[p]), g, float_bytes(a - unit.lo), float_bytes(b - a));
+      const Tensor& w = replicas_[unit.params[p]][0];
+      if (w.grad().defined())
+        copy_bytes(w.grad(), float_bytes(a - unit.offsets[p]), g, float_bytes(a - unit.lo), float_bytes(b - a));
     });
   } else {
     // Chunk r's sum arrives in grad_shard_, no other. Stage 1 reduce-scatters every bucket now and

@@ -199,7 +199,7 @@ class RankShards : public Shards, NoCopy {
   Step clipped(const Step& s, GradClip* clip) const;
 
   // Stages 1 and 2: the chunk laid out, the gradients reduce-scattered into it.
-  ShardLayout layout_;
+  const std::vector<int64_t>& offsets() const { return units_[0].offsets; }  // the one unit's: every parameter's
   Tensor grad_shard_;  // the chunk's summed gradient, on the first device (stage 1: during the step only)
   std::vector<Bucket> buckets_;                           // in launch order at the step
   std::vector<size_t> bucket_of_;                         // per parameter
