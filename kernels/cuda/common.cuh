@@ -3,6 +3,7 @@
 //   D2L_LAUNCH_OVER(n, stream, kernel, args...)   an elementwise kernel's launch: nothing when n <= 0,
 //                     else grid_for(n) blocks of kThreads, then the launch check
 //   axpy_value(a, x, y)   y + a * x rounded as axpy_kernel rounds it (one FMA on a GPU)
+//   gemm_store(c, alpha, acc, beta)   a GEMM's C = alpha * acc + beta * C (matmul.cu, matmul_mma.cu)
 //   ScratchBuffer<T>  a temporary device buffer owned by one launcher (conv2d's col, sum's partials)
 #pragma once
 #include <cstdint>
@@ -60,6 +61,11 @@ constexpr int kReduceThreads = 32;
 // rounds the product, then the sum. Kernels that must give add_'s bits (sgd.cu's multi-tensor step, which
 // does in one kernel what add_ does in three) call this, as axpy_kernel does, so the two agree in both
 // builds whatever the compiler would contract in a longer expression.
+// C = alpha * acc + beta * C; with beta == 0, C is not read (it may hold garbage, as in BLAS).
+__device__ __forceinline__ void gemm_store(float* c, float alpha, float acc, float beta) {
+  *c = beta == 0.0f ? alpha * acc : alpha * acc + beta * *c;
+}
+
 __device__ __forceinline__ float axpy_value(float a, float x, float y) {
 #ifdef __CUDACC__
   return __fmaf_rn(a, x, y);

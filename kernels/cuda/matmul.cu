@@ -28,6 +28,7 @@
 // Built twice (kernels/cuda/d2l_cuda.cuh): nvcc -> d2l::kernels::cuda, g++ + kernels/emu -> d2l::kernels::emu.
 #include "kernels/cuda/d2l_cuda.cuh"
 #include "kernels/cuda/kernels.hpp"
+#include "kernels/cuda/common.cuh"
 
 #include <cstdint>
 #include <stdexcept>
@@ -43,11 +44,6 @@
 #endif
 
 namespace D2L_CUDA_NS {
-
-// C = alpha * acc + beta * C; with beta == 0, C is not read (it may hold garbage, as in BLAS).
-__device__ __forceinline__ void gemm_store(float* c, float alpha, float acc, float beta) {
-  *c = beta == 0.0f ? alpha * acc : alpha * acc + beta * *c;
-}
 
 // ---- kernel1: grid (ceil(N/16), ceil(M/16)), block (16, 16). x runs along a row of C, so
 // neighbouring threads read neighbouring B and write neighbouring C.

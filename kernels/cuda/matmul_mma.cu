@@ -30,6 +30,7 @@
 // for, ldmatrix and mma.sync exchange the lanes' registers (kernels/emu/ptx.hpp).
 #include "kernels/cuda/d2l_cuda.cuh"
 #include "kernels/cuda/kernels.hpp"
+#include "kernels/cuda/common.cuh"
 
 #include <cstdint>
 #include <cstring>
@@ -155,10 +156,7 @@ __global__ void matmul_kernel6_mma(int64_t M, int64_t N, int64_t K, float alpha,
     for (int j = 0; j < kTilesN; ++j)
       for (int q = 0; q < 4; ++q) {
         const int64_t r = row0 + wm + 16 * i + g + 8 * (q / 2), c = col0 + wn + 8 * j + 2 * t + q % 2;
-        if (r < M && c < N) {
-          float* out = &C[r * N + c];
-          *out = beta == 0.0f ? alpha * acc[i][j][q] : alpha * acc[i][j][q] + beta * *out;  // C not read at beta 0
-        }
+        if (r < M && c < N) gemm_store(&C[r * N + c], alpha, acc[i][j][q], beta);
       }
 #endif
 }
