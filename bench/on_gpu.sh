@@ -10,6 +10,7 @@
 #      ch1fp32   the same 3 epochs with --precision fp32: the training curves side by side
 #      ch1x2     chapter 1 on two logical devices of GPU 0 (gpu:0,gpu:0)
 #      ch2       chapter 2's ResNet-18, one epoch of all 60000 images, batch 256, on gpu:0 (seed 0)
+#      ch2mma    the same epoch with --gemm mma: kernel5's convolutions on its mma core (mma.sync, cp.async)
 #      ch2fp32   the same with --precision fp32
 #      ch2lab    chapter 2's lab CNN, 3 epochs, on gpu:0
 #      ch2x2     chapter 2's lab CNN on gpu:0,gpu:0 and on gpu:0, one epoch each (the same numbers)
@@ -204,7 +205,7 @@ command -v nvidia-smi >/dev/null 2>&1 || { stopped_by="no nvidia-smi"; echo "ben
 gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d .)
 { echo "==== nvidia-smi"; nvidia-smi; } >>"$log" 2>&1
-steps=${D2L_GPU_STEPS:-tests tables ch1 ch1fp32 ch1x2 ch2 ch2lab ch2x2 ch3 equiv ch2trace ch2seeds ch2fp32 ch2seedsfp32 ncu}
+steps=${D2L_GPU_STEPS:-tests tables ch1 ch1fp32 ch1x2 ch2 ch2mma ch2lab ch2x2 ch3 equiv ch2trace ch2seeds ch2fp32 ch2seedsfp32 ncu}
 SECONDS=0  # the budget's clock
 
 run() {  # run NAME SECONDS COMMAND...: the output into log.txt; exit status and seconds into the summaries
@@ -255,6 +256,7 @@ for step in $steps; do
     ch1fp32) run ch1fp32 120 "$ch1" --devices gpu:0 --num-epochs 3 --plot '' --precision fp32 ;;
     ch1x2) run ch1x2 120 "$ch1" --devices gpu:0,gpu:0 --num-epochs 3 --plot '' ;;
     ch2) run ch2 120 "${r18[@]}" ;;
+    ch2mma) run ch2mma 120 "${r18[@]}" --gemm mma ;;
     ch2fp32) run ch2fp32 120 "${r18[@]}" --precision fp32 ;;
     ch2lab) run ch2lab 90 "$ch2" --model lab-cnn --devices gpu:0 --num-epochs 3 --plot '' ;;
     ch2x2)

@@ -757,17 +757,20 @@ double worst_scaled(const std::vector<double>& ref, const std::vector<double>& a
   return worst;
 }
 
-// Sets the precision and kernel5's tile for one scope, restoring both after.
+// Sets the precision, kernel5's tile and its TF32 core for one scope, restoring all three after.
 struct Kernel5Setting {
   d2l::kernels::cpu::Precision saved_precision = k::precision();
   int saved_tile = kemu::conv2d_implicit_tile();
-  Kernel5Setting(d2l::kernels::cpu::Precision p, int tile) {
+  kemu::ImplicitCore saved_core = kemu::conv2d_implicit_core();
+  Kernel5Setting(d2l::kernels::cpu::Precision p, int tile, kemu::ImplicitCore core = kemu::ImplicitCore::wmma) {
     k::set_precision(p);
     kemu::set_conv2d_implicit_tile(tile);
+    kemu::set_conv2d_implicit_core(core);
   }
   ~Kernel5Setting() {
     k::set_precision(saved_precision);
     kemu::set_conv2d_implicit_tile(saved_tile);
+    kemu::set_conv2d_implicit_core(saved_core);
   }
 };
 
@@ -955,6 +958,67 @@ TEST_CASE("GPU kernel5 split-K backward_weight (emulated): the same bits on ever
     CHECK(run(nullptr) == dw);
     CHECK(run(&two.ctx) == dw);
     CHECK(worst_scaled(ref.dw, ref.dw_abs, dw) <= std::ldexp(1.0, -10) + 270 * std::ldexp(1.0, -23));
+  }
+}
+
+// The mma core (mma.sync fed by cp.async pipelines) against the double reference within TF32's bound, with
+// each of its tiles (128x64 forced by 64, 128x128 by 128) and the launcher's choice, strided backward_data's
+// classes included. Under the emulation a copy's destination reads NaN until its group is waited for, so a
+// slice computed on too early fails here; mma.sync takes its fragments in PTX's per-lane layout, so a
+// fragment read from the wrong place is a wrong product. That the mma core ran: its kernel was launched, the
+// others were not, and the results differ from the fp32 core's as TF32's do.
+TEST_CASE("GPU kernel5 mma core (emulated): within TF32's bound of the double reference, every tile and pass") {
+  std::vector<NetShape> shapes = shapes_of({Set::gpu_tf32});
+  for (const NetShape& ns : shapes_of({Set::gpu_strided})) shapes.push_back(ns);
+  for (int tile : {0, 64, 128}) {
+    for (const NetShape& ns : shapes) {
+      const Conv2dShape& s = ns.s;
+      INFO("tile " << tile << ": " << ns.name << ": " << describe(s));
+      auto x = lcg_data(x_size(s), 81), w = lcg_data(w_size(s), 82), r = lcg_data(y_size(s), 83);
+      const RefPasses ref = ref_passes(s, x, w, r);
+      std::vector<std::vector<float>> fp32, mma;
+      {
+        Kernel5Setting setting(d2l::kernels::cpu::Precision::fp32, tile, kemu::ImplicitCore::mma);
+        fp32 = implicit_passes(nullptr, s, x, w, r);
+      }
+      {
+        Kernel5Setting setting(d2l::kernels::cpu::Precision::tf32, tile, kemu::ImplicitCore::mma);
+        const int64_t before = launches("conv2d_implicit_mma_kernel"), wmma = launches("conv2d_implicit_tf32_kernel"),
+                      simt = launches("conv2d_implicit_gemm_kernel");
+        mma = implicit_passes(nullptr, s, x, w, r);
+        CHECK(launches("conv2d_implicit_mma_kernel") == before + 3);
+        CHECK(launches("conv2d_implicit_tf32_kernel") == wmma);
+        CHECK(launches("conv2d_implicit_gemm_kernel") == simt);
+      }
+      const double depth_dx = s.stride_h * s.stride_w > 1 ? strided_depth(s) : double(s.OC * s.KH * s.KW);
+      const double K[3] = {double(s.C * s.KH * s.KW), depth_dx, double(s.N * s.OH() * s.OW())};
+      const std::vector<double>* refs[3] = {&ref.y, &ref.dx, &ref.dw};
+      const std::vector<double>* abs_sums[3] = {&ref.y_abs, &ref.dx_abs, &ref.dw_abs};
+      for (int pass = 0; pass < 3; ++pass) {
+        INFO("pass " << pass << " (0 forward, 1 backward_data, 2 backward_weight)");
+        CHECK(worst_scaled(*refs[pass], *abs_sums[pass], mma[pass]) <= std::ldexp(1.0, -10) + K[pass] * std::ldexp(1.0, -23));
+        CHECK(worst_vs(fp32[pass], mma[pass]) >= 1e-5);  // TF32 really ran
+      }
+    }
+  }
+}
+
+// The mma core split along k (backward_weight's long Kdim, strided backward_data's classes): every slice of
+// the workspace written whole, summed in slice order; the same bits on every run and on 1 or 2 device threads.
+TEST_CASE("GPU kernel5 mma core split-K (emulated): the same bits on every run and thread count" *
+          doctest::test_suite("threads")) {
+  d2l::test::TwoThreads two;
+  Kernel5Setting setting(d2l::kernels::cpu::Precision::tf32, 0, kemu::ImplicitCore::mma);
+  for (const Conv2dShape& s : {Conv2dShape{3, 8, 10, 9, 12, 3, 3, 1, 1, 1, 1}, Conv2dShape{2, 5, 9, 11, 40, 3, 3, 2, 2, 1, 1}}) {
+    INFO(describe(s));
+    auto x = lcg_data(x_size(s), 84), w = lcg_data(w_size(s), 85), r = lcg_data(y_size(s), 86);
+    const RefPasses ref = ref_passes(s, x, w, r);
+    const int64_t before = launches("conv2d_implicit_splitk_sum_kernel");
+    const auto got = implicit_passes(nullptr, s, x, w, r);
+    CHECK(launches("conv2d_implicit_splitk_sum_kernel") > before);  // split, then summed
+    CHECK(implicit_passes(nullptr, s, x, w, r) == got);
+    CHECK(implicit_passes(&two.ctx, s, x, w, r) == got);
+    CHECK(worst_scaled(ref.dw, ref.dw_abs, got[2]) <= std::ldexp(1.0, -10) + double(s.N * s.OH() * s.OW()) * std::ldexp(1.0, -23));
   }
 }
 

@@ -231,3 +231,36 @@ TEST_CASE("conv2d on emu(0) follows --gemm: the CPU GEMM for cublas, the emulate
   detail::set_gemm("cublas");
   kernels::cpu::set_conv2d_kernel(kernels::cpu::Conv2dKernel::automatic);  // the default
 }
+
+TEST_CASE("conv2d on emu(0) in TF32: --gemm mma runs kernel5 on its mma core, every other name on its wmma core") {
+  emus(1);
+  kernels::cpu::set_conv2d_kernel(kernels::cpu::Conv2dKernel::implicit);
+  kernels::cpu::set_precision(kernels::cpu::Precision::tf32);
+  const Tensor x = Tensor::from_vector(test::lcg_data(2 * 3 * 6 * 6, 14), {2, 3, 6, 6}, emu(0));
+  const Tensor w = Tensor::from_vector(test::lcg_data(4 * 3 * 3 * 3, 15), {4, 3, 3, 3}, emu(0));
+  const Tensor b = Tensor::from_vector(test::lcg_data(4, 16), {4}, emu(0));
+  const std::vector<float> want = conv2d(x.to(cpu(0)), w.to(cpu(0)), b.to(cpu(0)), {1, 1}, {1, 1}).to_vector();
+  for (const char* gemm : {"mma", "tf32", "cublas"}) {
+    CAPTURE(gemm);
+    detail::set_gemm(gemm);
+    cuda_emu::clear_launch_log();
+    const std::vector<float> y = conv2d(x, w, b, {1, 1}, {1, 1}).to(cpu(0)).to_vector();
+    auto launched = [](const std::string& kernel) {  // a template kernel is logged with its arguments
+      int64_t n = 0;
+      for (const auto& [name, count] : cuda_emu::launch_log())
+        if (name.rfind(kernel + "<", 0) == 0) n += count;
+      return n;
+    };
+    const bool mma = std::string(gemm) == "mma";
+    CHECK(launched("conv2d_implicit_mma_kernel") == (mma ? 1 : 0));
+    CHECK(launched("conv2d_implicit_tf32_kernel") == (mma ? 0 : 1));
+    REQUIRE(y.size() == want.size());
+    double err = 0;
+    for (size_t i = 0; i < y.size(); ++i) err = std::max(err, double(std::fabs(y[i] - want[i])));
+    CAPTURE(err);
+    CHECK(err <= 1e-2);  // TF32's inputs: sums of 27 products of values below 1
+  }
+  detail::set_gemm("cublas");
+  kernels::cpu::set_precision(kernels::cpu::Precision::automatic);
+  kernels::cpu::set_conv2d_kernel(kernels::cpu::Conv2dKernel::automatic);  // the default
+}

@@ -44,6 +44,8 @@ static void set_conv_gemm(int g) {
 // --gemm names a member of one family or the other: the GPU's (cublas, tiled, regblock, warptiled, tf32, mma) or the CPU's
 // (openblas, packed, blocked); naive is kernel1 of both; auto is each family's default (cuBLAS on GPUs,
 // kernels::cpu's per-shape choice on CPUs). The family a name does not belong to keeps its default.
+// mma is PTX's tensor-core path for every GEMM of a TF32 run: kernel6, and conv2d's kernel5 on its mma core
+// (kernels/cuda/conv2d_implicit.cu); any other name leaves kernel5 on its wmma core.
 void set_gemm(const std::string& name) {
   using kernels::cpu::GemmKernel;
   int g = 0;
@@ -63,6 +65,11 @@ void set_gemm(const std::string& name) {
                       "': expected auto, cublas, tiled, regblock, warptiled, tf32, mma (GPUs), openblas, packed, blocked (CPUs) or naive");
   g_gemm = g;
   set_conv_gemm(g);
+  const bool mma = name == "mma";
+  kernels::emu::set_conv2d_implicit_core(mma ? kernels::emu::ImplicitCore::mma : kernels::emu::ImplicitCore::wmma);
+#ifdef D2L_WITH_CUDA
+  kernels::cuda::set_conv2d_implicit_core(mma ? kernels::cuda::ImplicitCore::mma : kernels::cuda::ImplicitCore::wmma);
+#endif
   kernels::cpu::set_gemm_kernel(cpu);
 }
 

@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
+#include <cstring>
 #include <stdexcept>
 
 // kernel5's loops over its register tiles and fragments, unrolled (nvcc: #pragma unroll; g++ for the
@@ -40,7 +42,7 @@ namespace D2L_CUDA_NS {
 //                    A(oc, p) = dy[n][oc][oh][ow]
 //                    B(p, j)  = x[n][ci][oh*sh - ph + kh][ow*sw - pw + kw]   (0 in the padding)
 //
-// Two variants compute these GEMMs, with the same tiles' loads and the same stores:
+// Three variants compute these GEMMs, with the same passes, tables and stores:
 //   fp32  (SIMT)   a 256-thread block computes a 128x128 (or 64x64) tile of C, each thread an 8x8 (4x4)
 //                  micro-tile in registers (matmul.cu's kernel3/kernel4 idea), from 16-deep tiles of A
 //                  and B in shared memory: plain FP32 multiply-adds, kernel1's accuracy.
@@ -49,8 +51,13 @@ namespace D2L_CUDA_NS {
 //                  of 16x16 and feeds them with wmma's m16n16k8 TF32 products. The tiles' values are
 //                  rounded to TF32 (10-bit mantissa) as they are stored in shared memory; the sums are
 //                  FP32. Its results differ from FP32's by about 2^-11 of sum |a||b| per output.
-// conv2d_*_implicit run tf32 when kernels::cpu::precision() is tf32, or automatic on a real GPU of
-// compute capability 8.0 or more; else fp32 (automatic under the emulation, or an older GPU).
+//   mma   (tensor cores through PTX, sm_80 and later; set_conv2d_implicit_core, --gemm mma)  the tf32
+//                  variant's arithmetic on another core: 128x128 (or 128x64) tiles of 16-deep slices
+//                  copied by cp.async straight into swizzled shared memory, two or three in flight, and
+//                  mma.sync m16n8k8 on fragments read as PTX lays them out (conv2d_implicit_mma_kernel).
+// conv2d_*_implicit run tf32 (on the wmma core unless set_conv2d_implicit_core says mma) when
+// kernels::cpu::precision() is tf32, or automatic on a real GPU of compute capability 8.0 or more; else
+// fp32 (automatic under the emulation, or an older GPU).
 //
 // The index arithmetic, once per tile rather than once per element. All sizes are 32-bit ints (the
 // launchers refuse tensors of 2^31 elements or more). A GEMM index is a mixed-radix number:
@@ -113,14 +120,17 @@ struct Geo {
   int N, C, H, W, OC, KH, KW, sh, sw, ph, pw, OH, OW;
 };
 
-// x at image offset `base` (n*C*H*W), channel ci, row ih, column iw; 0 in the padding.
-__device__ __forceinline__ float x_at(const Geo& g, const float* x, int base, int ci, int ih, int iw) {
-  return unsigned(ih) < unsigned(g.H) && unsigned(iw) < unsigned(g.W) ? x[base + (ci * g.H + ih) * g.W + iw] : 0.0f;
+// The address of x at image offset `base` (n*C*H*W), channel ci, row ih, column iw; null in the padding.
+__device__ __forceinline__ const float* x_at(const Geo& g, const float* x, int base, int ci, int ih, int iw) {
+  return unsigned(ih) < unsigned(g.H) && unsigned(iw) < unsigned(g.W) ? x + base + (ci * g.H + ih) * g.W + iw : nullptr;
 }
+// An element read through its address: 0 where there is none.
+__device__ __forceinline__ float value_at(const float* p) { return p ? *p : 0.0f; }
 
-// Each pass: its GEMM's sizes, the radices of its k, the row and column tables, the loads A(row, k)
-// and B(k, col), and where C's (i, j) goes: out[row.out + col.out]. A launch may hold several GEMMs
-// (classes(): strided backward_data's parity classes, below); for_class(c) is class c's pass.
+// Each pass: its GEMM's sizes, the radices of its k, the row and column tables, where A(row, k) and
+// B(k, col) are read (a_at, b_at: their addresses, null where the element is 0; a and b their values),
+// and where C's (i, j) goes: out[row.out + col.out]. A launch may hold several GEMMs (classes():
+// strided backward_data's parity classes, below); for_class(c) is class c's pass.
 struct Forward {
   Geo g;
   const float* x;
@@ -138,8 +148,8 @@ struct Forward {
     return {n * g.C * g.H * g.W, oh * g.sh - g.ph, ow * g.sw - g.pw, n * g.OC * P + pix};
   }
   __device__ Ctx col(int oc) const { return {oc * depth(), 0, 0, oc * g.OH * g.OW}; }
-  __device__ float a(const Ctx& r, const KPos& k) const { return x_at(g, x, r.base, k.hi, r.h + k.mid, r.w + k.lo); }
-  __device__ float b(const KPos& k, const Ctx& c) const { return w[c.base + k.k]; }
+  __device__ const float* a_at(const Ctx& r, const KPos& k) const { return x_at(g, x, r.base, k.hi, r.h + k.mid, r.w + k.lo); }
+  __device__ const float* b_at(const KPos& k, const Ctx& c) const { return w + c.base + k.k; }
 };
 
 struct BackwardData {
@@ -159,21 +169,21 @@ struct BackwardData {
     return {n * g.OC * g.OH * g.OW, ih + g.ph, iw + g.pw, n * g.C * HW + pix};
   }
   __device__ Ctx col(int ci) const { return {ci * g.KH * g.KW, 0, 0, ci * g.H * g.W}; }
-  __device__ float a(const Ctx& r, const KPos& k) const {
+  __device__ const float* a_at(const Ctx& r, const KPos& k) const {
     int oh = r.h - k.mid, ow = r.w - k.lo;  // = oh * sh, ow * sw
-    if (oh < 0 || ow < 0) return 0.0f;
+    if (oh < 0 || ow < 0) return nullptr;
     if (g.sh != 1) {
-      if (oh % g.sh != 0) return 0.0f;
+      if (oh % g.sh != 0) return nullptr;
       oh /= g.sh;
     }
     if (g.sw != 1) {
-      if (ow % g.sw != 0) return 0.0f;
+      if (ow % g.sw != 0) return nullptr;
       ow /= g.sw;
     }
-    return oh < g.OH && ow < g.OW ? dy[r.base + (k.hi * g.OH + oh) * g.OW + ow] : 0.0f;
+    return oh < g.OH && ow < g.OW ? dy + r.base + (k.hi * g.OH + oh) * g.OW + ow : nullptr;
   }
-  __device__ float b(const KPos& k, const Ctx& c) const {  // w[oc][ci][kh][kw], c.base = ci*KH*KW
-    return w[k.hi * g.C * g.KH * g.KW + c.base + k.mid * g.KW + k.lo];
+  __device__ const float* b_at(const KPos& k, const Ctx& c) const {  // w[oc][ci][kh][kw], c.base = ci*KH*KW
+    return w + k.hi * g.C * g.KH * g.KW + c.base + k.mid * g.KW + k.lo;
   }
 };
 
@@ -248,14 +258,13 @@ struct BackwardDataStrided {
   __device__ Ctx col(int ci) const {  // base: w[0][ci][tap0_h][tap0_w]
     return {(ci * g.KH + ah.tap0) * g.KW + aw.tap0, 0, 0, ci * g.H * g.W};
   }
-  __device__ float a(const Ctx& r, const KPos& k) const {  // k = (oc, t, u) = (hi, mid, lo)
+  __device__ const float* a_at(const Ctx& r, const KPos& k) const {  // k = (oc, t, u) = (hi, mid, lo)
     const int oh = r.h - k.mid, ow = r.w - k.lo;
-    return unsigned(oh) < unsigned(g.OH) && unsigned(ow) < unsigned(g.OW)
-               ? dy[r.base + (k.hi * g.OH + oh) * g.OW + ow]
-               : 0.0f;
+    return unsigned(oh) < unsigned(g.OH) && unsigned(ow) < unsigned(g.OW) ? dy + r.base + (k.hi * g.OH + oh) * g.OW + ow
+                                                                          : nullptr;
   }
-  __device__ float b(const KPos& k, const Ctx& c) const {  // w[oc][ci][tap0_h + sh*t][tap0_w + sw*u]
-    return w[k.hi * g.C * g.KH * g.KW + c.base + g.sh * k.mid * g.KW + g.sw * k.lo];
+  __device__ const float* b_at(const KPos& k, const Ctx& c) const {  // w[oc][ci][tap0_h + sh*t][tap0_w + sw*u]
+    return w + k.hi * g.C * g.KH * g.KW + c.base + g.sh * k.mid * g.KW + g.sw * k.lo;
   }
 };
 
@@ -276,10 +285,10 @@ struct BackwardWeight {
     const int KK = g.KH * g.KW, ci = j / KK, r = j - ci * KK, kh = r / g.KW, kw = r - kh * g.KW;
     return {ci, kh - g.ph, kw - g.pw, j};
   }
-  __device__ float a(const Ctx& r, const KPos& k) const {
-    return dy[k.hi * g.OC * g.OH * g.OW + r.base + k.mid * g.OW + k.lo];
+  __device__ const float* a_at(const Ctx& r, const KPos& k) const {
+    return dy + k.hi * g.OC * g.OH * g.OW + r.base + k.mid * g.OW + k.lo;
   }
-  __device__ float b(const KPos& k, const Ctx& c) const {
+  __device__ const float* b_at(const KPos& k, const Ctx& c) const {
     return x_at(g, x, k.hi * g.C * g.H * g.W, c.base, k.mid * g.sh + c.h, k.lo * g.sw + c.w);
   }
 };
@@ -321,6 +330,40 @@ struct Tile {
   };
 };
 
+// The mma core's tile (conv2d_implicit_mma_kernel): BM x BN of C, K in slices of 16, 8 warps as 2 down
+// M x 4 along N, each a warp tile of (BM / 2) x (BN / 4) as m16n8k8 tiles. kStages slices in flight:
+// as many as fit in 48 KiB beside the tables, at most 3 (128x128: 2; 128x64: 3). A slice is stored
+// k-major without padding, a[k][m ^ swizzle(k)] (below).
+template <class P, int BM_, int BN_>
+struct MmaTile {
+  using Pass = P;
+  static constexpr int BM = BM_, BN = BN_, BK = 16;
+  using SA = Slots<BM, BK, P::kAAlongRows>;
+  using SB = Slots<BN, BK, false>;
+  static constexpr int kStageBytes = BK * (BM + BN) * 4, kTableBytes = (BM + BN) * int(sizeof(Ctx));
+  static constexpr int kStages = (48 * 1024 - kTableBytes) / kStageBytes < 3 ? (48 * 1024 - kTableBytes) / kStageBytes : 3;
+  static_assert(kStages >= 2 && BM % 32 == 0 && BN % 32 == 0, "two slices at least; whole swizzle groups");
+  struct alignas(16) Smem {
+    float a[kStages][BK][BM];  // a[s][k][swizzled(k, m)] = A(row0 + m, k0 + k) of the slice in stage s
+    float b[kStages][BK][BN];
+    Ctx rows[BM], cols[BN];
+  };
+};
+// Where column m of row k of a slice sits: m with its bits 3 and 4 flipped by k % 4. A fragment load
+// reads rows k = t and t + 4 (t = lane % 4) at columns m0 + g (g = lane / 4, m0 a multiple of 8): the
+// four rows' groups of 8 land in four different quarters of the 32 banks, so the warp's 32 reads are
+// one pass (unswizzled, every row k starts at bank 0: four lanes a bank).
+__device__ __forceinline__ int swizzled(int k, int m) { return m ^ ((k & 3) << 3); }
+
+// The block's row and column tables (Ctx, above): its BM rows from blockIdx.y * BM, its BN columns from
+// blockIdx.x * BN; base -1 past the GEMM's edge. Every core fills them first.
+template <class T>
+__device__ __forceinline__ void load_tables(const typename T::Pass& pass, typename T::Smem& s) {
+  const int M = pass.rows(), N = pass.cols(), row0 = int(blockIdx.y) * T::BM, col0 = int(blockIdx.x) * T::BN;
+  for (int m = int(threadIdx.x); m < T::BM; m += kBlock) s.rows[m] = row0 + m < M ? pass.row(row0 + m) : Ctx{-1, 0, 0, 0};
+  for (int n = int(threadIdx.x); n < T::BN; n += kBlock) s.cols[n] = col0 + n < N ? pass.col(col0 + n) : Ctx{-1, 0, 0, 0};
+}
+
 // The loop both variants share: the tables, then per slice stash (registers -> shared memory, each
 // value through `round`), compute, and meanwhile fetch (global memory -> registers) of the next slice.
 // The block sums k in [split * k_chunk, min(K, (split + 1) * k_chunk)): split-K's range (empty for a
@@ -330,11 +373,9 @@ __device__ __forceinline__ void gemm_loop(const typename T::Pass& pass, typename
                                           Round round, Compute compute) {
   using SA = typename T::SA;
   using SB = typename T::SB;
-  constexpr int BM = T::BM, BN = T::BN, BK = T::BK;
-  const int M = pass.rows(), N = pass.cols(), K = pass.depth(), mr = pass.mid_radix(), lr = pass.lo_radix();
-  const int t = threadIdx.x, row0 = int(blockIdx.y) * BM, col0 = int(blockIdx.x) * BN;
-  for (int m = t; m < BM; m += kBlock) s.rows[m] = row0 + m < M ? pass.row(row0 + m) : Ctx{-1, 0, 0, 0};
-  for (int n = t; n < BN; n += kBlock) s.cols[n] = col0 + n < N ? pass.col(col0 + n) : Ctx{-1, 0, 0, 0};
+  constexpr int BK = T::BK;
+  const int K = pass.depth(), mr = pass.mid_radix(), lr = pass.lo_radix();
+  load_tables<T>(pass, s);
   const int k_begin = split * k_chunk, k_end = K - k_begin < k_chunk ? K : k_begin + k_chunk;
   KPos ka[SA::kKs], kb[SB::kKs];  // this thread's k offsets in the slice, decomposed
   D2L_CONV_UNROLL
@@ -349,13 +390,13 @@ __device__ __forceinline__ void gemm_loop(const typename T::Pass& pass, typename
     for (int v = 0; v < SA::kCount; ++v) {
       const Ctx r = s.rows[SA::row(v)];
       const KPos& k = ka[SA::ks(v)];
-      ra[v] = r.base >= 0 && k.k < k_end ? pass.a(r, k) : 0.0f;
+      ra[v] = r.base >= 0 && k.k < k_end ? value_at(pass.a_at(r, k)) : 0.0f;
     }
     D2L_CONV_UNROLL
     for (int v = 0; v < SB::kCount; ++v) {
       const Ctx c = s.cols[SB::row(v)];
       const KPos& k = kb[SB::ks(v)];
-      rb[v] = c.base >= 0 && k.k < k_end ? pass.b(k, c) : 0.0f;
+      rb[v] = c.base >= 0 && k.k < k_end ? value_at(pass.b_at(k, c)) : 0.0f;
     }
   };
   fetch();
@@ -495,6 +536,125 @@ __global__ void conv2d_implicit_tf32_kernel(typename T::Pass launched, float* ou
 #endif
 }
 
+// mma: the tensor cores through PTX (kernels/cuda/ptx.cuh), where tf32 above goes through wmma. The same
+// grid, passes, tables and split-K; per block:
+//   loads     each thread's elements of a slice go straight from global to shared memory with 4-byte
+//             cp.async (the gathered operand has no contiguous runs to take 16 bytes at once); where an
+//             element is 0 (padding, no whole output position, past an edge, past k_end) the copy's
+//             source size is 0 and it writes a zero. No registers on the way, no thread waits.
+//   pipeline  kStages slices in flight: slice s + kStages - 1 is copied while slice s is computed on;
+//             cp.async.wait_group then one barrier a slice (wmma's core: two, every element staged).
+//   fragments read from the swizzled slice as PTX's m16n8k8 layout wants them (kernels/emu/ptx.hpp:
+//             a0..a3 = A(g, t), A(g + 8, t), A(g, t + 4), A(g + 8, t + 4); b0, b1 = B(t, g), B(t + 4, g)),
+//             each rounded to TF32 (cvt.rna) as it is read: no bank conflicts, no padding.
+//   epilogue  the accumulators straight from registers to the output through the tables: d[q] of a
+//             tile is C(g + 8 (q / 2), 2 t + q % 2) of it; no staging in shared memory.
+template <class T>
+__launch_bounds__(implicit::kBlock)
+__global__ void conv2d_implicit_mma_kernel(typename T::Pass launched, float* out, int64_t slice, int k_chunk) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800  // TF32 tensor cores: sm_80 and later
+  using namespace implicit;
+  const BlockJob<T> job(launched);
+  if (!job.has_rows()) return;
+  using Smem = typename T::Smem;
+  using SA = typename T::SA;
+  using SB = typename T::SB;
+  constexpr int BM = T::BM, BN = T::BN, BK = T::BK, kStages = T::kStages, kWarpsN = 4;
+  constexpr int WM = BM / 2, WN = BN / kWarpsN, TM = WM / 16, TN = WN / 8;
+  D2L_SHARED(Smem, smem, [1]);
+  Smem& s = smem[0];
+  const typename T::Pass& pass = job.pass;
+  const int K = pass.depth(), mr = pass.mid_radix(), lr = pass.lo_radix();
+  load_tables<T>(pass, s);
+  const int k_begin = job.split * k_chunk, k_end = K - k_begin < k_chunk ? K : k_begin + k_chunk;
+  const int slices = k_end > k_begin ? (k_end - k_begin + BK - 1) / BK : 0;
+  KPos ka[SA::kKs], kb[SB::kKs];  // this thread's k offsets in the next slice to load, decomposed
+  D2L_CONV_UNROLL
+  for (int i = 0; i < SA::kKs; ++i) ka[i] = kpos(k_begin + SA::kk(i), mr, lr);
+  D2L_CONV_UNROLL
+  for (int i = 0; i < SB::kKs; ++i) kb[i] = kpos(k_begin + SB::kk(i), mr, lr);
+  const KPos step = kpos(BK, mr, lr);
+  __syncthreads();  // tables complete
+  auto load = [&](int sl) {  // slice sl into stage sl % kStages as one cp.async group (empty past the last)
+    if (sl < slices) {
+      float(*a)[BM] = s.a[sl % kStages];
+      float(*b)[BN] = s.b[sl % kStages];
+      D2L_CONV_UNROLL
+      for (int v = 0; v < SA::kCount; ++v) {
+        const Ctx r = s.rows[SA::row(v)];
+        const KPos& k = ka[SA::ks(v)];
+        const float* src = r.base >= 0 && k.k < k_end ? pass.a_at(r, k) : nullptr;
+        const int kk = SA::kk(SA::ks(v));
+        ptx::cp_async4(&a[kk][swizzled(kk, SA::row(v))], src ? src : out, src != nullptr);
+      }
+      D2L_CONV_UNROLL
+      for (int v = 0; v < SB::kCount; ++v) {
+        const Ctx c = s.cols[SB::row(v)];
+        const KPos& k = kb[SB::ks(v)];
+        const float* src = c.base >= 0 && k.k < k_end ? pass.b_at(k, c) : nullptr;
+        const int kk = SB::kk(SB::ks(v));
+        ptx::cp_async4(&b[kk][swizzled(kk, SB::row(v))], src ? src : out, src != nullptr);
+      }
+      D2L_CONV_UNROLL
+      for (int i = 0; i < SA::kKs; ++i) advance(ka[i], step, mr, lr);
+      D2L_CONV_UNROLL
+      for (int i = 0; i < SB::kKs; ++i) advance(kb[i], step, mr, lr);
+    }
+    ptx::cp_async_commit();
+  };
+  auto tf32_bits = [](float v) {
+    v = to_tf32(v);
+    uint32_t bits;
+    memcpy(&bits, &v, 4);
+    return bits;
+  };
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int wm = warp / kWarpsN * WM, wn = warp % kWarpsN * WN;
+  float acc[TM][TN][4] = {};
+  for (int sl = 0; sl < kStages - 1; ++sl) load(sl);
+  for (int sl = 0; sl < slices; ++sl) {
+    ptx::cp_async_wait<kStages - 2>();  // this thread's copies of slice sl have landed
+    __syncthreads();                    // everyone's; and everyone is done with slice sl - 1's stage
+    load(sl + kStages - 1);             // into that stage, while slice sl is computed on
+    const float(*a)[BM] = s.a[sl % kStages];
+    const float(*b)[BN] = s.b[sl % kStages];
+    D2L_CONV_UNROLL
+    for (int k0 = 0; k0 < BK; k0 += 8) {
+      const int k1 = k0 + t, k2 = k1 + 4;
+      uint32_t fa[TM][4], fb[TN][2];
+      D2L_CONV_UNROLL
+      for (int i = 0; i < TM; ++i) {
+        const int m = wm + 16 * i + g;
+        fa[i][0] = tf32_bits(a[k1][swizzled(k1, m)]), fa[i][1] = tf32_bits(a[k1][swizzled(k1, m + 8)]);
+        fa[i][2] = tf32_bits(a[k2][swizzled(k2, m)]), fa[i][3] = tf32_bits(a[k2][swizzled(k2, m + 8)]);
+      }
+      D2L_CONV_UNROLL
+      for (int j = 0; j < TN; ++j) {
+        const int n = wn + 8 * j + g;
+        fb[j][0] = tf32_bits(b[k1][swizzled(k1, n)]), fb[j][1] = tf32_bits(b[k2][swizzled(k2, n)]);
+      }
+      D2L_CONV_UNROLL
+      for (int i = 0; i < TM; ++i) {
+        D2L_CONV_UNROLL
+        for (int j = 0; j < TN; ++j) ptx::mma_tf32_m16n8k8(acc[i][j], fa[i], fb[j]);
+      }
+    }
+  }
+  ptx::cp_async_wait<0>();  // the empty groups past the end: nothing in flight at exit
+  out += job.split * slice;
+  D2L_CONV_UNROLL
+  for (int i = 0; i < TM; ++i) {
+    D2L_CONV_UNROLL
+    for (int j = 0; j < TN; ++j) {
+      for (int q = 0; q < 4; ++q) {
+        const Ctx r = s.rows[wm + 16 * i + g + 8 * (q / 2)], c = s.cols[wn + 8 * j + 2 * t + q % 2];
+        if (r.base >= 0 && c.base >= 0) out[r.out + c.out] = acc[i][j][q];
+      }
+    }
+  }
+#endif
+}
+
 // Split-K's second step: out[i] = the sum of the slices' ws[z * n + i], z = 0, 1, ... in order.
 __global__ void conv2d_implicit_splitk_sum_kernel(const float* __restrict__ ws, int64_t slices, int64_t n,
                                                   float* __restrict__ out) {
@@ -518,15 +678,20 @@ implicit::Geo geo(const Conv2dShape& s) {
   return {i(s.N), i(s.C), i(s.H), i(s.W), i(s.OC), i(s.KH), i(s.KW), i(s.stride_h), i(s.stride_w), i(s.pad_h), i(s.pad_w), i(OH), i(OW)};
 }
 
+enum class Core { fp32, wmma, mma };
+
 template <class T>
-void launch_tile(Stream stream, bool tf32, const typename T::Pass& pass, float* out, int64_t slice, int64_t M,
+void launch_tile(Stream stream, Core core, const typename T::Pass& pass, float* out, int64_t slice, int64_t M,
                  int64_t N, int64_t splits, int64_t classes, int k_chunk) {
   const int64_t gx = (N + T::BN - 1) / T::BN, gy = (M + T::BM - 1) / T::BM;
   if (gy > 65535 || splits * classes > 65535)
     throw std::invalid_argument("conv2d implicit GEMM: the shape is too large for one grid");
   const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(gy), static_cast<unsigned>(splits * classes));
   const dim3 block(implicit::kBlock);
-  if (tf32) {
+  if constexpr (requires { T::kStages; }) {  // an MmaTile: the mma core's
+    D2L_LAUNCH(conv2d_implicit_mma_kernel<T>, grid, block, 0, stream)(pass, out, slice, k_chunk);
+    D2L_CHECK_LAUNCH(conv2d_implicit_mma_kernel);
+  } else if (core == Core::wmma) {
     D2L_LAUNCH(conv2d_implicit_tf32_kernel<T>, grid, block, 0, stream)(pass, out, slice, k_chunk);
     D2L_CHECK_LAUNCH(conv2d_implicit_tf32_kernel);
   } else {
@@ -536,6 +701,7 @@ void launch_tile(Stream stream, bool tf32, const typename T::Pass& pass, float* 
 }
 
 std::atomic<int> g_implicit_tile{0};
+std::atomic<ImplicitCore> g_implicit_core{ImplicitCore::wmma};
 
 // One pass's GEMM (rows M, columns N, depth K; `out` holds out_size floats). The tiles (unless
 // set_conv2d_implicit_tile says): tf32 always 64x64, fp32 128x128 where that still gives two blocks per SM,
@@ -545,7 +711,8 @@ std::atomic<int> g_implicit_tile{0};
 // smaller tile's 4x more blocks hide better. Split-K where the tiles are fewer than half the
 // blocks aimed at (4 per SM): as many slices as bring them there, each at least 4 slices of k deep,
 // the workspace at most 2^26 floats. A pass of several classes (strided backward_data) gives its largest
-// class' M and K; its blocks are `classes` times as many.
+// class' M and K; its blocks are `classes` times as many. The mma core (set_conv2d_implicit_core) tiles
+// 128x128, or 128x64 where N <= 64 (a tile setting of 128 or 64 forces one), in 16-deep slices.
 template <class P>
 void launch_implicit(Stream stream, const P& pass, float* out, int64_t M, int64_t N, int64_t K, int64_t out_size,
                      int64_t classes = 1) {
@@ -554,10 +721,14 @@ void launch_implicit(Stream stream, const P& pass, float* out, int64_t M, int64_
   if (M >= (int64_t{1} << 31) || N >= (int64_t{1} << 31) || K >= (int64_t{1} << 31))
     throw std::invalid_argument("conv2d implicit GEMM: a GEMM size of 2^31 or more (kernel5 indexes with 32-bit ints)");
   const bool tf32 = uses_tf32();
-  const int64_t BK = tf32 ? 32 : 16, target = 4 * kSMs;
+  const Core core = !tf32 ? Core::fp32 : conv2d_implicit_core() == ImplicitCore::mma ? Core::mma : Core::wmma;
+  const int64_t BK = core == Core::wmma ? 32 : 16, target = 4 * kSMs;
   const int forced = conv2d_implicit_tile();
-  const bool big = forced ? forced == 128 : !tf32 && classes * ((M + 127) / 128) * ((N + 127) / 128) >= 2 * kSMs;
-  const int64_t tile = big ? 128 : 64, tiles = classes * ((M + tile - 1) / tile) * ((N + tile - 1) / tile);
+  const bool big = forced ? forced == 128
+                 : core == Core::mma ? N > 64
+                 : !tf32 && classes * ((M + 127) / 128) * ((N + 127) / 128) >= 2 * kSMs;
+  const int64_t tm = core == Core::mma || big ? 128 : 64, tn = big ? 128 : 64;
+  const int64_t tiles = classes * ((M + tm - 1) / tm) * ((N + tn - 1) / tn);
   int64_t splits = 1;
   if (tiles < target / 2)
     splits = std::max<int64_t>(1, std::min({target / tiles, (K + 4 * BK - 1) / (4 * BK), (int64_t{1} << 26) / out_size}));
@@ -567,16 +738,20 @@ void launch_implicit(Stream stream, const P& pass, float* out, int64_t M, int64_
   float* target_out = splits > 1 ? ws.data() : out;
   const int64_t slice = splits > 1 ? out_size : 0;
   const int kc = static_cast<int>(k_chunk);
-  if (tf32 && big) launch_tile<Tile<P, 128, 128, 32>>(stream, true, pass, target_out, slice, M, N, splits, classes, kc);
-  else if (tf32) launch_tile<Tile<P, 64, 64, 32>>(stream, true, pass, target_out, slice, M, N, splits, classes, kc);
-  else if (big) launch_tile<Tile<P, 128, 128, 16>>(stream, false, pass, target_out, slice, M, N, splits, classes, kc);
-  else launch_tile<Tile<P, 64, 64, 16>>(stream, false, pass, target_out, slice, M, N, splits, classes, kc);
+  if (core == Core::mma && big) launch_tile<MmaTile<P, 128, 128>>(stream, core, pass, target_out, slice, M, N, splits, classes, kc);
+  else if (core == Core::mma) launch_tile<MmaTile<P, 128, 64>>(stream, core, pass, target_out, slice, M, N, splits, classes, kc);
+  else if (tf32 && big) launch_tile<Tile<P, 128, 128, 32>>(stream, core, pass, target_out, slice, M, N, splits, classes, kc);
+  else if (tf32) launch_tile<Tile<P, 64, 64, 32>>(stream, core, pass, target_out, slice, M, N, splits, classes, kc);
+  else if (big) launch_tile<Tile<P, 128, 128, 16>>(stream, core, pass, target_out, slice, M, N, splits, classes, kc);
+  else launch_tile<Tile<P, 64, 64, 16>>(stream, core, pass, target_out, slice, M, N, splits, classes, kc);
   if (splits > 1) D2L_LAUNCH_OVER(out_size, stream, conv2d_implicit_splitk_sum_kernel, ws.data(), splits, out_size, out);
 }
 }  // namespace
 
 void set_conv2d_implicit_tile(int tile) { g_implicit_tile = tile == 64 || tile == 128 ? tile : 0; }
 int conv2d_implicit_tile() { return g_implicit_tile.load(std::memory_order_relaxed); }
+void set_conv2d_implicit_core(ImplicitCore core) { g_implicit_core = core; }
+ImplicitCore conv2d_implicit_core() { return g_implicit_core.load(std::memory_order_relaxed); }
 
 void conv2d_forward_implicit(Stream stream, const Conv2dShape& s, const float* x, const float* w, float* y) {
   const int64_t OH = s.OH(), OW = s.OW(), n = s.N * s.OC * OH * OW;

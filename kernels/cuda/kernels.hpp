@@ -96,6 +96,11 @@ void conv2d_backward_weight_implicit(Stream stream, const Conv2dShape& s, const 
 // else 64x64), 64 or 128. Process-wide; tests set it to run both tiles on small shapes.
 void set_conv2d_implicit_tile(int tile);
 int conv2d_implicit_tile();
+// kernel5's core in TF32: wmma (the warp matrix API, the default) or mma (PTX's mma.sync fed by cp.async
+// pipelines, conv2d_implicit.cu). Process-wide, like the tile; FP32 runs the SIMT core either way.
+enum class ImplicitCore { wmma, mma };
+void set_conv2d_implicit_core(ImplicitCore core);
+ImplicitCore conv2d_implicit_core();
 // kernel3 (conv2d_winograd.cu): where the shape does not fit, kernel2's pass runs instead.
 void conv2d_forward_winograd(Stream stream, const Conv2dShape& s, const float* x, const float* w, float* y);
 void conv2d_backward_data_winograd(Stream stream, const Conv2dShape& s, const float* dy, const float* w, float* dx);
