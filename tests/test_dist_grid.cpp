@@ -16,14 +16,20 @@
 //   ZeRO       a Trainer on the grid (SGD with momentum, ZeRO-0, 1 and 2 over the dp group, clipping
 //              over the tp slices) against one process on the whole batch: the weights, every step's
 //              gradient norm, and the momentum bytes each rank holds (the allocator's) against its chunk
+//   checkpoint sharded checkpoints on the grid: a file set per tp slice over its dp group, resumed bit
+//              for bit; a slice's file missing, or slices of two saves, one ConfigError on every rank
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "check.hpp"
 #include "core/autograd.hpp"
+#include "core/checkpoint/sharded_checkpoint.hpp"
 #include "core/dist/collectives.hpp"
 #include "core/dist/grid.hpp"
 #include "core/dist/process_group.hpp"
@@ -387,6 +393,88 @@ TEST_CASE("Trainer on the grid: SGD with ZeRO-0/1/2 over the dp group and clippi
     const int64_t kept = stage == 0 ? held : held * (j + 1) / D - held * j / D;
     CHECK(grid_state == 4 * kept);
     CHECK(state_held() == after_first);  // and no more afterwards
+  }
+}
+
+// Sharded checkpoints on the grid (core/checkpoint/sharded_checkpoint.hpp): tp slice t's dp group writes its
+// own files into dir/tp-<t>-of-<T>. In a world of one or three (tp 1) the dp group is the world: the files
+// go into dir itself.
+TEST_CASE("a sharded checkpoint on the grid: a file set per tp slice over its dp group, resumed bit for bit") {
+  namespace fs = std::filesystem;
+  dist::Grid grid = tp_grid();
+  const int T = grid.tp_size, t = grid.tp_rank, D = grid.dp_size, j = grid.dp_rank;
+  int64_t pid = static_cast<int64_t>(::getpid());  // a directory every rank agrees on: rank 0's
+  dist::broadcast_bytes(&pid, sizeof pid, 0);
+  const fs::path dir = fs::temp_directory_path() / ("d2l_grid_checkpoint_" + std::to_string(pid));
+  const fs::path other = dir.string() + "_other";
+  const fs::path slice = T > 1 ? dir / ("tp-" + std::to_string(t) + "-of-" + std::to_string(T)) : dir;
+  auto step = [&](tp::MegatronMLP& mlp, optim::Trainer& trainer, uint32_t s) {
+    const auto X = lcg_data(D * kBatch * kModel, 300 + s), Y = lcg_data(D * kBatch * kModel, 400 + s);
+    auto part = [&](const std::vector<float>& a) {
+      return std::vector<float>(a.begin() + j * kBatch * kModel, a.begin() + (j + 1) * kBatch * kModel);
+    };
+    sum_squared_error(mlp(Tensor::from_vector(part(X), {kBatch, kModel}, cpu(0))), part(Y)).backward();
+    trainer.step(D * kBatch);
+  };
+  auto values = [](const nn::ParameterDict& params) {
+    std::vector<std::vector<float>> v;
+    for (auto& p : params.trainable()) v.push_back(p->data(cpu(0)).to_vector());
+    return v;
+  };
+  for (int stage : {0, 1, 2}) {
+    CAPTURE(stage);
+    optim::OptimizerOptions o;
+    o.learning_rate = kLr, o.momentum = 0.9f, o.zero_stage = stage, o.dp_group = grid.dp, o.tp_group = grid.tp;
+    Reference ref;
+    auto mlp = tp::shard_mlp(ref.fc1, ref.fc2, grid.tp, cpu(0));
+    optim::Trainer trainer(mlp->collect_params(), "sgd", o, "dist_sync");
+    for (uint32_t s = 0; s < 3; ++s) step(*mlp, trainer, s);
+    io::save_sharded_checkpoint(dir.string(), *mlp, trainer, 7);
+    CHECK(fs::exists(slice / ("rank-" + std::to_string(j) + "-of-" + std::to_string(D) + ".safetensors")));
+    CHECK(fs::exists(slice / "index.json"));
+    CHECK(fs::exists(slice / "parameters.safetensors"));
+    for (uint32_t s = 3; s < 6; ++s) step(*mlp, trainer, s);
+    const auto want = values(mlp->collect_params());
+    const auto want_state = trainer.state_dict();
+
+    Reference fresh_ref;  // other values: the load must replace them
+    fresh_ref.fc1.weight->set_data(Tensor::from_vector(lcg_data(kHidden * kModel, 9), {kHidden, kModel}, cpu(0)));
+    auto fresh = tp::shard_mlp(fresh_ref.fc1, fresh_ref.fc2, grid.tp, cpu(0));
+    optim::Trainer second(fresh->collect_params(), "sgd", o, "dist_sync");
+    CHECK(io::load_sharded_checkpoint(dir.string(), *fresh, second) == 7);
+    for (uint32_t s = 3; s < 6; ++s) step(*fresh, second, s);
+    CHECK(values(fresh->collect_params()) == want);
+    const auto got_state = second.state_dict();
+    CHECK(got_state.size() == want_state.size());
+    for (const auto& [name, v] : want_state) {
+      CAPTURE(name);
+      CHECK(got_state.count(name) == 1);
+      if (got_state.count(name)) CHECK(got_state.at(name).values == v.values);
+    }
+
+    // Tp slice 0's files from another save beside the others' (tp 2 only): one ConfigError on every rank.
+    if (T > 1) {
+      io::save_sharded_checkpoint(other.string(), *mlp, trainer, 8);
+      dist::barrier();
+      if (dist::rank() == 0)
+        fs::copy(other / "tp-0-of-2", dir / "tp-0-of-2", fs::copy_options::overwrite_existing | fs::copy_options::recursive);
+      dist::barrier();
+      optim::Trainer third(fresh->collect_params(), "sgd", o, "dist_sync");
+      CHECK_THROWS_WITH_AS(io::load_sharded_checkpoint(dir.string(), *fresh, third),
+                           doctest::Contains("tp slices are from different saves"), ConfigError);
+    }
+    // A file of the last slice's last rank missing: one ConfigError on every rank, naming it.
+    dist::barrier();
+    const fs::path last = (T > 1 ? dir / ("tp-" + std::to_string(T - 1) + "-of-" + std::to_string(T)) : dir) /
+                          ("rank-" + std::to_string(D - 1) + "-of-" + std::to_string(D) + ".safetensors");
+    if (dist::rank() == 0) fs::remove(last);
+    dist::barrier();
+    optim::Trainer fourth(fresh->collect_params(), "sgd", o, "dist_sync");
+    CHECK_THROWS_WITH_AS(io::load_sharded_checkpoint(dir.string(), *fresh, fourth),
+                         doctest::Contains((last.string() + ": missing").c_str()), ConfigError);
+    dist::barrier();
+    if (dist::rank() == 0) fs::remove_all(dir), fs::remove_all(other);
+    dist::barrier();
   }
 }
 

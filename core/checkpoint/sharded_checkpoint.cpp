@@ -108,21 +108,34 @@ uint64_t whole(const std::string& path, const std::map<std::string, std::string>
   }
 }
 
-// Shards over the world: what a file per rank can hold.
-void check_shards(const optim::Trainer& trainer, const std::string& what) {
-  if (trainer.options().dp_group && !trainer.options().dp_group->is_world())
-    throw ConfigError(what + ": the shards are over the group " + trainer.options().dp_group->str() +
-                      ", not the world: a file per rank is written for shards over the world only");
+// Where this rank's files go, and the ranks that share them: the world in `dir`, or on the dp x tp grid
+// (a dp_group smaller than the world, with a tp_group) tp slice t's dp group in dir/tp-<t>-of-<T>. The
+// slices hold different parameters (each its part of every split layer), so each is a checkpoint of its
+// own, over its own ranks; the collectives that check and agree stay over the world.
+struct Slice {
+  dist::Group group;  // its ranks: W = group.size(), this rank r = group.rank()
+  std::string dir;
+};
+Slice slice_of(const optim::Trainer& trainer, const std::string& dir, const std::string& what) {
+  const auto& o = trainer.options();
+  if (!o.dp_group) return {dist::Group(), dir};
+  if (o.dp_group->size() == dist::world_size()) return {*o.dp_group, dir};  // every rank: the world's files
+  if (!o.tp_group)
+    throw ConfigError(what + ": the shards are over the group " + o.dp_group->str() + ", not the world, and the trainer has no "
+                      "tp_group: files are written per tp slice of the dp x tp grid, or for shards over the world");
+  const std::string name = "tp-" + std::to_string(o.tp_group->rank()) + "-of-" + std::to_string(o.tp_group->size());
+  return {*o.dp_group, join(dir, name)};
 }
 
 }  // namespace
 
-void save_sharded_checkpoint(const std::string& dir, const nn::Block& net, const optim::Trainer& trainer, int64_t epoch) {
-  const std::string what = "save_sharded_checkpoint " + dir;
+void save_sharded_checkpoint(const std::string& top, const nn::Block& net, const optim::Trainer& trainer, int64_t epoch) {
+  const std::string what = "save_sharded_checkpoint " + top;
   if (epoch < 0 || epoch > kMaxEpoch) throw ConfigError(what + ": epoch " + std::to_string(epoch) + " is out of range");
-  check_shards(trainer, what);
+  const Slice slice = slice_of(trainer, top, what);
+  const std::string& dir = slice.dir;
   const Flat f = flat_layout(net, trainer, what);
-  const int W = dist::world_size(), r = dist::rank();
+  const int W = slice.group.size(), r = slice.group.rank();
   const auto& slots = trainer.state_names();
   const int64_t lo = bound(f.total, r, W), hi = bound(f.total, r + 1, W);
   // ZeRO-1 and ZeRO-2 over the ranks: this rank's chunk is the file's, read without communication.
@@ -153,11 +166,12 @@ void save_sharded_checkpoint(const std::string& dir, const nn::Block& net, const
   };
   const int64_t step = trainer.num_update();
 
-  // The run token, rank 0's, and the directory; the old index goes before any file is written.
+  // The run token, world rank 0's (every tp slice's files carry the same), and the directory; the old
+  // index goes before any file is written.
   char run[17] = {};
   std::string err;
+  if (dist::rank() == 0) std::snprintf(run, sizeof run, "%s", draw_run_id().c_str());
   if (r == 0) {
-    std::snprintf(run, sizeof run, "%s", draw_run_id().c_str());
     try {
       std::filesystem::create_directories(dir);
       std::filesystem::remove(join(dir, kIndex));
@@ -166,7 +180,7 @@ void save_sharded_checkpoint(const std::string& dir, const nn::Block& net, const
     }
   }
   agree(err);
-  dist::broadcast_bytes(run, 16, 0);
+  dist::broadcast_bytes(run, 16, 0);  // over the world
   const std::string run_id(run, 16);
 
   // This rank's file: its chunk of every slot of every parameter.
@@ -208,7 +222,9 @@ void save_sharded_checkpoint(const std::string& dir, const nn::Block& net, const
     err = std::string("checkpoint: ") + e.what();
   }
   agree(err);  // every file written (a barrier too)
-  const auto infos = dist::gather_strings(std::to_string(bytes.size()) + " " + checksum(bytes));
+  const auto all_infos = dist::gather_strings(std::to_string(bytes.size()) + " " + checksum(bytes));  // world ranks'
+  std::vector<std::string> infos;  // this slice's ranks'
+  for (int q : slice.group.ranks()) infos.push_back(all_infos[static_cast<size_t>(q)]);
   dist::barrier();
 
   err.clear();
@@ -251,10 +267,12 @@ void save_sharded_checkpoint(const std::string& dir, const nn::Block& net, const
   agree(err);
 }
 
-int64_t load_sharded_checkpoint(const std::string& dir, nn::Block& net, optim::Trainer& trainer) {
-  const std::string what = "load_sharded_checkpoint " + dir;
-  check_shards(trainer, what);
+int64_t load_sharded_checkpoint(const std::string& top, nn::Block& net, optim::Trainer& trainer) {
+  const std::string what = "load_sharded_checkpoint " + top;
+  const Slice slice = slice_of(trainer, top, what);
+  const std::string& dir = slice.dir;
   const Flat f = flat_layout(net, trainer, what);
+  std::string run;  // the save's token, to compare across the tp slices
   std::map<std::string, optim::HostTensor> state;
   SafetensorsFile params_file;
   std::vector<ParameterValues> matched;
@@ -279,7 +297,7 @@ int64_t load_sharded_checkpoint(const std::string& dir, nn::Block& net, optim::T
       epoch = index.at("epoch").get<int64_t>();
       if (epoch < 0 || epoch > kMaxEpoch) fail(index_path, "epoch " + std::to_string(epoch) + " is out of range");
       const float lr = index.at("learning_rate").get<float>();
-      const std::string run = index.at("run").get<std::string>();
+      run = index.at("run").get<std::string>();
       if (index.at("optimizer").get<std::string>() != trainer.optimizer())
         fail(index_path, "written for optimizer " + index.at("optimizer").get<std::string>() + ", this trainer's is " + trainer.optimizer());
       if (index.at("slots").get<std::vector<std::string>>() != trainer.state_names())
@@ -401,6 +419,12 @@ int64_t load_sharded_checkpoint(const std::string& dir, nn::Block& net, optim::T
     err = e.what();
   }
   agree(err);  // every rank learns any rank's problem before anything changes
+  // The tp slices' files: all of one save (their run tokens agree), or one line on every rank.
+  const auto runs = dist::gather_strings(run);
+  for (size_t q = 0; q < runs.size(); ++q)
+    if (runs[q] != runs[0])
+      throw ConfigError("checkpoint " + top + ": its tp slices are from different saves: run " + runs[0] +
+                        " on rank 0, " + runs[q] + " on rank " + std::to_string(q));
 
   // Trainer::load_state_dict checks again before it changes anything; the same on every rank.
   try {

@@ -25,7 +25,15 @@
 // At ZeRO-1 and ZeRO-2 over the ranks each rank writes the chunk it keeps, with no all-gather
 // (RankShards::chunk_state); at stage 0, before the first step, or with a loaded state not yet
 // placed, the state comes from Trainer::state_dict() (then gathered; so at stage 3, whose chunks are
-// per unit, not of the one flat vector). Shards over a group smaller than the world are refused.
+// per unit, not of the one flat vector).
+//
+// On the dp x tp grid (the Trainer's dp_group smaller than the world, with a tp_group) each tp slice
+// holds its own part of every split layer, so each is a checkpoint of its own: tp slice t of T writes
+// the files above into dir/tp-<t>-of-<T>/, over its dp group (rank r of W there is its place in the dp
+// group; its group's rank 0 writes the parameters and the index). Every slice's files carry the same
+// run token, and a load whose slices come from different saves is refused. Resuming reshards within a
+// slice (another dp size); the tp size must be the save's (another one finds no tp-<t>-of-<T>). A dp
+// group smaller than the world without a tp_group is refused.
 //
 // Loading is a collective. Every rank reads index.json and EVERY file (simple, and fine for a
 // teaching framework's sizes) and checks everything before anything changes: format and version, the
