@@ -138,6 +138,16 @@ __global__ void scale_kernel(float* x) {
   x[threadIdx.x] *= F;
 }
 
+// 64 KiB of dynamic shared memory, every byte written and read back.
+__global__ void big_dynamic_shared(float* out) {
+  D2L_DYNAMIC_SHARED(float, buf);
+  for (int i = threadIdx.x; i < 16384; i += blockDim.x) buf[i] = float(i);
+  __syncthreads();
+  double sum = 0;
+  for (int i = 0; i < 16384; ++i) sum += buf[i];
+  if (threadIdx.x == 0) out[0] = float(sum);
+}
+
 __global__ void nested_launch(float* x) { D2L_LAUNCH((scale_kernel<2>), 1, 1, 0, nullptr)(x); }
 
 // out = the float4 at x + shift, read through the read-only cache (__ldg), as kernels read float arrays.
@@ -353,6 +363,18 @@ TEST_CASE("bad launches: too many threads, too much shared memory, a launch insi
   CHECK(m.find("more than 48 KiB of dynamic shared memory") != std::string::npos);
   m = message([&] { D2L_LAUNCH(k::too_much_shared, 1, 32, 0, nullptr)(x.data()); });
   CHECK(m.find("kernel k::too_much_shared block (0,0,0) thread (0,0,0): shared memory needs 52000 bytes") == 0);
+  m = message([&] { D2L_LAUNCH(k::big_dynamic_shared, 1, 32, 65536, nullptr)(x.data()); });
+  CHECK(m.find("more than 48 KiB of dynamic shared memory (without an opt-in") != std::string::npos);
+  m = message([&] { D2L_SET_MAX_DYNAMIC_SHARED(k::big_dynamic_shared, 228 * 1024); });
+  CHECK(m.find("more than the 232448 (227 KiB) a block may opt in to") != std::string::npos);
+  D2L_SET_MAX_DYNAMIC_SHARED(k::big_dynamic_shared, 32768);  // opted in, but to less than the launch asks
+  m = message([&] { D2L_LAUNCH(k::big_dynamic_shared, 1, 32, 65536, nullptr)(x.data()); });
+  CHECK(m.find("more dynamic shared memory than the kernel opted in to (32768 bytes)") != std::string::npos);
+  D2L_SET_MAX_DYNAMIC_SHARED(k::big_dynamic_shared, 65536);  // cudaFuncSetAttribute's opt-in: now it runs
+  CHECK(message([&] { D2L_LAUNCH(k::big_dynamic_shared, 1, 32, 65536, nullptr)(x.data()); }) == "no error");
+  CHECK(x[0] == float(16383.0 * 16384.0 / 2));
+  m = message([&] { D2L_LAUNCH(k::too_much_shared, 1, 32, 0, nullptr)(x.data()); });  // a kernel not opted in: still 48 KiB
+  CHECK(m.find("shared memory needs 52000 bytes (static + dynamic), more than the 49152 (48 KiB)") != std::string::npos);
   m = message([&] { D2L_LAUNCH(k::nested_launch, 1, 1, 0, nullptr)(x.data()); });
   CHECK(m.find("launched from inside a kernel") != std::string::npos);
 }

@@ -52,8 +52,8 @@ namespace D2L_CUDA_NS {
 //                  rounded to TF32 (10-bit mantissa) as they are stored in shared memory; the sums are
 //                  FP32. Its results differ from FP32's by about 2^-11 of sum |a||b| per output.
 //   mma   (tensor cores through PTX, sm_80 and later; set_conv2d_implicit_core, --gemm mma)  the tf32
-//                  variant's arithmetic on another core: 128x128 (or 128x64) tiles of 16-deep slices
-//                  copied by cp.async straight into swizzled shared memory, two or three in flight, and
+//                  variant's arithmetic on another core: 128x128 (or 128x64) tiles of 32-deep slices
+//                  copied by cp.async straight into swizzled shared memory, three in flight, and
 //                  mma.sync m16n8k8 on fragments read as PTX lays them out (conv2d_implicit_mma_kernel).
 // conv2d_*_implicit run tf32 (on the wmma core unless set_conv2d_implicit_core says mma) when
 // kernels::cpu::precision() is tf32, or automatic on a real GPU of compute capability 8.0 or more; else
@@ -330,22 +330,21 @@ struct Tile {
   };
 };
 
-// The mma core's tile (conv2d_implicit_mma_kernel): BM x BN of C, K in slices of 16, 8 warps as 2 down
-// M x 4 along N, each a warp tile of (BM / 2) x (BN / 4) as m16n8k8 tiles. kStages slices in flight:
-// as many as fit in 48 KiB beside the tables, at most 3 (128x128: 2; 128x64: 3). A slice is stored
-// k-major without padding, a[k][m ^ swizzle(k)] (below).
+// The mma core's tile (conv2d_implicit_mma_kernel): BM x BN of C, K in slices of 32, 8 warps as 2 down
+// M x 4 along N, each a warp tile of (BM / 2) x (BN / 4) as m16n8k8 tiles; three slices in flight. A
+// slice is stored k-major without padding, a[k][swizzled(k, m)] (below), then b[k][swizzled(k, n)]; the
+// three take 96 KiB at 128x128 (72 KiB at 128x64): dynamic shared memory past the 48 KiB a block has
+// without opting in (D2L_SET_MAX_DYNAMIC_SHARED). The tables are static.
 template <class P, int BM_, int BN_>
 struct MmaTile {
   using Pass = P;
-  static constexpr int BM = BM_, BN = BN_, BK = 16;
+  static constexpr int BM = BM_, BN = BN_, BK = 32, kStages = 3;
   using SA = Slots<BM, BK, P::kAAlongRows>;
   using SB = Slots<BN, BK, false>;
-  static constexpr int kStageBytes = BK * (BM + BN) * 4, kTableBytes = (BM + BN) * int(sizeof(Ctx));
-  static constexpr int kStages = (48 * 1024 - kTableBytes) / kStageBytes < 3 ? (48 * 1024 - kTableBytes) / kStageBytes : 3;
-  static_assert(kStages >= 2 && BM % 32 == 0 && BN % 32 == 0, "two slices at least; whole swizzle groups");
-  struct alignas(16) Smem {
-    float a[kStages][BK][BM];  // a[s][k][swizzled(k, m)] = A(row0 + m, k0 + k) of the slice in stage s
-    float b[kStages][BK][BN];
+  static constexpr int kStageFloats = BK * (BM + BN);
+  static constexpr size_t kDynamicBytes = size_t(kStages) * kStageFloats * sizeof(float);
+  static_assert(BM % 32 == 0 && BN % 32 == 0, "whole swizzle groups");
+  struct Smem {
     Ctx rows[BM], cols[BN];
   };
 };
@@ -542,7 +541,7 @@ __global__ void conv2d_implicit_tf32_kernel(typename T::Pass launched, float* ou
 //             cp.async (the gathered operand has no contiguous runs to take 16 bytes at once); where an
 //             element is 0 (padding, no whole output position, past an edge, past k_end) the copy's
 //             source size is 0 and it writes a zero. No registers on the way, no thread waits.
-//   pipeline  kStages slices in flight: slice s + kStages - 1 is copied while slice s is computed on;
+//   pipeline  three slices in flight: slice s + 2 is copied while slice s is computed on;
 //             cp.async.wait_group then one barrier a slice (wmma's core: two, every element staged).
 //   fragments read from the swizzled slice as PTX's m16n8k8 layout wants them (kernels/emu/ptx.hpp:
 //             a0..a3 = A(g, t), A(g + 8, t), A(g, t + 4), A(g + 8, t + 4); b0, b1 = B(t, g), B(t + 4, g)),
@@ -550,7 +549,7 @@ __global__ void conv2d_implicit_tf32_kernel(typename T::Pass launched, float* ou
 //   epilogue  the accumulators straight from registers to the output through the tables: d[q] of a
 //             tile is C(g + 8 (q / 2), 2 t + q % 2) of it; no staging in shared memory.
 template <class T>
-__launch_bounds__(implicit::kBlock)
+__launch_bounds__(implicit::kBlock, 2)  // two blocks an SM: at most 128 registers a thread
 __global__ void conv2d_implicit_mma_kernel(typename T::Pass launched, float* out, int64_t slice, int k_chunk) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800  // TF32 tensor cores: sm_80 and later
   using namespace implicit;
@@ -563,6 +562,9 @@ __global__ void conv2d_implicit_mma_kernel(typename T::Pass launched, float* out
   constexpr int WM = BM / 2, WN = BN / kWarpsN, TM = WM / 16, TN = WN / 8;
   D2L_SHARED(Smem, smem, [1]);
   Smem& s = smem[0];
+  D2L_DYNAMIC_SHARED(float, stages);  // kStages slices, each a[BK][BM] then b[BK][BN]
+  auto a_of = [&](int sl) { return reinterpret_cast<float(*)[BM]>(stages + (sl % kStages) * T::kStageFloats); };
+  auto b_of = [&](int sl) { return reinterpret_cast<float(*)[BN]>(stages + (sl % kStages) * T::kStageFloats + BK * BM); };
   const typename T::Pass& pass = job.pass;
   const int K = pass.depth(), mr = pass.mid_radix(), lr = pass.lo_radix();
   load_tables<T>(pass, s);
@@ -577,8 +579,8 @@ __global__ void conv2d_implicit_mma_kernel(typename T::Pass launched, float* out
   __syncthreads();  // tables complete
   auto load = [&](int sl) {  // slice sl into stage sl % kStages as one cp.async group (empty past the last)
     if (sl < slices) {
-      float(*a)[BM] = s.a[sl % kStages];
-      float(*b)[BN] = s.b[sl % kStages];
+      float(*a)[BM] = a_of(sl);
+      float(*b)[BN] = b_of(sl);
       D2L_CONV_UNROLL
       for (int v = 0; v < SA::kCount; ++v) {
         const Ctx r = s.rows[SA::row(v)];
@@ -616,8 +618,8 @@ __global__ void conv2d_implicit_mma_kernel(typename T::Pass launched, float* out
     ptx::cp_async_wait<kStages - 2>();  // this thread's copies of slice sl have landed
     __syncthreads();                    // everyone's; and everyone is done with slice sl - 1's stage
     load(sl + kStages - 1);             // into that stage, while slice sl is computed on
-    const float(*a)[BM] = s.a[sl % kStages];
-    const float(*b)[BN] = s.b[sl % kStages];
+    const float(*a)[BM] = a_of(sl);
+    const float(*b)[BN] = b_of(sl);
     D2L_CONV_UNROLL
     for (int k0 = 0; k0 < BK; k0 += 8) {
       const int k1 = k0 + t, k2 = k1 + 4;
@@ -689,7 +691,8 @@ void launch_tile(Stream stream, Core core, const typename T::Pass& pass, float* 
   const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(gy), static_cast<unsigned>(splits * classes));
   const dim3 block(implicit::kBlock);
   if constexpr (requires { T::kStages; }) {  // an MmaTile: the mma core's
-    D2L_LAUNCH(conv2d_implicit_mma_kernel<T>, grid, block, 0, stream)(pass, out, slice, k_chunk);
+    D2L_SET_MAX_DYNAMIC_SHARED(conv2d_implicit_mma_kernel<T>, T::kDynamicBytes);
+    D2L_LAUNCH(conv2d_implicit_mma_kernel<T>, grid, block, T::kDynamicBytes, stream)(pass, out, slice, k_chunk);
     D2L_CHECK_LAUNCH(conv2d_implicit_mma_kernel);
   } else if (core == Core::wmma) {
     D2L_LAUNCH(conv2d_implicit_tf32_kernel<T>, grid, block, 0, stream)(pass, out, slice, k_chunk);
@@ -712,7 +715,7 @@ std::atomic<ImplicitCore> g_implicit_core{ImplicitCore::wmma};
 // blocks aimed at (4 per SM): as many slices as bring them there, each at least 4 slices of k deep,
 // the workspace at most 2^26 floats. A pass of several classes (strided backward_data) gives its largest
 // class' M and K; its blocks are `classes` times as many. The mma core (set_conv2d_implicit_core) tiles
-// 128x128, or 128x64 where N <= 64 (a tile setting of 128 or 64 forces one), in 16-deep slices.
+// 128x128, or 128x64 where N <= 64 (a tile setting of 128 or 64 forces one), in 32-deep slices.
 template <class P>
 void launch_implicit(Stream stream, const P& pass, float* out, int64_t M, int64_t N, int64_t K, int64_t out_size,
                      int64_t classes = 1) {
@@ -722,7 +725,7 @@ void launch_implicit(Stream stream, const P& pass, float* out, int64_t M, int64_
     throw std::invalid_argument("conv2d implicit GEMM: a GEMM size of 2^31 or more (kernel5 indexes with 32-bit ints)");
   const bool tf32 = uses_tf32();
   const Core core = !tf32 ? Core::fp32 : conv2d_implicit_core() == ImplicitCore::mma ? Core::mma : Core::wmma;
-  const int64_t BK = core == Core::wmma ? 32 : 16, target = 4 * kSMs;
+  const int64_t BK = core == Core::fp32 ? 16 : 32, target = 4 * kSMs;
   const int forced = conv2d_implicit_tile();
   const bool big = forced ? forced == 128
                  : core == Core::mma ? N > 64

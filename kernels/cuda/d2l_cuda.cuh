@@ -10,6 +10,8 @@
 //   D2L_LAUNCH(kernel, grid, block, shmem, stream)(args...);   kernel<<<grid, block, shmem, stream>>>(args...)
 //   D2L_CHECK_LAUNCH(kernel);                      after a launch: throws if it failed (nvcc);
 //                                                  emulated launches throw by themselves
+//   D2L_SET_MAX_DYNAMIC_SHARED(kernel, bytes);     the opt-in to more than 48 KiB of dynamic shared
+//                                                  memory (cudaFuncSetAttribute), before launching it
 // threadIdx, __syncthreads(), __shfl_down_sync(), atomicAdd(), ... are CUDA's own names; tensor cores are
 // wmma::fragment, wmma::mma_sync, ... (nvcuda::wmma; TF32 m16n16k8 under the emulation); PTX's own
 // instructions below that API are ptx::cp_async4, ptx::ldmatrix_x4, ptx::mma_tf32_m16n8k8, ...
@@ -31,6 +33,9 @@
   T* name = reinterpret_cast<T*>(d2l_dynamic_shared_##name)
 #define D2L_LAUNCH(kernel, grid, block, shmem, stream) kernel<<<(grid), (block), (shmem), (stream)>>>
 #define D2L_CHECK_LAUNCH(kernel) ::d2l::kernels::cuda::check_launch(#kernel, __FILE__, __LINE__)
+#define D2L_SET_MAX_DYNAMIC_SHARED(kernel, bytes) \
+  ::d2l::kernels::cuda::check_attribute(          \
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)), #kernel)
 
 namespace d2l::kernels::cuda {
 namespace wmma = nvcuda::wmma;  // tensor cores; the emulation's is kernels/emu/wmma.hpp
@@ -44,6 +49,11 @@ __device__ __forceinline__ float to_tf32(float x) {
 #endif
 }
 using Stream = cudaStream_t;
+inline void check_attribute(cudaError_t e, const char* kernel) {
+  if (e != cudaSuccess)
+    throw std::runtime_error(std::string("cudaFuncSetAttribute(") + kernel + ", max dynamic shared memory) failed: " +
+                             cudaGetErrorString(e));
+}
 inline void check_launch(const char* kernel, const char* file, int line) {
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess)

@@ -329,9 +329,10 @@ void* BlockRunner::shared_static(const void* key, size_t bytes, size_t align) {
   const uintptr_t base = reinterpret_cast<uintptr_t>(arena_);
   const size_t offset = (base + shared_used_ + a - 1) / a * a - base;
   shared_bytes_ = (shared_bytes_ + a - 1) / a * a + bytes;
-  if (shared_bytes_ > kSharedBytes || offset + bytes > kArenaBytes)
-    throw std::runtime_error("shared memory needs " + std::to_string(shared_bytes_) +
-                             " bytes (static + dynamic), more than the 49152 (48 KiB) a block may use");
+  if (shared_bytes_ > job_->shared_limit || offset + bytes > kArenaBytes)
+    throw std::runtime_error("shared memory needs " + std::to_string(shared_bytes_) + " bytes (static + dynamic), more than the " +
+                             std::to_string(job_->shared_limit) + " (" + std::to_string(job_->shared_limit / 1024) +
+                             " KiB) a block may use");
   void* p = arena_ + offset;
   D2L_UNPOISON(p, bytes);
   std::memset(p, 0xFF, bytes);  // NaN until written

@@ -36,6 +36,7 @@ struct BlockJob {
   const char* kernel;     // name, for messages
   dim3 grid, block;
   size_t dynamic_shared;  // bytes
+  size_t shared_limit;    // bytes the block may hold in all: kSharedBytes, or kSharedOptInBytes opted in
   void (*body)(void*);    // runs the kernel for the current thread (threadIdx etc. already set)
   void* ctx;
 };
@@ -127,13 +128,13 @@ class BlockRunner {
   // (both empty until the block's first cp.async: most blocks never use one)
   std::vector<Slot> slots_;          // static shared declarations used by this block
   size_t shared_used_ = 0;   // arena offset of the next allocation
-  size_t shared_bytes_ = 0;  // bytes the block has declared (checked against kSharedBytes)
+  size_t shared_bytes_ = 0;  // bytes the block has declared (checked against the job's shared_limit)
   // Under ASan, allocations are separated by poisoned redzones, so an index past the end of a
   // shared array is reported as an error instead of reading the neighbouring array.
 #ifdef __SANITIZE_ADDRESS__
-  static constexpr size_t kRedzone = 32, kArenaBytes = 2 * kSharedBytes;
+  static constexpr size_t kRedzone = 32, kArenaBytes = 2 * kSharedOptInBytes;
 #else
-  static constexpr size_t kRedzone = 0, kArenaBytes = kSharedBytes;
+  static constexpr size_t kRedzone = 0, kArenaBytes = kSharedOptInBytes;
 #endif
   alignas(128) unsigned char arena_[kArenaBytes];  // CUDA aligns shared arrays up to 128 bytes (__align__(128))
 };

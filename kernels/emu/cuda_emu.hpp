@@ -36,6 +36,10 @@
   ::d2l::cuda_emu::make_launch(#kernel, kernel, (grid), (block), (shmem), (stream))
 // Emulated launches throw their own errors; nvcc's version checks cudaGetLastError.
 #define D2L_CHECK_LAUNCH(kernel) ((void)0)
+// D2L_SET_MAX_DYNAMIC_SHARED(kernel, bytes): cudaFuncSetAttribute(kernel,
+// cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) under nvcc, the opt-in above 48 KiB.
+#define D2L_SET_MAX_DYNAMIC_SHARED(kernel, bytes) \
+  ::d2l::cuda_emu::set_max_dynamic_shared(reinterpret_cast<const void*>(kernel), (bytes))
 
 namespace d2l::kernels::emu {
 using namespace ::d2l::cuda_emu::builtins;

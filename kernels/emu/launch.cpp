@@ -45,13 +45,39 @@ void check_config(const std::string& name, const LaunchConfig& c) {
   if (uint64_t{b.x} * b.y * b.z > 1024) fail("more than 1024 threads a block");
   if (b.x > 1024 || b.y > 1024 || b.z > 64) fail("block dimensions are limited to (1024, 1024, 64)");
   if (g.x > 2147483647u || g.y > 65535 || g.z > 65535) fail("grid dimensions are limited to (2^31-1, 65535, 65535)");
-  if (c.dynamic_shared > kSharedBytes) fail("more than 48 KiB of dynamic shared memory");
+  const size_t opted = max_dynamic_shared(c.fn);
+  if (c.dynamic_shared > kSharedBytes && c.dynamic_shared > opted)
+    fail(opted ? "more dynamic shared memory than the kernel opted in to (" + std::to_string(opted) + " bytes)"
+               : std::string("more than 48 KiB of dynamic shared memory (without an opt-in, D2L_SET_MAX_DYNAMIC_SHARED)"));
+}
+
+std::mutex& opt_in_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::map<const void*, size_t>& opt_ins() {
+  static std::map<const void*, size_t> m;
+  return m;
 }
 
 std::atomic<int64_t> g_plain{0}, g_fibers{0};
 std::atomic<bool> g_plain_on{true};
 
 }  // namespace
+
+void set_max_dynamic_shared(const void* kernel, size_t bytes) {
+  if (bytes > kSharedOptInBytes)
+    throw std::invalid_argument("set_max_dynamic_shared: " + std::to_string(bytes) + " bytes, more than the " +
+                                std::to_string(kSharedOptInBytes) + " (227 KiB) a block may opt in to");
+  std::lock_guard<std::mutex> lock(opt_in_mutex());
+  opt_ins()[kernel] = bytes;
+}
+
+size_t max_dynamic_shared(const void* kernel) {
+  std::lock_guard<std::mutex> lock(opt_in_mutex());
+  auto it = opt_ins().find(kernel);
+  return it == opt_ins().end() ? 0 : it->second;
+}
 
 BlockCounts block_counts() { return {g_plain.load(), g_fibers.load()}; }
 void clear_block_counts() {
@@ -80,7 +106,8 @@ void run_grid(const LaunchConfig& cfg, void (*body)(void*), void* ctx) {
     ++log_map()[name];
   }
 
-  const BlockJob job{name.c_str(), cfg.grid, cfg.block, cfg.dynamic_shared, body, ctx};
+  const size_t limit = max_dynamic_shared(cfg.fn) > 0 ? kSharedOptInBytes : kSharedBytes;
+  const BlockJob job{name.c_str(), cfg.grid, cfg.block, cfg.dynamic_shared, limit, body, ctx};
   const uint64_t gx = cfg.grid.x, gy = cfg.grid.y;
   const int64_t blocks = static_cast<int64_t>(gx * gy * cfg.grid.z);
   std::atomic<int64_t> next{0};

@@ -26,13 +26,15 @@ using Stream = const d2l::kernels::cpu::Ctx*;
 
 struct LaunchConfig {
   const char* kernel;  // name as written at the launch (the launch log's key)
+  const void* fn;      // its address: the key of its shared-memory opt-in (set_max_dynamic_shared)
   dim3 grid, block;
   size_t dynamic_shared;  // bytes
   Stream stream;
 };
 
 // Runs body(ctx) as every thread of every block. Checks the configuration as CUDA does
-// (1..1024 threads a block, block.z <= 64, grid.y and grid.z <= 65535, shared memory <= 48 KiB).
+// (1..1024 threads a block, block.z <= 64, grid.y and grid.z <= 65535, shared memory <= 48 KiB or,
+// for a kernel opted in, its dynamic bytes up to its opt-in and 227 KiB in all).
 void run_grid(const LaunchConfig& cfg, void (*body)(void*), void* ctx);
 
 // How blocks ran since the start or the last clear, all launches: as a plain loop to the end
@@ -74,7 +76,7 @@ class Launch {
 template <class... P>
 Launch<P...> make_launch(const char* name, void (*kernel)(P...), dim3 grid, dim3 block, size_t shmem,
                          Stream stream) {
-  return Launch<P...>(LaunchConfig{name, grid, block, shmem, stream}, kernel);
+  return Launch<P...>(LaunchConfig{name, reinterpret_cast<const void*>(kernel), grid, block, shmem, stream}, kernel);
 }
 
 }  // namespace d2l::cuda_emu

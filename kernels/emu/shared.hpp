@@ -1,4 +1,4 @@
-// Shared memory under the emulation: a 48 KiB arena per OS thread, reset for every block.
+// Shared memory under the emulation: an arena per OS thread, reset for every block.
 //   D2L_SHARED(float, tile, [16][16]);   ->  float (&tile)[16][16] = <block-local arena memory>
 //   D2L_DYNAMIC_SHARED(float, buf);      ->  float* buf = <the launch's dynamic bytes>
 // (under nvcc the same macros are __shared__ / extern __shared__, kernels/cuda/d2l_cuda.cuh).
@@ -14,9 +14,17 @@
 
 namespace d2l::cuda_emu {
 
-// 48 KiB: what a CUDA block may use on every architecture without opting in
-// (cudaFuncSetAttribute); more is an error naming the kernel, as a real launch would fail.
+// 48 KiB: what a CUDA block may use on every architecture without opting in; more is an error
+// naming the kernel, as a real launch would fail. A kernel opted in (set_max_dynamic_shared, as
+// cudaFuncSetAttribute's cudaFuncAttributeMaxDynamicSharedMemorySize) may take that many bytes of
+// dynamic shared memory, and up to kSharedOptInBytes (sm_90's per-block maximum, 227 KiB) in all.
 inline constexpr size_t kSharedBytes = 48 * 1024;
+inline constexpr size_t kSharedOptInBytes = 227 * 1024;
+
+// The opt-in of the kernel at `kernel` (its address): its launches may ask for up to `bytes` of
+// dynamic shared memory (at most kSharedOptInBytes, else std::invalid_argument). 0 until set.
+void set_max_dynamic_shared(const void* kernel, size_t bytes);
+size_t max_dynamic_shared(const void* kernel);
 
 // The block's memory for the declaration `key` (allocated and NaN-filled at its first use in
 // the block). Throws when the block's shared memory would pass kSharedBytes.
