@@ -49,7 +49,7 @@ bool BlockRunner::run(const BlockJob& job, uint3 block_idx, bool plain) {
   shared_bytes_ = job.dynamic_shared;
   shared_used_ = (job.dynamic_shared + 15) / 16 * 16 + kRedzone;
 #ifdef __SANITIZE_ADDRESS__
-  D2L_POISON(arena_, kArenaBytes);
+  D2L_POISON(arena_, std::min(kArenaBytes, 2 * job.shared_limit));  // what the block may reach (redzones included)
   D2L_UNPOISON(arena_, job.dynamic_shared);
 #endif
   if (job.dynamic_shared > 0) std::memset(arena_, 0xFF, job.dynamic_shared);  // NaN: see shared.hpp
