@@ -204,21 +204,26 @@ TEST_CASE("--precision tf32: matmul and conv2d (kernel5, automatic) on GPU 0 wit
     CAPTURE(stride);
     kernels::cpu::set_conv2d_kernel(Conv2dKernel::im2col);
     const auto ref_conv = conv_passes(cpu(0), stride);
-    for (Conv2dKernel m : {Conv2dKernel::implicit, Conv2dKernel::automatic}) {
-      kernels::cpu::set_conv2d_kernel(m);
-      const auto out = conv_passes(dev(0), stride);
-      const char* names[] = {"y", "dx", "dw"};
-      for (size_t i = 0; i < out.size(); ++i) {
-        CAPTURE(int(m));
-        CAPTURE(names[i]);
-        const double diff = max_diff(ref_conv[i], out[i]);
-        std::printf("  tf32 conv2d member %d, stride %d, on %s: %s within %.1e of cpu(0)\n", int(m), int(stride),
-                    emulated ? "emu(0)" : "gpu(0)", names[i], diff);
-        CHECK(diff < 2e-2);
-        CHECK(diff > 1e-6);  // TF32 ran: FP32 gives 1e-6 or less here
+    // kernel5 on its wmma core (the default), then on its mma core (--gemm mma: mma.sync, cp.async).
+    for (const char* gemm : {"auto", "mma"})
+      for (Conv2dKernel m : {Conv2dKernel::implicit, Conv2dKernel::automatic}) {
+        detail::set_gemm(gemm);
+        kernels::cpu::set_conv2d_kernel(m);
+        const auto out = conv_passes(dev(0), stride);
+        const char* names[] = {"y", "dx", "dw"};
+        for (size_t i = 0; i < out.size(); ++i) {
+          CAPTURE(gemm);
+          CAPTURE(int(m));
+          CAPTURE(names[i]);
+          const double diff = max_diff(ref_conv[i], out[i]);
+          std::printf("  tf32 conv2d member %d (--gemm %s), stride %d, on %s: %s within %.1e of cpu(0)\n", int(m), gemm,
+                      int(stride), emulated ? "emu(0)" : "gpu(0)", names[i], diff);
+          CHECK(diff < 2e-2);
+          CHECK(diff > 1e-6);  // TF32 ran: FP32 gives 1e-6 or less here
+        }
       }
-    }
   }
+  detail::set_gemm("auto");
   kernels::cpu::set_conv2d_kernel(Conv2dKernel::automatic);
   kernels::cpu::set_precision(Precision::fp32);
 }
