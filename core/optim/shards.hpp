@@ -44,6 +44,15 @@ namespace zero {
 
 // Whether load_state_dict left a state waiting to be placed: some host[k][0] (StepInput::host) not empty.
 bool loaded_state_waits(const std::vector<std::vector<std::vector<float>>>& host);
+// The devices every trainable parameter is on (weights[k][i]: parameter k on device i), which one flat
+// vector over them needs to be the same, in the same order, for all: else a ConfigError naming two of
+// them (`where`: e.g. " in rank 1"). cpu(0) when there are no parameters.
+std::vector<Device> common_devices(const std::vector<std::vector<Tensor>>& weights, const std::vector<std::string>& names,
+                                   int stage, const std::string& where = "");
+// A loaded slot of parameter k's optimizer state (host[k][j]) must be empty (nothing loaded) or hold its
+// n values: else a ShapeError naming the parameter.
+void check_loaded_slots(const std::vector<std::string>& names, const std::vector<std::vector<std::vector<float>>>& host,
+                        size_t k, int64_t n);
 // A stage-3 step on shards that FullyShardedDataParallel never placed.
 ConfigError run_through_fsdp();
 

@@ -99,27 +99,16 @@ void ShardedState::place(const std::vector<std::vector<Tensor>>& weights, const 
       for (auto& p : pieces) sums.back().push_back(p.grad);
     }
   // One flat vector needs one list of devices: every parameter on the first one's.
-  std::vector<Device> devices;
-  for (auto& w : weights[0]) devices.push_back(w.device());
+  const std::vector<Device> devices = common_devices(weights, names, stage_);
   std::vector<int64_t> sizes;
   std::vector<Shape> shapes;
   for (size_t k = 0; k < weights.size(); ++k) {
-    std::vector<Device> on;
-    for (auto& w : weights[k]) on.push_back(w.device());
-    if (on != devices)
-      throw ConfigError("Trainer: zero_stage " + std::to_string(stage_) + " needs every trainable parameter on the same devices, in the same order: '" +
-                        names[0] + "' is on " + str(devices) + ", '" + names[k] + "' on " + str(on));
     sizes.push_back(weights[k][0].numel());
     shapes.push_back(weights[k][0].shape());
   }
   // The unsharded values: loaded ones, else what the shards hold so far (a move), else zeros.
   if (!loaded_state_waits(host) && placed()) host = gather_state();
-  for (size_t k = 0; k < host.size(); ++k)
-    for (size_t j = 0; j < slots_; ++j)
-      if (!host[k][j].empty() && static_cast<int64_t>(host[k][j].size()) != sizes[k])
-        throw ShapeError("Trainer: a slot of the optimizer state of '" + names[k] + "' has " +
-                         std::to_string(host[k][j].size()) + " values but the parameter has " +
-                         std::to_string(sizes[k]));
+  for (size_t k = 0; k < sizes.size(); ++k) check_loaded_slots(names, host, k, sizes[k]);
 
   std::vector<std::vector<Tensor>> params;  // stage 3: the parameter pieces already kept
   for (auto& pieces : pieces_) {

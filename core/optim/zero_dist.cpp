@@ -34,15 +34,6 @@ void each_piece_between(const std::vector<int64_t>& offsets, int64_t lo, int64_t
   }
 }
 
-// A loaded slot of parameter k's optimizer state must be empty (nothing loaded) or hold its n values.
-void check_slots(const std::vector<std::string>& names, const std::vector<std::vector<std::vector<float>>>& host, size_t k,
-                 int64_t n) {
-  for (const auto& slot : host[k])
-    if (!slot.empty() && static_cast<int64_t>(slot.size()) != n)
-      throw ShapeError("Trainer: a slot of the optimizer state of '" + names[k] + "' has " + std::to_string(slot.size()) +
-                       " values but the parameter has " + std::to_string(n));
-}
-
 // dst's elements [at, at + src.numel()) += src's (gradient accumulation: a bucket packed or sent twice).
 void add_at(const Tensor& dst, int64_t at, const Tensor& src) {
   Tensor part = Tensor::empty(src.shape(), dst.device());
@@ -90,18 +81,7 @@ RankShards::~RankShards() {
 
 std::vector<Device> RankShards::devices_of(const std::vector<std::vector<Tensor>>& weights,
                                            const std::vector<std::string>& names) const {
-  std::vector<Device> devices;
-  if (!weights.empty())
-    for (auto& w : weights[0]) devices.push_back(w.device());
-  for (size_t k = 0; k < weights.size(); ++k) {
-    std::vector<Device> on;
-    for (auto& w : weights[k]) on.push_back(w.device());
-    if (on != devices)
-      throw ConfigError("Trainer: zero_stage " + std::to_string(stage_) + " needs every trainable parameter on the same "
-                        "devices, in the same order: '" + names[0] + "' is on " + str(devices) + ", '" + names[k] +
-                        "' on " + str(on) + " in rank " + std::to_string(dist::rank()));
-  }
-  return devices.empty() ? std::vector<Device>{cpu(0)} : devices;
+  return common_devices(weights, names, stage_, " in rank " + std::to_string(dist::rank()));
 }
 
 RankShards::Unit RankShards::unit_of(const std::vector<size_t>& params) const {
@@ -123,7 +103,8 @@ RankShards::Unit RankShards::unit_of(const std::vector<size_t>& params) const {
 
 void RankShards::place_state(const std::vector<std::string>& names, std::vector<std::vector<std::vector<float>>>& host) {
   for (const Unit& unit : units_)  // every size checked before anything is placed
-    for (size_t p = 0; p < unit.params.size(); ++p) check_slots(names, host, unit.params[p], unit.offsets[p + 1] - unit.offsets[p]);
+    for (size_t p = 0; p < unit.params.size(); ++p)
+      check_loaded_slots(names, host, unit.params[p], unit.offsets[p + 1] - unit.offsets[p]);
   for (Unit& unit : units_)
     for (size_t i = 0; i < unit.pieces.size(); ++i) {
       Piece& piece = unit.pieces[i];
@@ -329,7 +310,7 @@ void RankShards::place(const std::vector<std::vector<Tensor>>& weights, const st
   std::vector<int64_t> offsets{0};
   for (size_t k = 0; k < weights.size(); ++k) {
     offsets.push_back(offsets.back() + weights[k][0].numel());
-    check_slots(names, host, k, weights[k][0].numel());  // before anything changes
+    check_loaded_slots(names, host, k, weights[k][0].numel());  // before anything changes
   }
   // A loaded state for the same parameters keeps the buckets, and what backward already sent into them.
   const bool same_layout = placed() && offsets == this->offsets() && devices_ == devices;
