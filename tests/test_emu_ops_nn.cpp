@@ -7,7 +7,7 @@
 //   1e-6/1e-5     float sums of a few terms whose order the CPU is free to change: col2im
 //   conv2d        float sums of k products (tiled GEMM or direct loop vs OpenBLAS): atol 1e-5 (k + 1),
 //                 rtol 1e-5 with k = C*KH*KW (forward), OC*KH*KW (data), N*OH*OW (weight); kernel5's
-//                 tf32 variant (TF32 inputs): atol 1e-3 (k + 1), rtol 1e-3
+//                 tf32 variant, on its wmma and its mma core (TF32 inputs): atol 1e-3 (k + 1), rtol 1e-3
 //   FD            atol 1e-3, rtol 1e-2 (FdTol, tests/emu_check.hpp); h 5e-2 (conv2d is linear in x and in w)
 #include <string>
 #include <vector>
@@ -77,19 +77,25 @@ void check_conv(kemu::Stream st) {
                    kemu::conv2d_backward_weight_implicit, cpu::conv2d_backward_weight_direct, "_implicit");
     {  // kernel5's tf32 variant: TF32 inputs (13 bits fewer), FP32 sums: each output within about
        // 2^-10 sum |a||b| <= 2^-10 k of the CPU's, so atol 1e-3 (k + 1), rtol 1e-3
+      // On either TF32 core: wmma (the default) and mma (mma.sync fed by cp.async).
       const cpu::Precision saved = cpu::precision();
-      cpu::set_precision(cpu::Precision::tf32);
-      std::vector<float> yt(y_size(s), NAN), dx(x_size(s), NAN), dx_ref(x_size(s), NAN), dw(w_size(s), NAN),
-          dw_ref(w_size(s), NAN);
-      kemu::conv2d_forward_implicit(st, s, x.data(), w.data(), yt.data());
-      kemu::conv2d_backward_data_implicit(st, s, dy.data(), w.data(), dx.data());
-      kemu::conv2d_backward_weight_implicit(st, s, x.data(), dy.data(), dw.data());
-      cpu::set_precision(saved);
+      std::vector<float> dx_ref(x_size(s), NAN), dw_ref(w_size(s), NAN);
       cpu::conv2d_backward_data_direct(kSerial, s, dy.data(), w.data(), dx_ref.data());
       cpu::conv2d_backward_weight_direct(kSerial, s, x.data(), dy.data(), dw_ref.data());
-      CHECK(close(y_ref, yt, 1e-3 * double(K + 1), 1e-3, "conv2d_forward_implicit tf32"));
-      CHECK(close(dx_ref, dx, 1e-3 * double(s.OC * s.KH * s.KW + 1), 1e-3, "conv2d_backward_data_implicit tf32"));
-      CHECK(close(dw_ref, dw, 1e-3 * double(s.N * P + 1), 1e-3, "conv2d_backward_weight_implicit tf32"));
+      for (kemu::ImplicitCore core : {kemu::ImplicitCore::wmma, kemu::ImplicitCore::mma}) {
+        CAPTURE(int(core));
+        cpu::set_precision(cpu::Precision::tf32);
+        kemu::set_conv2d_implicit_core(core);
+        std::vector<float> yt(y_size(s), NAN), dx(x_size(s), NAN), dw(w_size(s), NAN);
+        kemu::conv2d_forward_implicit(st, s, x.data(), w.data(), yt.data());
+        kemu::conv2d_backward_data_implicit(st, s, dy.data(), w.data(), dx.data());
+        kemu::conv2d_backward_weight_implicit(st, s, x.data(), dy.data(), dw.data());
+        cpu::set_precision(saved);
+        kemu::set_conv2d_implicit_core(kemu::ImplicitCore::wmma);
+        CHECK(close(y_ref, yt, 1e-3 * double(K + 1), 1e-3, "conv2d_forward_implicit tf32"));
+        CHECK(close(dx_ref, dx, 1e-3 * double(s.OC * s.KH * s.KW + 1), 1e-3, "conv2d_backward_data_implicit tf32"));
+        CHECK(close(dw_ref, dw, 1e-3 * double(s.N * P + 1), 1e-3, "conv2d_backward_weight_implicit tf32"));
+      }
     }
 
     // im2col / col2im of the last image against the CPU helpers.
