@@ -4,6 +4,7 @@
 //                     else grid_for(n) blocks of kThreads, then the launch check
 //   axpy_value(a, x, y)   y + a * x rounded as axpy_kernel rounds it (one FMA on a GPU)
 //   gemm_store(c, alpha, acc, beta)   a GEMM's C = alpha * acc + beta * C (matmul.cu, matmul_mma.cu)
+//   cp_async_pipeline<kStages, kPending>(slices, load, compute)   the cp.async pipeline of the mma kernels
 //   ScratchBuffer<T>  a temporary device buffer owned by one launcher (conv2d's col, sum's partials)
 #pragma once
 #include <cstdint>
@@ -64,6 +65,25 @@ constexpr int kReduceThreads = 32;
 // C = alpha * acc + beta * C; with beta == 0, C is not read (it may hold garbage, as in BLAS).
 __device__ __forceinline__ void gemm_store(float* c, float alpha, float acc, float beta) {
   *c = beta == 0.0f ? alpha * acc : alpha * acc + beta * *c;
+}
+
+// The cp.async pipeline of GEMM kernel6 (matmul_mma.cu) and kernel5's mma core (conv2d_implicit.cu):
+// kStages slices in flight. load(s) issues slice s's copies into stage s % kStages as one cp.async group
+// (an empty group past the last slice); compute(s) works on slice s. Slices 0 .. kStages - 2 are issued
+// first; then for each slice s: wait until at most kPending of this thread's groups are in flight
+// (kStages - 2: slice s's copies have landed), one barrier (everyone's have, and everyone is done with
+// slice s - 1, whose stage slice s + kStages - 1 now takes), issue that slice, compute on slice s.
+// kPending is the caller's, written at the call, where a test can get it wrong on purpose.
+template <int kStages, int kPending, class Load, class Compute>
+__device__ __forceinline__ void cp_async_pipeline(int64_t slices, Load&& load, Compute&& compute) {
+  for (int s = 0; s < kStages - 1; ++s) load(s);
+  for (int64_t s = 0; s < slices; ++s) {
+    ptx::cp_async_wait<kPending>();
+    __syncthreads();
+    load(s + kStages - 1);
+    compute(s);
+  }
+  ptx::cp_async_wait<0>();  // the empty groups past the end: nothing in flight at exit
 }
 
 __device__ __forceinline__ float axpy_value(float a, float x, float y) {

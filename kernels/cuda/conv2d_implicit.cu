@@ -577,7 +577,7 @@ __global__ void conv2d_implicit_mma_kernel(typename T::Pass launched, float* out
   for (int i = 0; i < SB::kKs; ++i) kb[i] = kpos(k_begin + SB::kk(i), mr, lr);
   const KPos step = kpos(BK, mr, lr);
   __syncthreads();  // tables complete
-  auto load = [&](int sl) {  // slice sl into stage sl % kStages as one cp.async group (empty past the last)
+  auto load = [&](int64_t sl) {  // slice sl into stage sl % kStages as one cp.async group (empty past the last)
     if (sl < slices) {
       float(*a)[BM] = a_of(sl);
       float(*b)[BN] = b_of(sl);
@@ -613,11 +613,8 @@ __global__ void conv2d_implicit_mma_kernel(typename T::Pass launched, float* out
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int wm = warp / kWarpsN * WM, wn = warp % kWarpsN * WN;
   float acc[TM][TN][4] = {};
-  for (int sl = 0; sl < kStages - 1; ++sl) load(sl);
-  for (int sl = 0; sl < slices; ++sl) {
-    ptx::cp_async_wait<kStages - 2>();  // this thread's copies of slice sl have landed
-    __syncthreads();                    // everyone's; and everyone is done with slice sl - 1's stage
-    load(sl + kStages - 1);             // into that stage, while slice sl is computed on
+  // Slice sl + 2 copied while slice sl is computed on; kStages - 2 groups pending: slice sl's have landed.
+  cp_async_pipeline<kStages, kStages - 2>(slices, load, [&](int64_t sl) {
     const float(*a)[BM] = a_of(sl);
     const float(*b)[BN] = b_of(sl);
     D2L_CONV_UNROLL
@@ -641,8 +638,7 @@ __global__ void conv2d_implicit_mma_kernel(typename T::Pass launched, float* out
         for (int j = 0; j < TN; ++j) ptx::mma_tf32_m16n8k8(acc[i][j], fa[i], fb[j]);
       }
     }
-  }
-  ptx::cp_async_wait<0>();  // the empty groups past the end: nothing in flight at exit
+  });
   out += job.split * slice;
   D2L_CONV_UNROLL
   for (int i = 0; i < TM; ++i) {

@@ -112,11 +112,8 @@ __global__ void matmul_kernel6_mma(int64_t M, int64_t N, int64_t K, float alpha,
     ptx::cp_async_commit();
   };
   float acc[kTilesM][kTilesN][4] = {};
-  for (int s = 0; s < kStages - 1; ++s) load(s);
-  for (int64_t s = 0; s < slices; ++s) {
-    ptx::cp_async_wait<kStages - 2>();  // this thread's copies of slice s have landed
-    __syncthreads();                    // everyone's; and everyone is done with slice s - 1's stage
-    load(s + kStages - 1);              // into that stage, while slice s is computed on
+  // Slice s + 2 copied while slice s is computed on; kStages - 2 groups pending: slice s's have landed.
+  cp_async_pipeline<kStages, kStages - 2>(slices, load, [&](int64_t s) {
     const float* a = sa(s);
     const float* b = sb(s);
     D2L_MMA_UNROLL
@@ -146,8 +143,7 @@ __global__ void matmul_kernel6_mma(int64_t M, int64_t N, int64_t K, float alpha,
         D2L_MMA_UNROLL
         for (int j = 0; j < kTilesN; ++j) ptx::mma_tf32_m16n8k8(acc[i][j], fa[i], fb[j]);
     }
-  }
-  ptx::cp_async_wait<0>();  // the empty groups past the end: nothing left in flight at exit
+  });
   // Epilogue: d[q] of tile (i, j) is C(g + 8 (q / 2), 2 t + q % 2) of the tile, g = lane / 4, t = lane % 4.
   const int g = lane / 4, t = lane % 4;
   D2L_MMA_UNROLL
