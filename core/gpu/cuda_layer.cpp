@@ -3,11 +3,13 @@
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <mutex>
 #include <set>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "core/device.hpp"  // DeviceError
@@ -26,8 +28,42 @@ void check(cudaError_t e, const char* call, const char* file, int line) {
     fail(call, file, line, cudaGetErrorString(e));
   }
 }
+
+// cuBLAS is opened at the first blas handle, not linked: loading libcublasLt applies 350,000
+// relocations, 0.4 s at every program's start on a 2-core machine (0.2 s of it page faults), also in
+// those that never reach a GPU (--help, a bad flag, a run on CPU devices, each rank of a test).
+// Each function is looked up under the name cublas_v2.h gives it (cublasCreate is cublasCreate_v2).
+#define D2L_NAME(fn) D2L_NAME_OF(fn)
+#define D2L_NAME_OF(fn) #fn
+struct Cublas {
+  decltype(&cublasCreate) create;
+  decltype(&cublasSetStream) set_stream;
+  decltype(&cublasSetMathMode) set_math_mode;
+  decltype(&cublasSgemm) sgemm;
+  decltype(&cublasGetStatusString) status_string;
+};
+const Cublas& cublas() {
+  static const Cublas api = [] {
+    const std::string name = "libcublas.so." + std::to_string(CUBLAS_VER_MAJOR);
+    void* lib = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!lib) throw DeviceError("cuBLAS could not be loaded: " + std::string(dlerror()));
+    auto find = [&](auto& fn, const char* symbol) {
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, symbol));
+      if (!fn) throw DeviceError(name + " has no " + symbol);
+    };
+    Cublas c{};
+    find(c.create, D2L_NAME(cublasCreate));
+    find(c.set_stream, D2L_NAME(cublasSetStream));
+    find(c.set_math_mode, D2L_NAME(cublasSetMathMode));
+    find(c.sgemm, D2L_NAME(cublasSgemm));
+    find(c.status_string, D2L_NAME(cublasGetStatusString));
+    return c;
+  }();
+  return api;
+}
+
 void check(cublasStatus_t s, const char* call, const char* file, int line) {
-  if (s != CUBLAS_STATUS_SUCCESS) fail(call, file, line, cublasGetStatusString(s));
+  if (s != CUBLAS_STATUS_SUCCESS) fail(call, file, line, cublas().status_string(s));
 }
 #define D2L_CHECK(call) check((call), #call, __FILE__, __LINE__)
 
@@ -120,8 +156,8 @@ void stream_synchronize(int gpu, void* stream) {
 void* blas_create(int gpu, void* stream) {
   DeviceGuard on(gpu);
   cublasHandle_t h = nullptr;
-  D2L_CHECK(cublasCreate(&h));
-  D2L_CHECK(cublasSetStream(h, as_stream(stream)));
+  D2L_CHECK(cublas().create(&h));
+  D2L_CHECK(cublas().set_stream(h, as_stream(stream)));
   return h;
 }
 
@@ -148,9 +184,9 @@ void copy(void* dst, int dst_gpu, const void* src, int src_gpu, size_t bytes, vo
 void sgemm(void* blas, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
            const float* B, float beta, float* C) {
   auto h = static_cast<cublasHandle_t>(blas);
-  D2L_CHECK(cublasSetMathMode(h, kernels::cuda::uses_tf32() ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+  D2L_CHECK(cublas().set_math_mode(h, kernels::cuda::uses_tf32() ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
   ColMajorGemm g = col_major_gemm(ta, tb, M, N, K);
-  D2L_CHECK(cublasSgemm(h, g.trans_first ? CUBLAS_OP_T : CUBLAS_OP_N, g.trans_second ? CUBLAS_OP_T : CUBLAS_OP_N, g.m,
+  D2L_CHECK(cublas().sgemm(h, g.trans_first ? CUBLAS_OP_T : CUBLAS_OP_N, g.trans_second ? CUBLAS_OP_T : CUBLAS_OP_N, g.m,
                         g.n, g.k, &alpha, B, g.ld_first, A, g.ld_second, &beta, C, g.ldc));
 }
 
