@@ -363,6 +363,19 @@ __device__ __forceinline__ void load_tables(const typename T::Pass& pass, typena
   for (int n = int(threadIdx.x); n < T::BN; n += kBlock) s.cols[n] = col0 + n < N ? pass.col(col0 + n) : Ctx{-1, 0, 0, 0};
 }
 
+// This thread's values of one operand's slice (Slots S): for each value v, its address through the
+// pass's `at` (a_at for a row of A, b_at for a column of B), or nullptr where the element is 0: past
+// the GEMM's edge (base -1 in the table) or past k_end (split-K's range). Every core loads through it.
+template <class S, class At, class Use>
+__device__ __forceinline__ void each_value(const Ctx* table, const KPos* ks, int k_end, At at, Use use) {
+  D2L_CONV_UNROLL
+  for (int v = 0; v < S::kCount; ++v) {
+    const Ctx c = table[S::row(v)];
+    const KPos& k = ks[S::ks(v)];
+    use(v, c.base >= 0 && k.k < k_end ? at(c, k) : nullptr);
+  }
+}
+
 // The loop both variants share: the tables, then per slice stash (registers -> shared memory, each
 // value through `round`), compute, and meanwhile fetch (global memory -> registers) of the next slice.
 // The block sums k in [split * k_chunk, min(K, (split + 1) * k_chunk)): split-K's range (empty for a
@@ -384,19 +397,11 @@ __device__ __forceinline__ void gemm_loop(const typename T::Pass& pass, typename
   const KPos step = kpos(BK, mr, lr);  // BK in the same radices
   __syncthreads();                     // tables complete
   float ra[SA::kCount], rb[SB::kCount];
+  auto a_at = [&](const Ctx& r, const KPos& k) { return pass.a_at(r, k); };
+  auto b_at = [&](const Ctx& c, const KPos& k) { return pass.b_at(k, c); };
   auto fetch = [&] {
-    D2L_CONV_UNROLL
-    for (int v = 0; v < SA::kCount; ++v) {
-      const Ctx r = s.rows[SA::row(v)];
-      const KPos& k = ka[SA::ks(v)];
-      ra[v] = r.base >= 0 && k.k < k_end ? value_at(pass.a_at(r, k)) : 0.0f;
-    }
-    D2L_CONV_UNROLL
-    for (int v = 0; v < SB::kCount; ++v) {
-      const Ctx c = s.cols[SB::row(v)];
-      const KPos& k = kb[SB::ks(v)];
-      rb[v] = c.base >= 0 && k.k < k_end ? value_at(pass.b_at(k, c)) : 0.0f;
-    }
+    each_value<SA>(s.rows, ka, k_end, a_at, [&](int v, const float* p) { ra[v] = p ? value_at(p) : 0.0f; });
+    each_value<SB>(s.cols, kb, k_end, b_at, [&](int v, const float* p) { rb[v] = p ? value_at(p) : 0.0f; });
   };
   fetch();
   for (int k0 = k_begin; k0 < k_end; k0 += BK) {
@@ -577,26 +582,21 @@ __global__ void conv2d_implicit_mma_kernel(typename T::Pass launched, float* out
   for (int i = 0; i < SB::kKs; ++i) kb[i] = kpos(k_begin + SB::kk(i), mr, lr);
   const KPos step = kpos(BK, mr, lr);
   __syncthreads();  // tables complete
+  auto a_at = [&](const Ctx& r, const KPos& k) { return pass.a_at(r, k); };
+  auto b_at = [&](const Ctx& c, const KPos& k) { return pass.b_at(k, c); };
   auto load = [&](int64_t sl) {  // slice sl into stage sl % kStages as one cp.async group (empty past the last)
     if (sl < slices) {
       float(*a)[BM] = a_of(sl);
       float(*b)[BN] = b_of(sl);
-      D2L_CONV_UNROLL
-      for (int v = 0; v < SA::kCount; ++v) {
-        const Ctx r = s.rows[SA::row(v)];
-        const KPos& k = ka[SA::ks(v)];
-        const float* src = r.base >= 0 && k.k < k_end ? pass.a_at(r, k) : nullptr;
+      // A zero element is a copy of 0 source bytes (it writes a zero; `out` is a valid address).
+      each_value<SA>(s.rows, ka, k_end, a_at, [&](int v, const float* p) {
         const int kk = SA::kk(SA::ks(v));
-        ptx::cp_async4(&a[kk][swizzled(kk, SA::row(v))], src ? src : out, src != nullptr);
-      }
-      D2L_CONV_UNROLL
-      for (int v = 0; v < SB::kCount; ++v) {
-        const Ctx c = s.cols[SB::row(v)];
-        const KPos& k = kb[SB::ks(v)];
-        const float* src = c.base >= 0 && k.k < k_end ? pass.b_at(k, c) : nullptr;
+        ptx::cp_async4(&a[kk][swizzled(kk, SA::row(v))], p ? p : out, p != nullptr);
+      });
+      each_value<SB>(s.cols, kb, k_end, b_at, [&](int v, const float* p) {
         const int kk = SB::kk(SB::ks(v));
-        ptx::cp_async4(&b[kk][swizzled(kk, SB::row(v))], src ? src : out, src != nullptr);
-      }
+        ptx::cp_async4(&b[kk][swizzled(kk, SB::row(v))], p ? p : out, p != nullptr);
+      });
       D2L_CONV_UNROLL
       for (int i = 0; i < SA::kKs; ++i) advance(ka[i], step, mr, lr);
       D2L_CONV_UNROLL
