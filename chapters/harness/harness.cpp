@@ -1,5 +1,6 @@
 #include "chapters/harness/harness.hpp"
 
+#include <CLI/CLI.hpp>
 #include <sys/stat.h>
 #include <unistd.h>
 

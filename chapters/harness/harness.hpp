@@ -15,7 +15,6 @@
 //   ... trace.check();  conv.apply();   // bad values: one line naming the flag, exit 2, before any work
 //   trace.start();  train(cfg);  trace.finish();
 #pragma once
-#include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -26,6 +25,12 @@
 
 #include "core/device.hpp"
 #include "core/trace.hpp"
+
+// CLI11 is declared here, not included: its header alone takes 8 s to compile, and most files that
+// use the harness never parse a flag. The programs' main.cpp and harness.cpp include <CLI/CLI.hpp>.
+namespace CLI {
+class App;
+}
 
 namespace d2l {
 namespace nn {

@@ -1,6 +1,7 @@
 // The chapter harness: --conv's table, the steps in flight, the file checks.
 #include <doctest/doctest.h>
 
+#include <CLI/CLI.hpp>
 #include <string>
 #include <vector>
 
