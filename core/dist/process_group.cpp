@@ -118,11 +118,9 @@ void wait_request(void* request) {
     if (done) return;
     if (g_abort_code.load() >= 0) abort_now();
     // MPI_Test is what moves the data (shared memory has no progress thread): poll, giving way to
-    // the devices' threads; after 1 ms of waiting (a slower rank), poll every 100 us, sleeping in
-    // between: a rank that spins takes the core from the rank it waits for wherever ranks outnumber
-    // cores (test_distributed as 3 ranks on 2 cores: 23.5 s with 100 ms of spinning, 21 s with 1 ms).
-    if (polls % 16 == 15 && std::chrono::steady_clock::now() - start > std::chrono::milliseconds(1))
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    // the devices' threads; after 100 ms of waiting (a slower rank), poll every millisecond.
+    if (polls % 64 == 63 && std::chrono::steady_clock::now() - start > std::chrono::milliseconds(100))
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
     else
       std::this_thread::yield();
   }
