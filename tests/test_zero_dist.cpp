@@ -311,6 +311,41 @@ TEST_CASE("ZeRO-2 reduce-scatters each bucket during backward and releases the .
     }
 }
 
+TEST_CASE("the step over the ranks updates each whole parameter in place: what it allocates is the chunk's sum and the shared parts") {
+  // The step's own allocations, measured: the allocator's peak during step() over what was in use
+  // before it. At stage 1 the chunk's summed gradient arrives during the step (4 * chunk bytes); at
+  // stage 2 it was there already. Besides it the step holds only buffers of the size of the parts
+  // of the (at most two) parameters its chunk shares with a neighbour's: their values' copies and
+  // what moves them, three of each at the most. A copy of the whole chunk's values (a step that
+  // updates a flat copy and gathers from it) is 4 * chunk more: over 2 ranks, where a chunk shares
+  // 1 and 4 of its 21 and 22 elements, that exceeds the bound.
+  const int W = dist::world_size(), r = dist::rank();
+  const int64_t lo = kP * r / W, hi = kP * (r + 1) / W, chunk = hi - lo;
+  const std::vector<int64_t> sizes{20, 5, 15, 3};  // mlp_43's parameters, in the Trainer's order
+  int64_t shared = 0;  // elements of this chunk in parameters it does not hold whole
+  for (int64_t k = 0, at = 0; k < int64_t(sizes.size()); at += sizes[size_t(k)], ++k)
+    if ((at < lo && at + sizes[size_t(k)] > lo) || (at < hi && at + sizes[size_t(k)] > hi))
+      shared += std::min(hi, at + sizes[size_t(k)]) - std::max(lo, at);
+  for (const Setup& u : {Setup{}, adam_setup()})
+    for (int stage : {1, 2}) {
+      CAPTURE(u.optimizer);
+      CAPTURE(stage);
+      auto net = mlp_43();
+      Trainer trainer(net->collect_params(), u.optimizer, at_stage(u.opt, stage, 0), u.kvstore);
+      train_steps(*net, trainer, 0, 2);  // laid out, every buffer made once
+      backward_rows(*net, 2, kGlobalBatch * r / W, kGlobalBatch * (r + 1) / W);
+      DeviceRuntime& rt = runtime(cpu(0));
+      Allocator& a = *rt.allocator;
+      rt.compute.synchronize(), rt.copy.synchronize();
+      const int64_t before = a.stats().in_use;
+      a.reset_peak();
+      trainer.step(kGlobalBatch);
+      rt.compute.synchronize(), rt.copy.synchronize();
+      const int64_t extra = a.stats().peak - before;
+      CHECK(extra <= 4 * (stage == 1 ? chunk : 0) + 3 * 4 * shared);
+    }
+}
+
 TEST_CASE("every bucket size gives the same bits at ZeRO-1 and ZeRO-2, SGD with momentum and Adam") {
   for (const Setup& u : {Setup{}, adam_setup()})
     for (int stage : {1, 2}) {

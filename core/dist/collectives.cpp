@@ -398,8 +398,12 @@ Work allgather_async(const Tensor& in, int64_t in_offset, const Tensor& out, con
                      " elements, or this rank's part outside the input");
   Work w;
   w.device = out.device();
+  // In place: this rank's part is in `out` already, where the gather puts it (MPI_IN_PLACE).
+  int64_t at_me = 0;
+  for (int r = 0; r < me; ++r) at_me += counts[static_cast<size_t>(r)];
+  const bool in_place = in.impl().storage == out.impl().storage && in_offset == at_me;
   if (W == 1) {
-    if (mine > 0) copy_bytes(in, static_cast<size_t>(in_offset) * 4, out, 0, static_cast<size_t>(mine) * 4);
+    if (mine > 0 && !in_place) copy_bytes(in, static_cast<size_t>(in_offset) * 4, out, 0, static_cast<size_t>(mine) * 4);
     return w;
   }
   if (on_gpu(in) || on_gpu(out)) {  // through host memory
@@ -416,9 +420,10 @@ Work allgather_async(const Tensor& in, int64_t in_offset, const Tensor& out, con
   std::vector<int> n(counts.begin(), counts.end()), at(counts.size(), 0);
   for (size_t r = 1; r < counts.size(); ++r) at[r] = at[r - 1] + n[r - 1];
   const MPI_Comm c = comm_of(g);
-  on_comm("MPI_Iallgatherv", {in, out}, [src, dst, n, at, me, c] {
+  on_comm("MPI_Iallgatherv", {in, out}, [src, dst, n, at, me, c, in_place] {
     MPI_Request q;
-    MPI_Iallgatherv(src, n[static_cast<size_t>(me)], MPI_FLOAT, dst, n.data(), at.data(), MPI_FLOAT, c, &q);
+    MPI_Iallgatherv(in_place ? MPI_IN_PLACE : src, n[static_cast<size_t>(me)], MPI_FLOAT, dst, n.data(), at.data(),
+                    MPI_FLOAT, c, &q);
     wait(q);
   }, &w.done);
   w.pending = true;

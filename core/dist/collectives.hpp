@@ -81,7 +81,8 @@ Work allgather_async(const Tensor& in, const Tensor& out);
 // from rank r, this rank's read from `in` at element in_offset on; out is their concatenation in
 // rank order. ZeRO over the ranks gathers each parameter straight into its tensor with it
 // (core/optim/zero_dist.hpp). GPU tensors go through host memory, and then the compute stream waits.
-// Over a group, counts has one entry per member, in group rank order.
+// Over a group, counts has one entry per member, in group rank order. `in` may be `out` itself,
+// this rank's part already in its place (MPI_IN_PLACE): a parameter updated in place is gathered so.
 Work allgather_async(const Tensor& in, int64_t in_offset, const Tensor& out, const std::vector<int64_t>& counts,
                      const Group& group = Group());
 // out (rank r: chunk r's elements) becomes the sum over the ranks of chunk r of `in` (N elements).

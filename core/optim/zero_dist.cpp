@@ -96,6 +96,16 @@ RankShards::Unit RankShards::unit_of(const std::vector<size_t>& params) const {
     Piece piece;
     piece.lo = chunk_begin(P, r * h + i, W * h);
     piece.n = chunk_begin(P, r * h + i + 1, W * h) - piece.lo;
+    auto add_part = [&](int64_t a, int64_t n, size_t p, bool whole) {
+      Part part;
+      part.lo = a, part.n = n, part.p = p, part.whole = whole;
+      piece.parts.push_back(std::move(part));
+    };
+    if (stage_ == 3 && piece.n > 0) add_part(piece.lo, piece.n, 0, false);  // flat: FSDP's FlatParameter
+    if (stage_ < 3)  // a part a parameter, updated in place where it is whole
+      each_piece_between(unit.offsets, piece.lo, piece.lo + piece.n, [&](size_t p, int64_t a, int64_t b) {
+        add_part(a, b - a, p, a == unit.offsets[p] && b == unit.offsets[p + 1]);
+      });
     unit.pieces.push_back(std::move(piece));
   }
   return unit;
@@ -106,35 +116,40 @@ void RankShards::place_state(const std::vector<std::string>& names, std::vector<
     for (size_t p = 0; p < unit.params.size(); ++p)
       check_loaded_slots(names, host, unit.params[p], unit.offsets[p + 1] - unit.offsets[p]);
   for (Unit& unit : units_)
-    for (size_t i = 0; i < unit.pieces.size(); ++i) {
-      Piece& piece = unit.pieces[i];
-      piece.state.assign(slots_, Tensor());
-      for (size_t j = 0; j < slots_; ++j) {
-        MemoryTagScope tag(MemoryTag::optimizer_state);  // zeros before the first step
-        piece.state[j] = Tensor::from_vector(from_host(unit, piece, [&](size_t k) -> const std::vector<float>& { return host[k][j]; }),
-                                             {piece.n}, devices_[i]);
+    for (size_t i = 0; i < unit.pieces.size(); ++i)
+      for (Part& part : unit.pieces[i].parts) {
+        part.state.assign(slots_, Tensor());
+        for (size_t j = 0; j < slots_; ++j) {
+          MemoryTagScope tag(MemoryTag::optimizer_state);  // zeros before the first step
+          part.state[j] = Tensor::from_vector(from_host(unit, part, [&](size_t k) -> const std::vector<float>& { return host[k][j]; }),
+                                              part_shape(unit, part), devices_[i]);
+        }
       }
-    }
   for (auto& slots : host)
     for (auto& slot : slots) slot.clear();
 }
 
-std::vector<float> RankShards::from_host(const Unit& unit, const Piece& piece,
+std::vector<float> RankShards::from_host(const Unit& unit, const Part& part,
                                         const std::function<const std::vector<float>&(size_t)>& full) const {
-  std::vector<float> flat(static_cast<size_t>(piece.n), 0.0f);
-  each_piece_between(unit.offsets, piece.lo, piece.lo + piece.n, [&](size_t p, int64_t a, int64_t b) {
+  std::vector<float> flat(static_cast<size_t>(part.n), 0.0f);
+  each_piece_between(unit.offsets, part.lo, part.lo + part.n, [&](size_t p, int64_t a, int64_t b) {
     const std::vector<float>& from = full(unit.params[p]);
     if (!from.empty())
-      std::copy(from.begin() + (a - unit.offsets[p]), from.begin() + (b - unit.offsets[p]), flat.begin() + (a - piece.lo));
+      std::copy(from.begin() + (a - unit.offsets[p]), from.begin() + (b - unit.offsets[p]), flat.begin() + (a - part.lo));
   });
   return flat;
 }
 
-Tensor RankShards::chunk_on_first(const Unit& unit, const std::function<const Tensor&(const Piece&)>& field) const {
-  if (unit.pieces.size() == 1 && unit.n > 0) return field(unit.pieces[0]);
-  Tensor chunk = Tensor::empty({unit.n}, device());  // the pieces end to end on the first device
-  for (const Piece& p : unit.pieces)
-    if (p.n > 0) copy_bytes(field(p), 0, chunk, float_bytes(p.lo - unit.lo), float_bytes(p.n));
+Shape RankShards::part_shape(const Unit& unit, const Part& part) const {
+  return part.whole ? replicas_[unit.params[part.p]][0].shape() : Shape{part.n};
+}
+
+Tensor RankShards::chunk_on_first(const Unit& unit, const std::function<const Tensor&(const Part&)>& field) const {
+  if (unit.pieces.size() == 1 && unit.pieces[0].parts.size() == 1 && !unit.pieces[0].parts[0].whole)
+    return field(unit.pieces[0].parts[0]);
+  Tensor chunk = Tensor::empty({unit.n}, device());  // the parts end to end on the first device
+  for (const Piece& piece : unit.pieces)
+    for (const Part& part : piece.parts) copy_bytes(field(part), 0, chunk, float_bytes(part.lo - unit.lo), float_bytes(part.n));
   return chunk;
 }
 
@@ -166,14 +181,14 @@ Step RankShards::clipped(const Step& step, GradClip* clip) const {
   if (!clip) return step;
   double split = 0, other = 0;
   for (const Unit& unit : units_)
-    for (const Piece& piece : unit.pieces) {
-      if (piece.n == 0) continue;
-      const std::vector<float> v = piece.grad.to_vector();
-      each_piece_between(unit.offsets, piece.lo, piece.lo + piece.n, [&](size_t p, int64_t a, int64_t b) {
-        double& sum = clip->is_split(unit.params[p]) ? split : other;
-        for (int64_t e = a; e < b; ++e) sum += static_cast<double>(v[size_t(e - piece.lo)]) * static_cast<double>(v[size_t(e - piece.lo)]);
-      });
-    }
+    for (const Piece& piece : unit.pieces)
+      for (const Part& part : piece.parts) {
+        const std::vector<float> v = part.grad.to_vector();
+        each_piece_between(unit.offsets, part.lo, part.lo + part.n, [&](size_t p, int64_t a, int64_t b) {
+          double& sum = clip->is_split(unit.params[p]) ? split : other;
+          for (int64_t e = a; e < b; ++e) sum += static_cast<double>(v[size_t(e - part.lo)]) * static_cast<double>(v[size_t(e - part.lo)]);
+        });
+      }
   const std::vector<double> both = dist::sum_over_ranks({split, other}, group_);
   return clip->apply(step, both[0], both[1]);
 }
@@ -182,7 +197,7 @@ void RankShards::step(const StepInput& in, const Step& step, GradClip* clip) {
   NoGrad no_grad;
   if (stage_ < 3) {
     if (in.weights.empty()) return;
-    sum_into_pieces(in);  // every piece: its values, copied out of its replicas, and its summed gradient
+    sum_into_pieces(in);  // every part: its values (its replica itself where whole) and its summed gradient
   } else {
     if (!placed()) throw run_through_fsdp();
     shard(in.weights, in.names, {}, in.host);  // the pieces stay; a loaded state, if one waits, is placed
@@ -193,16 +208,17 @@ void RankShards::step(const StepInput& in, const Step& step, GradClip* clip) {
     }
   }
   const Step s = clipped(step, clip);
-  std::vector<ReplicaStep> mine;  // every piece of every unit: its parameters, state and summed gradient
+  std::vector<ReplicaStep> mine;  // every part of every unit: its parameters, state and summed gradient
   for (const Unit& unit : units_)
-    for (const Piece& p : unit.pieces)
-      if (p.n > 0) mine.push_back({p.param, p.state, p.grad});
+    for (const Piece& piece : unit.pieces)
+      for (const Part& p : piece.parts) mine.push_back({p.param, p.state, p.grad});
   update_my_shard_then_all_gather(mine, s);  // stage 3 gathers nothing: the next forward does
   if (stage_ == 3) {
     for (const ReplicaStep& r : mine) fill_(r.g, 0.0f);
     ++steps_;
   } else {
-    for (Piece& p : units_[0].pieces) p.param = Tensor(), p.grad = Tensor();  // the step's copies
+    for (Piece& piece : units_[0].pieces)  // the step's copies (stage 2 keeps the sums, as backward refills them)
+      for (Part& p : piece.parts) p.param = Tensor(), p.grad = stage_ == 2 ? p.grad : Tensor();
   }
 }
 
@@ -212,11 +228,26 @@ void RankShards::all_gather() {
   if (steps_ == 2 && fails_in_allgather(stage_))
     throw DeviceError("injected failure inside the ZeRO-" + std::to_string(stage_) + " all-gather of step 2 "
                       "(D2L_FAIL_RANK_IN_ALLGATHER=" + std::getenv("D2L_FAIL_RANK_IN_ALLGATHER") + ")");
+  // Parameter by parameter, straight into its replica on the first device: every rank gives the
+  // elements of it in its chunk, from the part that was updated (a whole parameter's part is the
+  // replica itself: the all-gather runs in place), or from its parts put end to end.
   const Unit& unit = units_[0];
-  std::vector<Tensor> into;
-  for (size_t k : unit.params) into.push_back(replicas_[k][0]);
-  const Tensor mine = chunk_on_first(unit, [](const Piece& p) -> const Tensor& { return p.param; });
-  for (auto& work : all_gather_unit(unit, mine, into)) work.wait();
+  std::vector<dist::Work> works;
+  for (size_t p = 0; p < unit.params.size(); ++p) {
+    const Tensor& into = replicas_[unit.params[p]][0];
+    const int64_t a = std::max(unit.offsets[p], unit.lo), b = std::min(unit.offsets[p + 1], unit.lo + unit.n);
+    Tensor mine = into;  // nothing of it in this chunk: a count of 0
+    if (a < b) {
+      const Part* only = only_part(a, b - a);
+      mine = only ? only->param : Tensor::empty({b - a}, device());
+      if (!only)
+        for (const Piece& piece : unit.pieces)
+          for (const Part& part : piece.parts)
+            if (part.p == p) copy_bytes(part.param, 0, mine, float_bytes(part.lo - a), float_bytes(part.n));
+    }
+    works.push_back(dist::allgather_async(mine, 0, into, dist::counts_in_chunks(unit.offsets.back(), unit.offsets[p], unit.offsets[p + 1], group_), group_));
+  }
+  for (auto& work : works) work.wait();
   for (size_t k : unit.params)  // the process's other devices: replicas of the first
     for (size_t i = 1; i < replicas_[k].size(); ++i) replicas_[k][0].copyto(replicas_[k][i]);
 }
@@ -227,7 +258,7 @@ std::vector<std::vector<std::vector<float>>> RankShards::gather_state() const {
   for (const Unit& unit : units_)
     for (size_t j = 0; j < slots_; ++j) {
       const Tensor whole = Tensor::empty({unit.offsets.back()}, device());
-      dist::allgather(chunk_on_first(unit, [j](const Piece& p) -> const Tensor& { return p.state[j]; }), whole, group_);
+      dist::allgather(chunk_on_first(unit, [j](const Part& p) -> const Tensor& { return p.state[j]; }), whole, group_);
       const std::vector<float> v = whole.to_vector();
       for (size_t p = 0; p < unit.params.size(); ++p)
         out[unit.params[p]][j].assign(v.begin() + unit.offsets[p], v.begin() + unit.offsets[p + 1]);
@@ -238,14 +269,13 @@ std::vector<std::vector<std::vector<float>>> RankShards::gather_state() const {
 void RankShards::add_memory(const std::function<DeviceMemory&(Device)>& at) const {
   if (!placed()) return;
   for (const Unit& unit : units_)
-    for (size_t i = 0; i < unit.pieces.size(); ++i) {
-      const Piece& p = unit.pieces[i];
-      DeviceMemory& m = at(devices_[i]);
-      m.parameter_bytes += bytes_held(p.param);
-      m.summed_gradient_bytes += bytes_held(p.grad);
-      for (const Tensor& t : p.state) m.state_bytes += bytes_held(t);
-    }
-  if (stage_ == 2) at(device()).summed_gradient_bytes += bytes_held(grad_shard_);  // the chunk's sum is all the sum kept
+    for (size_t i = 0; i < unit.pieces.size(); ++i)
+      for (const Part& p : unit.pieces[i].parts) {
+        DeviceMemory& m = at(devices_[i]);
+        m.parameter_bytes += p.whole ? 0 : bytes_held(p.param);  // a whole part's is the replica's, counted already
+        m.summed_gradient_bytes += bytes_held(p.grad);
+        for (const Tensor& t : p.state) m.state_bytes += bytes_held(t);
+      }
 }
 
 int64_t RankShards::chunk() const {
@@ -257,22 +287,25 @@ int64_t RankShards::chunk() const {
 int64_t RankShards::parameter_bytes() const {
   int64_t n = 0;
   for (const Unit& unit : units_)
-    for (const Piece& p : unit.pieces) n += bytes_held(p.param);
+    for (const Piece& piece : unit.pieces)
+      for (const Part& p : piece.parts) n += p.whole ? 0 : bytes_held(p.param);
   return n;
 }
 
 int64_t RankShards::gradient_bytes() const {
-  int64_t n = stage_ == 2 ? bytes_held(grad_shard_) : 0;
+  int64_t n = 0;
   for (const Unit& unit : units_)
-    for (const Piece& p : unit.pieces) n += bytes_held(p.grad);
+    for (const Piece& piece : unit.pieces)
+      for (const Part& p : piece.parts) n += bytes_held(p.grad);
   return n;
 }
 
 int64_t RankShards::state_bytes() const {
   int64_t n = 0;
   for (const Unit& unit : units_)
-    for (const Piece& p : unit.pieces)
-      for (const Tensor& t : p.state) n += bytes_held(t);
+    for (const Piece& piece : unit.pieces)
+      for (const Part& p : piece.parts)
+        for (const Tensor& t : p.state) n += bytes_held(t);
   return n;
 }
 
@@ -314,23 +347,27 @@ void RankShards::place(const std::vector<std::vector<Tensor>>& weights, const st
   }
   // A loaded state for the same parameters keeps the buckets, and what backward already sent into them.
   const bool same_layout = placed() && offsets == this->offsets() && devices_ == devices;
-  if (!same_layout && (!pending_.empty() || std::find(packed_.begin(), packed_.end(), true) != packed_.end()))
+  if (!same_layout && (!receipts_.empty() || std::find(packed_.begin(), packed_.end(), true) != packed_.end()))
     throw ConfigError("Trainer: zero_stage " + std::to_string(stage_) + ": the parameters changed between backward and "
                       "the step, whose gradients are already reduce-scattered and released: step before moving them");
   devices_ = devices, replicas_ = weights;
-  std::vector<size_t> all(weights.size());
-  std::iota(all.begin(), all.end(), size_t{0});
-  units_.assign(1, unit_of(all));
+  if (!same_layout) {
+    std::vector<size_t> all(weights.size());
+    std::iota(all.begin(), all.end(), size_t{0});
+    units_.assign(1, unit_of(all));
+    make_buckets();
+    if (stage_ == 2)  // the sums backward sends into, kept between steps: 4 Psi_r
+      for (size_t i = 0; i < units_[0].pieces.size(); ++i)
+        for (Part& part : units_[0].pieces[i].parts) {
+          MemoryTagScope tag(MemoryTag::summed_gradients);
+          part.grad = Tensor::empty(part_shape(units_[0], part), devices_[i]);
+        }
+  }
   place_state(names, host);
   index_.clear();
   completed_.assign(weights.size(), 0);
   for (size_t k = 0; k < weights.size(); ++k)
     for (auto& w : weights[k]) index_[&w.impl()] = k;
-  if (!same_layout) {
-    MemoryTagScope tag(MemoryTag::summed_gradients);
-    grad_shard_ = stage_ == 2 ? Tensor::empty({units_[0].n}, device()) : Tensor();
-    make_buckets();
-  }
 }
 
 void RankShards::make_buckets() {
@@ -388,30 +425,51 @@ void RankShards::pack(size_t k, bool release) {
 
 void RankShards::send(Bucket& b) {
   // The bucket is elements [a, end) of the flat vector: rank r receives those inside its chunk, one
-  // range of it, which starts at element max(a, lo) - lo of grad_shard_.
+  // range of it, straight into the part it is when it is one (at stage 1 a bucket is one parameter).
   const Unit& unit = units_[0];
   const int64_t a = offsets()[b.first], end = offsets()[b.last];
   const std::vector<int64_t> counts = dist::counts_in_chunks(offsets().back(), a, end, group_);
-  const int64_t at = std::clamp<int64_t>(a - unit.lo, 0, unit.n), mine = counts[static_cast<size_t>(group_.rank())];
-  if (b.sent == 0) {
-    pending_.push_back(dist::reduce_scatter_async(b.packed, grad_shard_, at, counts, group_));
-    if (stage_ == 2 && pending_.back().pending) {
-      in_flight_.push_back(pending_.back().done);
-      while (in_flight_.size() > kInFlight) {
-        in_flight_.front().synchronize();
-        in_flight_.pop_front();
-      }
-    }
-  } else {  // sent before in this step: received apart, added into the sum once there
-    Late late{{}, Tensor::empty({std::max<int64_t>(mine, 1)}, device()), at};
-    late.work = dist::reduce_scatter_async(b.packed, late.recv, 0, counts, group_);
-    if (mine > 0) late_.push_back(late);
-    else late.work.wait();
+  Receipt r;
+  r.at = std::clamp<int64_t>(a, unit.lo, unit.lo + unit.n), r.n = counts[static_cast<size_t>(group_.rank())];
+  r.add = b.sent > 0;
+  Part* only = r.add || r.n == 0 ? nullptr : only_part(r.at, r.n);
+  r.direct = only != nullptr;
+  r.recv = only ? only->grad : Tensor::empty({std::max<int64_t>(r.n, 1)}, device());
+  r.work = dist::reduce_scatter_async(b.packed, r.recv, 0, counts, group_);
+  receipts_.push_back(r);
+  while (stage_ == 2 && receipts_.size() > kInFlight) {  // the rate limiter (above)
+    if (receipts_.front().work.pending) receipts_.front().work.done.synchronize();
+    take(receipts_.front());
+    receipts_.pop_front();
   }
   b.packed = Tensor();  // the communication thread holds it until the reduce-scatter has read it
   for (size_t k = b.first; k < b.last; ++k) packed_[k] = false;
   b.arrived = 0;
   ++b.sent;
+}
+
+RankShards::Part* RankShards::only_part(int64_t at, int64_t n) {
+  for (Part& part : units_[0].pieces[0].parts)
+    if (part.lo == at && part.n == n) return &part;
+  return nullptr;
+}
+
+void RankShards::take(const Receipt& r) {
+  r.work.wait();
+  if (r.direct || r.n == 0) return;
+  const Unit& unit = units_[0];
+  for (const Piece& piece : unit.pieces)
+    for (const Part& part : piece.parts) {
+      if (part.lo < r.at || part.lo + part.n > r.at + r.n) continue;
+      const size_t from = float_bytes(part.lo - r.at), bytes = float_bytes(part.n);
+      if (!r.add) {
+        copy_bytes(r.recv, from, part.grad, 0, bytes);
+        continue;
+      }
+      Tensor late = Tensor::empty(part.grad.shape(), part.grad.device());
+      copy_bytes(r.recv, from, late, 0, bytes);
+      add_(part.grad, late);
+    }
 }
 
 void RankShards::reduce_scatter_rest(bool release) {
@@ -427,12 +485,8 @@ void RankShards::reduce_scatter_rest(bool release) {
 }
 
 void RankShards::wait_for_sums() {
-  for (auto& work : pending_) work.wait();
-  for (auto& late : late_) {
-    late.work.wait();
-    add_at(grad_shard_, late.at, late.recv);
-  }
-  pending_.clear(), late_.clear(), in_flight_.clear();
+  for (const Receipt& r : receipts_) take(r);
+  receipts_.clear();
   for (Bucket& b : buckets_) b.sent = 0;
   std::fill(completed_.begin(), completed_.end(), 0);
 }
@@ -445,44 +499,44 @@ void RankShards::sum_into_pieces(const StepInput& in) {
     throw ConfigError("Trainer: zero_stage 2 reduce-scatters the gradients, but the gradient buckets already all-reduced "
                       "them: use zero_stage 1 with buckets");
   Unit& unit = units_[0];
-  Tensor g;
-  if (stage_ == 1 && summed) {  // DDP's buckets all-reduced every gradient during backward: chunk r of the sum
-    g = Tensor::zeros({unit.n}, device());  // zeros where a parameter got no gradient
-    each_piece_between(unit.offsets, unit.lo, unit.lo + unit.n, [&](size_t p, int64_t a, int64_t b) {
-      const Tensor& w = replicas_[unit.params[p]][0];
-      if (w.grad().defined())
-        copy_bytes(w.grad(), float_bytes(a - unit.offsets[p]), g, float_bytes(a - unit.lo), float_bytes(b - a));
-    });
-  } else {
-    // Chunk r's sum arrives in grad_shard_, no other. Stage 1 reduce-scatters every bucket now and
-    // keeps the .grad buffers; at stage 2 backward sent most of them and released their gradients.
-    if (stage_ == 1) grad_shard_ = Tensor::empty({unit.n}, device());
-    reduce_scatter_rest(stage_ == 2);
-    wait_for_sums();
-    g = grad_shard_;
-    if (stage_ == 1) grad_shard_ = Tensor();  // the pieces keep it until the update is done
-  }
-  // Each piece: its values copied out of its own device's replicas, its part of the sum (the sum
-  // itself when the chunk is one piece).
-  for (size_t i = 0; i < unit.pieces.size(); ++i) {
-    Piece& p = unit.pieces[i];
-    if (p.n == 0) continue;
-    p.param = Tensor::empty({p.n}, devices_[i]);
-    copy_flat(unit, i, p.lo, p.param, false);
-    if (unit.pieces.size() == 1) {
-      p.grad = g;
-      continue;
+  for (size_t i = 0; i < unit.pieces.size(); ++i)
+    for (Part& part : unit.pieces[i].parts) {
+      const Tensor& w = replicas_[unit.params[part.p]][i];
+      const size_t at = float_bytes(part.lo - unit.offsets[part.p]), bytes = float_bytes(part.n);
+      // Its values: the replica itself where the part is the whole parameter, else a copy of the part.
+      if (part.whole) {
+        part.param = w;
+      } else {
+        part.param = Tensor::empty({part.n}, devices_[i]);
+        copy_bytes(w, at, part.param, 0, bytes);
+      }
+      if (stage_ == 2) continue;  // the sums backward sent into
+      // Stage 1: DDP's buckets all-reduced every gradient during backward: the part of the sum (the
+      // .grad buffer itself where whole; zeros where a parameter got no gradient); else the
+      // reduce-scatter's, below.
+      const Tensor& g = replicas_[unit.params[part.p]][0].grad();
+      MemoryTagScope tag(MemoryTag::summed_gradients);
+      if (summed && part.whole && i == 0 && g.defined()) {
+        part.grad = g;
+      } else if (summed) {
+        part.grad = Tensor::zeros(part_shape(unit, part), devices_[i]);
+        if (g.defined()) copy_bytes(g, at, part.grad, 0, bytes);
+      } else {
+        part.grad = Tensor::empty(part_shape(unit, part), devices_[i]);
+      }
     }
-    p.grad = Tensor::empty({p.n}, devices_[i]);
-    copy_bytes(g, float_bytes(p.lo - unit.lo), p.grad, 0, float_bytes(p.n));
-  }
+  if (summed) return;
+  // The sum arrives in the parts. Stage 1 reduce-scatters every bucket now and keeps the .grad
+  // buffers; at stage 2 backward sent most of them and released their gradients.
+  reduce_scatter_rest(stage_ == 2);
+  wait_for_sums();
 }
 
 std::vector<std::vector<float>> RankShards::chunk_state() const {
   std::vector<std::vector<float>> out;
   if (!placed() || stage_ == 3) return out;
   for (size_t j = 0; j < slots_; ++j)
-    out.push_back(units_[0].n > 0 ? chunk_on_first(units_[0], [j](const Piece& p) -> const Tensor& { return p.state[j]; }).to_vector()
+    out.push_back(units_[0].n > 0 ? chunk_on_first(units_[0], [j](const Part& p) -> const Tensor& { return p.state[j]; }).to_vector()
                                   : std::vector<float>{});
   return out;
 }

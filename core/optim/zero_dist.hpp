@@ -143,11 +143,22 @@ class RankShards : public Shards, NoCopy {
   std::vector<int64_t> unit_sizes() const;
 
  private:
+  // What one update kernel takes: at stages 1 and 2 one part per parameter with elements in the piece
+  // (a parameter wholly inside it is updated in place: param is its replica on the piece's device,
+  // and its state and summed gradient have its shape, as zero::ShardedState's pieces; a parameter
+  // the piece shares with another is updated through a copy of its part); at stage 3 the piece
+  // itself, flat.
+  struct Part {
+    int64_t lo = 0, n = 0;      // elements [lo, lo + n) of the unit's flat vector
+    size_t p = 0;               // stages 1, 2: the parameter (its place in the unit)
+    bool whole = false;         // stages 1, 2: all of it
+    Tensor param, grad;         // stage 3: kept; stages 1, 2: during the step (stage 2's grad: kept, the sum)
+    std::vector<Tensor> state;  // per slot, n elements
+  };
   // Holder i's piece of a unit's chunk: [lo, lo + n) of the unit's flat vector, on device i.
   struct Piece {
     int64_t lo = 0, n = 0;
-    Tensor param, grad;         // stage 3: kept; stages 1, 2: during the step only
-    std::vector<Tensor> state;  // per slot, n elements
+    std::vector<Part> parts;
   };
   struct Unit {
     std::vector<size_t> params;     // the Trainer's indices
@@ -165,13 +176,16 @@ class RankShards : public Shards, NoCopy {
     size_t arrived = 0;  // parameters packed since the bucket was last sent
     int sent = 0;        // times sent this step
   };
-  // A bucket sent again in one step: its part of chunk r lands in `recv`, added in from element `at`.
-  struct Late {
+  // A bucket's reduce-scatter on its way: this rank's part of the sum arrives in `recv`, elements
+  // [at, at + recv.numel()) of the flat vector, and goes into the parts' summed gradients once there:
+  // copied the first time the bucket is sent in a step, added the times after (gradient
+  // accumulation). direct: received straight into the one part it covers.
+  struct Receipt {
     dist::Work work;
     Tensor recv;
-    int64_t at = 0;
+    int64_t at = 0, n = 0;
+    bool add = false, direct = false;
   };
-
   size_t slots_;
   int stage_;
   dist::Group group_;
@@ -187,11 +201,12 @@ class RankShards : public Shards, NoCopy {
   std::vector<Device> devices_of(const std::vector<std::vector<Tensor>>& weights, const std::vector<std::string>& names) const;
   Unit unit_of(const std::vector<size_t>& params) const;
   void place_state(const std::vector<std::string>& names, std::vector<std::vector<std::vector<float>>>& host);
-  // The piece's elements taken from full(k), parameter k unsharded (zeros where it is empty).
-  std::vector<float> from_host(const Unit& unit, const Piece& piece,
+  // The part's elements taken from full(k), parameter k unsharded (zeros where it is empty).
+  std::vector<float> from_host(const Unit& unit, const Part& part,
                                const std::function<const std::vector<float>&(size_t)>& full) const;
-  // A field of the unit's pieces end to end on the first device: the chunk (the piece itself when one).
-  Tensor chunk_on_first(const Unit& unit, const std::function<const Tensor&(const Piece&)>& field) const;
+  Shape part_shape(const Unit& unit, const Part& part) const;
+  // A field of the unit's parts end to end on the first device: the chunk (a flat part itself when one).
+  Tensor chunk_on_first(const Unit& unit, const std::function<const Tensor&(const Part&)>& field) const;
   // The unit's elements [lo, lo + flat.numel()) copied out of device i's replicas into flat, or back.
   void copy_flat(const Unit& unit, size_t i, int64_t lo, const Tensor& flat, bool into_replicas) const;
   // Each of the unit's parameters all-gathered from the ranks' chunks (this rank's: `chunk`) into into[p].
@@ -200,19 +215,17 @@ class RankShards : public Shards, NoCopy {
 
   // Stages 1 and 2: the chunk laid out, the gradients reduce-scattered into it.
   const std::vector<int64_t>& offsets() const { return units_[0].offsets; }  // the one unit's: every parameter's
-  Tensor grad_shard_;  // the chunk's summed gradient, on the first device (stage 1: during the step only)
   std::vector<Bucket> buckets_;                           // in launch order at the step
   std::vector<size_t> bucket_of_;                         // per parameter
   std::vector<bool> packed_;                              // per parameter: in its bucket, not yet sent
   std::unordered_map<const TensorImpl*, size_t> index_;  // replica -> parameter
   std::vector<size_t> completed_;                         // stage 2, per parameter: replicas whose gradient is complete
-  std::vector<dist::Work> pending_;                       // the reduce-scatters launched this step
-  // Stage 2's rate limiter (FSDP's limit_all_gathers, for gradients): a released .grad buffer is in
-  // use until its reduce-scatter has read it, so backward waits once more than kInFlight buckets are
-  // on their way; without it a host running ahead of the devices holds every gradient at once.
+  // The reduce-scatters launched this step, in order. Stage 2's rate limiter (FSDP's
+  // limit_all_gathers, for gradients): a released .grad buffer is in use until its reduce-scatter
+  // has read it, so backward waits once more than kInFlight buckets are on their way; without it a
+  // host running ahead of the devices holds every gradient at once.
   static constexpr size_t kInFlight = 2;
-  std::deque<Event> in_flight_;
-  std::vector<Late> late_;
+  std::deque<Receipt> receipts_;
   int hook_ = -1;
   bool fits(const std::vector<std::vector<Tensor>>& weights) const;
   void place(const std::vector<std::vector<Tensor>>& weights, const std::vector<std::string>& names,
@@ -222,6 +235,8 @@ class RankShards : public Shards, NoCopy {
   void pack(size_t k, bool release);
   Tensor device_sum(size_t k) const;  // parameter k's gradient summed over this rank's devices, on the first
   void send(Bucket& b);
+  Part* only_part(int64_t at, int64_t n);  // the part on the first device that is exactly [at, at + n), if one
+  void take(const Receipt& r);             // a receipt's sum into its parts
   void reduce_scatter_rest(bool release);
   void wait_for_sums();
   void all_gather() override;

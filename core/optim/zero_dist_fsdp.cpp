@@ -33,16 +33,16 @@ void RankShards::shard(const std::vector<std::vector<Tensor>>& weights, const st
   std::vector<Unit> laid;
   for (const auto& params : units) {
     Unit unit = unit_of(params);
-    for (size_t i = 0; i < unit.pieces.size(); ++i) {
-      Piece& piece = unit.pieces[i];
-      {
-        MemoryTagScope tag(MemoryTag::parameters);
-        piece.param = Tensor::empty({piece.n}, devices_[i]);
+    for (size_t i = 0; i < unit.pieces.size(); ++i)
+      for (Part& part : unit.pieces[i].parts) {  // the piece, flat
+        {
+          MemoryTagScope tag(MemoryTag::parameters);
+          part.param = Tensor::empty({part.n}, devices_[i]);
+        }
+        copy_flat(unit, i, part.lo, part.param, false);
+        MemoryTagScope tag(MemoryTag::summed_gradients);
+        part.grad = Tensor::zeros({part.n}, devices_[i]);
       }
-      copy_flat(unit, i, piece.lo, piece.param, false);
-      MemoryTagScope tag(MemoryTag::summed_gradients);
-      piece.grad = Tensor::zeros({piece.n}, devices_[i]);
-    }
     laid.push_back(std::move(unit));
   }
   units_ = std::move(laid);
@@ -88,7 +88,7 @@ void RankShards::start_gather(size_t u) {
     released_.front().synchronize();
     released_.pop_front();
   }
-  unit.sending = chunk_on_first(unit, [](const Piece& p) -> const Tensor& { return p.param; });
+  unit.sending = chunk_on_first(unit, [](const Part& p) -> const Tensor& { return p.param; });
   MemoryTagScope tag(MemoryTag::gathered);
   for (size_t k : unit.params) unit.gathering.push_back(Tensor::empty(replicas_[k][0].shape(), device()));
   unit.works = all_gather_unit(unit, unit.sending, unit.gathering);
@@ -135,14 +135,13 @@ void RankShards::reduce_scatter_gradients(size_t u) {
   for (auto& work : works) work.wait();
   // Accumulated: several backward passes before a step add up. Each holder's part of the chunk's sum
   // into its piece (one holder: the whole chunk, in place).
-  if (unit.pieces.size() == 1 && unit.n > 0) add_(unit.pieces[0].grad, mine);
-  for (size_t i = 0; unit.pieces.size() > 1 && i < unit.pieces.size(); ++i) {
-    const Piece& p = unit.pieces[i];
-    if (p.n == 0) continue;
-    Tensor part = Tensor::empty({p.n}, p.grad.device());
-    copy_bytes(mine, float_bytes(p.lo - unit.lo), part, 0, float_bytes(p.n));
-    add_(p.grad, part);
-  }
+  if (unit.pieces.size() == 1 && unit.n > 0) add_(unit.pieces[0].parts[0].grad, mine);
+  for (size_t i = 0; unit.pieces.size() > 1 && i < unit.pieces.size(); ++i)
+    for (const Part& p : unit.pieces[i].parts) {
+      Tensor part = Tensor::empty({p.n}, p.grad.device());
+      copy_bytes(mine, float_bytes(p.lo - unit.lo), part, 0, float_bytes(p.n));
+      add_(p.grad, part);
+    }
 }
 
 std::vector<std::vector<float>> RankShards::parameters() const {
@@ -150,7 +149,7 @@ std::vector<std::vector<float>> RankShards::parameters() const {
   std::vector<std::vector<float>> out(replicas_.size());
   for (const Unit& unit : units_) {
     const Tensor whole = Tensor::empty({unit.offsets.back()}, device());
-    dist::allgather(chunk_on_first(unit, [](const Piece& p) -> const Tensor& { return p.param; }), whole, group_);
+    dist::allgather(chunk_on_first(unit, [](const Part& p) -> const Tensor& { return p.param; }), whole, group_);
     const std::vector<float> v = whole.to_vector();
     for (size_t p = 0; p < unit.params.size(); ++p)
       out[unit.params[p]].assign(v.begin() + unit.offsets[p], v.begin() + unit.offsets[p + 1]);
@@ -161,11 +160,11 @@ std::vector<std::vector<float>> RankShards::parameters() const {
 void RankShards::set_parameters(const std::vector<std::vector<float>>& full) {
   if (stage_ < 3) return Shards::set_parameters(full);
   for (Unit& unit : units_)
-    for (Piece& piece : unit.pieces) {
-      if (piece.n == 0) continue;
-      const auto flat = from_host(unit, piece, [&](size_t k) -> const std::vector<float>& { return full.at(k); });
-      copy_bytes(Tensor::from_vector(flat, {piece.n}, piece.param.device()), 0, piece.param, 0, float_bytes(piece.n));
-    }
+    for (Piece& piece : unit.pieces)
+      for (Part& part : piece.parts) {
+        const auto flat = from_host(unit, part, [&](size_t k) -> const std::vector<float>& { return full.at(k); });
+        copy_bytes(Tensor::from_vector(flat, {part.n}, part.param.device()), 0, part.param, 0, float_bytes(part.n));
+      }
 }
 
 }  // namespace d2l::optim::zero
