@@ -313,8 +313,9 @@ TEST_CASE("ZeRO-2 reduce-scatters each bucket during backward and releases the .
 
 TEST_CASE("the step over the ranks updates each whole parameter in place: what it allocates is the chunk's sum and the shared parts") {
   // The step's own allocations, measured: the allocator's peak during step() over what was in use
-  // before it. At stage 1 the chunk's summed gradient arrives during the step (4 * chunk bytes); at
-  // stage 2 it was there already. Besides it the step holds only buffers of the size of the parts
+  // before it. The update reads the chunk's summed gradient as one tensor a part (4 * chunk bytes):
+  // at stage 1 it arrives there during the step; at stage 2 backward left it in one flat tensor, which
+  // the parts copy. Besides it the step holds only buffers of the size of the parts
   // of the (at most two) parameters its chunk shares with a neighbour's: their values' copies and
   // what moves them, three of each at the most. A copy of the whole chunk's values (a step that
   // updates a flat copy and gathers from it) is 4 * chunk more: over 2 ranks, where a chunk shares
@@ -342,7 +343,7 @@ TEST_CASE("the step over the ranks updates each whole parameter in place: what i
       trainer.step(kGlobalBatch);
       rt.compute.synchronize(), rt.copy.synchronize();
       const int64_t extra = a.stats().peak - before;
-      CHECK(extra <= 4 * (stage == 1 ? chunk : 0) + 3 * 4 * shared);
+      CHECK(extra <= 4 * chunk + 3 * 4 * shared);
     }
 }
 

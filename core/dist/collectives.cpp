@@ -462,27 +462,30 @@ void reduce_scatter(const Tensor& in, const Tensor& out) {
 }
 
 Work reduce_scatter_async(const Tensor& in, const Tensor& out, int64_t out_offset, const std::vector<int64_t>& counts,
-                          const Group& g) {
+                          const Group& g, int64_t from) {
   check_f32("reduce_scatter", in);
   check_f32("reduce_scatter", out);
   const int W = g.size(), me = g.rank();
   int64_t total = 0;
   for (int64_t c : counts) total += c;
-  if (static_cast<int>(counts.size()) != W || total != in.numel() || out_offset < 0 ||
-      out_offset + counts[static_cast<size_t>(me)] > out.numel())
+  const int64_t in_offset = std::max<int64_t>(from, 0);  // from < 0: all of `in`, which the counts must add up to
+  if (static_cast<int>(counts.size()) != W || (from < 0 ? total != in.numel() : in_offset + total > in.numel()) ||
+      out_offset < 0 || out_offset + counts[static_cast<size_t>(me)] > out.numel())
     throw ShapeError("dist::reduce_scatter: " + std::to_string(counts.size()) + " counts adding up to " +
                      std::to_string(total) + " for " + std::to_string(W) + " ranks and an input of " +
-                     std::to_string(in.numel()) + " elements, or this rank's part outside the output");
+                     std::to_string(in.numel()) + " elements from element " + std::to_string(in_offset) +
+                     ", or this rank's part outside the output");
   Work w;
   w.device = out.device();
   const int64_t mine = counts[static_cast<size_t>(me)];
   if (W == 1) {
-    if (mine > 0) copy_bytes(in, 0, out, static_cast<size_t>(out_offset) * 4, static_cast<size_t>(mine) * 4);
+    if (mine > 0) copy_bytes(in, static_cast<size_t>(in_offset) * 4, out, static_cast<size_t>(out_offset) * 4, static_cast<size_t>(mine) * 4);
     return w;
   }
   if (on_gpu(in) || on_gpu(out)) {  // through host memory
-    Tensor h = Tensor::empty({std::max<int64_t>(mine, 1)}, cpu(0));
-    reduce_scatter_async(in.to(cpu(0)), h, 0, counts, g).wait();
+    Tensor h = Tensor::empty({std::max<int64_t>(mine, 1)}, cpu(0)), part = Tensor::empty({std::max<int64_t>(total, 1)}, cpu(0));
+    if (total > 0) copy_bytes(in, static_cast<size_t>(in_offset) * 4, part, 0, static_cast<size_t>(total) * 4);
+    reduce_scatter_async(part, h, 0, counts, g, 0).wait();
     if (mine > 0) copy_bytes(h, 0, out, static_cast<size_t>(out_offset) * 4, static_cast<size_t>(mine) * 4);
     return w;
   }
@@ -490,7 +493,7 @@ Work reduce_scatter_async(const Tensor& in, const Tensor& out, int64_t out_offse
   std::vector<int> c;
   for (int64_t n : counts) c.push_back(count_of("reduce_scatter", n));
   count(&CollectiveCounters::reduce_scatter, total, total - mine);
-  const float* src = in.data();
+  const float* src = in.data() + in_offset;
   float* dst = out.data() + out_offset;
   const MPI_Comm comm = comm_of(g);
   on_comm("MPI_Ireduce_scatter", {in, out}, [src, dst, c, comm] {

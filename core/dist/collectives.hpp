@@ -91,9 +91,10 @@ void reduce_scatter(const Tensor& in, const Tensor& out);
 // out from element out_offset on (MPI_Reduce_scatter's uneven counts), and the compute stream does
 // not wait for it: the sum is there once the Work's wait() has run (ZeRO-2's per-gradient
 // reduce-scatter during backward, core/optim/zero_dist.hpp). GPU tensors go through host memory,
-// and then the compute stream waits.
+// and then the compute stream waits. in_offset >= 0: the elements reduced are in's from in_offset on
+// (one parameter of a packed bucket, each received straight into its own tensor); else all of in.
 Work reduce_scatter_async(const Tensor& in, const Tensor& out, int64_t out_offset, const std::vector<int64_t>& counts,
-                          const Group& group = Group());
+                          const Group& group = Group(), int64_t in_offset = -1);
 // What this process handed to the collectives on tensors, counted per kind since the last reset
 // (calls that communicate only: a world or group of one, or an empty tensor, counts nothing). For a
 // call on n elements (4 n bytes) among W ranks, c_r this rank's chunk (chunk_begin's split):

@@ -213,12 +213,13 @@ void RankShards::step(const StepInput& in, const Step& step, GradClip* clip) {
     for (const Piece& piece : unit.pieces)
       for (const Part& p : piece.parts) mine.push_back({p.param, p.state, p.grad});
   update_my_shard_then_all_gather(mine, s);  // stage 3 gathers nothing: the next forward does
+
   if (stage_ == 3) {
     for (const ReplicaStep& r : mine) fill_(r.g, 0.0f);
     ++steps_;
   } else {
     for (Piece& piece : units_[0].pieces)  // the step's copies (stage 2 keeps the sums, as backward refills them)
-      for (Part& p : piece.parts) p.param = Tensor(), p.grad = stage_ == 2 ? p.grad : Tensor();
+      for (Part& p : piece.parts) p.param = Tensor(), p.grad = Tensor();
   }
 }
 
@@ -276,6 +277,14 @@ void RankShards::add_memory(const std::function<DeviceMemory&(Device)>& at) cons
         m.summed_gradient_bytes += bytes_held(p.grad);
         for (const Tensor& t : p.state) m.state_bytes += bytes_held(t);
       }
+  if (stage_ < 3) at(device()).summed_gradient_bytes += bytes_held(grad_shard_) + received_bytes();
+}
+
+int64_t RankShards::received_bytes() const {
+  int64_t n = 0;  // the sums received into buffers, not yet in their parts
+  for (const Receipt& r : receipts_)
+    if (!r.direct && r.n > 0) n += bytes_held(r.recv);
+  return n;
 }
 
 int64_t RankShards::chunk() const {
@@ -293,7 +302,7 @@ int64_t RankShards::parameter_bytes() const {
 }
 
 int64_t RankShards::gradient_bytes() const {
-  int64_t n = 0;
+  int64_t n = stage_ < 3 ? bytes_held(grad_shard_) + received_bytes() : 0;
   for (const Unit& unit : units_)
     for (const Piece& piece : unit.pieces)
       for (const Part& p : piece.parts) n += bytes_held(p.grad);
@@ -356,12 +365,8 @@ void RankShards::place(const std::vector<std::vector<Tensor>>& weights, const st
     std::iota(all.begin(), all.end(), size_t{0});
     units_.assign(1, unit_of(all));
     make_buckets();
-    if (stage_ == 2)  // the sums backward sends into, kept between steps: 4 Psi_r
-      for (size_t i = 0; i < units_[0].pieces.size(); ++i)
-        for (Part& part : units_[0].pieces[i].parts) {
-          MemoryTagScope tag(MemoryTag::summed_gradients);
-          part.grad = Tensor::empty(part_shape(units_[0], part), devices_[i]);
-        }
+    MemoryTagScope tag(MemoryTag::summed_gradients);  // stage 2's chunk sum, which backward sends into: 4 Psi_r
+    grad_shard_ = stage_ == 2 ? Tensor::empty({units_[0].n}, device()) : Tensor();
   }
   place_state(names, host);
   index_.clear();
@@ -425,27 +430,48 @@ void RankShards::pack(size_t k, bool release) {
 
 void RankShards::send(Bucket& b) {
   // The bucket is elements [a, end) of the flat vector: rank r receives those inside its chunk, one
-  // range of it, straight into the part it is when it is one (at stage 1 a bucket is one parameter).
+  // range of it. Stage 2 receives it into the chunk's sum at that range; stage 1 straight into the
+  // part that holds their sum when the range is one part (a bucket is one parameter there), else
+  // into a buffer whose contents go into the parts once received (take). A bucket sent again in a
+  // step (gradient accumulation) is received apart and added in.
   const Unit& unit = units_[0];
   const int64_t a = offsets()[b.first], end = offsets()[b.last];
   const std::vector<int64_t> counts = dist::counts_in_chunks(offsets().back(), a, end, group_);
   Receipt r;
   r.at = std::clamp<int64_t>(a, unit.lo, unit.lo + unit.n), r.n = counts[static_cast<size_t>(group_.rank())];
   r.add = b.sent > 0;
-  Part* only = r.add || r.n == 0 ? nullptr : only_part(r.at, r.n);
-  r.direct = only != nullptr;
-  r.recv = only ? only->grad : Tensor::empty({std::max<int64_t>(r.n, 1)}, device());
-  r.work = dist::reduce_scatter_async(b.packed, r.recv, 0, counts, group_);
+  Part* only = r.add || r.n == 0 || stage_ == 2 ? nullptr : only_part(r.at, r.n);
+  r.direct = !r.add && (stage_ == 2 || only);
+  int64_t into = 0;
+  if (r.direct && stage_ == 2) {
+    r.recv = grad_shard_, into = r.at - unit.lo;
+  } else if (r.direct) {
+    r.recv = sum_of(*only, devices_[0]);
+  } else {
+    MemoryTagScope tag(MemoryTag::summed_gradients);
+    r.recv = Tensor::empty({std::max<int64_t>(r.n, 1)}, device());
+  }
+  r.work = dist::reduce_scatter_async(b.packed, r.recv, into, counts, group_);
   receipts_.push_back(r);
-  while (stage_ == 2 && receipts_.size() > kInFlight) {  // the rate limiter (above)
-    if (receipts_.front().work.pending) receipts_.front().work.done.synchronize();
-    take(receipts_.front());
-    receipts_.pop_front();
+  if (stage_ == 2 && r.work.pending) {  // the rate limiter (above)
+    in_flight_.push_back(r.work.done);
+    while (in_flight_.size() > kInFlight) {
+      in_flight_.front().synchronize();
+      in_flight_.pop_front();
+    }
   }
   b.packed = Tensor();  // the communication thread holds it until the reduce-scatter has read it
   for (size_t k = b.first; k < b.last; ++k) packed_[k] = false;
   b.arrived = 0;
   ++b.sent;
+}
+
+Tensor RankShards::sum_of(Part& part, Device d) {
+  if (!part.grad.defined()) {
+    MemoryTagScope tag(MemoryTag::summed_gradients);
+    part.grad = Tensor::empty(part_shape(units_[0], part), d);
+  }
+  return part.grad;
 }
 
 RankShards::Part* RankShards::only_part(int64_t at, int64_t n) {
@@ -457,13 +483,14 @@ RankShards::Part* RankShards::only_part(int64_t at, int64_t n) {
 void RankShards::take(const Receipt& r) {
   r.work.wait();
   if (r.direct || r.n == 0) return;
-  const Unit& unit = units_[0];
-  for (const Piece& piece : unit.pieces)
-    for (const Part& part : piece.parts) {
+  Unit& unit = units_[0];
+  if (stage_ == 2) return add_at(grad_shard_, r.at - unit.lo, r.recv);
+  for (size_t i = 0; i < unit.pieces.size(); ++i)
+    for (Part& part : unit.pieces[i].parts) {
       if (part.lo < r.at || part.lo + part.n > r.at + r.n) continue;
       const size_t from = float_bytes(part.lo - r.at), bytes = float_bytes(part.n);
       if (!r.add) {
-        copy_bytes(r.recv, from, part.grad, 0, bytes);
+        copy_bytes(r.recv, from, sum_of(part, devices_[i]), 0, bytes);
         continue;
       }
       Tensor late = Tensor::empty(part.grad.shape(), part.grad.device());
@@ -486,7 +513,7 @@ void RankShards::reduce_scatter_rest(bool release) {
 
 void RankShards::wait_for_sums() {
   for (const Receipt& r : receipts_) take(r);
-  receipts_.clear();
+  receipts_.clear(), in_flight_.clear();
   for (Bucket& b : buckets_) b.sent = 0;
   std::fill(completed_.begin(), completed_.end(), 0);
 }
@@ -510,7 +537,7 @@ void RankShards::sum_into_pieces(const StepInput& in) {
         part.param = Tensor::empty({part.n}, devices_[i]);
         copy_bytes(w, at, part.param, 0, bytes);
       }
-      if (stage_ == 2) continue;  // the sums backward sent into
+      if (stage_ == 2) continue;  // the chunk's sum, below
       // Stage 1: DDP's buckets all-reduced every gradient during backward: the part of the sum (the
       // .grad buffer itself where whole; zeros where a parameter got no gradient); else the
       // reduce-scatter's, below.
@@ -521,15 +548,20 @@ void RankShards::sum_into_pieces(const StepInput& in) {
       } else if (summed) {
         part.grad = Tensor::zeros(part_shape(unit, part), devices_[i]);
         if (g.defined()) copy_bytes(g, at, part.grad, 0, bytes);
-      } else {
-        part.grad = Tensor::empty(part_shape(unit, part), devices_[i]);
       }
     }
   if (summed) return;
-  // The sum arrives in the parts. Stage 1 reduce-scatters every bucket now and keeps the .grad
-  // buffers; at stage 2 backward sent most of them and released their gradients.
+  // The sum arrives in the parts at stage 1, which reduce-scatters every bucket now and keeps the
+  // .grad buffers; at stage 2 in the chunk's sum, where backward sent most of it and released the
+  // gradients, and each part takes a copy of its range of it (of its own shape).
   reduce_scatter_rest(stage_ == 2);
   wait_for_sums();
+  if (stage_ == 2)
+    for (size_t i = 0; i < unit.pieces.size(); ++i)
+      for (Part& part : unit.pieces[i].parts) {
+        part.grad = Tensor::empty(part_shape(unit, part), devices_[i]);
+        copy_bytes(grad_shard_, float_bytes(part.lo - unit.lo), part.grad, 0, float_bytes(part.n));
+      }
 }
 
 std::vector<std::vector<float>> RankShards::chunk_state() const {

@@ -176,10 +176,10 @@ class RankShards : public Shards, NoCopy {
     size_t arrived = 0;  // parameters packed since the bucket was last sent
     int sent = 0;        // times sent this step
   };
-  // A bucket's reduce-scatter on its way: this rank's part of the sum arrives in `recv`, elements
+  // A parameter's reduce-scatter on its way: this rank's part of the sum arrives in `recv`, elements
   // [at, at + recv.numel()) of the flat vector, and goes into the parts' summed gradients once there:
   // copied the first time the bucket is sent in a step, added the times after (gradient
-  // accumulation). direct: received straight into the one part it covers.
+  // accumulation). direct: received straight into the one part it is.
   struct Receipt {
     dist::Work work;
     Tensor recv;
@@ -220,12 +220,14 @@ class RankShards : public Shards, NoCopy {
   std::vector<bool> packed_;                              // per parameter: in its bucket, not yet sent
   std::unordered_map<const TensorImpl*, size_t> index_;  // replica -> parameter
   std::vector<size_t> completed_;                         // stage 2, per parameter: replicas whose gradient is complete
-  // The reduce-scatters launched this step, in order. Stage 2's rate limiter (FSDP's
+  // The reduce-scatters launched this step, in order, a parameter each. Stage 2's rate limiter (FSDP's
   // limit_all_gathers, for gradients): a released .grad buffer is in use until its reduce-scatter
   // has read it, so backward waits once more than kInFlight buckets are on their way; without it a
   // host running ahead of the devices holds every gradient at once.
   static constexpr size_t kInFlight = 2;
-  std::deque<Receipt> receipts_;
+  std::deque<Event> in_flight_;     // the buckets' reduce-scatters the limiter waits for
+  std::vector<Receipt> receipts_;   // this step's, in order
+  Tensor grad_shard_;  // stage 2: the chunk's summed gradient, on the first device, kept between steps
   int hook_ = -1;
   bool fits(const std::vector<std::vector<Tensor>>& weights) const;
   void place(const std::vector<std::vector<Tensor>>& weights, const std::vector<std::string>& names,
@@ -236,6 +238,8 @@ class RankShards : public Shards, NoCopy {
   Tensor device_sum(size_t k) const;  // parameter k's gradient summed over this rank's devices, on the first
   void send(Bucket& b);
   Part* only_part(int64_t at, int64_t n);  // the part on the first device that is exactly [at, at + n), if one
+  Tensor sum_of(Part& part, Device d);     // the part's summed gradient, made on d when it has none
+  int64_t received_bytes() const;          // of the receipts not yet taken
   void take(const Receipt& r);             // a receipt's sum into its parts
   void reduce_scatter_rest(bool release);
   void wait_for_sums();
