@@ -11,18 +11,24 @@
 // allgather and reduce_scatter are handed (core/dist/collectives.hpp). A process with several devices
 // keeps the chunk on its first device (its devices are replicas of each other), or with over_devices
 // (ShardOver::all_devices) as one piece a device: piece i of rank r is shard r h + i of W h (h
-// devices a rank; the rule nests, so the pieces are the chunk). Each piece holds its optimizer state
-// (`slots` tensors), and at stage 3 its parameters and summed gradient too.
+// devices a rank; the rule nests, so the pieces are the chunk). A piece is made of parts, each one
+// tensor the update takes with its optimizer state (`slots` tensors): at stages 1 and 2 one part a
+// parameter with elements in the piece, as zero::ShardedState's pieces in one process (a parameter
+// wholly inside it is its replica on the piece's device, updated in place, its state of its shape; a
+// parameter shared with a neighbour's piece is updated through a copy of its part); at stage 3 the
+// piece itself, flat, which holds its parameters and summed gradient too.
 //
-// One step, every stage (step()): each piece is updated in place by the same elementwise kernels as
-// the replicated Trainer's (update_my_shard_then_all_gather, core/optim/shards.hpp), from its summed
+// One step, every stage (step()): each part is updated by the same elementwise kernels as the
+// replicated Trainer's (update_my_shard_then_all_gather, core/optim/shards.hpp), from its summed
 // gradient; then
-//   stages 1, 2  the updated chunk is all-gathered into every replica, parameter by parameter straight
-//                into its tensor (MPI_Allgatherv's counts: the part of it in each rank's chunk);
+//   stages 1, 2  every parameter is all-gathered into its replica on the first device, straight from
+//                the part that was updated (MPI_Allgatherv's counts: the part of it in each rank's
+//                chunk; a whole parameter's part is the replica itself, gathered in place);
 //   stage 3      nothing: the next forward gathers each unit (gather_unit), and releases it again.
 // Where the summed gradient comes from:
-//   stage 1 (P_os)    at the step, the .grad buffers reduce-scattered one parameter at a time into a
-//                     buffer of the chunk's size; the .grad buffers stay (4 Psi, what tells 1 from 2).
+//   stage 1 (P_os)    at the step, the .grad buffers reduce-scattered one parameter at a time, each
+//                     straight into the part that holds its sum; the .grad buffers stay (4 Psi, what
+//                     tells 1 from 2).
 //                     With DDP's buckets (the kvstore all-reduced every gradient during backward)
 //                     chunk r of that sum is read instead: an allreduce and an all-gather, 3 Psi.
 //   stage 2 (P_os+g)  the same reduce-scatter, during backward, in buckets (DeepSpeed's
@@ -31,7 +37,9 @@
 //                     bucket). A bucket goes on the communication thread the moment autograd has
 //                     completed its last gradient (the gradient-ready hook DDP's buckets use), packed
 //                     end to end, and each .grad buffer is released once packed: between steps a rank
-//                     keeps chunk r's sum (4 Psi_r), no .grad buffer. A bucket sent twice in one step
+//                     keeps chunk r's sum (4 Psi_r, one flat tensor: a bucket is one reduce-scatter
+//                     into it), no .grad buffer; the step gives each part a copy of its range of it.
+//                     A bucket sent twice in one step
 //                     (gradient accumulation) is received apart and added in. The first step's
 //                     backward runs before the chunk is laid out: its gradients go at the step.
 //   stage 3 (P_os+g+p) per unit, once its last gradient is complete (FSDP's post-backward): each
