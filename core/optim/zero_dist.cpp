@@ -213,12 +213,11 @@ void RankShards::step(const StepInput& in, const Step& step, GradClip* clip) {
     for (const Piece& piece : unit.pieces)
       for (const Part& p : piece.parts) mine.push_back({p.param, p.state, p.grad});
   update_my_shard_then_all_gather(mine, s);  // stage 3 gathers nothing: the next forward does
-
   if (stage_ == 3) {
     for (const ReplicaStep& r : mine) fill_(r.g, 0.0f);
     ++steps_;
   } else {
-    for (Piece& piece : units_[0].pieces)  // the step's copies (stage 2 keeps the sums, as backward refills them)
+    for (Piece& piece : units_[0].pieces)  // the step's copies and sums (stage 2 keeps its chunk's flat sum)
       for (Part& p : piece.parts) p.param = Tensor(), p.grad = Tensor();
   }
 }
