@@ -160,7 +160,7 @@ class RankShards : public Shards, NoCopy {
     int64_t lo = 0, n = 0;      // elements [lo, lo + n) of the unit's flat vector
     size_t p = 0;               // stages 1, 2: the parameter (its place in the unit)
     bool whole = false;         // stages 1, 2: all of it
-    Tensor param, grad;         // stage 3: kept; stages 1, 2: during the step (stage 2's grad: kept, the sum)
+    Tensor param, grad;         // stage 3: kept; stages 1, 2: during the step only
     std::vector<Tensor> state;  // per slot, n elements
   };
   // Holder i's piece of a unit's chunk: [lo, lo + n) of the unit's flat vector, on device i.
@@ -184,10 +184,10 @@ class RankShards : public Shards, NoCopy {
     size_t arrived = 0;  // parameters packed since the bucket was last sent
     int sent = 0;        // times sent this step
   };
-  // A parameter's reduce-scatter on its way: this rank's part of the sum arrives in `recv`, elements
-  // [at, at + recv.numel()) of the flat vector, and goes into the parts' summed gradients once there:
-  // copied the first time the bucket is sent in a step, added the times after (gradient
-  // accumulation). direct: received straight into the one part it is.
+  // A bucket's reduce-scatter on its way: this rank's part of the sum, elements [at, at + n) of the
+  // flat vector, arrives in `recv`. direct: recv is where the sum is kept (stage 2's chunk sum, or at
+  // stage 1 the one part the range is); else a buffer whose contents go into the sums once there
+  // (take): copied the first time the bucket is sent in a step, added the times after (accumulation).
   struct Receipt {
     dist::Work work;
     Tensor recv;
