@@ -473,10 +473,11 @@ namespace {
 
 // Hybrid sharding's run: each rank's 2 devices take 2 parts of its rows of every global batch; the
 // Trainer sharding over `over` (or stage 0 over the same devices: the replicated reference). held[i]:
-// the optimizer state device i holds after the run, measured by the allocator's tag.
+// the optimizer state device i holds after the run, sums[i] the summed gradients it keeps between
+// steps, both measured by the allocator's tags.
 struct HybridRun {
   Values params;
-  int64_t held[2] = {};
+  int64_t held[2] = {}, sums[2] = {};
   std::vector<double> norms;  // last_grad_norm() after every step
 };
 HybridRun hybrid(const Setup& u, int stage, ShardOver over) {
@@ -487,7 +488,8 @@ HybridRun hybrid(const Setup& u, int stage, ShardOver over) {
   manual_seed(42);  // mlp_43's values, now on both devices
   net->initialize(Init::Xavier(), two);
   auto state_on = [](Device d) { return runtime(d).allocator->stats().held(MemoryTag::optimizer_state); };
-  const int64_t before[2] = {state_on(cpu(0)), state_on(cpu(1))};
+  auto sums_on = [](Device d) { return runtime(d).allocator->stats().held(MemoryTag::summed_gradients); };
+  const int64_t before[2] = {state_on(cpu(0)), state_on(cpu(1))}, sums_before[2] = {sums_on(cpu(0)), sums_on(cpu(1))};
   OptimizerOptions o = at_stage(u.opt, stage);
   o.shard_over = over;
   HybridRun out;
@@ -508,7 +510,8 @@ HybridRun hybrid(const Setup& u, int stage, ShardOver over) {
       trainer.step(kGlobalBatch);
       out.norms.push_back(trainer.last_grad_norm());
     }
-    for (int i = 0; i < 2; ++i) out.held[i] = state_on(two[i]) - before[i];
+    waitall();  // what the devices' queued work still holds is returned first
+    for (int i = 0; i < 2; ++i) out.held[i] = state_on(two[i]) - before[i], out.sums[i] = sums_on(two[i]) - sums_before[i];
   }
   out.params = params_of(net->collect_params());
   use_devices({cpu(0)});
@@ -533,17 +536,26 @@ TEST_CASE("hybrid sharding: ZeRO-1 and ZeRO-2 over the ranks, each process's dev
       const int64_t slots = u.optimizer == "adam" ? 2 : 1;
       CHECK(reverse.held[0] == slots * 4 * chunk_of(kP, dist::rank(), dist::world_size()));
       CHECK(reverse.held[1] == 0);
+      // Between steps stage 2 keeps the summed gradient of what each device updates, stage 1 none.
+      const int64_t sum_bytes = stage == 2 ? 4 : 0;
+      CHECK(reverse.sums[0] == sum_bytes * chunk_of(kP, dist::rank(), dist::world_size()));
+      CHECK(reverse.sums[1] == 0);
       const HybridRun h = hybrid(u, stage, ShardOver::devices);
       CHECK(close_maps(ref.params, h.params));
       CHECK(same_on_every_rank(h.params));
       // Device i keeps the state of shard i of the 43 elements (21 and 22), on every rank: slots * 4 bytes each.
       CHECK(h.held[0] == slots * 4 * 21);
       CHECK(h.held[1] == slots * 4 * 22);
+      CHECK(h.sums[0] == sum_bytes * 21);
+      CHECK(h.sums[1] == sum_bytes * 22);
       // Every device of every rank its own shard: device i of rank r keeps shard 2 r + i of 2 W.
       const HybridRun all = hybrid(u, stage, ShardOver::all_devices);
       CHECK(close_maps(ref.params, all.params));
       CHECK(same_on_every_rank(all.params));
-      for (int i = 0; i < 2; ++i) CHECK(all.held[i] == slots * 4 * chunk_of(kP, 2 * dist::rank() + i, 2 * dist::world_size()));
+      for (int i = 0; i < 2; ++i) {  // its own piece's sum too, not the rank's chunk on the first device
+        CHECK(all.held[i] == slots * 4 * chunk_of(kP, 2 * dist::rank() + i, 2 * dist::world_size()));
+        CHECK(all.sums[i] == sum_bytes * chunk_of(kP, 2 * dist::rank() + i, 2 * dist::world_size()));
+      }
       CHECK(replicated.held[0] + replicated.held[1] == 2 * slots * 4 * kP);  // stage 0: a whole copy per device
       // Two ranks add a + b whatever the split: stage 1 has the replicated run's bits.
       if (stage == 1 && dist::world_size() <= 2) CHECK(h.params == replicated.params);

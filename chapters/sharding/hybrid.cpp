@@ -12,8 +12,8 @@
 //   every device     zero_stage 1 and 2 with ShardOver::all_devices: every device of every rank its own
 //                    shard, W k of them: device i of rank r keeps the state of shard r k + i (8 Psi_rk+i);
 //                    the rank's shards together are its chunk of the W-way split (the rule nests), so the
-//                    reduce-scatter and all-gather over the ranks are the first layout's, the summed
-//                    chunk (4 Psi_r at stage 2) on the first device, each device updating its piece;
+//                    reduce-scatter and all-gather over the ranks are the first layout's; at stage 2 each
+//                    device keeps its own shard's sum (4 Psi_rk+i) and updates its piece;
 //   over the devices zero_stage 1, 2 and 3 with ShardOver::devices (FSDP's HYBRID_SHARD): the shards are
 //                    each process's devices, replicated over the ranks (core/optim/zero.hpp): device i
 //                    of every rank keeps shard i (8 Psi_i of state, Psi_i of the k-way split; at
@@ -159,18 +159,18 @@ HybridResult hybrid_over_ranks(const Config& cfg) {
           const double* f = &all[(size_t(r) * k + i) * kFigures];
           // The shard this device holds: rank r's chunk on its first device (over the ranks), shard i
           // on device i of every rank (over the devices), nothing when replicated.
-          // Every device: shard r k + i of W k for the state, the rank's chunk summed on its first device.
-          int64_t shard = 0, sum_shard = 0;
-          if (layout == HybridLayout::over_ranks && i == 0) shard = sum_shard = part_of(out.psi, r, W);
-          if (layout == HybridLayout::over_devices) shard = sum_shard = part_of(out.psi, i, k);
-          if (layout == HybridLayout::over_all) shard = part_of(out.psi, r * k + i, W * k), sum_shard = i == 0 ? part_of(out.psi, r, W) : 0;
+          // Every device: shard r k + i of W k, for the state and the sum.
+          int64_t shard = 0;
+          if (layout == HybridLayout::over_ranks && i == 0) shard = part_of(out.psi, r, W);
+          if (layout == HybridLayout::over_devices) shard = part_of(out.psi, i, k);
+          if (layout == HybridLayout::over_all) shard = part_of(out.psi, r * k + i, W * k);
           MemoryRow row{W * k, stage, devices[i]};
           row.parameter_bytes = int64_t(f[0]), row.gradient_bytes = int64_t(f[1]);
           row.summed_gradient_bytes = int64_t(f[2]), row.state_bytes = int64_t(f[3]), row.gathered_bytes = int64_t(f[4]);
           row.peak_bytes = int64_t(f[5]), row.peak_by_tag[static_cast<int>(MemoryTag::other)] = int64_t(f[6]);
           row.formula_parameter_bytes = 4 * (stage == 3 ? shard : out.psi);
           row.formula_gradient_bytes = stage >= 2 ? 0 : 4 * out.psi;
-          row.formula_summed_gradient_bytes = stage >= 2 ? 4 * sum_shard : 0;
+          row.formula_summed_gradient_bytes = stage >= 2 ? 4 * shard : 0;
           row.formula_state_bytes = 8 * (stage == 0 ? out.psi : shard);
           run.rows.push_back(row);
         }
@@ -212,7 +212,7 @@ int print_hybrid(const Config& cfg, const HybridResult& h) {
                                 : run.layout == HybridLayout::over_ranks ? chunk
                                                                          : "0";
       std::printf("%-12s ", hybrid_layout_name(run.layout));
-      print_memory_row(m, where.str(), shard, 10, 9, run.layout == HybridLayout::over_all ? chunk : "");
+      print_memory_row(m, where.str(), shard, 10, 9);
       std::printf("\n");
       if (m.parameter_bytes != m.formula_parameter_bytes || m.gradient_bytes != m.formula_gradient_bytes ||
           m.summed_gradient_bytes != m.formula_summed_gradient_bytes || m.state_bytes != m.formula_state_bytes ||
@@ -224,8 +224,7 @@ int print_hybrid(const Config& cfg, const HybridResult& h) {
     }
   std::printf("(Measured after the last step, by tag, on every device of every rank. Over the ranks: Psi_rR = rank R's "
               "chunk of the %d-way split, on its first device; the others hold replicas only (8*0). Every device: "
-              "Psi_g = shard g = R k + i of the %d-way split on device i of rank R, the rank's chunk summed on its "
-              "first device. Over the devices: Psi_i = shard i of the %d-way split, the same on every rank. Sums of "
+              "Psi_g = shard g = R k + i of the %d-way split on device i of rank R, its state and sum. Over the devices: Psi_i = shard i of the %d-way split, the same on every rank. Sums of "
               "the W k devices' gradients: at stage 1 they live during the step only)\n",
               h.ranks, h.ranks * h.devices, h.devices);
   // The peaks: over the ranks a process's first device carries the chunk's state, its sum and the

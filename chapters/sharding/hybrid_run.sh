@@ -8,8 +8,8 @@
 # ranks rank r's first device keeps the state 8 Psi_r and at ZeRO-2 the summed gradient 4 Psi_r (Psi_r
 # = floor(Psi (r+1) / NP) - floor(Psi r / NP)), its second device none; over the devices device i of
 # every rank keeps 8 Psi_i and at ZeRO-2 4 Psi_i (the same split over 2); over every device, device i
-# of rank r keeps 8 Psi_g, shard g = 2 r + i of the split over 2 NP, and its first device the rank's
-# chunk of the sum 4 Psi_r at ZeRO-2; the seven check lines say every device of every rank equals the
+# of rank r keeps 8 Psi_g, shard g = 2 r + i of the split over 2 NP, and at ZeRO-2 its own shard's
+# sum 4 Psi_g; the seven check lines say every device of every rank equals the
 # replicated run and rank 0.
 np=$1
 prog=$2
@@ -30,7 +30,7 @@ awk -v np="$np" '
     shard = 0; summed = 0
     if (layout == "ranks" && i == 0) shard = summed = chunk(psi, r, np)
     if (layout == "devices") shard = summed = chunk(psi, i, 2)
-    if (layout == "every") { shard = chunk(psi, 2 * r + i, 2 * np); summed = i == 0 ? chunk(psi, r, np) : 0 }
+    if (layout == "every") shard = summed = chunk(psi, 2 * r + i, 2 * np)
     params = stage == 3 ? 4 * shard : 4 * psi; grads = stage >= 2 ? 0 : 4 * psi; sums = stage >= 2 ? 4 * summed : 0; state = stage == 0 ? 8 * psi : 8 * shard
     w = layout " stage " stage " rank " r " device " i ": "
     if ($(o + 1) != 2 * np) { print "FAIL: " w "N = " $(o + 1) ", expected " 2 * np; bad++ }

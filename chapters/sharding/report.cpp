@@ -37,10 +37,10 @@ void print_ladder(const ZeroResult& r) {
 }
 
 void print_memory_row(const MemoryRow& m, const std::string& where, const std::string& shard, int where_width,
-                      int formula_width, const std::string& sum_shard) {
+                      int formula_width) {
   const std::string param_formula = m.stage == 3 ? "4*" + shard : "4*Psi";
   const std::string grad_formula = m.stage >= 2 ? "0" : "4*Psi";
-  const std::string sum_formula = m.stage >= 2 ? "4*" + (sum_shard.empty() ? shard : sum_shard) : "0";
+  const std::string sum_formula = m.stage >= 2 ? "4*" + shard : "0";
   const std::string state_formula = m.stage == 0 ? "8*Psi" : "8*" + shard;
   const int w = formula_width;
   std::printf("%2d %5d %-*s %10lld %-*s %10lld %10lld %-6s %10lld %10lld %-*s %10lld %10lld %-*s %10lld %8lld %10lld %10lld",

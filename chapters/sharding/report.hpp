@@ -9,10 +9,10 @@ namespace d2l::sharding {
 int print_zero(const Config& cfg, const ZeroResult& r);
 // One row of a memory table (devices or ranks): the bytes measured by tag beside the paper's formula
 // and its value, the gathered units, the peak and what else it held; `where` names the holder (in a
-// column of where_width), `shard` its share (Psi_i; Psi'_r at stage 3 over the ranks).
-// sum_shard: the summed gradient's share where it differs from the state's ("": the same).
+// column of where_width), `shard` its share of the state and the sum (Psi_i; Psi'_r at stage 3 over
+// the ranks).
 void print_memory_row(const MemoryRow& m, const std::string& where, const std::string& shard, int where_width,
-                      int formula_width, const std::string& sum_shard = "");
+                      int formula_width);
 // The ladder: at each N, the largest peak per device (or rank) of every stage, each below the one before.
 void print_ladder(const ZeroResult& r);
 // --save: the checkpoint's files and their sizes on disk, one line.

@@ -276,13 +276,14 @@ void RankShards::add_memory(const std::function<DeviceMemory&(Device)>& at) cons
         m.summed_gradient_bytes += bytes_held(p.grad);
         for (const Tensor& t : p.state) m.state_bytes += bytes_held(t);
       }
-  if (stage_ < 3) at(device()).summed_gradient_bytes += bytes_held(grad_shard_) + received_bytes();
+  for (size_t i = 0; i < sums_.size(); ++i) at(devices_[i]).summed_gradient_bytes += bytes_held(sums_[i]);
+  if (stage_ < 3) at(device()).summed_gradient_bytes += received_bytes();
 }
 
 int64_t RankShards::received_bytes() const {
   int64_t n = 0;  // the sums received into buffers, not yet in their parts
   for (const Receipt& r : receipts_)
-    if (!r.direct && r.n > 0) n += bytes_held(r.recv);
+    if (!r.direct && r.n > 0) n += bytes_held(r.recv);  // undefined once taken
   return n;
 }
 
@@ -301,7 +302,8 @@ int64_t RankShards::parameter_bytes() const {
 }
 
 int64_t RankShards::gradient_bytes() const {
-  int64_t n = stage_ < 3 ? bytes_held(grad_shard_) + received_bytes() : 0;
+  int64_t n = stage_ < 3 ? received_bytes() : 0;
+  for (const Tensor& t : sums_) n += bytes_held(t);
   for (const Unit& unit : units_)
     for (const Piece& piece : unit.pieces)
       for (const Part& p : piece.parts) n += bytes_held(p.grad);
@@ -364,8 +366,10 @@ void RankShards::place(const std::vector<std::vector<Tensor>>& weights, const st
     std::iota(all.begin(), all.end(), size_t{0});
     units_.assign(1, unit_of(all));
     make_buckets();
-    MemoryTagScope tag(MemoryTag::summed_gradients);  // stage 2's chunk sum, which backward sends into: 4 Psi_r
-    grad_shard_ = stage_ == 2 ? Tensor::empty({units_[0].n}, device()) : Tensor();
+    MemoryTagScope tag(MemoryTag::summed_gradients);  // stage 2's sums, which backward sends into: 4 Psi_r in all
+    sums_.clear();
+    if (stage_ == 2)
+      for (size_t i = 0; i < units_[0].pieces.size(); ++i) sums_.push_back(Tensor::empty({units_[0].pieces[i].n}, devices_[i]));
   }
   place_state(names, host);
   index_.clear();
@@ -429,10 +433,11 @@ void RankShards::pack(size_t k, bool release) {
 
 void RankShards::send(Bucket& b) {
   // The bucket is elements [a, end) of the flat vector: rank r receives those inside its chunk, one
-  // range of it. Stage 2 receives it into the chunk's sum at that range; stage 1 straight into the
-  // part that holds their sum when the range is one part (a bucket is one parameter there), else
-  // into a buffer whose contents go into the parts once received (take). A bucket sent again in a
-  // step (gradient accumulation) is received apart and added in.
+  // range of it. Stage 2 receives it into the sum of the piece that holds the range, on that piece's
+  // device; stage 1 straight into the part that holds their sum when the range is one part (a bucket
+  // is one parameter there). Else (a range across two pieces) into a buffer whose contents go into
+  // the pieces or parts once received (take). A bucket sent again in a step (gradient accumulation)
+  // is received apart and added in.
   const Unit& unit = units_[0];
   const int64_t a = offsets()[b.first], end = offsets()[b.last];
   const std::vector<int64_t> counts = dist::counts_in_chunks(offsets().back(), a, end, group_);
@@ -440,10 +445,11 @@ void RankShards::send(Bucket& b) {
   r.at = std::clamp<int64_t>(a, unit.lo, unit.lo + unit.n), r.n = counts[static_cast<size_t>(group_.rank())];
   r.add = b.sent > 0;
   Part* only = r.add || r.n == 0 || stage_ == 2 ? nullptr : only_part(r.at, r.n);
-  r.direct = !r.add && (stage_ == 2 || only);
+  const size_t piece = stage_ == 2 && !r.add ? piece_holding(r.at, r.n) : unit.pieces.size();
+  r.direct = piece < unit.pieces.size() || only;
   int64_t into = 0;
   if (r.direct && stage_ == 2) {
-    r.recv = grad_shard_, into = r.at - unit.lo;
+    r.recv = sums_[piece], into = r.n > 0 ? r.at - unit.pieces[piece].lo : 0;
   } else if (r.direct) {
     r.recv = sum_of(*only, devices_[0]);
   } else {
@@ -459,6 +465,8 @@ void RankShards::send(Bucket& b) {
       in_flight_.pop_front();
     }
   }
+  if (stage_ == 2)  // the receipts the limiter has waited for go into their pieces now, and their buffers
+    for (size_t j = 0; j + kInFlight < receipts_.size(); ++j) take(receipts_[j]);
   b.packed = Tensor();  // the communication thread holds it until the reduce-scatter has read it
   for (size_t k = b.first; k < b.last; ++k) packed_[k] = false;
   b.arrived = 0;
@@ -473,17 +481,41 @@ Tensor RankShards::sum_of(Part& part, Device d) {
   return part.grad;
 }
 
+size_t RankShards::piece_holding(int64_t at, int64_t n) const {
+  const std::vector<Piece>& pieces = units_[0].pieces;
+  for (size_t i = 0; i < pieces.size(); ++i)
+    if (n == 0 || (pieces[i].lo <= at && at + n <= pieces[i].lo + pieces[i].n)) return i;  // nothing: the first
+  return pieces.size();
+}
+
 RankShards::Part* RankShards::only_part(int64_t at, int64_t n) {
   for (Part& part : units_[0].pieces[0].parts)
     if (part.lo == at && part.n == n) return &part;
   return nullptr;
 }
 
-void RankShards::take(const Receipt& r) {
+void RankShards::take(Receipt& r) {
+  if (r.taken) return;
   r.work.wait();
+  r.taken = true;
   if (r.direct || r.n == 0) return;
   Unit& unit = units_[0];
-  if (stage_ == 2) return add_at(grad_shard_, r.at - unit.lo, r.recv);
+  if (stage_ == 2) {  // into each piece's sum the part of the range it holds
+    for (size_t i = 0; i < unit.pieces.size(); ++i) {
+      const Piece& piece = unit.pieces[i];
+      const int64_t a = std::max(r.at, piece.lo), b = std::min(r.at + r.n, piece.lo + piece.n);
+      if (a >= b) continue;
+      if (!r.add) {
+        copy_bytes(r.recv, float_bytes(a - r.at), sums_[i], float_bytes(a - piece.lo), float_bytes(b - a));
+        continue;
+      }
+      Tensor late = Tensor::empty({b - a}, devices_[i]);
+      copy_bytes(r.recv, float_bytes(a - r.at), late, 0, float_bytes(b - a));
+      add_at(sums_[i], a - piece.lo, late);
+    }
+    r.recv = Tensor();
+    return;
+  }
   for (size_t i = 0; i < unit.pieces.size(); ++i)
     for (Part& part : unit.pieces[i].parts) {
       if (part.lo < r.at || part.lo + part.n > r.at + r.n) continue;
@@ -511,7 +543,7 @@ void RankShards::reduce_scatter_rest(bool release) {
 }
 
 void RankShards::wait_for_sums() {
-  for (const Receipt& r : receipts_) take(r);
+  for (Receipt& r : receipts_) take(r);
   receipts_.clear(), in_flight_.clear();
   for (Bucket& b : buckets_) b.sent = 0;
   std::fill(completed_.begin(), completed_.end(), 0);
@@ -551,7 +583,7 @@ void RankShards::sum_into_pieces(const StepInput& in) {
     }
   if (summed) return;
   // The sum arrives in the parts at stage 1, which reduce-scatters every bucket now and keeps the
-  // .grad buffers; at stage 2 in the chunk's sum, where backward sent most of it and released the
+  // .grad buffers; at stage 2 in each piece's sum, where backward sent most of it and released the
   // gradients, and each part takes a copy of its range of it (of its own shape).
   reduce_scatter_rest(stage_ == 2);
   wait_for_sums();
@@ -559,7 +591,7 @@ void RankShards::sum_into_pieces(const StepInput& in) {
     for (size_t i = 0; i < unit.pieces.size(); ++i)
       for (Part& part : unit.pieces[i].parts) {
         part.grad = Tensor::empty(part_shape(unit, part), devices_[i]);
-        copy_bytes(grad_shard_, float_bytes(part.lo - unit.lo), part.grad, 0, float_bytes(part.n));
+        copy_bytes(sums_[i], float_bytes(part.lo - unit.pieces[i].lo), part.grad, 0, float_bytes(part.n));
       }
 }
 

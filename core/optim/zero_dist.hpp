@@ -37,11 +37,13 @@
 //                     bucket). A bucket goes on the communication thread the moment autograd has
 //                     completed its last gradient (the gradient-ready hook DDP's buckets use), packed
 //                     end to end, and each .grad buffer is released once packed: between steps a rank
-//                     keeps chunk r's sum (4 Psi_r, one flat tensor: a bucket is one reduce-scatter
-//                     into it), no .grad buffer; the step gives each part a copy of its range of it.
-//                     A bucket sent twice in one step
-//                     (gradient accumulation) is received apart and added in. The first step's
-//                     backward runs before the chunk is laid out: its gradients go at the step.
+//                     keeps chunk r's sum (4 Psi_r in all, no .grad buffer), each piece's on its own
+//                     device, one flat tensor a piece: a bucket is one reduce-scatter into the piece
+//                     that holds its range (a range across two pieces arrives in a buffer, copied
+//                     into both once the rate limiter below has waited for it); the step gives each
+//                     part a copy of its range of it. A bucket sent twice in one step (gradient
+//                     accumulation) is received apart and added in. The first step's backward runs
+//                     before the chunk is laid out: its gradients go at the step.
 //   stage 3 (P_os+g+p) per unit, once its last gradient is complete (FSDP's post-backward): each
 //                     gradient reduce-scattered from its .grad buffer, this rank's part added into
 //                     the pieces' summed gradients (several backward passes add up), the gradients
@@ -185,14 +187,15 @@ class RankShards : public Shards, NoCopy {
     int sent = 0;        // times sent this step
   };
   // A bucket's reduce-scatter on its way: this rank's part of the sum, elements [at, at + n) of the
-  // flat vector, arrives in `recv`. direct: recv is where the sum is kept (stage 2's chunk sum, or at
-  // stage 1 the one part the range is); else a buffer whose contents go into the sums once there
-  // (take): copied the first time the bucket is sent in a step, added the times after (accumulation).
+  // flat vector, arrives in `recv`. direct: recv is where the sum is kept (stage 2: the sum of the
+  // piece holding the range; stage 1: the one part the range is); else a buffer whose contents go
+  // into the sums once there (take, which then drops it): copied the first time the bucket is sent
+  // in a step, added the times after (accumulation).
   struct Receipt {
     dist::Work work;
     Tensor recv;
     int64_t at = 0, n = 0;
-    bool add = false, direct = false;
+    bool add = false, direct = false, taken = false;
   };
   size_t slots_;
   int stage_;
@@ -235,7 +238,7 @@ class RankShards : public Shards, NoCopy {
   static constexpr size_t kInFlight = 2;
   std::deque<Event> in_flight_;     // the buckets' reduce-scatters the limiter waits for
   std::vector<Receipt> receipts_;   // this step's, in order
-  Tensor grad_shard_;  // stage 2: the chunk's summed gradient, on the first device, kept between steps
+  std::vector<Tensor> sums_;  // stage 2: piece i's summed gradient, flat, on device i, kept between steps
   int hook_ = -1;
   bool fits(const std::vector<std::vector<Tensor>>& weights) const;
   void place(const std::vector<std::vector<Tensor>>& weights, const std::vector<std::string>& names,
@@ -248,7 +251,8 @@ class RankShards : public Shards, NoCopy {
   Part* only_part(int64_t at, int64_t n);  // the part on the first device that is exactly [at, at + n), if one
   Tensor sum_of(Part& part, Device d);     // the part's summed gradient, made on d when it has none
   int64_t received_bytes() const;          // of the receipts not yet taken
-  void take(const Receipt& r);             // a receipt's sum into its parts
+  size_t piece_holding(int64_t at, int64_t n) const;  // the piece whose range holds [at, at + n), else pieces.size()
+  void take(Receipt& r);                   // a receipt's sum into its parts (stage 2: pieces), once
   void reduce_scatter_rest(bool release);
   void wait_for_sums();
   void all_gather() override;
