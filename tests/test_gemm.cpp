@@ -46,19 +46,36 @@ const Shape kShapes[] = {
     {"ResNet-50 bottleneck 1x1", 256, 64, 64}, {"ResNet-50 3x3", 64, 256, 576},
 };
 
+// One product's inputs and what it must give: the double loop's result and kernel1's (computed
+// once, then held against every member).
+struct Expected {
+  const Shape& s;
+  bool ta, tb;
+  float alpha, beta;
+  std::vector<float> A, B, C;
+  std::vector<double> ref;
+  std::vector<float> naive;
+  Expected(const cpu::Ctx& c, bool ta_, bool tb_, const Shape& s_, float alpha_, float beta_, uint32_t seed)
+      : s(s_), ta(ta_), tb(tb_), alpha(alpha_), beta(beta_), A(lcg_data(s.M * s.K, seed)), B(lcg_data(s.K * s.N, seed + 1)),
+        C(lcg_data(s.M * s.N, seed + 2)), ref(ref_gemm(ta, tb, s.M, s.N, s.K, alpha, A, B, beta, C)), naive(C) {
+    cpu::gemm_naive(c, ta, tb, s.M, s.N, s.K, alpha, A.data(), B.data(), beta, naive.data());
+  }
+  // Member k's product on c, against both.
+  bool check(const cpu::Ctx& c, cpu::GemmKernel k) const {
+    std::vector<float> out = C;
+    cpu::set_gemm_kernel(k);
+    cpu::gemm(c, ta, tb, s.M, s.N, s.K, alpha, A.data(), B.data(), beta, out.data());
+    cpu::set_gemm_kernel(cpu::GemmKernel::automatic);
+    // float sums of K terms of size <= 1: atol 1e-5 * (K + 1); against kernel1 (float too) twice that
+    const double atol = 1e-5 * static_cast<double>(s.K + 1);
+    return close(ref, out, atol, 1e-5, "against the double reference") &&
+           close(naive, out, 2 * atol, 1e-5, "against kernel1");
+  }
+};
+
 bool compare_to_reference(const cpu::Ctx& c, cpu::GemmKernel k, bool ta, bool tb, const Shape& s, float alpha,
                           float beta, uint32_t seed) {
-  auto A = lcg_data(s.M * s.K, seed), B = lcg_data(s.K * s.N, seed + 1), C = lcg_data(s.M * s.N, seed + 2);
-  const auto ref = ref_gemm(ta, tb, s.M, s.N, s.K, alpha, A, B, beta, C);
-  auto naive = C;
-  cpu::gemm_naive(c, ta, tb, s.M, s.N, s.K, alpha, A.data(), B.data(), beta, naive.data());
-  cpu::set_gemm_kernel(k);
-  cpu::gemm(c, ta, tb, s.M, s.N, s.K, alpha, A.data(), B.data(), beta, C.data());
-  cpu::set_gemm_kernel(cpu::GemmKernel::automatic);
-  // float sums of K terms of size <= 1: atol 1e-5 * (K + 1); against kernel1 (float too) twice that
-  const double atol = 1e-5 * static_cast<double>(s.K + 1);
-  return close(ref, C, atol, 1e-5, "against the double reference") &&
-         close(naive, C, 2 * atol, 1e-5, "against kernel1");
+  return Expected(c, ta, tb, s, alpha, beta, seed).check(c, k);
 }
 
 // Calls f(s, ta, tb) for each shape and each of the four transpose combinations (all captured for the
@@ -100,20 +117,21 @@ TEST_CASE("every GEMM member matches the double reference and kernel1: the chapt
   cpu::ThreadPool pool(1);
   const cpu::Ctx two{2, &pool};
   uint32_t seed = 1;
-  for (const Member& m : members()) {
-    CAPTURE(m.name());
-    cpu::set_gemm_isa(m.isa);
-    for (bool ta : {false, true})
-      for (bool tb : {false, true})
-        for (const Shape& s : kShapes) {
-          CAPTURE(ta);
-          CAPTURE(tb);
-          CAPTURE(s.what);
-          CHECK(compare_to_reference(two, m.kernel, ta, tb, s, 0.75f, -0.5f, seed));
-          CHECK(compare_to_reference(cpu::serial_ctx(), m.kernel, ta, tb, s, 1.0f, 0.0f, seed + 7));
-          seed += 11;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (const Shape& s : kShapes) {
+        CAPTURE(ta);
+        CAPTURE(tb);
+        CAPTURE(s.what);
+        const Expected scaled(two, ta, tb, s, 0.75f, -0.5f, seed), plain(cpu::serial_ctx(), ta, tb, s, 1.0f, 0.0f, seed + 7);
+        seed += 11;
+        for (const Member& m : members()) {
+          CAPTURE(m.name());
+          cpu::set_gemm_isa(m.isa);
+          CHECK(scaled.check(two, m.kernel));
+          CHECK(plain.check(cpu::serial_ctx(), m.kernel));
         }
-  }
+      }
   cpu::set_gemm_isa(cpu::best_vector_isa());
 }
 
