@@ -224,7 +224,8 @@ int print_hybrid(const Config& cfg, const HybridResult& h) {
     }
   std::printf("(Measured after the last step, by tag, on every device of every rank. Over the ranks: Psi_rR = rank R's "
               "chunk of the %d-way split, on its first device; the others hold replicas only (8*0). Every device: "
-              "Psi_g = shard g = R k + i of the %d-way split on device i of rank R, its state and sum. Over the devices: Psi_i = shard i of the %d-way split, the same on every rank. Sums of "
+              "Psi_g = shard g = R k + i of the %d-way split on device i of rank R, its state and sum. Over the "
+              "devices: Psi_i = shard i of the %d-way split, the same on every rank. Sums of "
               "the W k devices' gradients: at stage 1 they live during the step only)\n",
               h.ranks, h.ranks * h.devices, h.devices);
   // The peaks: over the ranks a process's first device carries the chunk's state, its sum and the
