@@ -117,21 +117,16 @@ TEST_CASE("every GEMM member matches the double reference and kernel1: the chapt
   cpu::ThreadPool pool(1);
   const cpu::Ctx two{2, &pool};
   uint32_t seed = 1;
-  for (bool ta : {false, true})
-    for (bool tb : {false, true})
-      for (const Shape& s : kShapes) {
-        CAPTURE(ta);
-        CAPTURE(tb);
-        CAPTURE(s.what);
-        const Expected scaled(two, ta, tb, s, 0.75f, -0.5f, seed), plain(cpu::serial_ctx(), ta, tb, s, 1.0f, 0.0f, seed + 7);
-        seed += 11;
-        for (const Member& m : members()) {
-          CAPTURE(m.name());
-          cpu::set_gemm_isa(m.isa);
-          CHECK(scaled.check(two, m.kernel));
-          CHECK(plain.check(cpu::serial_ctx(), m.kernel));
-        }
-      }
+  for_shapes_and_transposes(kShapes, [&](const Shape& s, bool ta, bool tb) {
+    const Expected scaled(two, ta, tb, s, 0.75f, -0.5f, seed), plain(cpu::serial_ctx(), ta, tb, s, 1.0f, 0.0f, seed + 7);
+    seed += 11;
+    for (const Member& m : members()) {
+      CAPTURE(m.name());
+      cpu::set_gemm_isa(m.isa);
+      CHECK(scaled.check(two, m.kernel));
+      CHECK(plain.check(cpu::serial_ctx(), m.kernel));
+    }
+  });
   cpu::set_gemm_isa(cpu::best_vector_isa());
 }
 
