@@ -17,9 +17,11 @@
 // continuing to 20 steps equal to 20 steps straight; clip_grad_norm over the ranks against the
 // unsharded run's norm computed here; the configuration errors; hybrid sharding (ShardOver: the
 // shards over the ranks, over each process's 2 devices, or over every device of every rank) against the unsharded run and
-// stage 0 over the same devices, with the state each device holds measured. tests/mutants runs
-// this file as 2 processes against a zero_dist.cpp that skips the all-gather into the parameters and
-// one that updates each chunk twice: both must fail.
+// stage 0 over the same devices, with the state each device holds measured; with 3 devices a rank
+// and every device its own shard, the bytes copied between the devices in a step, read from the copy
+// counters, against the two-level collectives' (no device gathers the others' gradients). tests/mutants runs
+// this file as 2 processes against a zero_dist.cpp that skips the all-gather into the parameters,
+// one that updates each chunk twice and one that sums the devices' shares on the first device: all must fail.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -28,6 +30,7 @@
 
 #include "check.hpp"
 #include "core/allocator.hpp"
+#include "core/copy.hpp"
 #include "core/dist/collectives.hpp"
 #include "core/dist/process_group.hpp"
 #include "core/nn/nn.hpp"
@@ -471,47 +474,59 @@ TEST_CASE("ZeRO over the ranks: configuration errors before any collective") {
 
 namespace {
 
-// Hybrid sharding's run: each rank's 2 devices take 2 parts of its rows of every global batch; the
-// Trainer sharding over `over` (or stage 0 over the same devices: the replicated reference). held[i]:
-// the optimizer state device i holds after the run, sums[i] the summed gradients it keeps between
-// steps, both measured by the allocator's tags.
+// Hybrid sharding's run: each rank's h devices (2 by default) take h parts of its rows of every
+// global batch; the Trainer sharding over `over` (or stage 0 over the same devices: the replicated
+// reference). held[i]: the optimizer state device i holds after the run, sums[i] the summed
+// gradients it keeps between steps, both measured by the allocator's tags; copied_in[i] and
+// copied_out[i]: the bytes copied into and out of device i from and to the rank's other devices
+// during the last step (its backward and the step), read from the copy counters.
 struct HybridRun {
   Values params;
-  int64_t held[2] = {}, sums[2] = {};
+  std::vector<int64_t> held, sums, copied_in, copied_out;
   std::vector<double> norms;  // last_grad_norm() after every step
 };
-HybridRun hybrid(const Setup& u, int stage, ShardOver over) {
-  const std::vector<Device> two{cpu(0), cpu(1)};
-  use_devices(two);
+HybridRun hybrid(const Setup& u, int stage, ShardOver over, int h = 2) {
+  std::vector<Device> on;
+  for (int i = 0; i < h; ++i) on.push_back(cpu(i));
+  use_devices(on);
   auto net = std::make_shared<Sequential>();
   net->add(std::make_shared<Dense>(kHidden, "relu", true, kIn), std::make_shared<Dense>(kOut, "", true, kHidden));
-  manual_seed(42);  // mlp_43's values, now on both devices
-  net->initialize(Init::Xavier(), two);
+  manual_seed(42);  // mlp_43's values, now on every device
+  net->initialize(Init::Xavier(), on);
   auto state_on = [](Device d) { return runtime(d).allocator->stats().held(MemoryTag::optimizer_state); };
   auto sums_on = [](Device d) { return runtime(d).allocator->stats().held(MemoryTag::summed_gradients); };
-  const int64_t before[2] = {state_on(cpu(0)), state_on(cpu(1))}, sums_before[2] = {sums_on(cpu(0)), sums_on(cpu(1))};
+  std::vector<int64_t> before, sums_before;
+  for (Device d : on) before.push_back(state_on(d)), sums_before.push_back(sums_on(d));
   OptimizerOptions o = at_stage(u.opt, stage);
   o.shard_over = over;
   HybridRun out;
   {
     Trainer trainer(net->collect_params(), u.optimizer, o, u.kvstore);
-    const int parts = 2 * dist::world_size();
-    for (int s = 0; s < 20; ++s) {
-      for (int i = 0; i < 2; ++i) {  // device i: part 2 r + i of the global batch
-        const int q = 2 * dist::rank() + i;
+    const int parts = h * dist::world_size();
+    constexpr int kSteps = 20;
+    for (int s = 0; s < kSteps; ++s) {
+      if (s == kSteps - 1) {
+        waitall();
+        reset_copy_counters();
+      }
+      for (int i = 0; i < h; ++i) {  // device i: part h r + i of the global batch
+        const int q = h * dist::rank() + i;
         const auto X = test::lcg_data(kGlobalBatch * kIn, 700 + static_cast<uint32_t>(s));
         const int64_t lo = kGlobalBatch * q / parts, hi = kGlobalBatch * (q + 1) / parts;
         std::vector<int32_t> y;
         for (int64_t k = lo; k < hi; ++k) y.push_back((X[k * kIn] > 0) + (X[k * kIn + 1] > 0));
         if (hi == lo) continue;
-        Tensor Xt = Tensor::from_vector(std::vector<float>(X.begin() + lo * kIn, X.begin() + hi * kIn), {hi - lo, kIn}, two[i]);
-        softmax_cross_entropy((*net)(Xt), Tensor::from_vector(y, {hi - lo}, two[i]), Reduction::sum).backward();
+        Tensor Xt = Tensor::from_vector(std::vector<float>(X.begin() + lo * kIn, X.begin() + hi * kIn), {hi - lo, kIn}, on[i]);
+        softmax_cross_entropy((*net)(Xt), Tensor::from_vector(y, {hi - lo}, on[i]), Reduction::sum).backward();
       }
       trainer.step(kGlobalBatch);
       out.norms.push_back(trainer.last_grad_norm());
     }
     waitall();  // what the devices' queued work still holds is returned first
-    for (int i = 0; i < 2; ++i) out.held[i] = state_on(two[i]) - before[i], out.sums[i] = sums_on(two[i]) - sums_before[i];
+    for (int i = 0; i < h; ++i) {
+      out.held.push_back(state_on(on[i]) - before[i]), out.sums.push_back(sums_on(on[i]) - sums_before[i]);
+      out.copied_in.push_back(copy_counters(on[i]).bytes_in), out.copied_out.push_back(copy_counters(on[i]).bytes_out);
+    }
   }
   out.params = params_of(net->collect_params());
   use_devices({cpu(0)});
@@ -569,6 +584,37 @@ TEST_CASE("hybrid sharding: ZeRO-1 and ZeRO-2 over the ranks, each process's dev
                          doctest::Contains("shard_over"), ConfigError);
   Trainer trainer(net->collect_params(), "sgd", {.zero_stage = 1, .shard_over = ShardOver::devices}, "dist_sync");
   CHECK_THROWS_WITH_AS(trainer.set_buckets({}), doctest::Contains("shard_over devices"), ConfigError);
+}
+
+TEST_CASE("3 devices a rank, every device its own shard: the devices reduce-scatter and all-gather among themselves, "
+          "no device gathers the others' gradients") {
+  // Device j of every rank holds D_j elements in all (its piece of every rank's chunk). Per step it
+  // receives from each of the other 2 devices its sum of those D_j elements (the devices'
+  // reduce-scatter, before the ranks'), then every element it does not hold (the all-gather):
+  // 4 (2 D_j + P - D_j) bytes, and as many go out. Summing on the first device would bring it 2 P.
+  // (Every device needs rows of the batch for this count: up to 2 ranks, 6 parts of 8 rows.)
+  constexpr int h = 3;
+  const int W = dist::world_size();
+  if (h * W > kGlobalBatch) {
+    MESSAGE("3 devices a rank: run with 1 or 2 ranks (" << kGlobalBatch << " rows for " << h * W << " devices)");
+    return;
+  }
+  const Setup u;
+  const Result ref = alone(u);
+  for (int stage : {1, 2}) {
+    CAPTURE(stage);
+    const HybridRun all = hybrid(u, stage, ShardOver::all_devices, h);
+    CHECK(close_maps(ref.params, all.params));
+    CHECK(same_on_every_rank(all.params));
+    for (int j = 0; j < h; ++j) {
+      CAPTURE(j);
+      int64_t D = 0;
+      for (int r = 0; r < W; ++r) D += chunk_of(kP, h * r + j, h * W);
+      CHECK(all.copied_in[j] == 4 * ((h - 1) * D + kP - D));
+      CHECK(all.copied_out[j] == 4 * ((h - 1) * D + kP - D));
+      CHECK(all.held[j] == 4 * chunk_of(kP, h * dist::rank() + j, h * W));
+    }
+  }
 }
 
 TEST_CASE("clip_grad_norm with 2 devices a rank: every layout clips by the whole summed gradient's norm, as the unsharded run") {

@@ -11,9 +11,10 @@
 //                    (4 Psi_r) live on that first device, none on the others;
 //   every device     zero_stage 1 and 2 with ShardOver::all_devices: every device of every rank its own
 //                    shard, W k of them: device i of rank r keeps the state of shard r k + i (8 Psi_rk+i);
-//                    the rank's shards together are its chunk of the W-way split (the rule nests), so the
-//                    reduce-scatter and all-gather over the ranks are the first layout's; at stage 2 each
-//                    device keeps its own shard's sum (4 Psi_rk+i) and updates its piece;
+//                    the rank's shards together are its chunk of the W-way split (the rule nests); each
+//                    device sums its share over the process's devices, then reduce-scatters it over the
+//                    ranks (and all-gathers the other way); at stage 2 each device keeps its own
+//                    shard's sum (4 Psi_rk+i) and updates its piece;
 //   over the devices zero_stage 1, 2 and 3 with ShardOver::devices (FSDP's HYBRID_SHARD): the shards are
 //                    each process's devices, replicated over the ranks (core/optim/zero.hpp): device i
 //                    of every rank keeps shard i (8 Psi_i of state, Psi_i of the k-way split; at

@@ -228,28 +228,43 @@ void RankShards::all_gather() {
   if (steps_ == 2 && fails_in_allgather(stage_))
     throw DeviceError("injected failure inside the ZeRO-" + std::to_string(stage_) + " all-gather of step 2 "
                       "(D2L_FAIL_RANK_IN_ALLGATHER=" + std::getenv("D2L_FAIL_RANK_IN_ALLGATHER") + ")");
-  // Parameter by parameter, straight into its replica on the first device: every rank gives the
-  // elements of it in its chunk, from the part that was updated (a whole parameter's part is the
-  // replica itself: the all-gather runs in place), or from its parts put end to end.
+  // Parameter by parameter and holder by holder: holder i's share of the parameter (its elements in
+  // piece i of every rank) all-gathered over the group, each rank giving the part it updated (a whole
+  // parameter's part is the replica itself: gathered in place), straight into the replica on device
+  // i where that share is the whole parameter (one holder: always), else into a buffer; then copied
+  // from device i into the replicas on the process's other devices.
   const Unit& unit = units_[0];
-  std::vector<dist::Work> works;
-  for (size_t p = 0; p < unit.params.size(); ++p) {
-    const Tensor& into = replicas_[unit.params[p]][0];
-    const int64_t a = std::max(unit.offsets[p], unit.lo), b = std::min(unit.offsets[p + 1], unit.lo + unit.n);
-    Tensor mine = into;  // nothing of it in this chunk: a count of 0
-    if (a < b) {
-      const Part* only = only_part(a, b - a);
-      mine = only ? only->param : Tensor::empty({b - a}, device());
-      if (!only)
-        for (const Piece& piece : unit.pieces)
-          for (const Part& part : piece.parts)
-            if (part.p == p) copy_bytes(part.param, 0, mine, float_bytes(part.lo - a), float_bytes(part.n));
+  struct Gathered {
+    size_t k, i;
+    int64_t first;  // the parameter's first element in the flat vector
+    Tensor into;
+    std::vector<Segment> share;
+    dist::Work work;
+  };
+  std::vector<Gathered> gathered;
+  for (size_t p = 0; p < unit.params.size(); ++p)
+    for (size_t i = 0; i < holders(); ++i) {
+      Gathered g{unit.params[p], i, unit.offsets[p], Tensor(), segments(i, unit.offsets[p], unit.offsets[p + 1]), {}};
+      std::vector<int64_t> counts;
+      for (const Segment& seg : g.share) counts.push_back(seg.n);
+      const int64_t n = std::accumulate(counts.begin(), counts.end(), int64_t{0});
+      if (n == 0) continue;  // the same on every rank: none of it is any rank's piece i
+      const Tensor& replica = replicas_[g.k][i];
+      g.into = n == replica.numel() ? replica : Tensor::empty({n}, devices_[i]);
+      const Segment& me = g.share[static_cast<size_t>(group_.rank())];
+      const Tensor mine = me.n > 0 ? part_at(i, me.lo, me.n)->param : g.into;  // a count of 0
+      g.work = dist::allgather_async(mine, 0, g.into, counts, group_);
+      gathered.push_back(std::move(g));
     }
-    works.push_back(dist::allgather_async(mine, 0, into, dist::counts_in_chunks(unit.offsets.back(), unit.offsets[p], unit.offsets[p + 1], group_), group_));
+  for (Gathered& g : gathered) {
+    g.work.wait();
+    for (size_t j = 0; j < devices_.size(); ++j) {
+      const Tensor& to = replicas_[g.k][j];
+      if (to.impl().storage == g.into.impl().storage) continue;  // gathered in place
+      for (const Segment& seg : g.share)
+        if (seg.n > 0) copy_bytes(g.into, float_bytes(seg.at), to, float_bytes(seg.lo - g.first), float_bytes(seg.n));
+    }
   }
-  for (auto& work : works) work.wait();
-  for (size_t k : unit.params)  // the process's other devices: replicas of the first
-    for (size_t i = 1; i < replicas_[k].size(); ++i) replicas_[k][0].copyto(replicas_[k][i]);
 }
 
 std::vector<std::vector<std::vector<float>>> RankShards::gather_state() const {
@@ -277,7 +292,8 @@ void RankShards::add_memory(const std::function<DeviceMemory&(Device)>& at) cons
         for (const Tensor& t : p.state) m.state_bytes += bytes_held(t);
       }
   for (size_t i = 0; i < sums_.size(); ++i) at(devices_[i]).summed_gradient_bytes += bytes_held(sums_[i]);
-  if (stage_ < 3) at(device()).summed_gradient_bytes += received_bytes();
+  for (const Receipt& r : receipts_)  // the sums received into buffers, not yet in their parts
+    if (!r.direct && r.n > 0) at(devices_[r.i]).summed_gradient_bytes += bytes_held(r.recv);
 }
 
 int64_t RankShards::received_bytes() const {
@@ -389,6 +405,7 @@ void RankShards::make_buckets() {
   for (size_t last = params; last > 0;) {
     Bucket b;
     b.first = b.last = last;
+    b.packed.resize(holders());
     double bytes = 0;
     do {
       --b.first;
@@ -398,6 +415,19 @@ void RankShards::make_buckets() {
     buckets_.push_back(b);
     last = b.first;
   }
+}
+
+std::vector<RankShards::Segment> RankShards::segments(size_t i, int64_t a, int64_t b) const {
+  const int64_t P = offsets().back(), h = static_cast<int64_t>(holders()), W = group_.size();
+  std::vector<Segment> out;
+  int64_t at = 0;
+  for (int64_t r = 0; r < W; ++r) {  // rank r's piece i: shard r h + i of W h (unit_of)
+    const int64_t lo = std::max(a, chunk_begin(P, r * h + static_cast<int64_t>(i), W * h));
+    const int64_t hi = std::min(b, chunk_begin(P, r * h + static_cast<int64_t>(i) + 1, W * h));
+    out.push_back({lo, std::max<int64_t>(hi - lo, 0), at});
+    at += out.back().n;
+  }
+  return out;
 }
 
 Tensor RankShards::device_sum(size_t k) const {
@@ -411,19 +441,56 @@ Tensor RankShards::device_sum(size_t k) const {
   return sum;
 }
 
+Tensor RankShards::device_sum(size_t k, int64_t lo, int64_t n, Device d) const {
+  // The same additions in the same order as above, on the elements device d sums: the same bits.
+  Tensor sum = Tensor::zeros({n}, d);
+  for (size_t j = 0; j < replicas_[k].size(); ++j) {
+    const Tensor& g = replicas_[k][j].grad();
+    if (!g.defined()) continue;
+    if (j == 0) {
+      copy_bytes(g, float_bytes(lo), sum, 0, float_bytes(n));
+      continue;
+    }
+    Tensor from = Tensor::empty({n}, d);
+    copy_bytes(g, float_bytes(lo), from, 0, float_bytes(n));
+    add_(sum, from);
+  }
+  return sum;
+}
+
 void RankShards::pack(size_t k, bool release) {
-  // Parameter k's gradient (summed over this rank's devices; zeros if it has none) into its place in
-  // the bucket; at stage 2 the .grad buffers go (the allocator takes each back once the queued copy has read it).
+  // Parameter k's gradient, summed over this rank's devices (zeros if it has none), into its place in
+  // the bucket: with one holder on the first device (a lone parameter's sum is the bucket); with a
+  // holder a device, each device i sums the elements of it that lie in piece i of any rank (the
+  // devices' reduce-scatter, before the ranks'). At stage 2 the .grad buffers go then (the allocator
+  // takes each back once the queued copies have read it).
   Bucket& b = buckets_[bucket_of_[k]];
-  const Tensor g = device_sum(k);
-  const int64_t at = offsets()[k] - offsets()[b.first];
-  if (b.last - b.first == 1) {  // a lone parameter: its gradient is the bucket
-    if (packed_[k]) add_(b.packed, g);
-    else b.packed = g;
+  const int64_t a = offsets()[b.first], end = offsets()[b.last];
+  if (holders() == 1) {
+    const Tensor g = device_sum(k);
+    Tensor& packed = b.packed[0];
+    const int64_t at = offsets()[k] - a;
+    if (b.last - b.first == 1) {
+      if (packed_[k]) add_(packed, g);
+      else packed = g;
+    } else {
+      if (!packed.defined()) packed = Tensor::empty({end - a}, device());
+      if (packed_[k]) add_at(packed, at, g);
+      else copy_bytes(g, 0, packed, float_bytes(at), float_bytes(g.numel()));
+    }
   } else {
-    if (!b.packed.defined()) b.packed = Tensor::empty({offsets()[b.last] - offsets()[b.first]}, device());
-    if (packed_[k]) add_at(b.packed, at, g);
-    else copy_bytes(g, 0, b.packed, float_bytes(at), float_bytes(g.numel()));
+    for (size_t i = 0; i < holders(); ++i) {
+      const std::vector<Segment> share = segments(i, a, end);
+      Tensor& packed = b.packed[i];
+      for (const Segment& seg : share) {
+        const int64_t lo = std::max(seg.lo, offsets()[k]), hi = std::min(seg.lo + seg.n, offsets()[k + 1]);
+        if (lo >= hi) continue;
+        if (!packed.defined()) packed = Tensor::empty({share.back().at + share.back().n}, devices_[i]);
+        const Tensor sum = device_sum(k, lo - offsets()[k], hi - lo, devices_[i]);
+        if (packed_[k]) add_at(packed, seg.at + lo - seg.lo, sum);
+        else copy_bytes(sum, 0, packed, float_bytes(seg.at + lo - seg.lo), float_bytes(hi - lo));
+      }
+    }
   }
   if (release)
     for (auto& w : replicas_[k]) w.impl().grad.reset();
@@ -432,42 +499,45 @@ void RankShards::pack(size_t k, bool release) {
 }
 
 void RankShards::send(Bucket& b) {
-  // The bucket is elements [a, end) of the flat vector: rank r receives those inside its chunk, one
-  // range of it. Stage 2 receives it into the sum of the piece that holds the range, on that piece's
-  // device; stage 1 straight into the part that holds their sum when the range is one part (a bucket
-  // is one parameter there). Else (a range across two pieces) into a buffer whose contents go into
-  // the pieces or parts once received (take). A bucket sent again in a step (gradient accumulation)
-  // is received apart and added in.
+  // The bucket is elements [a, end) of the flat vector. Holder by holder, its share (above) is
+  // reduce-scattered over the group: rank r receives the part in its piece i, straight into piece
+  // i's sum at stage 2, into the part that holds it at stage 1 (a bucket is one parameter there, and
+  // that part is one part). A bucket sent again in a step (gradient accumulation) is received apart
+  // and added in (take).
   const Unit& unit = units_[0];
   const int64_t a = offsets()[b.first], end = offsets()[b.last];
-  const std::vector<int64_t> counts = dist::counts_in_chunks(offsets().back(), a, end, group_);
-  Receipt r;
-  r.at = std::clamp<int64_t>(a, unit.lo, unit.lo + unit.n), r.n = counts[static_cast<size_t>(group_.rank())];
-  r.add = b.sent > 0;
-  Part* only = r.add || r.n == 0 || stage_ == 2 ? nullptr : only_part(r.at, r.n);
-  const size_t piece = stage_ == 2 && !r.add ? piece_holding(r.at, r.n) : unit.pieces.size();
-  r.direct = piece < unit.pieces.size() || only;
-  int64_t into = 0;
-  if (r.direct && stage_ == 2) {
-    r.recv = sums_[piece], into = r.n > 0 ? r.at - unit.pieces[piece].lo : 0;
-  } else if (r.direct) {
-    r.recv = sum_of(*only, devices_[0]);
-  } else {
-    MemoryTagScope tag(MemoryTag::summed_gradients);
-    r.recv = Tensor::empty({std::max<int64_t>(r.n, 1)}, device());
-  }
-  r.work = dist::reduce_scatter_async(b.packed, r.recv, into, counts, group_);
-  receipts_.push_back(r);
-  if (stage_ == 2 && r.work.pending) {  // the rate limiter (above)
-    in_flight_.push_back(r.work.done);
-    while (in_flight_.size() > kInFlight) {
-      in_flight_.front().synchronize();
-      in_flight_.pop_front();
+  for (size_t i = 0; i < holders(); ++i) {
+    const std::vector<Segment> share = segments(i, a, end);
+    std::vector<int64_t> counts;
+    for (const Segment& seg : share) counts.push_back(seg.n);
+    if (share.back().at + share.back().n == 0) continue;  // the same on every rank
+    const Segment& me = share[static_cast<size_t>(group_.rank())];
+    Receipt r;
+    r.i = i, r.at = me.n > 0 ? me.lo : unit.pieces[i].lo, r.n = me.n, r.add = b.sent > 0;
+    Part* only = r.add || r.n == 0 || stage_ == 2 ? nullptr : part_at(i, r.at, r.n);
+    r.direct = (stage_ == 2 && !r.add) || only;
+    int64_t into = 0;
+    if (r.direct && stage_ == 2) {
+      r.recv = sums_[i], into = r.at - unit.pieces[i].lo;
+    } else if (r.direct) {
+      r.recv = sum_of(*only, devices_[i]);
+    } else {
+      MemoryTagScope tag(MemoryTag::summed_gradients);
+      r.recv = Tensor::empty({std::max<int64_t>(r.n, 1)}, devices_[i]);
+    }
+    r.work = dist::reduce_scatter_async(b.packed[i], r.recv, into, counts, group_);
+    receipts_.push_back(r);
+    if ((stage_ == 2 || holders() > 1) && r.work.pending) {  // the rate limiter (above): a packed share is a copy
+      in_flight_.push_back(r.work.done);
+      while (in_flight_.size() > kInFlight * holders()) {
+        in_flight_.front().synchronize();
+        in_flight_.pop_front();
+      }
     }
   }
   if (stage_ == 2)  // the receipts the limiter has waited for go into their pieces now, and their buffers
-    for (size_t j = 0; j + kInFlight < receipts_.size(); ++j) take(receipts_[j]);
-  b.packed = Tensor();  // the communication thread holds it until the reduce-scatter has read it
+    for (size_t j = 0; j + kInFlight * holders() < receipts_.size(); ++j) take(receipts_[j]);
+  for (Tensor& t : b.packed) t = Tensor();  // the communication thread holds them until the reduce-scatter has read them
   for (size_t k = b.first; k < b.last; ++k) packed_[k] = false;
   b.arrived = 0;
   ++b.sent;
@@ -481,15 +551,8 @@ Tensor RankShards::sum_of(Part& part, Device d) {
   return part.grad;
 }
 
-size_t RankShards::piece_holding(int64_t at, int64_t n) const {
-  const std::vector<Piece>& pieces = units_[0].pieces;
-  for (size_t i = 0; i < pieces.size(); ++i)
-    if (n == 0 || (pieces[i].lo <= at && at + n <= pieces[i].lo + pieces[i].n)) return i;  // nothing: the first
-  return pieces.size();
-}
-
-RankShards::Part* RankShards::only_part(int64_t at, int64_t n) {
-  for (Part& part : units_[0].pieces[0].parts)
+RankShards::Part* RankShards::part_at(size_t i, int64_t at, int64_t n) {
+  for (Part& part : units_[0].pieces[i].parts)
     if (part.lo == at && part.n == n) return &part;
   return nullptr;
 }
@@ -499,35 +562,22 @@ void RankShards::take(Receipt& r) {
   r.work.wait();
   r.taken = true;
   if (r.direct || r.n == 0) return;
-  Unit& unit = units_[0];
-  if (stage_ == 2) {  // into each piece's sum the part of the range it holds
-    for (size_t i = 0; i < unit.pieces.size(); ++i) {
-      const Piece& piece = unit.pieces[i];
-      const int64_t a = std::max(r.at, piece.lo), b = std::min(r.at + r.n, piece.lo + piece.n);
-      if (a >= b) continue;
-      if (!r.add) {
-        copy_bytes(r.recv, float_bytes(a - r.at), sums_[i], float_bytes(a - piece.lo), float_bytes(b - a));
-        continue;
-      }
-      Tensor late = Tensor::empty({b - a}, devices_[i]);
-      copy_bytes(r.recv, float_bytes(a - r.at), late, 0, float_bytes(b - a));
-      add_at(sums_[i], a - piece.lo, late);
+  const Piece& piece = units_[0].pieces[r.i];
+  const Device d = devices_[r.i];
+  if (stage_ == 2) {  // into piece i's sum
+    if (r.add) add_at(sums_[r.i], r.at - piece.lo, r.recv);
+    else copy_bytes(r.recv, 0, sums_[r.i], float_bytes(r.at - piece.lo), float_bytes(r.n));
+  } else {  // into the part it is
+    Part* part = part_at(r.i, r.at, r.n);
+    if (r.add) {
+      Tensor late = Tensor::empty(part->grad.shape(), d);
+      copy_bytes(r.recv, 0, late, 0, float_bytes(r.n));
+      add_(part->grad, late);
+    } else {
+      copy_bytes(r.recv, 0, sum_of(*part, d), 0, float_bytes(r.n));
     }
-    r.recv = Tensor();
-    return;
   }
-  for (size_t i = 0; i < unit.pieces.size(); ++i)
-    for (Part& part : unit.pieces[i].parts) {
-      if (part.lo < r.at || part.lo + part.n > r.at + r.n) continue;
-      const size_t from = float_bytes(part.lo - r.at), bytes = float_bytes(part.n);
-      if (!r.add) {
-        copy_bytes(r.recv, from, sum_of(part, devices_[i]), 0, bytes);
-        continue;
-      }
-      Tensor late = Tensor::empty(part.grad.shape(), part.grad.device());
-      copy_bytes(r.recv, from, late, 0, bytes);
-      add_(part.grad, late);
-    }
+  r.recv = Tensor();
 }
 
 void RankShards::reduce_scatter_rest(bool release) {

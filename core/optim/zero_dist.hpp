@@ -23,7 +23,8 @@
 // gradient; then
 //   stages 1, 2  every parameter is all-gathered into its replica on the first device, straight from
 //                the part that was updated (MPI_Allgatherv's counts: the part of it in each rank's
-//                chunk; a whole parameter's part is the replica itself, gathered in place);
+//                chunk; a whole parameter's part is the replica itself, gathered in place); with a
+//                piece a device, holder by holder (below);
 //   stage 3      nothing: the next forward gathers each unit (gather_unit), and releases it again.
 // Where the summed gradient comes from:
 //   stage 1 (P_os)    at the step, the .grad buffers reduce-scattered one parameter at a time, each
@@ -38,12 +39,11 @@
 //                     completed its last gradient (the gradient-ready hook DDP's buckets use), packed
 //                     end to end, and each .grad buffer is released once packed: between steps a rank
 //                     keeps chunk r's sum (4 Psi_r in all, no .grad buffer), each piece's on its own
-//                     device, one flat tensor a piece: a bucket is one reduce-scatter into the piece
-//                     that holds its range (a range across two pieces arrives in a buffer, copied
-//                     into both once the rate limiter below has waited for it); the step gives each
-//                     part a copy of its range of it. A bucket sent twice in one step (gradient
-//                     accumulation) is received apart and added in. The first step's backward runs
-//                     before the chunk is laid out: its gradients go at the step.
+//                     device, one flat tensor a piece: a bucket is one reduce-scatter (one a holder)
+//                     straight into the piece's sum; the step gives each part a copy of its range of
+//                     it. A bucket sent twice in one step (gradient accumulation) is received apart
+//                     and added in. The first step's backward runs before the chunk is laid out: its
+//                     gradients go at the step.
 //   stage 3 (P_os+g+p) per unit, once its last gradient is complete (FSDP's post-backward): each
 //                     gradient reduce-scattered from its .grad buffer, this rank's part added into
 //                     the pieces' summed gradients (several backward passes add up), the gradients
@@ -60,8 +60,16 @@
 // the same bits, every rank ends with the same bits, and those of the replicated run wherever the
 // sums are (2 ranks always: a + b = b + a).
 //
-// Several devices a rank: their gradients are summed on the first (device order) before the
-// reduce-scatter, at stage 3 each device's gradients reduce-scattered on their own as they complete;
+// Several devices a rank. When they are replicas (the chunk on the first device), their gradients
+// are summed on the first (device order) before the reduce-scatter, and the other devices copy the
+// first's replicas after the all-gather. With a piece a device (over_devices), stages 1 and 2 run
+// both collectives in two levels, as hierarchical data parallelism does: holder i's share of a
+// bucket is its elements in piece i of every rank; device i sums that share over the rank's devices
+// (device order: the devices' reduce-scatter, each device receiving (h-1)/h of the gradient), then
+// reduce-scatters it over the group (rank r keeps its piece i); the all-gather is the reverse, each
+// share gathered over the group on its device, then copied to the rank's other devices. The sums
+// add the devices first, then the ranks, as the 'device' kvstore then MPI do in the replicated run.
+// Stage 3 sums each device's gradients on the first device (that stays to be made two-level), and
 // device i > 0 gets its replicas from the first device's.
 //
 // Fault injection, for tests: D2L_FAIL_RANK_IN_ALLGATHER=R makes rank R throw (a DeviceError) in the
@@ -182,21 +190,32 @@ class RankShards : public Shards, NoCopy {
   // Stage 2's bucket: parameters [first, last), consecutive in the flat vector, reduce-scattered in one call.
   struct Bucket {
     size_t first = 0, last = 0;
-    Tensor packed;       // their gradients end to end (a lone parameter's: its gradient itself)
+    // Per holder i, device i's share of their gradients summed over this rank's devices: the
+    // elements in piece i of every rank, rank after rank (one holder: the bucket end to end, a lone
+    // parameter's gradient itself).
+    std::vector<Tensor> packed;
     size_t arrived = 0;  // parameters packed since the bucket was last sent
     int sent = 0;        // times sent this step
   };
-  // A bucket's reduce-scatter on its way: this rank's part of the sum, elements [at, at + n) of the
-  // flat vector, arrives in `recv`. direct: recv is where the sum is kept (stage 2: the sum of the
-  // piece holding the range; stage 1: the one part the range is); else a buffer whose contents go
-  // into the sums once there (take, which then drops it): copied the first time the bucket is sent
-  // in a step, added the times after (accumulation).
+  // A bucket's reduce-scatter on its way, one a holder: this rank's part of holder i's share,
+  // elements [at, at + n) of the flat vector (inside piece i), arrives in `recv`. direct: recv is
+  // where the sum is kept (stage 2: piece i's sum; stage 1: the one part the range is); else a
+  // buffer (a bucket sent again in the step: gradient accumulation) added into the sums once there
+  // (take, which then drops it).
   struct Receipt {
     dist::Work work;
     Tensor recv;
+    size_t i = 0;
     int64_t at = 0, n = 0;
     bool add = false, direct = false, taken = false;
   };
+  // Holder i's share of the flat range [a, b): per rank r of the group, in rank order, the elements
+  // [lo, lo + n) of [a, b) in rank r's piece i, which start at `at` in the shares put end to end.
+  // One holder: each rank's chunk of [a, b), the split of every collective.
+  struct Segment {
+    int64_t lo = 0, n = 0, at = 0;
+  };
+  std::vector<Segment> segments(size_t i, int64_t a, int64_t b) const;
   size_t slots_;
   int stage_;
   dist::Group group_;
@@ -231,10 +250,11 @@ class RankShards : public Shards, NoCopy {
   std::vector<bool> packed_;                              // per parameter: in its bucket, not yet sent
   std::unordered_map<const TensorImpl*, size_t> index_;  // replica -> parameter
   std::vector<size_t> completed_;                         // stage 2, per parameter: replicas whose gradient is complete
-  // The reduce-scatters launched this step, in order, a parameter each. Stage 2's rate limiter (FSDP's
+  // The reduce-scatters launched this step, in order. Stage 2's rate limiter (FSDP's
   // limit_all_gathers, for gradients): a released .grad buffer is in use until its reduce-scatter
-  // has read it, so backward waits once more than kInFlight buckets are on their way; without it a
-  // host running ahead of the devices holds every gradient at once.
+  // has read it, so backward waits once more than kInFlight buckets (each one reduce-scatter a
+  // holder) are on their way; without it a host running ahead of the devices holds every gradient at
+  // once. With a piece a device the same holds at stage 1: each share sent is a packed copy.
   static constexpr size_t kInFlight = 2;
   std::deque<Event> in_flight_;     // the buckets' reduce-scatters the limiter waits for
   std::vector<Receipt> receipts_;   // this step's, in order
@@ -247,11 +267,12 @@ class RankShards : public Shards, NoCopy {
   void make_buckets();
   void pack(size_t k, bool release);
   Tensor device_sum(size_t k) const;  // parameter k's gradient summed over this rank's devices, on the first
+  // Elements [lo, lo + n) of parameter k's gradient summed over this rank's devices in device order, on device d.
+  Tensor device_sum(size_t k, int64_t lo, int64_t n, Device d) const;
   void send(Bucket& b);
-  Part* only_part(int64_t at, int64_t n);  // the part on the first device that is exactly [at, at + n), if one
+  Part* part_at(size_t i, int64_t at, int64_t n);  // the part of piece i that is exactly [at, at + n), if one
   Tensor sum_of(Part& part, Device d);     // the part's summed gradient, made on d when it has none
   int64_t received_bytes() const;          // of the receipts not yet taken
-  size_t piece_holding(int64_t at, int64_t n) const;  // the piece whose range holds [at, at + n), else pieces.size()
   void take(Receipt& r);                   // a receipt's sum into its parts (stage 2: pieces), once
   void reduce_scatter_rest(bool release);
   void wait_for_sums();
