@@ -236,7 +236,6 @@ void RankShards::all_gather() {
   const Unit& unit = units_[0];
   struct Gathered {
     size_t k, i;
-    int64_t first;  // the parameter's first element in the flat vector
     Tensor into;
     std::vector<Segment> share;
     dist::Work work;
@@ -244,16 +243,14 @@ void RankShards::all_gather() {
   std::vector<Gathered> gathered;
   for (size_t p = 0; p < unit.params.size(); ++p)
     for (size_t i = 0; i < holders(); ++i) {
-      Gathered g{unit.params[p], i, unit.offsets[p], Tensor(), segments(i, unit.offsets[p], unit.offsets[p + 1]), {}};
-      std::vector<int64_t> counts;
-      for (const Segment& seg : g.share) counts.push_back(seg.n);
-      const int64_t n = std::accumulate(counts.begin(), counts.end(), int64_t{0});
+      Gathered g{unit.params[p], i, Tensor(), segments(i, unit.offsets[p], unit.offsets[p + 1]), {}};
+      const int64_t n = total(g.share);
       if (n == 0) continue;  // the same on every rank: none of it is any rank's piece i
       const Tensor& replica = replicas_[g.k][i];
       g.into = n == replica.numel() ? replica : Tensor::empty({n}, devices_[i]);
       const Segment& me = g.share[static_cast<size_t>(group_.rank())];
       const Tensor mine = me.n > 0 ? part_at(i, me.lo, me.n)->param : g.into;  // a count of 0
-      g.work = dist::allgather_async(mine, 0, g.into, counts, group_);
+      g.work = dist::allgather_async(mine, 0, g.into, counts(g.share), group_);
       gathered.push_back(std::move(g));
     }
   for (Gathered& g : gathered) {
@@ -262,7 +259,7 @@ void RankShards::all_gather() {
       const Tensor& to = replicas_[g.k][j];
       if (to.impl().storage == g.into.impl().storage) continue;  // gathered in place
       for (const Segment& seg : g.share)
-        if (seg.n > 0) copy_bytes(g.into, float_bytes(seg.at), to, float_bytes(seg.lo - g.first), float_bytes(seg.n));
+        if (seg.n > 0) copy_bytes(g.into, float_bytes(seg.at), to, float_bytes(seg.lo - offsets()[g.k]), float_bytes(seg.n));
     }
   }
 }
@@ -292,14 +289,13 @@ void RankShards::add_memory(const std::function<DeviceMemory&(Device)>& at) cons
         for (const Tensor& t : p.state) m.state_bytes += bytes_held(t);
       }
   for (size_t i = 0; i < sums_.size(); ++i) at(devices_[i]).summed_gradient_bytes += bytes_held(sums_[i]);
-  for (const Receipt& r : receipts_)  // the sums received into buffers, not yet in their parts
-    if (!r.direct && r.n > 0) at(devices_[r.i]).summed_gradient_bytes += bytes_held(r.recv);
+  for (size_t i = 0; i < holders() && stage_ < 3; ++i) at(devices_[i]).summed_gradient_bytes += received_bytes(i);
 }
 
-int64_t RankShards::received_bytes() const {
-  int64_t n = 0;  // the sums received into buffers, not yet in their parts
+int64_t RankShards::received_bytes(size_t i) const {
+  int64_t n = 0;  // the sums received into buffers on holder i's device, not yet in their parts
   for (const Receipt& r : receipts_)
-    if (!r.direct && r.n > 0) n += bytes_held(r.recv);  // undefined once taken
+    if (r.i == i && !r.direct && r.n > 0) n += bytes_held(r.recv);  // undefined once taken
   return n;
 }
 
@@ -318,7 +314,8 @@ int64_t RankShards::parameter_bytes() const {
 }
 
 int64_t RankShards::gradient_bytes() const {
-  int64_t n = stage_ < 3 ? received_bytes() : 0;
+  int64_t n = 0;
+  for (size_t i = 0; i < holders() && stage_ < 3; ++i) n += received_bytes(i);
   for (const Tensor& t : sums_) n += bytes_held(t);
   for (const Unit& unit : units_)
     for (const Piece& piece : unit.pieces)
@@ -417,6 +414,12 @@ void RankShards::make_buckets() {
   }
 }
 
+std::vector<int64_t> RankShards::counts(const std::vector<Segment>& share) {
+  std::vector<int64_t> out;
+  for (const Segment& seg : share) out.push_back(seg.n);
+  return out;
+}
+
 std::vector<RankShards::Segment> RankShards::segments(size_t i, int64_t a, int64_t b) const {
   const int64_t P = offsets().back(), h = static_cast<int64_t>(holders()), W = group_.size();
   std::vector<Segment> out;
@@ -485,7 +488,7 @@ void RankShards::pack(size_t k, bool release) {
       for (const Segment& seg : share) {
         const int64_t lo = std::max(seg.lo, offsets()[k]), hi = std::min(seg.lo + seg.n, offsets()[k + 1]);
         if (lo >= hi) continue;
-        if (!packed.defined()) packed = Tensor::empty({share.back().at + share.back().n}, devices_[i]);
+        if (!packed.defined()) packed = Tensor::empty({total(share)}, devices_[i]);
         const Tensor sum = device_sum(k, lo - offsets()[k], hi - lo, devices_[i]);
         if (packed_[k]) add_at(packed, seg.at + lo - seg.lo, sum);
         else copy_bytes(sum, 0, packed, float_bytes(seg.at + lo - seg.lo), float_bytes(hi - lo));
@@ -508,9 +511,7 @@ void RankShards::send(Bucket& b) {
   const int64_t a = offsets()[b.first], end = offsets()[b.last];
   for (size_t i = 0; i < holders(); ++i) {
     const std::vector<Segment> share = segments(i, a, end);
-    std::vector<int64_t> counts;
-    for (const Segment& seg : share) counts.push_back(seg.n);
-    if (share.back().at + share.back().n == 0) continue;  // the same on every rank
+    if (total(share) == 0) continue;  // the same on every rank
     const Segment& me = share[static_cast<size_t>(group_.rank())];
     Receipt r;
     r.i = i, r.at = me.n > 0 ? me.lo : unit.pieces[i].lo, r.n = me.n, r.add = b.sent > 0;
@@ -525,7 +526,7 @@ void RankShards::send(Bucket& b) {
       MemoryTagScope tag(MemoryTag::summed_gradients);
       r.recv = Tensor::empty({std::max<int64_t>(r.n, 1)}, devices_[i]);
     }
-    r.work = dist::reduce_scatter_async(b.packed[i], r.recv, into, counts, group_);
+    r.work = dist::reduce_scatter_async(b.packed[i], r.recv, into, counts(share), group_);
     receipts_.push_back(r);
     if ((stage_ == 2 || holders() > 1) && r.work.pending) {  // the rate limiter (above): a packed share is a copy
       in_flight_.push_back(r.work.done);

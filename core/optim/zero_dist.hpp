@@ -216,6 +216,9 @@ class RankShards : public Shards, NoCopy {
     int64_t lo = 0, n = 0, at = 0;
   };
   std::vector<Segment> segments(size_t i, int64_t a, int64_t b) const;
+  // A share's counts, rank by rank (what the collectives are handed), and their total.
+  static std::vector<int64_t> counts(const std::vector<Segment>& share);
+  static int64_t total(const std::vector<Segment>& share) { return share.back().at + share.back().n; }
   size_t slots_;
   int stage_;
   dist::Group group_;
@@ -272,7 +275,7 @@ class RankShards : public Shards, NoCopy {
   void send(Bucket& b);
   Part* part_at(size_t i, int64_t at, int64_t n);  // the part of piece i that is exactly [at, at + n), if one
   Tensor sum_of(Part& part, Device d);     // the part's summed gradient, made on d when it has none
-  int64_t received_bytes() const;          // of the receipts not yet taken
+  int64_t received_bytes(size_t i) const;  // of the receipts not yet taken, on holder i's device
   void take(Receipt& r);                   // a receipt's sum into its parts (stage 2: pieces), once
   void reduce_scatter_rest(bool release);
   void wait_for_sums();
