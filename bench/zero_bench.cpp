@@ -97,7 +97,7 @@ Outcome run(const Config& c, const std::vector<d2l::Device>& devices, int64_t ba
   Outcome o;
   for (int i = 0; i < steps; ++i) step();
   if (fsdp) {
-    o.params = ranks ? trainer.rank_shards()->parameters() : trainer.sharded_state()->parameters();
+    o.params = trainer.shards()->parameters();  // a collective over the ranks
   } else {
     for (auto& p : net->collect_params().trainable()) o.params.push_back(p->list_data()[0].to_vector());
   }

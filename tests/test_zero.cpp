@@ -26,6 +26,7 @@
 #include "core/ops.hpp"
 #include "core/optim/trainer.hpp"
 #include "core/optim/zero.hpp"
+#include "core/optim/zero_dist.hpp"
 #include "core/rng.hpp"
 #include "core/runtime.hpp"
 
@@ -307,12 +308,15 @@ TEST_CASE("ZeRO-2: device i holds the summed gradient of its shard, as the devic
     }
     REQUIRE(static_cast<int64_t>(sum.size()) == kP);
     trainer.step(kBatch);  // the first step lays the shards out and adds these gradients in
-    const auto* state = trainer.sharded_state();
-    const auto& bounds = state->layout().bounds;
+    const auto* state = trainer.rank_shards();
+    REQUIRE(state != nullptr);
+    const auto bounds = zero::shard_layout({kP}, devices.size()).bounds;  // device i's piece of the flat vector
+    const std::vector<DeviceMemory> held = trainer.memory_per_device();
+    REQUIRE(held.size() == devices.size());
     for (size_t i = 0; i < devices.size(); ++i) {
       CAPTURE(i);
-      CHECK(state->gradient_bytes(i) == 4 * (bounds[i + 1] - bounds[i]));
-      CHECK(state->gradient_shard(i) == std::vector<float>(sum.begin() + bounds[i], sum.begin() + bounds[i + 1]));
+      CHECK(held[i].summed_gradient_bytes == 4 * (bounds[i + 1] - bounds[i]));
+      CHECK(state->gradient_piece(i) == std::vector<float>(sum.begin() + bounds[i], sum.begin() + bounds[i + 1]));
     }
     // From then on each gradient is added in during backward and its .grad buffer released: after
     // a backward no replica holds one, and the shards hold the new sum.
@@ -340,7 +344,7 @@ TEST_CASE("ZeRO-2: device i holds the summed gradient of its shard, as the devic
       }
     }
     for (size_t i = 0; i < devices.size(); ++i)
-      CHECK(state->gradient_shard(i) == std::vector<float>(expected.begin() + bounds[i], expected.begin() + bounds[i + 1]));
+      CHECK(state->gradient_piece(i) == std::vector<float>(expected.begin() + bounds[i], expected.begin() + bounds[i + 1]));
   }
 }
 

@@ -32,6 +32,15 @@ std::vector<int> zero_to(int n) {
 
 Group::Group() : rank_(dist::rank()), ranks_(zero_to(world_size())), world_(true), comm_(world_comm()) {}
 
+Group Group::self() {
+  Group g;
+  g.rank_ = 0;
+  g.ranks_ = {dist::rank()};
+  g.world_ = world_size() == 1;
+  g.comm_ = nullptr;
+  return g;
+}
+
 std::string Group::str() const {
   std::string s = "[";
   for (size_t i = 0; i < ranks_.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks_[i]);

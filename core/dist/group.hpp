@@ -18,6 +18,8 @@ namespace d2l::dist {
 class Group {
  public:
   Group();  // the world: every rank, group rank = world rank
+  // This process alone: a group of one, whose collectives never ask MPI (not a collective to make).
+  static Group self();
 
   int rank() const { return rank_; }                          // this process's place in the group
   int size() const { return static_cast<int>(ranks_.size()); }

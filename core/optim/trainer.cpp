@@ -92,24 +92,34 @@ Trainer::Trainer(const nn::ParameterDict& params, const std::string& optimizer, 
                         " shards over the devices of each process of a world: it needs kvstore dist_sync or "
                         "dist_sync_ring, not kvstore '" + kv_->type() + "'");
     // Where the shards live is decided here, once; from here on the Trainer calls them the same way.
-    if (options_.shard_over == ShardOver::devices) {
-      auto devices = std::make_unique<zero::ShardedState>(state_names_.size(), options_.zero_stage);
-      devices->replicate_over(options_.dp_group.value_or(dist::Group()));
-      zero_ = std::move(devices);
-    } else if (processes)
-      zero_ = std::make_unique<zero::RankShards>(state_names_.size(), options_.zero_stage, options_.reduce_bucket_mb,
-                                                 options_.dp_group.value_or(dist::Group()),
-                                                 options_.shard_over == ShardOver::all_devices);
-    else if (kv_->type() != "device" && kv_->type() != "ring")
+    // One engine, zero::RankShards, over a group of ranks: the dp group with a piece on the first
+    // device or on every device, or this process alone (a group of one) with a piece a device, also
+    // for HYBRID_SHARD, whose pieces are then all-reduced over the dp group. Stage 3 over one
+    // process's devices is zero::ShardedState.
+    const bool devices_only = !processes || options_.shard_over == ShardOver::devices;
+    if (!processes && kv_->type() != "device" && kv_->type() != "ring")
       throw ConfigError("Trainer: zero_stage " + stage + " shards the optimizer state over the devices of one process "
                         "and needs kvstore 'device' or 'ring', not '" + kv_->type() + "'");
-    else
-      zero_ = std::make_unique<zero::ShardedState>(state_names_.size(), options_.zero_stage);
+    const dist::Group dp = options_.dp_group.value_or(dist::Group());
+    if (devices_only && options_.zero_stage == 3) {
+      auto devices = std::make_unique<zero::ShardedState>(state_names_.size());
+      if (processes) devices->replicate_over(dp);
+      zero_ = std::move(devices);
+    } else if (devices_only) {
+      auto devices = std::make_unique<zero::RankShards>(state_names_.size(), options_.zero_stage, options_.reduce_bucket_mb,
+                                                        dist::Group::self(), true);
+      if (processes) devices->replicate_over(dp);
+      zero_ = std::move(devices);
+    } else {
+      zero_ = std::make_unique<zero::RankShards>(state_names_.size(), options_.zero_stage, options_.reduce_bucket_mb, dp,
+                                                 options_.shard_over == ShardOver::all_devices);
+    }
+    over_ranks_ = !devices_only;
   }
   if (options_.dp_group) {
     kv_->set_group(*options_.dp_group);  // a ConfigError for a kvstore within one process
   }
-  if (options_.tp_group && zero_ && !(rank_shards() && zero_->stage() < 3))
+  if (options_.tp_group && zero_ && !(over_ranks_ && zero_->stage() < 3))
     throw ConfigError("Trainer: a tp_group's gradient norm is built for zero_stage 0 and, over the processes, 1 and 2, "
                       "not for zero_stage " + std::to_string(options_.zero_stage) + " with kvstore '" + kv_->type() + "'");
   for (auto& [name, p] : params)

@@ -182,7 +182,7 @@ class Trainer {
   // zero_stage 1, 2 or 3: the shards, wherever they live (core/optim/shards.hpp; null at stage 0).
   const zero::Shards* shards() const { return zero_.get(); }
   zero::Shards* shards() { return zero_.get(); }
-  // The same, where they are the devices of this process: their layout over the flat vector (else null).
+  // The same, at zero_stage 3 over the devices of this process (else null).
   const zero::ShardedState* sharded_state() const;
   // zero_stage 3: the parameters become shards (every trainable parameter initialised; the first
   // call releases the replicas' memory), for FullyShardedDataParallel; units[u]: the indices of unit
@@ -191,7 +191,8 @@ class Trainer {
   // The index of a trainable parameter of this trainer in its flat order, -1 for any other.
   int64_t index_of(const Parameter& p) const;
   size_t num_parameters() const { return params_.size(); }  // trainable ones
-  // zero_stage 1, 2 or 3 with a dist kvstore: this rank's chunks and their layout over the ranks (else null).
+  // zero_stage 1 or 2, and 3 with a dist kvstore: this rank's chunks and their layout over its group
+  // (a group of one for the devices of one process) (else null).
   const zero::RankShards* rank_shards() const;
   // Whether a state given to load_state_dict waits for the next step to be placed (then the shards,
   // sharded_state() and rank_shards(), still hold the old one; state_dict() has the loaded one).
@@ -224,6 +225,7 @@ class Trainer {
   void place_state(size_t k, const std::vector<Tensor>& weights);
   // zero_stage 1 to 3: the shards, over the devices of this process or over the ranks (null at stage 0).
   std::unique_ptr<zero::Shards> zero_;
+  bool over_ranks_ = false;  // the shards are the ranks of the dp group (not one process's devices)
   int64_t num_update_ = 0;
   float last_grad_norm_;  // NaN until a step with clip_grad_norm
 };

@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "core/allocator.hpp"
-#include "core/autograd.hpp"
 #include "core/comm.hpp"
 #include "core/copy.hpp"
 #include "core/dist/collectives.hpp"
@@ -81,17 +80,9 @@ std::vector<std::vector<std::vector<float>>> ShardedState::gather_state() const 
 
 void ShardedState::place(const std::vector<std::vector<Tensor>>& weights, const std::vector<std::string>& names,
                          std::vector<std::vector<std::vector<float>>>& host) {
-  // Stages 2 and 3: the pieces may already hold this step's gradients (a state loaded between the
-  // backward and the step): the same replicas keep them.
-  const bool keep_sums = stage_ >= 2 && placed() && fits(weights);
-  // Parameters moved after some of this step's gradients were added in (a replica kept across
-  // reset_ctx reported its gradient to the old layout): the sums so far move to the new one.
-  std::vector<float> carried;
-  if (stage_ >= 2 && !keep_sums && placed() && received_)
-    for (size_t i = 0; i < devices_.size(); ++i) {
-      const std::vector<float> shard = gradient_shard(i);
-      carried.insert(carried.end(), shard.begin(), shard.end());
-    }
+  // The pieces may already hold this step's gradients (a state loaded between the backward and the
+  // step): the same replicas keep them.
+  const bool keep_sums = placed() && fits(weights);
   std::vector<std::vector<Tensor>> sums;  // kept: [i][piece]
   if (keep_sums)
     for (auto& pieces : pieces_) {
@@ -99,7 +90,7 @@ void ShardedState::place(const std::vector<std::vector<Tensor>>& weights, const 
       for (auto& p : pieces) sums.back().push_back(p.grad);
     }
   // One flat vector needs one list of devices: every parameter on the first one's.
-  const std::vector<Device> devices = common_devices(weights, names, stage_);
+  const std::vector<Device> devices = common_devices(weights, names, 3);
   std::vector<int64_t> sizes;
   std::vector<Shape> shapes;
   for (size_t k = 0; k < weights.size(); ++k) {
@@ -110,7 +101,7 @@ void ShardedState::place(const std::vector<std::vector<Tensor>>& weights, const 
   if (!loaded_state_waits(host) && placed()) host = gather_state();
   for (size_t k = 0; k < sizes.size(); ++k) check_loaded_slots(names, host, k, sizes[k]);
 
-  std::vector<std::vector<Tensor>> params;  // stage 3: the parameter pieces already kept
+  std::vector<std::vector<Tensor>> params;  // the parameter pieces already kept
   for (auto& pieces : pieces_) {
     params.emplace_back();
     for (auto& p : pieces) params.back().push_back(p.param);
@@ -134,49 +125,18 @@ void ShardedState::place(const std::vector<std::vector<Tensor>>& weights, const 
     });
   for (auto& slots : host)
     for (auto& slot : slots) slot.clear();
-  if (keep_sums || !params.empty())  // the same layout as before (stage 3 never moves): the kept tensors back
+  if (keep_sums || !params.empty())  // the same layout as before (the shards never move): the kept tensors back
     for (size_t i = 0; i < pieces_.size() && i < params.size(); ++i)
       for (size_t q = 0; q < pieces_[i].size() && q < params[i].size(); ++q) {
         pieces_[i][q].param = params[i][q];
         if (keep_sums) pieces_[i][q].grad = sums[i][q];
       }
-  if (stage_ < 2 || keep_sums) return;
-  // Stages 2 and 3: the replicas (a gradient's parameter and device are found from its leaf).
+  if (keep_sums) return;
   stale_ = false;
-  received_ = false;
   weights_ = weights;
-  replica_.clear();
-  for (size_t k = 0; k < weights.size(); ++k)
-    for (size_t i = 0; i < devices.size(); ++i) replica_[&weights[k][i].impl()] = {k, i};
-  if (carried.empty()) return;
-  MemoryTagScope sum_tag(MemoryTag::summed_gradients);
-  for (size_t i = 0; i < pieces_.size(); ++i)
-    for (auto& p : pieces_[i])
-      p.grad = Tensor::from_vector(std::vector<float>(carried.begin() + p.a, carried.begin() + p.b), piece_shape(p),
-                                   devices_[i]);
-  received_ = true;
 }
 
-ShardedState::ShardedState(size_t slots, int stage) : slots_(slots), stage_(stage) {
-  // Stage 2: each gradient is reduce-scattered the moment backward completes it (FSDP does the same
-  // at stage 3 with its own hook, which also releases the unit's parameters).
-  if (stage_ == 2) hook_ = add_grad_ready_hook([this](TensorImpl& leaf) { scatter_if_mine(leaf); });
-}
-
-ShardedState::~ShardedState() {
-  if (hook_ >= 0) remove_grad_ready_hook(hook_);
-}
-
-void ShardedState::scatter_if_mine(TensorImpl& leaf) {
-  auto it = replica_.find(&leaf);
-  if (it != replica_.end()) add_gradient(it->second.first, it->second.second);
-}
-
-void ShardedState::scatter_remaining() {
-  for (size_t k = 0; k < weights_.size(); ++k)
-    for (size_t i = 0; i < devices_.size(); ++i)
-      if (weights_[k][i].grad().defined()) add_gradient(k, i);
-}
+ShardedState::ShardedState(size_t slots) : slots_(slots) {}
 
 std::vector<float> ShardedState::gradient_shard(size_t i) const {
   std::vector<float> out(static_cast<size_t>(layout_.shard_size(i)), 0.0f);
@@ -196,7 +156,6 @@ void ShardedState::add_gradient(size_t k, size_t i) {
       for (auto& p : pieces) p.grad = Tensor();
     stale_ = false;
   }
-  received_ = true;
   // Reduce-scatter, one contribution at a time: each shard's slice of this gradient is added into
   // that shard's piece of parameter k, on the shard's device. Contributions arrive in device order
   // (backward runs device after device), so each sum is g0 + g1 + ... as the 'device' kvstore adds.
@@ -226,56 +185,19 @@ Step ShardedState::clipped(const std::vector<std::vector<Tensor>>& g, const Step
 }
 
 void ShardedState::step(const StepInput& in, const Step& s, GradClip* clip) {
-  if (stage_ == 3) {  // each device updates its parameter shard; the next forward gathers
-    if (!placed()) throw run_through_fsdp();
-    if (loaded_state_waits(in.host)) shard_parameters(in, units_);
-    step_shards(s, clip);
-    return;
-  }
-  if (in.weights.empty()) return;
-  const bool summed = in.kv.reduce_all(in.weights);  // buckets: every gradient summed already
-  // First step, parameters moved (reset_ctx) or a state loaded: lay the shards out (again). This
-  // checks the devices too, before any gradient is touched.
-  if (loaded_state_waits(in.host) || !fits(in.weights)) place(in.weights, in.names, in.host);
-  if (stage_ == 2) return scattered_step(in.weights, s, clip);  // reduce-scattered during backward
-  std::vector<std::vector<Tensor>> grads(in.weights.size());   // each replica's own; reduce-scattered here
-  for (size_t k = 0; k < in.weights.size(); ++k)
-    for (auto& w : in.weights[k]) grads[k].push_back(w.grad().defined() ? w.grad() : Tensor::zeros(w.shape(), w.device()));
-  reduce_scatter_step(in.weights, grads, s, summed, clip);
+  // Each device updates its parameter shard; the next forward gathers.
+  if (!placed()) throw run_through_fsdp();
+  if (loaded_state_waits(in.host)) shard_parameters(in, units_);
+  step_shards(s, clip);
 }
 
 void ShardedState::add_memory(const std::function<DeviceMemory&(Device)>& at) const {
   for (size_t i = 0; i < devices_.size(); ++i) {
     DeviceMemory& m = at(devices_[i]);
     m.state_bytes += bytes(i);
-    m.summed_gradient_bytes += gradient_bytes(i);  // stage 2's and 3's shard
-    m.parameter_bytes += parameter_bytes(i);       // stage 3's shard
+    m.summed_gradient_bytes += gradient_bytes(i);
+    m.parameter_bytes += parameter_bytes(i);
   }
-}
-
-void ShardedState::reduce_scatter_step(const std::vector<std::vector<Tensor>>& weights,
-                                       const std::vector<std::vector<Tensor>>& grads, const Step& s, bool summed,
-                                       GradClip* clip) {
-  // Reduce-scatter: device i adds up its shard's slices of every device's gradient, in device
-  // order. Device 0's own whole piece sums into its .grad buffer in place; every other sum starts
-  // from a copy of device 0's slice on device i.
-  std::vector<std::vector<Tensor>> g(devices_.size());
-  for (size_t i = 0; i < devices_.size(); ++i)
-    for (const Piece& p : pieces_[i]) {
-      const int64_t from = p.a - layout_.offsets[p.k], n = p.b - p.a;
-      auto slice = [&](size_t j) {
-        return p.whole && j == i ? grads[p.k][j] : slice_to(grads[p.k][j], from, n, piece_shape(p), devices_[i]);
-      };
-      if (summed) {  // every device holds the sum already: read its own
-        g[i].push_back(slice(i));
-        continue;
-      }
-      Tensor acc = p.whole && i == 0 ? grads[p.k][0] : slice_to(grads[p.k][0], from, n, piece_shape(p), devices_[i]);
-      for (size_t j = 1; j < devices_.size(); ++j) add_(acc, slice(j));
-      g[i].push_back(acc);
-    }
-  sum_over_replicas(g);
-  update_and_gather(weights, g, clipped(g, s, clip));
 }
 
 void ShardedState::replicate_over(const dist::Group& group) { replicas_ = group; }
@@ -297,52 +219,7 @@ std::vector<std::vector<Tensor>> ShardedState::take_sums() {
       g[i].push_back(p.grad);
     }
   stale_ = true;  // kept for reading (gradient_shard) until the next gradient arrives
-  received_ = false;
   return g;
-}
-
-void ShardedState::scattered_step(const std::vector<std::vector<Tensor>>& weights, const Step& s, GradClip* clip) {
-  scatter_remaining();  // gradients made before the layout existed (the first step), or not reported
-  const std::vector<std::vector<Tensor>> g = take_sums();
-  sum_over_replicas(g);
-  update_and_gather(weights, g, clipped(g, s, clip));
-}
-
-void ShardedState::update_and_gather(const std::vector<std::vector<Tensor>>& weights,
-                                     const std::vector<std::vector<Tensor>>& g, const Step& s) {
-  // Device i's pieces: a whole parameter in its replica on device i, in place; a part of one through
-  // a copy of that part.
-  std::vector<ReplicaStep> mine;
-  parts_.clear();
-  for (size_t i = 0; i < devices_.size(); ++i)
-    for (size_t q = 0; q < pieces_[i].size(); ++q) {
-      const Piece& p = pieces_[i][q];
-      if (p.whole) {
-        mine.push_back({weights[p.k][i], p.state, g[i][q]});
-        continue;
-      }
-      Tensor w = slice_to(weights[p.k][i], p.a - layout_.offsets[p.k], p.b - p.a, piece_shape(p), devices_[i]);
-      mine.push_back({w, p.state, g[i][q]});
-      parts_.push_back({i, &p, w});
-    }
-  gathering_ = &weights;
-  update_my_shard_then_all_gather(mine, s);
-  gathering_ = nullptr;
-  parts_.clear();
-}
-
-void ShardedState::all_gather() {
-  const auto& weights = *gathering_;
-  for (const Part& part : parts_)  // the part back into its own replica
-    copy_bytes(part.w, 0, weights[part.p->k][part.i], static_cast<size_t>(part.p->a - layout_.offsets[part.p->k]) * kFloat,
-               static_cast<size_t>(part.p->b - part.p->a) * kFloat);
-  // Each piece's new values from its device into every other replica.
-  for (size_t i = 0; i < devices_.size(); ++i)
-    for (const Piece& p : pieces_[i]) {
-      const size_t at = static_cast<size_t>(p.a - layout_.offsets[p.k]) * kFloat, n = static_cast<size_t>(p.b - p.a) * kFloat;
-      for (size_t j = 0; j < devices_.size(); ++j)
-        if (j != i) copy_bytes(weights[p.k][i], at, weights[p.k][j], at, n);
-    }
 }
 
 void ShardedState::shard_parameters(const StepInput& in, const std::vector<std::vector<size_t>>& units) {
@@ -352,7 +229,7 @@ void ShardedState::shard_parameters(const StepInput& in, const std::vector<std::
                       "; they cannot move (reset_ctx) afterwards");
   if (weights.empty()) return;
   const bool first = !placed() || pieces_.empty() || pieces_[0].empty() || !pieces_[0][0].param.defined();
-  place(weights, in.names, in.host);  // the layout, the devices and the state, as at stages 1 and 2
+  place(weights, in.names, in.host);  // the layout, the devices and the state
   units_ = units;
   if (!first) return;
   // Device i's own replica holds the same values as every other: its pieces are read from it. A
@@ -417,7 +294,7 @@ void ShardedState::step_shards(const Step& s, GradClip* clip) {
   std::vector<ReplicaStep> mine;
   for (size_t i = 0; i < devices_.size(); ++i)
     for (const Piece& p : pieces_[i]) mine.push_back({p.param, p.state, p.grad});
-  update_my_shard_then_all_gather(mine, clipped(g, s, clip));  // stage 3: the shards in place, no gather
+  update_my_shard_then_all_gather(mine, clipped(g, s, clip));  // the shards in place, no gather
 }
 
 std::vector<std::vector<float>> ShardedState::parameters() const {

@@ -66,7 +66,8 @@ RankShards::RankShards(size_t slots, int stage, double reduce_bucket_mb, dist::G
     hook_ = add_grad_ready_hook([this](TensorImpl& leaf) {
       auto it = index_.find(&leaf);
       if (!placed() || it == index_.end()) return;
-      const size_t k = it->second;
+      const auto [k, j] = it->second;
+      if (alone()) return add_contribution(k, j);  // a group of one: straight into the parts
       if (++completed_[k] < devices_.size()) return;  // the devices run backward one after another
       completed_[k] = 0;
       pack(k, true);
@@ -81,7 +82,7 @@ RankShards::~RankShards() {
 
 std::vector<Device> RankShards::devices_of(const std::vector<std::vector<Tensor>>& weights,
                                            const std::vector<std::string>& names) const {
-  return common_devices(weights, names, stage_, " in rank " + std::to_string(dist::rank()));
+  return common_devices(weights, names, stage_, dist::world_size() > 1 ? " in rank " + std::to_string(dist::rank()) : "");
 }
 
 RankShards::Unit RankShards::unit_of(const std::vector<size_t>& params) const {
@@ -198,6 +199,9 @@ void RankShards::step(const StepInput& in, const Step& step, GradClip* clip) {
   if (stage_ < 3) {
     if (in.weights.empty()) return;
     sum_into_pieces(in);  // every part: its values (its replica itself where whole) and its summed gradient
+    if (replicated_over_ && replicated_over_->size() > 1)  // HYBRID_SHARD: every rank holds the same pieces
+      for (const Piece& piece : units_[0].pieces)
+        for (const Part& p : piece.parts) dist::allreduce(p.grad, *replicated_over_);
   } else {
     if (!placed()) throw run_through_fsdp();
     shard(in.weights, in.names, {}, in.host);  // the pieces stay; a loaded state, if one waits, is placed
@@ -217,8 +221,11 @@ void RankShards::step(const StepInput& in, const Step& step, GradClip* clip) {
     for (const ReplicaStep& r : mine) fill_(r.g, 0.0f);
     ++steps_;
   } else {
-    for (Piece& piece : units_[0].pieces)  // the step's copies and sums (stage 2 keeps its chunk's flat sum)
-      for (Part& p : piece.parts) p.param = Tensor(), p.grad = Tensor();
+    for (Piece& piece : units_[0].pieces)  // the step's copies and sums (stage 2 keeps its chunk's sum)
+      for (Part& p : piece.parts) {
+        p.param = Tensor();
+        if (stage_ == 1 || !alone()) p.grad = Tensor();
+      }
   }
 }
 
@@ -247,10 +254,11 @@ void RankShards::all_gather() {
       const int64_t n = total(g.share);
       if (n == 0) continue;  // the same on every rank: none of it is any rank's piece i
       const Tensor& replica = replicas_[g.k][i];
-      g.into = n == replica.numel() ? replica : Tensor::empty({n}, devices_[i]);
       const Segment& me = g.share[static_cast<size_t>(group_.rank())];
-      const Tensor mine = me.n > 0 ? part_at(i, me.lo, me.n)->param : g.into;  // a count of 0
-      g.work = dist::allgather_async(mine, 0, g.into, counts(g.share), group_);
+      const Tensor mine = me.n > 0 ? part_at(i, me.lo, me.n)->param : Tensor();
+      // A group of one gathers nothing: the updated part is the share.
+      g.into = n == replica.numel() ? replica : alone() ? mine : Tensor::empty({n}, devices_[i]);
+      g.work = dist::allgather_async(mine.defined() ? mine : g.into, 0, g.into, counts(g.share), group_);  // a count of 0
       gathered.push_back(std::move(g));
     }
   for (Gathered& g : gathered) {
@@ -373,6 +381,10 @@ void RankShards::place(const std::vector<std::vector<Tensor>>& weights, const st
   if (!same_layout && (!receipts_.empty() || std::find(packed_.begin(), packed_.end(), true) != packed_.end()))
     throw ConfigError("Trainer: zero_stage " + std::to_string(stage_) + ": the parameters changed between backward and "
                       "the step, whose gradients are already reduce-scattered and released: step before moving them");
+  // A group of one adds the gradients into the parts during backward: the sums made so far for the
+  // old layout (a replica kept across reset_ctx reported its gradient there) move to the new one.
+  std::vector<float> carried;
+  if (!same_layout && alone() && received_) carried = flat_sums();
   devices_ = devices, replicas_ = weights;
   if (!same_layout) {
     std::vector<size_t> all(weights.size());
@@ -381,14 +393,18 @@ void RankShards::place(const std::vector<std::vector<Tensor>>& weights, const st
     make_buckets();
     MemoryTagScope tag(MemoryTag::summed_gradients);  // stage 2's sums, which backward sends into: 4 Psi_r in all
     sums_.clear();
-    if (stage_ == 2)
+    if (stage_ == 2 && !alone())
       for (size_t i = 0; i < units_[0].pieces.size(); ++i) sums_.push_back(Tensor::empty({units_[0].pieces[i].n}, devices_[i]));
+    for (size_t i = 0; i < units_[0].pieces.size() && !carried.empty(); ++i)
+      for (Part& part : units_[0].pieces[i].parts)
+        part.grad = Tensor::from_vector(std::vector<float>(carried.begin() + part.lo, carried.begin() + part.lo + part.n),
+                                        part_shape(units_[0], part), devices_[i]);
   }
   place_state(names, host);
   index_.clear();
   completed_.assign(weights.size(), 0);
   for (size_t k = 0; k < weights.size(); ++k)
-    for (auto& w : weights[k]) index_[&w.impl()] = k;
+    for (size_t i = 0; i < weights[k].size(); ++i) index_[&weights[k][i].impl()] = {k, i};
 }
 
 void RankShards::make_buckets() {
@@ -633,6 +649,7 @@ void RankShards::sum_into_pieces(const StepInput& in) {
       }
     }
   if (summed) return;
+  if (alone()) return sum_alone();
   // The sum arrives in the parts at stage 1, which reduce-scatters every bucket now and keeps the
   // .grad buffers; at stage 2 in each piece's sum, where backward sent most of it and released the
   // gradients, and each part takes a copy of its range of it (of its own shape).
@@ -644,6 +661,88 @@ void RankShards::sum_into_pieces(const StepInput& in) {
         part.grad = Tensor::empty(part_shape(unit, part), devices_[i]);
         copy_bytes(sums_[i], float_bytes(part.lo - unit.pieces[i].lo), part.grad, 0, float_bytes(part.n));
       }
+}
+
+void RankShards::add_contribution(size_t k, size_t j) {
+  // Device j's gradient of parameter k, complete: each piece's elements of it added into that
+  // piece's part, on the piece's device. Contributions arrive in device order (backward runs device
+  // after device), so each sum is g0 + g1 + ... as the 'device' kvstore adds. A device's own whole
+  // parameter takes its .grad buffer over as the sum: no copy, so at N = 1 stage 2 holds what
+  // replication holds.
+  const Tensor g = replicas_[k][j].grad();
+  if (!g.defined()) return;
+  Unit& unit = units_[0];  // every parameter, in order: part.p is the Trainer's index
+  if (stale_) {            // the first gradient since the last step: the last step's sums go
+    for (Piece& piece : unit.pieces)
+      for (Part& part : piece.parts) part.grad = Tensor();
+    stale_ = false;
+  }
+  received_ = true;
+  MemoryTagScope tag(MemoryTag::summed_gradients);
+  for (size_t i = 0; i < unit.pieces.size(); ++i)
+    for (Part& part : unit.pieces[i].parts) {
+      if (part.p != k) continue;
+      const bool own = part.whole && i == j;
+      if (own && !part.grad.defined()) {
+        part.grad = g;
+        runtime(devices_[i]).allocator->retag(g.impl().storage->ptr, MemoryTag::summed_gradients);
+        continue;
+      }
+      Tensor add = g;
+      if (!own) {
+        add = Tensor::empty(part_shape(unit, part), devices_[i]);
+        copy_bytes(g, float_bytes(part.lo - unit.offsets[k]), add, 0, float_bytes(part.n));
+      }
+      if (part.grad.defined()) add_(part.grad, add);
+      else part.grad = add;
+    }
+  replicas_[k][j].impl().grad.reset();
+}
+
+void RankShards::sum_alone() {
+  // A group of one: the reduce-scatter over the ranks is the identity, and each part's sum is made
+  // from the devices' gradients directly. Stage 2: backward added them in (add_contribution); what it
+  // did not (the first step's, made before the layout) is added now, and a part no gradient reached
+  // is zeros; the sums stay for reading until the next gradient arrives.
+  Unit& unit = units_[0];
+  MemoryTagScope tag(MemoryTag::summed_gradients);
+  if (stage_ == 2) {
+    for (size_t k = 0; k < replicas_.size(); ++k)
+      for (size_t j = 0; j < devices_.size(); ++j) add_contribution(k, j);
+    for (size_t i = 0; i < unit.pieces.size(); ++i)
+      for (Part& part : unit.pieces[i].parts)
+        if (!part.grad.defined() || stale_) part.grad = Tensor::zeros(part_shape(unit, part), devices_[i]);
+    stale_ = true, received_ = false;
+    return;
+  }
+  // Stage 1: device i adds up its piece's elements of every device's .grad buffer, in device order;
+  // a whole parameter of the first device's piece in that device's .grad buffer itself.
+  for (size_t i = 0; i < unit.pieces.size(); ++i)
+    for (Part& part : unit.pieces[i].parts)
+      part.grad = part.whole && i == 0
+                      ? device_sum(part.p)
+                      : reshape(device_sum(part.p, part.lo - unit.offsets[part.p], part.n, devices_[i]), part_shape(unit, part));
+}
+
+std::vector<float> RankShards::flat_sums() const {
+  std::vector<float> out;
+  for (size_t i = 0; i < units_[0].pieces.size(); ++i) {
+    const std::vector<float> v = gradient_piece(i);
+    out.insert(out.end(), v.begin(), v.end());
+  }
+  return out;
+}
+
+std::vector<float> RankShards::gradient_piece(size_t i) const {
+  if (i < sums_.size()) return sums_[i].to_vector();
+  const Piece& piece = units_[0].pieces[i];
+  std::vector<float> out(static_cast<size_t>(piece.n), 0.0f);
+  for (const Part& part : piece.parts)
+    if (part.grad.defined()) {
+      const std::vector<float> v = part.grad.to_vector();
+      std::copy(v.begin(), v.end(), out.begin() + (part.lo - piece.lo));
+    }
+  return out;
 }
 
 std::vector<std::vector<float>> RankShards::chunk_state() const {

@@ -72,6 +72,15 @@
 // Stage 3 sums each device's gradients on the first device (that stays to be made two-level), and
 // device i > 0 gets its replicas from the first device's.
 //
+// A group of one: the devices of one process (the Trainer's ZeRO-1 and ZeRO-2 with kvstore 'device'
+// or 'ring'), a piece a device. Nothing goes over the ranks, so no bucket waits: at stage 2 each
+// device's gradient is added into the parts holding its elements the moment backward completes it
+// (device order, the 'device' kvstore's bits) and its .grad buffer released, a device's own whole
+// parameter taking the buffer over as its sum; at stage 1 the step adds the .grad buffers up, a whole
+// parameter of the first device's piece in that device's buffer. At N = 1 both hold what the
+// replicated run holds. With replicate_over (HYBRID_SHARD) each part's sum is then all-reduced over a
+// dp group.
+//
 // Fault injection, for tests: D2L_FAIL_RANK_IN_ALLGATHER=R makes rank R throw (a DeviceError) in the
 // all-gather of its second step (stage 3: the first all-gather of its second step), after its update,
 // when the other ranks have entered it: a rank's own error (core/dist/process_group.hpp), so the
@@ -80,6 +89,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -151,6 +161,15 @@ class RankShards : public Shards, NoCopy {
   ShardLayout layout() const;
   std::vector<std::vector<float>> chunk_state() const;
   std::vector<std::pair<size_t, size_t>> buckets() const;
+  // Stages 1 and 2: holder i's piece of the summed gradient (its parts end to end, zeros where none),
+  // what stage 2 keeps between steps.
+  std::vector<float> gradient_piece(size_t i) const;
+
+  // FSDP's HYBRID_SHARD (the Trainer's ShardOver::devices), stages 1 and 2, over a group of one with
+  // a piece a device: every rank of `group` holds the same pieces over its own devices, and each
+  // part's sum is all-reduced over the group before the update. Sharded inside a machine,
+  // replicated across machines.
+  void replicate_over(const dist::Group& group) { replicated_over_ = group; }
 
   // Elements of this rank's chunks, the bytes of the tensors it keeps (pieces' parameters, summed
   // gradients, state), and per unit its P_u.
@@ -229,6 +248,11 @@ class RankShards : public Shards, NoCopy {
   std::vector<Unit> units_;                    // stages 1, 2: one; stage 3: FSDP's
   int64_t steps_ = 0;                          // steps taken, for the fault injection
   size_t holders() const { return over_devices_ ? devices_.size() : 1; }
+  // A group of one (the devices of one process): nothing goes over the ranks, and at stage 2 each
+  // device's gradient is added into the parts the moment backward completes it, as no bucket waits
+  // for other ranks (add_contribution).
+  bool alone() const { return group_.size() == 1; }
+  std::optional<dist::Group> replicated_over_;
 
   // The layout, the state and the all-gather: every stage's.
   std::vector<Device> devices_of(const std::vector<std::vector<Tensor>>& weights, const std::vector<std::string>& names) const;
@@ -251,7 +275,7 @@ class RankShards : public Shards, NoCopy {
   std::vector<Bucket> buckets_;                           // in launch order at the step
   std::vector<size_t> bucket_of_;                         // per parameter
   std::vector<bool> packed_;                              // per parameter: in its bucket, not yet sent
-  std::unordered_map<const TensorImpl*, size_t> index_;  // replica -> parameter
+  std::unordered_map<const TensorImpl*, std::pair<size_t, size_t>> index_;  // replica -> (parameter, device)
   std::vector<size_t> completed_;                         // stage 2, per parameter: replicas whose gradient is complete
   // The reduce-scatters launched this step, in order. Stage 2's rate limiter (FSDP's
   // limit_all_gathers, for gradients): a released .grad buffer is in use until its reduce-scatter
@@ -267,6 +291,13 @@ class RankShards : public Shards, NoCopy {
   void place(const std::vector<std::vector<Tensor>>& weights, const std::vector<std::string>& names,
              std::vector<std::vector<std::vector<float>>>& host);
   void sum_into_pieces(const StepInput& in);
+  // A group of one: device j's gradient of parameter k into the parts (stage 2, during backward), and
+  // every part's sum at the step; the parts' sums end to end (the parameters moved mid-step).
+  bool stale_ = false;     // the parts' sums are the last step's: dropped when the next gradient arrives
+  bool received_ = false;  // a gradient was added in since the last step
+  void add_contribution(size_t k, size_t j);
+  void sum_alone();
+  std::vector<float> flat_sums() const;
   void make_buckets();
   void pack(size_t k, bool release);
   Tensor device_sum(size_t k) const;  // parameter k's gradient summed over this rank's devices, on the first
