@@ -470,6 +470,10 @@ Tensor RankShards::device_sum(size_t k, int64_t lo, int64_t n, Device d) const {
       copy_bytes(g, float_bytes(lo), sum, 0, float_bytes(n));
       continue;
     }
+    if (g.device() == d && lo == 0 && n == g.numel()) {  // device d's own whole gradient: added as it is
+      add_(sum, reshape(g, {n}));
+      continue;
+    }
     Tensor from = Tensor::empty({n}, d);
     copy_bytes(g, float_bytes(lo), from, 0, float_bytes(n));
     add_(sum, from);
@@ -623,6 +627,8 @@ void RankShards::sum_into_pieces(const StepInput& in) {
   if (stage_ == 2 && summed)
     throw ConfigError("Trainer: zero_stage 2 reduce-scatters the gradients, but the gradient buckets already all-reduced "
                       "them: use zero_stage 1 with buckets");
+  // A group of one sums straight into the parts, first: its temporaries go before the parts' copies come.
+  if (alone() && !summed) sum_alone();
   Unit& unit = units_[0];
   for (size_t i = 0; i < unit.pieces.size(); ++i)
     for (Part& part : unit.pieces[i].parts) {
@@ -648,8 +654,7 @@ void RankShards::sum_into_pieces(const StepInput& in) {
         if (g.defined()) copy_bytes(g, at, part.grad, 0, bytes);
       }
     }
-  if (summed) return;
-  if (alone()) return sum_alone();
+  if (summed || alone()) return;
   // The sum arrives in the parts at stage 1, which reduce-scatters every bucket now and keeps the
   // .grad buffers; at stage 2 in each piece's sum, where backward sent most of it and released the
   // gradients, and each part takes a copy of its range of it (of its own shape).
