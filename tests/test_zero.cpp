@@ -1,15 +1,16 @@
-// ZeRO stages 1 and 2 (core/optim/zero.hpp, the Trainer's zero_stage 1 and 2): a small MLP trained
-// 20 steps with the optimizer state sharded (and at stage 2 the gradients reduce-scattered) equals
-// the same devices' run with the state replicated, and the two stages equal each other (SGD with
-// momentum and Adam; 2 and 4 CPU devices, 2 emulated GPUs, one device), every replica bitwise equal
-// after every step; the reduce-scatter (core/comm.hpp) against a plain sum; the state and summed
-// gradient bytes per device against the formula; the bytes a step moves between devices against
-// the formula; state_dict in the unsharded layout, independent of the device count; the parameters
-// moved by reset_ctx; clip_grad_norm over the shards against the replicated run and a norm computed
-// here; the configuration errors. tests/mutants runs this file against a zero.cpp that
-// skips the all-gather, one that updates each shard twice, one that takes clip_grad_norm's norm from
-// device 0's shard alone, and a comm.cpp whose reduce-scatter drops the last device's contribution:
-// all must fail.
+// ZeRO stages 1 and 2 over the devices of one process (core/optim/zero_dist.hpp's zero::RankShards
+// over a group of one, the Trainer's zero_stage 1 and 2): a small MLP trained 20 steps with the
+// optimizer state sharded (and at stage 2 the gradients reduce-scattered) equals the same devices'
+// run with the state replicated, and the two stages equal each other (SGD with momentum and Adam; 2
+// and 4 CPU devices, 2 emulated GPUs, one device), every replica bitwise equal after every step; two
+// backward passes before a step; the reduce-scatter (core/comm.hpp) against a plain sum; the state
+// and summed gradient bytes per device against the formula; the bytes a step moves between devices
+// against the formula; state_dict in the unsharded layout, independent of the device count; the
+// parameters moved by reset_ctx; clip_grad_norm over the shards against the replicated run and a
+// norm computed here; the configuration errors. tests/mutants runs this file against a
+// zero_dist.cpp that skips the all-gather or keeps the last step's sums, a shards.cpp that updates
+// each shard twice, and a comm.cpp whose reduce-scatter drops the last device's contribution: all
+// must fail.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -345,6 +346,39 @@ TEST_CASE("ZeRO-2: device i holds the summed gradient of its shard, as the devic
     }
     for (size_t i = 0; i < devices.size(); ++i)
       CHECK(state->gradient_piece(i) == std::vector<float>(expected.begin() + bounds[i], expected.begin() + bounds[i + 1]));
+  }
+}
+
+TEST_CASE("gradient accumulation: two backward passes before each step add up at ZeRO-1 and ZeRO-2, as replicated") {
+  // Stage 0 and 1 add the second pass into the .grad buffers; stage 2 has released them and adds each
+  // device's second gradient into the pieces' sums: the same sum, grouped otherwise.
+  for (int64_t n : {1, 3}) {
+    CAPTURE(n);
+    const std::vector<Device> devices = cpus(n);
+    std::vector<Values> runs;
+    for (int stage : {0, 1, 2}) {
+      CAPTURE(stage);
+      manual_seed(42);
+      auto net = small_mlp();
+      net->initialize(Init::Xavier(), devices);
+      Trainer trainer(net->collect_params(), "adam", {.learning_rate = 0.01f, .zero_stage = stage});
+      for (int s = 0; s < 4; ++s) {
+        forward_backward(*net, 2 * s, devices);
+        forward_backward(*net, 2 * s + 1, devices);
+        trainer.step(2 * kBatch);
+      }
+      CHECK(replicas_equal(net->collect_params()));
+      runs.push_back(values_of(net->collect_params()));
+    }
+    CHECK(runs[1] == runs[0]);  // the same .grad buffers, the same additions
+    CHECK(close_values(runs[0], runs[2]));
+    // One pass a step instead differs: the test sees the second pass.
+    manual_seed(42);
+    auto net = small_mlp();
+    net->initialize(Init::Xavier(), devices);
+    Trainer trainer(net->collect_params(), "adam", {.learning_rate = 0.01f, .zero_stage = 2});
+    for (int s = 0; s < 4; ++s) train_step(*net, trainer, 2 * s, devices);
+    CHECK(!close_values(runs[0], values_of(net->collect_params())));
   }
 }
 

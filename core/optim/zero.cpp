@@ -138,16 +138,6 @@ void ShardedState::place(const std::vector<std::vector<Tensor>>& weights, const 
 
 ShardedState::ShardedState(size_t slots) : slots_(slots) {}
 
-std::vector<float> ShardedState::gradient_shard(size_t i) const {
-  std::vector<float> out(static_cast<size_t>(layout_.shard_size(i)), 0.0f);
-  for (const Piece& p : pieces_[i]) {
-    if (!p.grad.defined()) continue;
-    const std::vector<float> v = p.grad.to_vector();
-    std::copy(v.begin(), v.end(), out.begin() + (p.a - layout_.bounds[i]));
-  }
-  return out;
-}
-
 void ShardedState::add_gradient(size_t k, size_t i) {
   const Tensor g = weights_[k][i].grad();
   if (!g.defined()) return;
@@ -218,7 +208,7 @@ std::vector<std::vector<Tensor>> ShardedState::take_sums() {
       }
       g[i].push_back(p.grad);
     }
-  stale_ = true;  // kept for reading (gradient_shard) until the next gradient arrives
+  stale_ = true;  // kept (memory rows) until the next gradient arrives
   return g;
 }
 

@@ -99,8 +99,6 @@ class ShardedState : public Shards, NoCopy {
   // The unsharded parameters, [k] flattened, read from the shards.
   std::vector<std::vector<float>> parameters() const override;
   void set_parameters(const std::vector<std::vector<float>>& full) override;
-  // Bytes of parameters device i keeps between layers, from the tensors it keeps.
-  int64_t parameter_bytes(size_t i) const;
 
   // FSDP's HYBRID_SHARD (the Trainer's ShardOver::devices) at stage 3: the shards are this process's
   // devices, and every rank of `group` holds the same layout over its own devices. Each device's
@@ -115,20 +113,13 @@ class ShardedState : public Shards, NoCopy {
   static Step clipped(const std::vector<std::vector<Tensor>>& g, const Step& s, GradClip* clip);
 
   bool placed() const override { return !devices_.empty(); }
-  const ShardLayout& layout() const { return layout_; }
   std::vector<Device> devices() const override { return devices_; }
   // The state in the unsharded layout, read from every shard: [k][j] is parameter k's slot j (its
   // shape flattened), what a replicated run would hold. Empty before place().
   std::vector<std::vector<std::vector<float>>> gather_state() const override;
   // Per device, its shard's state, summed gradient and parameters.
   void add_memory(const std::function<DeviceMemory&(Device)>& at) const override;
-  // Bytes of state device i holds, from the tensors it keeps.
-  int64_t bytes(size_t i) const;
   int stage() const override { return 3; }
-  // The summed gradient of shard i (its pieces laid end to end), kept after the step until the next
-  // gradient arrives, and the bytes of the tensors that hold it.
-  std::vector<float> gradient_shard(size_t i) const;
-  int64_t gradient_bytes(size_t i) const;
 
  private:
   // Parameter k's elements [a, b) of the flat vector, kept by one device.
@@ -157,6 +148,11 @@ class ShardedState : public Shards, NoCopy {
   // the next gradient arrives.
   std::vector<std::vector<Tensor>> take_sums();
   void all_gather() override {}  // the next forward gathers
+  // Bytes device i keeps, from the tensors it keeps: its shard's state, summed gradient (kept after
+  // the step until the next gradient arrives) and parameters.
+  int64_t bytes(size_t i) const;
+  int64_t gradient_bytes(size_t i) const;
+  int64_t parameter_bytes(size_t i) const;
 };
 
 }  // namespace d2l::optim::zero
