@@ -112,11 +112,11 @@ Result train(const Run& r, const std::vector<Device>& devices, int stage) {
     out.norms.push_back(trainer.last_grad_norm());
     if (stage == 3)
       for (size_t k = 0; k < trainer.num_parameters(); ++k)
-        for (size_t i = 0; i < devices.size(); ++i) released = released && !trainer.sharded_state()->gathered(k, i);
+        for (size_t i = 0; i < devices.size(); ++i) released = released && !trainer.shards()->gathered(k, i);
   }
   CHECK_MESSAGE(released, "a replica still holds memory after a step");
   if (stage == 3) {
-    out.params = trainer.sharded_state()->parameters();
+    out.params = trainer.shards()->parameters();
   } else {
     for (auto& p : net->collect_params().trainable()) out.params.push_back(p->list_data()[0].to_vector());
   }
@@ -228,7 +228,7 @@ TEST_CASE("ZeRO-3: the gathered replicas are the same bits on every device, and 
     forward_backward(run, s, 0, devices);
     trainer.step(kBatch);
   }
-  const Params shards = trainer.sharded_state()->parameters();
+  const Params shards = trainer.shards()->parameters();
   auto params = net->collect_params().trainable();
   {
     FullyShardedDataParallel::FullParameters whole(fsdp);
@@ -266,7 +266,7 @@ TEST_CASE("ZeRO-3: no replica holds memory after the forward; the peak the alloc
       auto outs = fsdp ? (*fsdp)(Xs) : (*net)(Xs);
       if (fsdp)  // between the forward and the backward no replica holds memory
         for (size_t k = 0; k < trainer.num_parameters(); ++k)
-          for (size_t i = 0; i < devices.size(); ++i) CHECK(!trainer.sharded_state()->gathered(k, i));
+          for (size_t i = 0; i < devices.size(); ++i) CHECK(!trainer.shards()->gathered(k, i));
       for (auto& o : outs) sum(o).backward();
       trainer.step(8);
       waitall();
@@ -388,7 +388,7 @@ TEST_CASE("ZeRO-3 opens nested Sequentials: their blocks are units, and the run 
       trainer.step(kBatch);
     }
     Params out;
-    if (fsdp) out = trainer.sharded_state()->parameters();
+    if (fsdp) out = trainer.shards()->parameters();
     else
       for (auto& p : net->collect_params().trainable()) out.push_back(p->list_data()[0].to_vector());
     results.push_back(out);

@@ -269,7 +269,6 @@ zero::Shards& Trainer::fully_shard(const std::vector<std::vector<size_t>>& units
   return *zero_;
 }
 
-const zero::ShardedState* Trainer::sharded_state() const { return dynamic_cast<const zero::ShardedState*>(zero_.get()); }
 const zero::RankShards* Trainer::rank_shards() const { return dynamic_cast<const zero::RankShards*>(zero_.get()); }
 
 int64_t Trainer::index_of(const Parameter& p) const {

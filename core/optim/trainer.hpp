@@ -46,7 +46,6 @@
 namespace d2l::optim {
 
 namespace zero {
-class ShardedState;         // core/optim/zero.hpp
 class RankShards;    // core/optim/zero_dist.hpp
 }
 
@@ -165,8 +164,8 @@ class Trainer {
   // for sgd, "exp_avg" and "exp_avg_sq" (PyTorch's names for m and v) for adam. state(parameter,
   // slot): that parameter's slot, one tensor per replica, each on its replica's device. It is empty
   // before the first step, after load_state_dict until the next step, where the kvstore keeps
-  // the state in host memory ('local' with 2 or more replicas), and with zero_stage 1 or 2 (flat shards
-  // there, sharded_state()); state_dict() has it then. A name that is not a trainable parameter's,
+  // the state in host memory ('local' with 2 or more replicas), and with zero_stage 1 to 3 (in the
+  // shards there, shards()); state_dict() has it then. A name that is not a trainable parameter's,
   // or not a slot, is a ParameterError.
   const std::vector<std::string>& state_names() const { return state_names_; }
   const std::vector<Tensor>& state(const std::string& parameter, const std::string& slot) const;
@@ -182,8 +181,6 @@ class Trainer {
   // zero_stage 1, 2 or 3: the shards, wherever they live (core/optim/shards.hpp; null at stage 0).
   const zero::Shards* shards() const { return zero_.get(); }
   zero::Shards* shards() { return zero_.get(); }
-  // The same, at zero_stage 3 over the devices of this process (else null).
-  const zero::ShardedState* sharded_state() const;
   // zero_stage 3: the parameters become shards (every trainable parameter initialised; the first
   // call releases the replicas' memory), for FullyShardedDataParallel; units[u]: the indices of unit
   // u's parameters. ConfigError at other stages.
@@ -195,7 +192,7 @@ class Trainer {
   // (a group of one for the devices of one process) (else null).
   const zero::RankShards* rank_shards() const;
   // Whether a state given to load_state_dict waits for the next step to be placed (then the shards,
-  // sharded_state() and rank_shards(), still hold the old one; state_dict() has the loaded one).
+  // shards() and rank_shards(), still hold the old one; state_dict() has the loaded one).
   bool loaded_state_waiting() const;
 
   // What a checkpoint needs to continue bit for bit: "<slot>/<parameter name>" per slot of
