@@ -82,9 +82,10 @@
 // dp group.
 //
 // Fault injection, for tests: D2L_FAIL_RANK_IN_ALLGATHER=R makes rank R throw (a DeviceError) in the
-// all-gather over a group of more than one of its second step (stage 3: the first all-gather of its second step), after its update,
-// when the other ranks have entered it: a rank's own error (core/dist/process_group.hpp), so the
-// program prints "error: rank R: ..." and aborts every rank. R:S limits it to stage S.
+// all-gather of its second step over a group of more than one (stage 3: the first all-gather of its
+// second step), after its update, when the other ranks have entered it: a rank's own error
+// (core/dist/process_group.hpp), so the program prints "error: rank R: ..." and aborts every rank.
+// R:S limits it to stage S.
 #pragma once
 #include <cstdint>
 #include <deque>
