@@ -12,7 +12,7 @@
 //    stage 0's. The bytes a device keeps between steps (parameters, .grad buffers, state) are
 //    Trainer::memory_per_device's.
 // Under mpirun with W > 1 processes (`mpirun -np 2 zero_bench`): the same stages over the ranks, one
-// CPU device each (kvstore dist_sync; ZeRO-3 over the ranks, core/optim/zero_dist.hpp), each rank
+// CPU device each (kvstore dist_sync; ZeRO-3 over the ranks, core/optim/zero.hpp), each rank
 // its own batch of B; the slowest rank's median and the largest rank's peak. Over processes the
 // collectives run on each rank's communication thread beside its compute.
 //   zero_bench [--batch B] [--devices N] [--repeats R]
@@ -33,7 +33,6 @@
 #include "core/ops.hpp"
 #include "core/optim/fsdp.hpp"
 #include "core/optim/trainer.hpp"
-#include "core/optim/zero_dist.hpp"
 #include "core/optim/zero.hpp"
 #include "core/rng.hpp"
 #include "core/runtime.hpp"

@@ -3,10 +3,12 @@
 // the same devices' run with everything replicated (SGD with momentum and Adam; 1, 2 and 4 CPU
 // devices, 2 emulated GPUs; with and without prefetch); the gathered replicas are the same bits on
 // every device; between the units' uses no replica holds memory; the bytes each device keeps
-// against 16 Psi_i (Adam), the peak the allocator measured falling as the device count grows, and
-// the bytes a step moves against 3(N-1) * 4 Psi; gradient accumulation; state_dict in the unsharded
-// layout; clip_grad_norm over the shards; the errors. tests/mutants runs this file against a zero.cpp that adds each gradient
-// piece from the wrong place of the gradient: it must fail.
+// against 16 Psi'_i (Adam; Psi'_i device i's shard of each unit, added up), the peak the allocator
+// measured falling as the device count grows, and the bytes a step moves against 3(N-1) * 4 Psi;
+// gradient accumulation; state_dict in the unsharded layout; clip_grad_norm over the shards; the
+// errors. tests/mutants runs this file against a zero.cpp and a zero_fsdp.cpp with a mechanism
+// broken (the last step's sums kept, a gather that skips the other devices' parts, the norm of
+// device 0's parts only): each must fail.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -146,6 +148,14 @@ void compare(const Run& r, const std::vector<Device>& devices) {
 
 int64_t shard_size(int64_t P, int64_t n, int64_t i) { return P * (i + 1) / n - P * i / n; }
 
+// Psi'_i: each unit is split over the n devices by itself (FSDP's per-unit FlatParameter), so device
+// i keeps shard i of each unit's P_u, added up.
+int64_t unit_shards(int64_t n, int64_t i) {
+  int64_t held = 0;
+  for (int64_t p_u : {kIn * 7 + 7, int64_t{7 * 5 + 5}, int64_t{5 * 3 + 3}}) held += shard_size(p_u, n, i);
+  return held;
+}
+
 }  // namespace
 
 TEST_CASE("ZeRO-3 equals the replicated run over 20 steps: 1, 2 and 4 CPU devices, SGD with momentum and Adam, with and without prefetch") {
@@ -195,7 +205,7 @@ TEST_CASE("ZeRO-3 with gradient accumulation: two backward passes a step add int
   compare(r, cpus(3));
 }
 
-TEST_CASE("ZeRO-3 between steps: parameters 4 Psi_i, summed gradient 4 Psi_i, Adam's state 8 Psi_i, no .grad buffers") {
+TEST_CASE("ZeRO-3 between steps: parameters 4 Psi'_i, summed gradient 4 Psi'_i, Adam's state 8 Psi'_i, no .grad buffers") {
   for (int n : {1, 2, 4}) {
     CAPTURE(n);
     Run r = adam();
@@ -204,7 +214,7 @@ TEST_CASE("ZeRO-3 between steps: parameters 4 Psi_i, summed gradient 4 Psi_i, Ad
     REQUIRE(res.memory.size() == static_cast<size_t>(n));
     int64_t params = 0, state = 0;
     for (int i = 0; i < n; ++i) {
-      const int64_t s = shard_size(kP, n, i);
+      const int64_t s = unit_shards(n, i);
       CHECK(res.memory[i].device == cpu(i));
       CHECK(res.memory[i].parameter_bytes == 4 * s);
       CHECK(res.memory[i].gradient_bytes == 0);
@@ -303,7 +313,7 @@ TEST_CASE("ZeRO-3: a step moves 3(N-1) * 4 Psi bytes between devices: the forwar
     for (int i = 0; i < n; ++i) {
       const int64_t out = copy_counters(cpu(i)).bytes_out;
       // Device i sends its shard to every other device twice and receives the rest of every gradient.
-      CHECK(out == 4 * (2 * (n - 1) * shard_size(kP, n, i) + (kP - shard_size(kP, n, i))));
+      CHECK(out == 4 * (2 * (n - 1) * unit_shards(n, i) + (kP - unit_shards(n, i))));
       sent += out;
     }
     CHECK(sent == 3 * (n - 1) * 4 * kP);
@@ -323,7 +333,7 @@ TEST_CASE("ZeRO-3 state_dict is the unsharded state: equal to the replicated run
   }
 }
 
-TEST_CASE("ZeRO-3 errors are one line: another stage, the net run without FSDP, shards on other devices") {
+TEST_CASE("ZeRO-3 errors are one line: another stage, the net run without FSDP, shards on other devices, parameters moved") {
   auto one_line = [](auto&& make, const std::string& expected) { test::check_one_line_error(make, expected); };
   const auto devices = cpus(2);
   auto net = mlp(kIn, 7, 5, 3);
@@ -354,6 +364,16 @@ TEST_CASE("ZeRO-3 errors are one line: another stage, the net run without FSDP, 
                               "[cpu(0), cpu(1)], got shards on [cpu(0)]");
     // The net outside FSDP: its replicas have no memory now.
     one_line([&] { (*net)(X); }, "whole only inside FullyShardedDataParallel's forward and backward");
+  }
+  {  // the parameters moved after they were sharded: to another device reset_ctx reads a released replica
+    auto moved = seeded_mlp(4, devices);
+    Trainer t(moved->collect_params(), "sgd", {.learning_rate = 0.1f, .zero_stage = 3});
+    FullyShardedDataParallel f(moved, t);
+    auto params = moved->collect_params().trainable();
+    one_line([&] { params[0]->reset_ctx({cpu(0), cpu(2)}); }, "whole only inside FullyShardedDataParallel's forward and backward");
+    for (auto& p : params) p->reset_ctx({cpu(1), cpu(0)});  // the same devices in another order: the step refuses it
+    one_line([&] { t.step(kBatch); }, "Trainer: zero_stage 3 keeps the parameters where they were sharded, [cpu(0), cpu(1)]; "
+                                      "they cannot move (reset_ctx) afterwards");
   }
   for (int stage : {4, -1})
     one_line([&] { Trainer(net->collect_params(), "sgd", {.learning_rate = 0.1f, .zero_stage = stage}); },

@@ -1,4 +1,4 @@
-// ZeRO stage 3 over the ranks (core/optim/zero_dist.hpp: zero_stage 3 with kvstore dist_sync or
+// ZeRO stage 3 over the ranks (core/optim/zero.hpp: zero_stage 3 with kvstore dist_sync or
 // dist_sync_ring, run through optim::FullyShardedDataParallel), run as 1, 2 and 4 processes
 // (tests/dist/mpirun.sh). An MLP of three units (and a Flatten without parameters), one device per
 // rank, rank r taking its rows of every global batch. The references:
@@ -16,7 +16,7 @@
 // the allocator measured below the replicated run's (tests/dist/fsdp_peak.sh compares it between
 // 2 and 4 ranks); clip_grad_norm over every unit's chunk against the unsharded run's norm computed
 // here; the configuration errors. tests/mutants runs this file as 2 processes against a
-// zero_dist_fsdp.cpp whose reduce-scatter overwrites the summed gradient instead of adding into it, and
+// zero_fsdp.cpp whose reduce-scatter overwrites the summed gradient instead of adding into it, and
 // one whose gather never receives the other ranks' chunks: both must fail.
 #include <doctest/doctest.h>
 
@@ -32,7 +32,7 @@
 #include "core/nn/nn.hpp"
 #include "core/ops.hpp"
 #include "core/optim/fsdp.hpp"
-#include "core/optim/zero_dist.hpp"
+#include "core/optim/zero.hpp"
 #include "core/optim/trainer.hpp"
 #include "core/rng.hpp"
 #include "core/runtime.hpp"

@@ -1,4 +1,4 @@
-// ZeRO stages 1 and 2 over the devices of one process (core/optim/zero_dist.hpp's zero::RankShards
+// ZeRO stages 1 and 2 over the devices of one process (core/optim/zero.hpp's zero::RankShards
 // over a group of one, the Trainer's zero_stage 1 and 2): a small MLP trained 20 steps with the
 // optimizer state sharded (and at stage 2 the gradients reduce-scattered) equals the same devices'
 // run with the state replicated, and the two stages equal each other (SGD with momentum and Adam; 2
@@ -8,7 +8,7 @@
 // against the formula; state_dict in the unsharded layout, independent of the device count; the
 // parameters moved by reset_ctx; clip_grad_norm over the shards against the replicated run and a
 // norm computed here; the configuration errors. tests/mutants runs this file against a
-// zero_dist.cpp that skips the all-gather or keeps the last step's sums, a shards.cpp that updates
+// zero.cpp that skips the all-gather or keeps the last step's sums, a shards.cpp that updates
 // each shard twice, and a comm.cpp whose reduce-scatter drops the last device's contribution: all
 // must fail.
 #include <doctest/doctest.h>
@@ -27,7 +27,6 @@
 #include "core/ops.hpp"
 #include "core/optim/trainer.hpp"
 #include "core/optim/zero.hpp"
-#include "core/optim/zero_dist.hpp"
 #include "core/rng.hpp"
 #include "core/runtime.hpp"
 

@@ -1,4 +1,4 @@
-// ZeRO stages 1 and 2 over the ranks (core/optim/zero_dist.hpp: zero_stage 1 and 2 with kvstore
+// ZeRO stages 1 and 2 over the ranks (core/optim/zero.hpp: zero_stage 1 and 2 with kvstore
 // dist_sync or dist_sync_ring), run as 1, 2 and 4 processes (tests/dist/mpirun.sh). A small MLP, one
 // device per rank, rank r taking its rows of every global batch. The references:
 //   alone       every rank trains the same MLP by itself on the whole global batch on one device
@@ -36,7 +36,7 @@
 #include "core/nn/nn.hpp"
 #include "core/ops.hpp"
 #include "core/optim/trainer.hpp"
-#include "core/optim/zero_dist.hpp"
+#include "core/optim/zero.hpp"
 #include "core/rng.hpp"
 #include "core/runtime.hpp"
 #include "core/trace.hpp"

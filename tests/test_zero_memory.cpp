@@ -2,9 +2,10 @@
 // against the ZeRO paper's model (Rajbhandari et al., SC20, section 5), and the ladder it predicts:
 // an MLP of equal-width layers trained with Adam, replicated (stage 0) and at stages 1, 2 and 3
 // (FullyShardedDataParallel) on 1, 2 and 4 CPU devices.
-//   between steps, per device i (Psi_i its shard's elements): parameters 4 Psi (4 Psi_i at stage 3),
-//   .grad buffers 4 Psi at stages 0 and 1 (none at 2 and 3), a summed gradient of its own 4 Psi_i at
-//   stages 2 and 3, Adam's state 8 Psi (8 Psi_i sharded), no gathered unit left;
+//   between steps, per device i (Psi_i its shard's elements; at stage 3 Psi'_i, its shard of each
+//   unit, FSDP's per-layer split, added up): parameters 4 Psi (4 Psi'_i at stage 3), .grad buffers
+//   4 Psi at stages 0 and 1 (none at 2 and 3), a summed gradient of its own 4 Psi_i at stages 2 and
+//   3, Adam's state 8 Psi (8 Psi_i sharded), no gathered unit left;
 //   the peak per device: at N = 1 no stage above 1.05x the replicated run's; at N = 4 each stage
 //   below the one before, and stage 3 at most half the replicated run's.
 // tests/mutants runs this file against a zero.cpp that keeps an extra copy of the state: it must fail.
@@ -49,7 +50,11 @@ struct Measured {
   std::vector<std::map<MemoryTag, int64_t>> held;  // per device, by tag, after the last step
   std::vector<int64_t> peak;                       // per device, over the steps after the first
   int64_t psi = 0;
+  std::vector<int64_t> units;                      // each layer's Psi_u
 };
+
+// Elements [P i / n, P (i+1) / n): shard i of P over n.
+int64_t shard_of(int64_t P, int i, int n) { return P * (i + 1) / n - P * i / n; }
 
 Measured run(int n, int stage) {
   const std::vector<Device> devices = cpus(n);
@@ -80,6 +85,10 @@ Measured run(int n, int stage) {
     }
     waitall();
     for (auto& p : net->collect_params().trainable()) m.psi += numel(p->shape());
+    for (auto& [name, layer] : net->children()) {
+      m.units.push_back(0);
+      for (auto& p : layer->collect_params().trainable()) m.units.back() += numel(p->shape());
+    }
     for (size_t i = 0; i < devices.size(); ++i) {
       const MemoryStats now = runtime(devices[i]).allocator->stats();
       std::map<MemoryTag, int64_t> held;
@@ -105,7 +114,11 @@ TEST_CASE("the bytes each device holds, measured by tag, equal the ZeRO paper's 
       const Measured m = run(n, stage);
       for (int i = 0; i < n; ++i) {
         CAPTURE(i);
-        const int64_t psi = m.psi, shard = psi * (i + 1) / n - psi * i / n;
+        int64_t shard = shard_of(m.psi, i, n), psi = m.psi;
+        if (stage == 3) {  // each unit split by itself
+          shard = 0;
+          for (int64_t psi_u : m.units) shard += shard_of(psi_u, i, n);
+        }
         const auto& h = m.held[static_cast<size_t>(i)];
         CHECK(h.at(MemoryTag::parameters) == 4 * (stage == 3 ? shard : psi));
         CHECK(h.at(MemoryTag::gradients) == (stage >= 2 ? 0 : 4 * psi));

@@ -5,7 +5,7 @@
 // rest of part 1 runs five times from the same initial parameters:
 //   replicated       kvstore dist_sync at zero_stage 0: every device keeps the whole state, 8 Psi;
 //   over the ranks   zero_stage 1 and 2 (the default): the shards are the ranks, and a process's k
-//                    devices are replicas of each other (core/optim/zero_dist.hpp). Their gradients
+//                    devices are replicas of each other (core/optim/zero.hpp). Their gradients
 //                    are summed on the first device before the reduce-scatter; rank r's chunk of the
 //                    state (8 Psi_r, Psi_r of the W-way split) and, at stage 2, of the summed gradient
 //                    (4 Psi_r) live on that first device, none on the others;
@@ -136,11 +136,6 @@ HybridResult hybrid_over_ranks(const Config& cfg) {
         }
       }
       waitall();
-      {
-        std::optional<optim::FullyShardedDataParallel::FullParameters> full;  // summon_full_params:
-        if (fsdp) full.emplace(*fsdp);                                         // every replica whole while read
-        values = all_replicas(*net);
-      }
       out.psi = 0;
       for (auto& p : net->collect_params().trainable()) out.psi += p->list_data()[0].numel();
       // Measured: every device's bytes by tag now, between steps, then every rank's rows.
@@ -153,6 +148,11 @@ HybridResult hybrid_over_ranks(const Config& cfg) {
                          double(now.at_peak[static_cast<int>(MemoryTag::other)])})
           mine.push_back(f);
       }
+      {  // after the bytes are read: the replicas made whole here are not training's
+        std::optional<optim::FullyShardedDataParallel::FullParameters> full;  // summon_full_params:
+        if (fsdp) full.emplace(*fsdp);                                         // every replica whole while read
+        values = all_replicas(*net);
+      }
       const std::vector<double> all = from_every_rank(mine);
       constexpr size_t kFigures = 7;
       for (int r = 0; r < W; ++r)
@@ -163,7 +163,7 @@ HybridResult hybrid_over_ranks(const Config& cfg) {
           // Every device: shard r k + i of W k, for the state and the sum.
           int64_t shard = 0;
           if (layout == HybridLayout::over_ranks && i == 0) shard = part_of(out.psi, r, W);
-          if (layout == HybridLayout::over_devices) shard = part_of(out.psi, i, k);
+          if (layout == HybridLayout::over_devices) shard = stage == 3 ? unit_shard(*net, i, k) : part_of(out.psi, i, k);
           if (layout == HybridLayout::over_all) shard = part_of(out.psi, r * k + i, W * k);
           MemoryRow row{W * k, stage, devices[i]};
           row.parameter_bytes = int64_t(f[0]), row.gradient_bytes = int64_t(f[1]);
@@ -208,7 +208,7 @@ int print_hybrid(const Config& cfg, const HybridResult& h) {
       std::ostringstream where;
       where << r << ":" << m.device;
       const std::string chunk = i == 0 ? "Psi_r" + std::to_string(r) : "0";
-      const std::string shard = run.layout == HybridLayout::over_devices ? "Psi_" + std::to_string(i)
+      const std::string shard = run.layout == HybridLayout::over_devices ? (run.stage == 3 ? "Psi'_" : "Psi_") + std::to_string(i)
                                 : run.layout == HybridLayout::over_all   ? "Psi_" + std::to_string(r * h.devices + i)
                                 : run.layout == HybridLayout::over_ranks ? chunk
                                                                          : "0";
@@ -226,7 +226,8 @@ int print_hybrid(const Config& cfg, const HybridResult& h) {
   std::printf("(Measured after the last step, by tag, on every device of every rank. Over the ranks: Psi_rR = rank R's "
               "chunk of the %d-way split, on its first device; the others hold replicas only (8*0). Every device: "
               "Psi_g = shard g = R k + i of the %d-way split on device i of rank R, its state and sum. Over the "
-              "devices: Psi_i = shard i of the %d-way split, the same on every rank. Sums of "
+              "devices: Psi_i = shard i of the %d-way split, the same on every rank (at stage 3 Psi'_i, shard i of "
+              "each layer's split, added up). Sums of "
               "the W k devices' gradients: at stage 1 they live during the step only)\n",
               h.ranks, h.ranks * h.devices, h.devices);
   // The peaks: over the ranks a process's first device carries the chunk's state, its sum and the

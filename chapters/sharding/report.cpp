@@ -78,13 +78,14 @@ int print_zero(const Config& cfg, const ZeroResult& r) {
       const MemoryRow& m = run.rows[i];
       std::ostringstream device;
       device << m.device;
-      print_memory_row(m, device.str(), "Psi_" + std::to_string(i), 8, 8);
+      print_memory_row(m, device.str(), (m.stage == 3 ? "Psi'_" : "Psi_") + std::to_string(i), 8, 8);
       std::printf(" %11lld", (long long)m.sent_bytes);
       if (i == 0) std::printf(" %8.2f", 1e3 * run.seconds_per_step);
       std::printf("\n");
     }
   std::printf("(Measured after the last step from the buffers each device's allocator handed out, by what they hold; "
-              "formula: the ZeRO paper's model, Psi_i = floor(Psi (i+1) / N) - floor(Psi i / N). params: "
+              "formula: the ZeRO paper's model, Psi_i = floor(Psi (i+1) / N) - floor(Psi i / N); at stage 3 each layer u "
+              "(FSDP's unit) is split by the same rule, and Psi'_i = the sum over the layers of shard i of Psi_u. params: "
               "the parameters, the shard at stage 3. .grad: the buffers autograd adds into, released at stages 2 and 3 "
               "once added into the shards. sum: the summed gradient kept apart from them, the shard's at stages 2 and 3 "
               "(at stages 0 and 1 the sum is written into the .grad buffers). gather: ZeRO-3's units still whole. "

@@ -7,7 +7,7 @@
 //                    what it sends against the paper's formulas, the time of a step, and whether the
 //                    sharded runs' parameters equal the replicated run's.
 //   zero_processes   under mpirun with W > 1 ranks: the same runs with the shards over the ranks,
-//                    one device each (core/optim/zero_dist.hpp, every stage),
+//                    one device each (core/optim/zero.hpp, every stage),
 //                    a row per rank.
 //   hybrid           under mpirun with several devices a rank: ZeRO-1 and ZeRO-2 sharded over the
 //                    ranks or over each process's devices (FSDP's HYBRID_SHARD), a row per device.
@@ -157,6 +157,9 @@ HybridResult hybrid_over_ranks(const Config& cfg);
 int print_hybrid(const Config& cfg, const HybridResult& r);
 // Part 1's net: flatten -> Dense(zero_hidden, relu) x zero_layers -> Dense(10) (zero_memory.cpp).
 std::shared_ptr<nn::Sequential> zero_mlp(int64_t features, const Config& cfg);
+// Psi'_i: what holder i of n keeps at stage 3, where each of the net's layers (FSDP's unit) is split
+// over the holders by itself: shard i of each layer's Psi_u (core/comm.hpp's chunk_begin), added up.
+int64_t unit_shard(const nn::Sequential& net, int64_t i, int64_t n);
 // The device counts of part 1: 1, 2, 4, ... up to the devices given, and their number.
 std::vector<int> zero_device_counts(size_t available);
 ZeroResult zero_memory(const Config& cfg);

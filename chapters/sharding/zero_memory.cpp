@@ -27,6 +27,7 @@
 #include "chapters/sharding/sharding.hpp"
 #include "core/autograd.hpp"
 #include "core/cli.hpp"
+#include "core/comm.hpp"
 #include "core/copy.hpp"
 #include "core/nn/dense.hpp"
 #include "core/nn/flatten.hpp"
@@ -72,6 +73,16 @@ std::shared_ptr<nn::Sequential> zero_mlp(int64_t features, const Config& cfg) {
   for (int l = 1; l < layers; ++l) net->add(std::make_shared<nn::Dense>(hidden, "relu", true, hidden));
   net->add(std::make_shared<nn::Dense>(10, "", true, hidden));
   return net;
+}
+
+int64_t unit_shard(const nn::Sequential& net, int64_t i, int64_t n) {
+  int64_t held = 0;
+  for (auto& [name, layer] : net.children()) {
+    int64_t psi_u = 0;
+    for (auto& p : layer->collect_params().trainable()) psi_u += p->list_data()[0].numel();
+    held += chunk_begin(psi_u, i + 1, n) - chunk_begin(psi_u, i, n);
+  }
+  return held;
 }
 
 std::vector<int> zero_device_counts(size_t available) {
@@ -142,11 +153,13 @@ ZeroResult zero_memory(const Config& cfg) {
       run.trace_tasks = trace_this ? static_cast<int64_t>(trace::events().size()) : 0;
       // Measured: every device's bytes by tag now, between steps, less what it held before the run.
       // The paper's model beside them, float32 Adam (K = 8 bytes of state an element): shard i holds
-      // Psi_i = floor(Psi (i+1) / N) - floor(Psi i / N) elements.
+      // Psi_i = floor(Psi (i+1) / N) - floor(Psi i / N) elements; at stage 3 Psi'_i, shard i of each
+      // layer (FSDP's unit), added up.
       for (size_t i = 0; i < devices.size(); ++i) {
         const MemoryStats now = runtime(devices[i]).allocator->stats();
         auto held = [&](MemoryTag t) { return now.held(t) - before[i].held(t); };
-        const int64_t shard = result.psi * int64_t(i + 1) / n - result.psi * int64_t(i) / n;
+        const int64_t shard = stage == 3 ? unit_shard(*net, int64_t(i), n)
+                                         : result.psi * int64_t(i + 1) / n - result.psi * int64_t(i) / n;
         MemoryRow row{n, stage, devices[i]};
         row.parameter_bytes = held(MemoryTag::parameters);
         row.gradient_bytes = held(MemoryTag::gradients);

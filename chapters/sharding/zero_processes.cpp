@@ -12,7 +12,7 @@
 //   stage 2  the same reduce-scatter during backward, in buckets of reduce_bucket_mb (the Trainer's default 25 MiB, --reduce-bucket-mb): each
 //            goes once backward has completed its gradients, whose .grad buffers are then released:
 //            rank r keeps chunk r's summed gradient (4 Psi_r) and no .grad buffer between steps;
-//   stage 3  FSDP (core/optim/zero_dist.hpp): each layer's parameters are a flat vector of Psi_u
+//   stage 3  FSDP (core/optim/zero.hpp): each layer's parameters are a flat vector of Psi_u
 //            elements and rank r keeps its chunk of each, Psi'_r elements over the layers: 4 Psi'_r
 //            of parameters, 4 Psi'_r of summed gradient and 8 Psi'_r of state, no .grad buffers
 //            between steps; a layer is all-gathered before its forward and its backward and its
@@ -61,17 +61,6 @@ std::vector<float> flat_parameters(const nn::Block& net) {
 
 // Psi_r: rank r's chunk of Psi elements, dist::chunk_begin's split.
 int64_t chunk_of_rank(int64_t psi, int r) { return dist::chunk_begin(psi, r + 1) - dist::chunk_begin(psi, r); }
-
-// Psi'_r: at stage 3 the chunks are per layer (FSDP's unit): rank r's chunk of each layer's Psi_u, summed.
-int64_t unit_chunks_of_rank(const nn::Sequential& net, int r) {
-  int64_t n = 0;
-  for (auto& [name, child] : net.children()) {
-    int64_t psi_u = 0;
-    for (auto& p : child->collect_params().trainable()) psi_u += p->list_data()[0].numel();
-    n += chunk_of_rank(psi_u, r);
-  }
-  return n;
-}
 
 // The bytes each rank sent a step (dist::collective_counters), the largest over the ranks and their
 // total, beside the paper's: per rank (W-1)/W * k * 4 Psi, k = 2 at stages 0 to 2 and 3 at stage 3
@@ -189,7 +178,7 @@ ZeroRanksResult zero_memory_over_ranks(const Config& cfg) {
     constexpr size_t kFigures = 8;
     for (int r = 0; r < W; ++r) {
       const double* f = &all[static_cast<size_t>(r) * kFigures];
-      const int64_t chunk = stage == 3 ? unit_chunks_of_rank(*net, r) : chunk_of_rank(result.psi, r);
+      const int64_t chunk = stage == 3 ? unit_shard(*net, r, W) : chunk_of_rank(result.psi, r);
       MemoryRow row{W, stage, device};
       row.parameter_bytes = int64_t(f[0]), row.gradient_bytes = int64_t(f[1]);
       row.summed_gradient_bytes = int64_t(f[2]), row.state_bytes = int64_t(f[3]), row.gathered_bytes = int64_t(f[4]);

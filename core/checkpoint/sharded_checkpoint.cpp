@@ -13,7 +13,7 @@
 #include "core/dist/collectives.hpp"
 #include "core/dist/process_group.hpp"
 #include "core/checkpoint/parameters_file.hpp"
-#include "core/optim/zero_dist.hpp"
+#include "core/optim/zero.hpp"
 
 namespace d2l::io {
 

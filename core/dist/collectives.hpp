@@ -74,13 +74,13 @@ void broadcast(const Tensor& t, int root, const Group& group);
 // chunk r's elements (chunk_begin(N, r+1) - chunk_begin(N, r)).
 void allgather(const Tensor& in, const Tensor& out);
 void allgather(const Tensor& in, const Tensor& out, const Group& group);  // chunk_begin(N, r, group)'s split
-// The same all-gather without making the compute stream wait for it (FSDP's prefetch, core/optim/zero_dist.hpp):
+// The same all-gather without making the compute stream wait for it (FSDP's prefetch, core/optim/zero.hpp):
 // `out` holds the result once work.wait() has been called. GPU tensors: as allgather (nothing pending).
 Work allgather_async(const Tensor& in, const Tensor& out);
 // The all-gather with the split given (MPI_Allgatherv): counts[r] elements (summing to out's) come
 // from rank r, this rank's read from `in` at element in_offset on; out is their concatenation in
 // rank order. ZeRO over the ranks gathers each parameter straight into its tensor with it
-// (core/optim/zero_dist.hpp). GPU tensors go through host memory, and then the compute stream waits.
+// (core/optim/zero.hpp). GPU tensors go through host memory, and then the compute stream waits.
 // Over a group, counts has one entry per member, in group rank order. `in` may be `out` itself,
 // this rank's part already in its place (MPI_IN_PLACE): a parameter updated in place is gathered so.
 Work allgather_async(const Tensor& in, int64_t in_offset, const Tensor& out, const std::vector<int64_t>& counts,
@@ -90,7 +90,7 @@ void reduce_scatter(const Tensor& in, const Tensor& out);
 // The same with the split given: counts[r] elements (summing to in's) go to rank r, this rank's into
 // out from element out_offset on (MPI_Reduce_scatter's uneven counts), and the compute stream does
 // not wait for it: the sum is there once the Work's wait() has run (ZeRO-2's per-gradient
-// reduce-scatter during backward, core/optim/zero_dist.hpp). GPU tensors go through host memory,
+// reduce-scatter during backward, core/optim/zero.hpp). GPU tensors go through host memory,
 // and then the compute stream waits. in_offset >= 0: the elements reduced are in's from in_offset on
 // (one parameter of a packed bucket, each received straight into its own tensor); else all of in.
 Work reduce_scatter_async(const Tensor& in, const Tensor& out, int64_t out_offset, const std::vector<int64_t>& counts,

@@ -1,7 +1,7 @@
 // ZeRO stage 3 as PyTorch's FullyShardedDataParallel (Zhao et al., VLDB 2023) runs it, across the
 // devices of one process: the net's parameters live only as shards (core/optim/zero.hpp; device i
-// keeps shard i of the flat parameter vector), and each layer's replicas are made whole just for
-// the moments that need them.
+// keeps shard i of each unit's flat parameter vector), and each layer's replicas are made whole just
+// for the moments that need them.
 //
 //   optim::Trainer trainer(net->collect_params(), "adam", {.learning_rate = 1e-3f, .zero_stage = 3});
 //   optim::FullyShardedDataParallel fsdp(net, trainer);   // the parameters become shards here
@@ -31,7 +31,7 @@
 // shards. Under NoGrad (evaluation) the forward gathers and releases and records nothing.
 //
 // With a Trainer whose kvstore is dist_sync or dist_sync_ring the shards are the ranks instead, one
-// device each (core/optim/zero_dist.hpp): the same class and loop, xs holding this rank's one shard
+// device each (core/optim/zero.hpp, the same engine over a group of ranks): the same class and loop, xs holding this rank's one shard
 // of the batch; the gathers are dist::allgather of each unit's chunks, and a unit's gradients, once
 // all complete, are reduce-scattered over the ranks together.
 #pragma once

@@ -1,13 +1,9 @@
 // The holders of ZeRO's shards, wherever they live: what the Trainer and FullyShardedDataParallel
 // hold one of, and call without asking where the shards are.
 //
-//   zero::RankShards    (core/optim/zero_dist.hpp)  the ranks of a group, stages 1 to 3, with a piece
-//                                                   on each rank's first device or on every device;
-//                                                   stages 1 and 2 over one process's devices too (a
-//                                                   group of one), with ShardOver::devices replicated
-//                                                   over the ranks
-//   zero::ShardedState  (core/optim/zero.hpp)       stage 3 over the devices of this process; with
-//                                                   ShardOver::devices replicated over the ranks
+//   zero::RankShards (core/optim/zero.hpp), stages 1 to 3: over the ranks of a group, with a piece on
+//   each rank's first device or on every device; over one process's devices (a group of one), with
+//   ShardOver::devices replicated over the ranks.
 //
 // The Trainer's step is one call, step(): the gradients summed into the shards (a reduce-scatter,
 // during backward at stages 2 and 3), each holder's update of its own shard, and, at stages 1 and 2,

@@ -9,7 +9,6 @@
 #include "core/autograd.hpp"
 #include "core/optim/kvstore.hpp"
 #include "core/optim/zero.hpp"
-#include "core/optim/zero_dist.hpp"
 
 namespace d2l::optim {
 
@@ -82,7 +81,7 @@ Trainer::Trainer(const nn::ParameterDict& params, const std::string& optimizer, 
     // The shards are the devices of this process, and at stage 1 the kvstore must leave the summed
     // gradient on every one of them: 'local' updates in host memory instead. Stage 2 sums with its
     // own reduce-scatter over the same devices, and takes the same. With dist_sync and
-    // dist_sync_ring the shards are the ranks instead (core/optim/zero_dist.hpp; several devices of a
+    // dist_sync_ring the shards are the ranks instead (core/optim/zero.hpp; several devices of a
     // rank are replicas), or, by shard_over, each rank's devices replicated over the ranks, or every
     // device of every rank.
     const std::string stage = std::to_string(options_.zero_stage);
@@ -94,18 +93,13 @@ Trainer::Trainer(const nn::ParameterDict& params, const std::string& optimizer, 
     // Where the shards live is decided here, once; from here on the Trainer calls them the same way.
     // One engine, zero::RankShards, over a group of ranks: the dp group with a piece on the first
     // device or on every device, or this process alone (a group of one) with a piece a device, also
-    // for HYBRID_SHARD, whose pieces are then all-reduced over the dp group. Stage 3 over one
-    // process's devices is zero::ShardedState.
+    // for HYBRID_SHARD, whose pieces are then all-reduced over the dp group.
     const bool devices_only = !processes || options_.shard_over == ShardOver::devices;
     if (!processes && kv_->type() != "device" && kv_->type() != "ring")
       throw ConfigError("Trainer: zero_stage " + stage + " shards the optimizer state over the devices of one process "
                         "and needs kvstore 'device' or 'ring', not '" + kv_->type() + "'");
     const dist::Group dp = options_.dp_group.value_or(dist::Group());
-    if (devices_only && options_.zero_stage == 3) {
-      auto devices = std::make_unique<zero::ShardedState>(state_names_.size());
-      if (processes) devices->replicate_over(dp);
-      zero_ = std::move(devices);
-    } else if (devices_only) {
+    if (devices_only) {
       auto devices = std::make_unique<zero::RankShards>(state_names_.size(), options_.zero_stage, options_.reduce_bucket_mb,
                                                         dist::Group::self(), true);
       if (processes) devices->replicate_over(dp);

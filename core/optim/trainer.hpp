@@ -27,9 +27,9 @@
 // all-gathered into every replica. The same update, the same bits on every replica, 1/N of the state.
 // zero_stage 2 sums the gradients with a reduce-scatter instead of an allreduce: each device ends
 // with the summed gradient of its own shard only, the one part of the sum it reads.
-// With kvstore dist_sync or dist_sync_ring every stage shards over the processes instead, one class
-// for the three (core/optim/zero_dist.hpp): rank r of W keeps chunk r of the flat vector on its first
-// device (stage 3: of each layer's flat vector).
+// With kvstore dist_sync or dist_sync_ring every stage shards over the processes instead: rank r of W
+// keeps chunk r of the flat vector on its first device (stage 3: of each layer's flat vector). One
+// class holds every stage wherever the shards live (zero::RankShards, core/optim/zero.hpp).
 #pragma once
 #include <map>
 #include <memory>
@@ -46,7 +46,7 @@
 namespace d2l::optim {
 
 namespace zero {
-class RankShards;    // core/optim/zero_dist.hpp
+class RankShards;    // core/optim/zero.hpp
 }
 
 // The optimizer's hyperparameters, Gluon's optimizer_params: SGD reads learning_rate, momentum and wd;
@@ -57,7 +57,7 @@ class RankShards;    // core/optim/zero_dist.hpp
 // holds the shards, FSDP's sharding strategies with a process per machine.
 //   ranks        the shards are the ranks (the dp_group, else the world); a process's devices are
 //                replicas of each other, the rank's chunk of the state on its first device
-//                (core/optim/zero_dist.hpp);
+//                (core/optim/zero.hpp);
 //   devices      HYBRID_SHARD: the shards are each process's devices, replicated over the ranks:
 //                device i of every rank keeps shard i, whose summed gradient is all-reduced over the
 //                ranks before its update (core/optim/zero.hpp, replicate_over); at stage 3 the
@@ -89,7 +89,7 @@ struct OptimizerOptions {
   // 1 ZeRO stage 1: device i of N keeps, and updates, the state of shard i only (core/optim/zero.hpp);
   //   needs kvstore 'device' or 'ring' and every trainable parameter on the same devices.
   //   With kvstore 'dist_sync' or 'dist_sync_ring', the shards are the processes: rank r of W keeps
-  //   the state of chunk r (dist::chunk_begin's split) on its first device (core/optim/zero_dist.hpp;
+  //   the state of chunk r (dist::chunk_begin's split) on its first device (core/optim/zero.hpp;
   //   a process's other devices hold replicas of its parameters, unless shard_over says otherwise),
   //   updates it after a
   //   reduce-scatter (or the buckets' allreduce), then dist::allgather; state_dict() is then a collective.
@@ -100,17 +100,18 @@ struct OptimizerOptions {
   //   buffer is released once packed into its bucket (DDP's all-reducing buckets are refused).
   // 3 ZeRO stage 3 (FSDP): the parameters sharded too; the net runs through
   //   optim::FullyShardedDataParallel (core/optim/fsdp.hpp), which gathers each layer's parameters
-  //   just before its forward and its backward and adds each gradient into the shards that own it.
+  //   just before its forward and its backward and adds each gradient into the shards that own it;
+  //   device i keeps shard i of each layer's flat vector.
   //   With kvstore 'dist_sync' or 'dist_sync_ring' the shards are the ranks (of the dp_group, else the
   //   world): rank r keeps chunk r of each unit's flat vector on its first device, its other devices
-  //   holding a unit only while it runs (core/optim/zero_dist.hpp);
+  //   holding a unit only while it runs (core/optim/zero.hpp);
   //   state_dict() is a collective.
   int zero_stage = 0;
   // Stages 1 and 2 over the processes (kvstore dist_sync or dist_sync_ring): the gradients are
   // reduce-scattered in buckets of this many MiB, consecutive parameters from the last one back
   // (DeepSpeed's reduce_bucket_size, DDP's bucket_cap_mb; 0: one reduce-scatter per parameter);
   // at stage 2 each bucket goes during backward once its gradients are complete
-  // (core/optim/zero_dist.hpp). Every bucket size gives the same bits. >= 0.
+  // (core/optim/zero.hpp). Every bucket size gives the same bits. >= 0.
   double reduce_bucket_mb = 25;
   // The grid's groups (core/dist/grid.hpp), over processes. dp_group: the ranks kvstore dist_sync or
   // dist_sync_ring sums the gradients over and, at zero_stage 1 to 3, shards over: a grid's column,

@@ -1,9 +1,9 @@
 #!/bin/sh
 # A rank that fails in the middle of ZeRO's all-gather takes every rank down: runs PROGRAM ARGS as
-# NP ranks under mpirun with D2L_FAIL_RANK_IN_ALLGATHER=1 (core/optim/zero_dist.hpp: rank 1 throws
+# NP ranks under mpirun with D2L_FAIL_RANK_IN_ALLGATHER=1 (core/optim/zero.hpp: rank 1 throws
 # in the all-gather of its second sharded step, while the other ranks wait inside the collective),
 # or with the value given in the environment (1:3: in ZeRO-3's first all-gather of its second step,
-# core/optim/zero_dist.hpp).
+# core/optim/zero.hpp).
 # Every rank must end within 20 s of the start (a sanitizer's slowdown included; about 2 s here), the
 # exit code non-zero, with exactly one stderr line
 # "error: rank 1: ..." naming the all-gather; never a hang, never a crash.
