@@ -95,8 +95,9 @@ void RankShards::gather_alone(size_t u, size_t i) {
   for (size_t p = 0; p < unit.params.size(); ++p) {
     TensorImpl& t = replicas_[unit.params[p]][i].impl();
     if (t.storage) continue;
-    for (const Part& part : unit.pieces[i].parts)
-      if (part.p == p && part.whole) t.storage = part.param.impl().storage;
+    for (size_t j = 0; j < unit.pieces.size(); ++j)  // one holder (the devices replicas): piece 0 on the first
+      for (const Part& part : unit.pieces[j].parts)
+        if (j == i && part.p == p && part.whole) t.storage = part.param.impl().storage;
     if (t.storage) continue;
     {
       MemoryTagScope tag(MemoryTag::gathered);
