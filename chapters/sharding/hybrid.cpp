@@ -61,8 +61,6 @@ std::vector<float> all_replicas(const nn::Block& net) {
   return out;
 }
 
-// n elements split k ways: part i's size (the one split rule, core/comm.hpp's chunk_begin).
-int64_t part_of(int64_t n, int i, int k) { return chunk_begin(n, i + 1, k) - chunk_begin(n, i, k); }
 
 }  // namespace
 

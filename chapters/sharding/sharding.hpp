@@ -157,6 +157,8 @@ HybridResult hybrid_over_ranks(const Config& cfg);
 int print_hybrid(const Config& cfg, const HybridResult& r);
 // Part 1's net: flatten -> Dense(zero_hidden, relu) x zero_layers -> Dense(10) (zero_memory.cpp).
 std::shared_ptr<nn::Sequential> zero_mlp(int64_t features, const Config& cfg);
+// n elements split k ways: part i's size (the one split rule, core/comm.hpp's chunk_begin).
+int64_t part_of(int64_t n, int64_t i, int64_t k);
 // Psi'_i: what holder i of n keeps at stage 3, where each of the net's layers (FSDP's unit) is split
 // over the holders by itself: shard i of each layer's Psi_u (core/comm.hpp's chunk_begin), added up.
 int64_t unit_shard(const nn::Sequential& net, int64_t i, int64_t n);

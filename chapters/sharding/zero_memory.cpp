@@ -75,12 +75,14 @@ std::shared_ptr<nn::Sequential> zero_mlp(int64_t features, const Config& cfg) {
   return net;
 }
 
+int64_t part_of(int64_t n, int64_t i, int64_t k) { return chunk_begin(n, i + 1, k) - chunk_begin(n, i, k); }
+
 int64_t unit_shard(const nn::Sequential& net, int64_t i, int64_t n) {
   int64_t held = 0;
   for (auto& [name, layer] : net.children()) {
     int64_t psi_u = 0;
     for (auto& p : layer->collect_params().trainable()) psi_u += p->list_data()[0].numel();
-    held += chunk_begin(psi_u, i + 1, n) - chunk_begin(psi_u, i, n);
+    held += part_of(psi_u, i, n);
   }
   return held;
 }
@@ -158,8 +160,7 @@ ZeroResult zero_memory(const Config& cfg) {
       for (size_t i = 0; i < devices.size(); ++i) {
         const MemoryStats now = runtime(devices[i]).allocator->stats();
         auto held = [&](MemoryTag t) { return now.held(t) - before[i].held(t); };
-        const int64_t shard = stage == 3 ? unit_shard(*net, int64_t(i), n)
-                                         : result.psi * int64_t(i + 1) / n - result.psi * int64_t(i) / n;
+        const int64_t shard = stage == 3 ? unit_shard(*net, int64_t(i), n) : part_of(result.psi, int64_t(i), n);
         MemoryRow row{n, stage, devices[i]};
         row.parameter_bytes = held(MemoryTag::parameters);
         row.gradient_bytes = held(MemoryTag::gradients);

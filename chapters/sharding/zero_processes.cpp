@@ -59,8 +59,6 @@ std::vector<float> flat_parameters(const nn::Block& net) {
   return out;
 }
 
-// Psi_r: rank r's chunk of Psi elements, dist::chunk_begin's split.
-int64_t chunk_of_rank(int64_t psi, int r) { return dist::chunk_begin(psi, r + 1) - dist::chunk_begin(psi, r); }
 
 // The bytes each rank sent a step (dist::collective_counters), the largest over the ranks and their
 // total, beside the paper's: per rank (W-1)/W * k * 4 Psi, k = 2 at stages 0 to 2 and 3 at stage 3
@@ -178,7 +176,7 @@ ZeroRanksResult zero_memory_over_ranks(const Config& cfg) {
     constexpr size_t kFigures = 8;
     for (int r = 0; r < W; ++r) {
       const double* f = &all[static_cast<size_t>(r) * kFigures];
-      const int64_t chunk = stage == 3 ? unit_shard(*net, r, W) : chunk_of_rank(result.psi, r);
+      const int64_t chunk = stage == 3 ? unit_shard(*net, r, W) : part_of(result.psi, r, W);
       MemoryRow row{W, stage, device};
       row.parameter_bytes = int64_t(f[0]), row.gradient_bytes = int64_t(f[1]);
       row.summed_gradient_bytes = int64_t(f[2]), row.state_bytes = int64_t(f[3]), row.gathered_bytes = int64_t(f[4]);

@@ -374,10 +374,10 @@ ShardLayout RankShards::layout() const {
 }
 
 bool RankShards::fits(const std::vector<std::vector<Tensor>>& weights) const {
-  if (!placed() || weights.size() + 1 != offsets().size()) return false;
+  // The replicas laid out (place, shard) against these: the same sizes on the same devices.
+  if (!placed() || weights.size() != replicas_.size()) return false;
   for (size_t k = 0; k < weights.size(); ++k) {
-    if (weights[k].size() != devices_.size() || weights[k][0].numel() != offsets()[k + 1] - offsets()[k])
-      return false;
+    if (weights[k].size() != devices_.size() || weights[k][0].numel() != replicas_[k][0].numel()) return false;
     for (size_t i = 0; i < weights[k].size(); ++i)
       if (weights[k][i].device() != devices_[i]) return false;
   }

@@ -25,12 +25,7 @@ void RankShards::shard_parameters(const StepInput& in, const std::vector<std::ve
 void RankShards::shard(const std::vector<std::vector<Tensor>>& weights, const std::vector<std::string>& names,
                        const std::vector<std::vector<size_t>>& units, std::vector<std::vector<std::vector<float>>>& host) {
   if (placed()) {  // the pieces stay; a loaded state, if one waits, replaces the state
-    bool same = weights.size() == replicas_.size();
-    for (size_t k = 0; same && k < weights.size(); ++k) {
-      same = weights[k].size() == devices_.size() && weights[k][0].numel() == replicas_[k][0].numel();
-      for (size_t i = 0; same && i < devices_.size(); ++i) same = weights[k][i].device() == devices_[i];
-    }
-    if (!same)
+    if (!fits(weights))
       throw ConfigError("Trainer: zero_stage 3 keeps the parameters where they were sharded, " + str(devices_) +
                         "; they cannot move (reset_ctx) afterwards");
     if (loaded_state_waits(host)) place_state(names, host);
