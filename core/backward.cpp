@@ -11,9 +11,15 @@
 
 namespace d2l {
 
+// a + b for 16-bit gradients: added in float32 and rounded once, as a GPU adds two halves.
+static Tensor add16(const Tensor& a, const Tensor& b) {
+  return cast(add(cast(a, DType::f32), cast(b, DType::f32)), a.dtype());
+}
+
 // Adds one gradient into a leaf's accumulated gradient (an optimiser or zero_grad() resets it).
 static void add_into_leaf(TensorImpl& leaf, const Tensor& g) {
-  if (leaf.grad) add_(Tensor(leaf.grad), g);
+  if (leaf.grad && leaf.dtype != DType::f32) add16(Tensor(leaf.grad), g).copyto(Tensor(leaf.grad));
+  else if (leaf.grad) add_(Tensor(leaf.grad), g);
   else {
     MemoryTagScope tag(MemoryTag::gradients);
     leaf.grad = g.clone().ptr();
@@ -32,7 +38,9 @@ void DeferWeightGrads::run(std::vector<Work>& work) {
 
 // Sums gradients arriving at one place. A new tensor is made rather than adding in place: a
 // backward may hand the same tensor to several inputs (add passes grad_out through).
-static void accumulate(Tensor& slot, const Tensor& g) { slot = slot.defined() ? add(slot, g) : g; }
+static void accumulate(Tensor& slot, const Tensor& g) {
+  slot = !slot.defined() ? g : slot.dtype() == DType::f32 ? add(slot, g) : add16(slot, g);
+}
 
 void backward(const Tensor& root) {
   if (root.numel() != 1)

@@ -11,6 +11,7 @@
 #include "core/autograd.hpp"
 #include "core/gpu/cuda_layer.hpp"
 #include "core/runtime.hpp"
+#include "kernels/cpu/float16.hpp"
 
 namespace d2l {
 
@@ -161,6 +162,15 @@ Tensor Tensor::arange(int64_t n, Device d) {
 
 std::vector<float> Tensor::to_vector() const {
   std::vector<float> out(static_cast<size_t>(numel()));
+  if (dtype() == DType::bf16 || dtype() == DType::f16) {
+    std::vector<uint16_t> bits(out.size());
+    data16();  // dtype check
+    copy_to_host(*this, bits.data(), bits.size() * 2);
+    const bool bf16 = dtype() == DType::bf16;
+    for (size_t i = 0; i < out.size(); ++i)
+      out[i] = bf16 ? kernels::cpu::float_from_bf16(bits[i]) : kernels::cpu::float_from_f16(bits[i]);
+    return out;
+  }
   copy_to_host(*this, out.data(), out.size() * 4);
   return out;
 }
@@ -182,7 +192,7 @@ Tensor Tensor::to(Device d) const {
   Tensor out = empty(shape(), d, dtype());
   copy_between(*this, out);
   Device src = device();
-  if (dtype() == DType::f32)
+  if (is_float(dtype()))
     record(out, "copy", {*this}, [src](const Tensor& g) { return std::vector<Tensor>{g.to(src)}; });
   return out;
 }
@@ -190,7 +200,7 @@ Tensor Tensor::to(Device d) const {
 Tensor Tensor::clone() const {
   Tensor out = empty(shape(), device(), dtype());
   copy_between(*this, out);
-  if (dtype() == DType::f32) record(out, "clone", {*this}, [](const Tensor& g) { return std::vector<Tensor>{g}; });
+  if (is_float(dtype())) record(out, "clone", {*this}, [](const Tensor& g) { return std::vector<Tensor>{g}; });
   return out;
 }
 

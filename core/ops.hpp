@@ -29,6 +29,12 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans
 // Gluon's Dense: x (N, in) @ w^T with w (out, in), plus b (out).
 Tensor dense(const Tensor& x, const Tensor& w, const Tensor& b);
 
+// ---- op cast: the values in another floating-point type (float32, bfloat16, float16), rounded to nearest even
+// x.to(dtype) in PyTorch: x itself when it has that type already; narrowing rounds as
+// kernels/cpu/float16.hpp says (overflow to infinity), widening is exact; between bfloat16 and float16
+// through float32 (exact, then one rounding). The gradient is cast back to x's type (as PyTorch's).
+Tensor cast(const Tensor& x, DType t);
+
 // ---- op bias_add: x (N, C, ...) + b (C), the bias broadcast along axis 1
 // dense: (N, F) + (F); conv: (N, C, H, W) + (C).
 Tensor bias_add(const Tensor& x, const Tensor& b);

@@ -20,7 +20,7 @@ Tensor Tensor::empty(const Shape& shape, Device d, DType t) {
   p->dtype = t;
   p->device = d;
   DeviceRuntime& rt = runtime(d);
-  const size_t bytes = static_cast<size_t>(d2l::numel(shape)) * 4;
+  const size_t bytes = static_cast<size_t>(d2l::numel(shape)) * dtype_size(t);
   p->storage = std::make_shared<Storage>(rt.allocator, bytes, rt.compute.clock());  // for compute's work
   if (fill_nan() && bytes > 0) {  // NaN everywhere, in stream order (the block's last readers may be queued)
     void* ptr = p->storage->ptr;
@@ -52,16 +52,31 @@ void check_has_memory(const Tensor& t) {
   if (!t.impl().storage) throw_released(t.impl());
 }
 
-float* Tensor::data() const {
-  if (impl().dtype != DType::f32) throw ShapeError("expected a float32 tensor, got int32 " + d2l::str(shape()));
-  if (!impl().storage) throw_released(impl());
-  return static_cast<float*>(impl().storage->ptr);
+size_t dtype_size(DType t) { return t == DType::bf16 || t == DType::f16 ? 2 : 4; }
+
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::f32: return "float32";
+    case DType::i32: return "int32";
+    case DType::bf16: return "bfloat16";
+    case DType::f16: return "float16";
+  }
+  return "?";
 }
 
-int32_t* Tensor::labels() const {
-  if (impl().dtype != DType::i32) throw ShapeError("expected an int32 tensor, got float32 " + d2l::str(shape()));
-  if (!impl().storage) throw_released(impl());
-  return static_cast<int32_t*>(impl().storage->ptr);
+// The memory of t, whose dtype must be one of `want` (named in the error).
+static void* memory_of(const TensorImpl& t, bool ok, const char* want) {
+  if (!ok) throw ShapeError(std::string("expected a ") + want + " tensor, got " + dtype_name(t.dtype) + " " + d2l::str(t.shape));
+  if (!t.storage) throw_released(t);
+  return t.storage->ptr;
+}
+
+float* Tensor::data() const { return static_cast<float*>(memory_of(impl(), dtype() == DType::f32, "float32")); }
+
+int32_t* Tensor::labels() const { return static_cast<int32_t*>(memory_of(impl(), dtype() == DType::i32, "int32")); }
+
+uint16_t* Tensor::data16() const {
+  return static_cast<uint16_t*>(memory_of(impl(), dtype() == DType::bf16 || dtype() == DType::f16, "bfloat16 or float16"));
 }
 
 Tensor& Tensor::requires_grad(bool on) {

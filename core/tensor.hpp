@@ -1,4 +1,5 @@
-// Tensors: float32 data or int32 labels, contiguous row-major (NCHW), living on one device.
+// Tensors: float32 data, int32 labels, or 16-bit floats (bfloat16, float16: kernels/cpu/float16.hpp),
+// contiguous row-major (NCHW), living on one device.
 // A Tensor is a handle (shared); ops enqueue work on the device's streams and return at once.
 // Reading values (to_vector, item) waits for the device.
 // The methods live on the floor of what they do: the handle and its memory here (core/tensor.cpp);
@@ -17,7 +18,10 @@
 
 namespace d2l {
 
-enum class DType { f32, i32 };
+enum class DType { f32, i32, bf16, f16 };
+size_t dtype_size(DType t);       // bytes per element: 4, 4, 2, 2
+const char* dtype_name(DType t);  // "float32", "int32", "bfloat16", "float16" (PyTorch's names)
+inline bool is_float(DType t) { return t != DType::i32; }  // what carries gradients
 
 struct Node;  // core/autograd.hpp
 
@@ -57,9 +61,10 @@ class Tensor {
   // Raw device pointers, for kernels (valid now; contents valid once queued work has run).
   float* data() const;
   int32_t* labels() const;
+  uint16_t* data16() const;  // a bfloat16 or float16 tensor's bits
   const std::shared_ptr<Storage>& storage() const { return impl().storage; }
 
-  // Waits for the device, then copies the values to the host.
+  // Waits for the device, then copies the values to the host (16-bit floats widened, exactly).
   std::vector<float> to_vector() const;
   std::vector<int32_t> to_labels() const;
   float item() const;  // the value of a one-element tensor

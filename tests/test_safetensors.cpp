@@ -14,6 +14,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -24,6 +26,7 @@
 
 #include "core/checkpoint/parameters_file.hpp"
 #include "core/rng.hpp"
+#include "kernels/cpu/float16.hpp"
 #include "core/runtime.hpp"
 #include "tests/check.hpp"
 
@@ -173,6 +176,10 @@ TEST_CASE("round trip: bitwise, several shapes and dtypes, through a file") {
   f.tensors["special"] = FileTensor::from_floats({2, 3}, special);
   f.tensors["labels"] = FileTensor::from_ints(FileDtype::i32, {5}, {0, -1, 2147483647, -2147483648LL, 9});
   f.tensors["bn.num_batches_tracked"] = FileTensor::from_ints(FileDtype::i64, {}, {123456789012345LL});
+  // 16-bit floats: every class (zeros, a subnormal, 1, the largest, infinity, NaNs with payloads).
+  const std::vector<uint16_t> halves{0x0000, 0x8000, 0x0001, 0x3C00, 0x7BFF, 0xFC00, 0x7E01, 0xFFFF};
+  f.tensors["half.bf16"] = FileTensor::from_bits16(FileDtype::bf16, {2, 4}, halves);
+  f.tensors["half.f16"] = FileTensor::from_bits16(FileDtype::f16, {8}, halves);
   f.metadata = {{"format", "pt"}, {"note", "line\nbreak \"quoted\" \xc3\xa9"}};
 
   std::string path = dir + "/round.safetensors";
@@ -190,9 +197,38 @@ TEST_CASE("round trip: bitwise, several shapes and dtypes, through a file") {
   }
   CHECK(g.tensors["labels"].ints() == std::vector<int64_t>{0, -1, 2147483647, -2147483648LL, 9});
   CHECK(g.tensors["bn.num_batches_tracked"].ints() == std::vector<int64_t>{123456789012345LL});
+  CHECK(g.tensors["half.f16"].bits16() == halves);
+  // floats() widens 16-bit values exactly: float16 0x3C00 is 1, 0x7BFF 65504, 0x0001 2^-24; bfloat16
+  // 0x3C00 is 2^-7, 0x7BFF 0x7BFF0000's float.
+  const std::vector<float> f16 = g.tensors["half.f16"].floats(), bf16 = g.tensors["half.bf16"].floats();
+  CHECK(f16[3] == 1.0f);
+  CHECK(f16[4] == 65504.0f);
+  CHECK(f16[2] == std::ldexp(1.0f, -24));
+  CHECK(std::isinf(f16[5]));
+  CHECK(std::isnan(f16[6]));
+  CHECK(bf16[3] == std::ldexp(1.0f, -7));
+  CHECK(bf16[4] == std::bit_cast<float>(0x7BFF0000u));
+  CHECK_THROWS_WITH_AS(g.tensors["labels"].floats(), "tensor has dtype I32, expected F32, BF16 or F16", FileError);
+  CHECK_THROWS_WITH_AS(g.tensors["special"].bits16(), "tensor has dtype F32, expected BF16 or F16", FileError);
   // Writing what was read gives the same bytes again.
   CHECK(safetensors_bytes(g) == read_file(path));
   fs::remove_all(dir);
+}
+
+TEST_CASE("the writer orders dtypes as the reference does: I64, F32, I32, BF16, F16, then names") {
+  SafetensorsFile f;
+  f.tensors["a"] = FileTensor::from_bits16(FileDtype::f16, {1}, {0x3C00});
+  f.tensors["b"] = FileTensor::from_bits16(FileDtype::bf16, {1}, {0x3F80});
+  f.tensors["c"] = FileTensor::from_ints(FileDtype::i32, {1}, {3});
+  f.tensors["d"] = FileTensor::from_floats({1}, {4.0f});
+  f.tensors["e"] = FileTensor::from_ints(FileDtype::i64, {1}, {5});
+  f.tensors["f"] = FileTensor::from_bits16(FileDtype::f16, {1}, {0x4000});
+  const std::string h = safetensors_header(f);
+  std::vector<size_t> at;
+  for (const char* name : {"\"e\"", "\"d\"", "\"c\"", "\"b\"", "\"a\"", "\"f\""}) at.push_back(h.find(name));
+  CHECK(std::is_sorted(at.begin(), at.end()));
+  CHECK(h.find(R"("b":{"dtype":"BF16","shape":[1],"data_offsets":[16,18]})") != std::string::npos);
+  CHECK(h.find(R"("f":{"dtype":"F16","shape":[1],"data_offsets":[20,22]})") != std::string::npos);
 }
 
 TEST_CASE("a hand-written file in PyTorch's naming loads into a matching net, shapes inferred") {
@@ -336,7 +372,7 @@ TEST_CASE("corrupt files: one line naming the file and the problem; the net is u
       {"no shape", with([](json& j) { j["1.weight"].erase("shape"); }), "tensor '1.weight' has no \"shape\"", true},
       {"no data_offsets", with([](json& j) { j["0.weight"].erase("data_offsets"); }), "tensor '0.weight' has no \"data_offsets\"", true},
       {"unknown dtype", with([](json& j) { j["0.bias"]["dtype"] = "F33"; }), "tensor '0.bias' has an unknown dtype 'F33'", true},
-      {"dtype not read", with([](json& j) { j["0.bias"]["dtype"] = "F16"; }), "tensor '0.bias' has dtype F16, which this reader does not take", true},
+      {"dtype not read", with([](json& j) { j["0.bias"]["dtype"] = "F64"; }), "tensor '0.bias' has dtype F64, which this reader does not take", true},
       {"dtype not a string", with([](json& j) { j["0.bias"]["dtype"] = 32; }), "tensor '0.bias': dtype is not a string (32)", true},
       {"negative dimension", with([](json& j) { j["0.bias"]["shape"] = {-2}; }), "tensor '0.bias': shape [-2] entry 0 is negative (-2)", true},
       {"fractional dimension", with([](json& j) { j["0.bias"]["shape"] = {2.5}; }), "entry 0 is not a whole number (2.5)", true},
@@ -362,7 +398,7 @@ TEST_CASE("corrupt files: one line naming the file and the problem; the net is u
        "1 tensor in the file that the net does not have: '2.weight'", false},
       {"num_batches_tracked that is not I64", with([](json& j) { j["1.num_batches_tracked"] = {{"dtype", "F32"}, {"shape", json::array()}, {"data_offsets", {56, 60}}}; }, 60),
        "the net does not have: '1.num_batches_tracked'", false},
-      {"dtype mismatch", with([](json& j) { j["0.bias"]["dtype"] = "I32"; }), "tensor '0.bias' has dtype I32, the parameter needs F32", false},
+      {"dtype mismatch", with([](json& j) { j["0.bias"]["dtype"] = "I32"; }), "tensor '0.bias' has dtype I32, the parameter needs F32, BF16 or F16", false},
       {"shape mismatch", with([](json& j) { j["0.weight"]["shape"] = {4}; }), "tensor '0.weight' has shape (4,) but the parameter has shape (2, 2)", false},
       // What the values say: a NaN weight, an infinite running variance (floats 3 and 10 of the data).
       {"a NaN weight", with_value(3, NAN), "tensor '0.weight' has 1 of 4 values that are not finite (the first, at index 1, is nan)", false},
@@ -638,6 +674,22 @@ std::string exchange_with_torch() {
   for (auto& [name, p] : net.collect_params())
     p->set_data(Tensor::from_vector(script_values(name, numel(p->shape()), 1), p->shape(), cpu(0)));
   save_parameters(net, dir + "/from_d2l.safetensors");
+  // Float32 values of every class (all upper halves, lower halves at and around bfloat16's ties and
+  // float16's) and their roundings by kernels/cpu/float16.hpp, for the script to compare with its own.
+  std::vector<float> x;
+  std::vector<uint16_t> bf16, f16;
+  for (uint32_t hi = 0; hi < 0x10000; ++hi)
+    for (uint32_t lo : {0x0000u, 0x1000u, 0x1001u, 0x7FFFu, 0x8000u, 0x8001u}) {
+      x.push_back(std::bit_cast<float>(hi << 16 | lo));
+      bf16.push_back(kernels::cpu::bf16_from_float(x.back()));
+      f16.push_back(kernels::cpu::f16_from_float(x.back()));
+    }
+  SafetensorsFile halves;
+  const Shape shape{static_cast<int64_t>(x.size())};
+  halves.tensors = {{"x", FileTensor::from_floats(shape, x)},
+                    {"x.bf16", FileTensor::from_bits16(FileDtype::bf16, shape, bf16)},
+                    {"x.f16", FileTensor::from_bits16(FileDtype::f16, shape, f16)}};
+  save_safetensors(dir + "/halves_from_d2l.safetensors", halves);
   std::fflush(nullptr);
   int rc = std::system(("'" + d2l::test::python() + "' '" + script + "' '" + dir + "'").c_str());
   REQUIRE(WIFEXITED(rc));
@@ -660,6 +712,29 @@ TEST_CASE("files exchanged with PyTorch" * doctest::skip(!d2l::test::python_can_
   }
   CHECK(load_safetensors(dir + "/from_torch.safetensors").tensors.at("1.num_batches_tracked").ints() ==
         std::vector<int64_t>{7});
+  // PyTorch's bfloat16 and float16 roundings are ours, bit for bit (NaNs as NaNs).
+  SafetensorsFile halves = load_safetensors(dir + "/halves_from_torch.safetensors");
+  const std::vector<float> y = halves.tensors.at("y").floats();
+  const std::vector<uint16_t> bf16 = halves.tensors.at("y.bf16").bits16(), f16 = halves.tensors.at("y.f16").bits16();
+  CHECK(halves.tensors.at("y.bf16").dtype == FileDtype::bf16);
+  CHECK(halves.tensors.at("y.f16").dtype == FileDtype::f16);
+  REQUIRE(y.size() == bf16.size());
+  REQUIRE(y.size() == f16.size());
+  int differ = 0;
+  for (size_t i = 0; i < y.size(); ++i)
+    differ += bf16[i] != kernels::cpu::bf16_from_float(y[i]) || f16[i] != kernels::cpu::f16_from_float(y[i]);
+  CHECK(differ == 0);
+  // PyTorch's model in bfloat16 loads into the float32 net, widened: the values of step 2 rounded.
+  Net wide(4, 0);
+  wide.initialize(Init::Uniform(), {cpu(0)});
+  load_parameters(wide, dir + "/from_torch_bf16.safetensors");
+  CHECK(load_safetensors(dir + "/from_torch_bf16.safetensors").tensors.at("0.weight").dtype == FileDtype::bf16);
+  for (auto& [name, p] : wide.collect_params()) {
+    CAPTURE(name);
+    std::vector<float> want = script_values(name, numel(p->shape()), -1);
+    for (float& v : want) v = kernels::cpu::float_from_bf16(kernels::cpu::bf16_from_float(v));
+    CHECK(same_bits(p->data(cpu(0)).to_vector(), want));
+  }
   fs::remove_all(dir);
 }
 

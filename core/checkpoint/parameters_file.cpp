@@ -98,9 +98,9 @@ std::vector<ParameterValues> match_parameters(const nn::ParameterDict& params, c
     throw ParameterError(path + ": " + std::to_string(unexpected.size()) + " tensor" + (unexpected.size() > 1 ? "s" : "") +
                          " in the file that the net does not have: " + name_list(unexpected));
   for (auto& [p, t] : out) {
-    if (t->dtype != FileDtype::f32)
+    if (!is_float(t->dtype))  // BF16 and F16 are widened into the float32 parameter (exactly)
       throw ParameterError(path + ": tensor '" + p->name() + "' has dtype " + dtype_name(t->dtype) +
-                           ", the parameter needs F32");
+                           ", the parameter needs F32, BF16 or F16");
     if (!fits(*p, t->shape))
       throw ParameterError(path + ": tensor '" + p->name() + "' has shape " + str(t->shape) +
                            " but the parameter has shape " + shape_text(p->shape()));

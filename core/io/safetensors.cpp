@@ -8,6 +8,8 @@
 #include <set>
 #include <tuple>
 
+#include "kernels/cpu/float16.hpp"
+
 namespace d2l::io {
 
 static_assert(std::endian::native == std::endian::little,
@@ -20,11 +22,15 @@ const char* dtype_name(FileDtype t) {
     case FileDtype::f32: return "F32";
     case FileDtype::i32: return "I32";
     case FileDtype::i64: return "I64";
+    case FileDtype::bf16: return "BF16";
+    case FileDtype::f16: return "F16";
   }
   return "?";
 }
 
-size_t dtype_size(FileDtype t) { return t == FileDtype::i64 ? 8 : 4; }
+size_t dtype_size(FileDtype t) { return t == FileDtype::i64 ? 8 : t == FileDtype::bf16 || t == FileDtype::f16 ? 2 : 4; }
+
+bool is_float(FileDtype t) { return t == FileDtype::f32 || t == FileDtype::bf16 || t == FileDtype::f16; }
 
 FileTensor FileTensor::from_floats(Shape shape, const std::vector<float>& values) {
   if (static_cast<int64_t>(values.size()) != numel(shape))
@@ -35,7 +41,7 @@ FileTensor FileTensor::from_floats(Shape shape, const std::vector<float>& values
 }
 
 FileTensor FileTensor::from_ints(FileDtype dtype, Shape shape, const std::vector<int64_t>& values) {
-  if (dtype == FileDtype::f32) throw ShapeError("FileTensor::from_ints: dtype must be I32 or I64");
+  if (is_float(dtype)) throw ShapeError("FileTensor::from_ints: dtype must be I32 or I64");
   if (static_cast<int64_t>(values.size()) != numel(shape))
     throw ShapeError("FileTensor: " + std::to_string(values.size()) + " values do not fill shape " + str(shape));
   FileTensor t{dtype, std::move(shape), std::vector<unsigned char>(values.size() * dtype_size(dtype))};
@@ -49,15 +55,39 @@ FileTensor FileTensor::from_ints(FileDtype dtype, Shape shape, const std::vector
   return t;
 }
 
+FileTensor FileTensor::from_bits16(FileDtype dtype, Shape shape, const std::vector<uint16_t>& bits) {
+  if (dtype != FileDtype::bf16 && dtype != FileDtype::f16) throw ShapeError("FileTensor::from_bits16: dtype must be BF16 or F16");
+  if (static_cast<int64_t>(bits.size()) != numel(shape))
+    throw ShapeError("FileTensor: " + std::to_string(bits.size()) + " values do not fill shape " + str(shape));
+  FileTensor t{dtype, std::move(shape), std::vector<unsigned char>(bits.size() * 2)};
+  if (!bits.empty()) std::memcpy(t.bytes.data(), bits.data(), t.bytes.size());
+  return t;
+}
+
+std::vector<uint16_t> FileTensor::bits16() const {
+  if (dtype != FileDtype::bf16 && dtype != FileDtype::f16)
+    throw FileError(std::string("tensor has dtype ") + dtype_name(dtype) + ", expected BF16 or F16");
+  std::vector<uint16_t> v(bytes.size() / 2);
+  if (!v.empty()) std::memcpy(v.data(), bytes.data(), v.size() * 2);
+  return v;
+}
+
 std::vector<float> FileTensor::floats() const {
-  if (dtype != FileDtype::f32) throw FileError(std::string("tensor has dtype ") + dtype_name(dtype) + ", expected F32");
+  if (dtype == FileDtype::bf16 || dtype == FileDtype::f16) {
+    std::vector<float> v;
+    for (uint16_t h : bits16())
+      v.push_back(dtype == FileDtype::bf16 ? kernels::cpu::float_from_bf16(h) : kernels::cpu::float_from_f16(h));
+    return v;
+  }
+  if (dtype != FileDtype::f32)
+    throw FileError(std::string("tensor has dtype ") + dtype_name(dtype) + ", expected F32, BF16 or F16");
   std::vector<float> v(bytes.size() / 4);
   if (!v.empty()) std::memcpy(v.data(), bytes.data(), v.size() * 4);
   return v;
 }
 
 std::vector<int64_t> FileTensor::ints() const {
-  if (dtype == FileDtype::f32) throw FileError("tensor has dtype F32, expected I32 or I64");
+  if (is_float(dtype)) throw FileError(std::string("tensor has dtype ") + dtype_name(dtype) + ", expected I32 or I64");
   size_t size = dtype_size(dtype);
   std::vector<int64_t> v(bytes.size() / size);
   for (size_t i = 0; i < v.size(); ++i) {
@@ -99,9 +129,18 @@ std::string json_string(const std::string& s, const std::string& source) {
   }
 }
 
-// The reference writer's order: larger dtypes first (in its enum: ... I32 < U32 < F32 < F64 < I64 ...),
-// then by name.
-int dtype_rank(FileDtype t) { return t == FileDtype::i64 ? 0 : t == FileDtype::f32 ? 1 : 2; }
+// The reference writer's order: later dtypes of its enum first (... F16 < BF16 < I32 < U32 < F32 < F64 <
+// I64 ...), then by name.
+int dtype_rank(FileDtype t) {
+  switch (t) {
+    case FileDtype::i64: return 0;
+    case FileDtype::f32: return 1;
+    case FileDtype::i32: return 2;
+    case FileDtype::bf16: return 3;
+    case FileDtype::f16: return 4;
+  }
+  return 5;
+}
 
 using Entry = std::pair<const std::string, FileTensor>;
 
@@ -234,9 +273,10 @@ Info parse_entry(const std::string& name, const json& v, uint64_t data_size, con
   if (d == "F32") info.dtype = FileDtype::f32;
   else if (d == "I32") info.dtype = FileDtype::i32;
   else if (d == "I64") info.dtype = FileDtype::i64;
-  else if (std::set<std::string>{"BOOL", "U8", "I8", "F8_E5M2", "F8_E4M3", "I16", "U16", "F16", "BF16", "U32", "F64",
-                                 "U64"}.count(d))
-    fail(source, t + " has dtype " + d + ", which this reader does not take (F32, I32 or I64)");
+  else if (d == "BF16") info.dtype = FileDtype::bf16;
+  else if (d == "F16") info.dtype = FileDtype::f16;
+  else if (std::set<std::string>{"BOOL", "U8", "I8", "F8_E5M2", "F8_E4M3", "I16", "U16", "U32", "F64", "U64"}.count(d))
+    fail(source, t + " has dtype " + d + ", which this reader does not take (F32, BF16, F16, I32 or I64)");
   else fail(source, t + " has an unknown dtype " + show_name(d));
 
   const json& sh = v["shape"];

@@ -8,11 +8,12 @@
 //   bytes [8 + N, end)  the tensors' raw bytes, little-endian, C order; data_offsets count from 8 + N
 //
 // Writer: what the reference writer (safetensors' Rust `serialize`) writes, byte for byte: compact
-// JSON, "__metadata__" first, tensors ordered by dtype size (largest first) then by name, the data in
+// JSON, "__metadata__" first, tensors ordered by dtype (the reference's order, I64, F32, I32, BF16,
+// F16: larger first) then by name, the data in
 // that same order with no gaps, the header padded with spaces to a multiple of 8 bytes so every
 // tensor starts 8-byte aligned. The file is written atomically (core/io/atomic_file.hpp).
 //
-// Reader: F32, I32 and I64 tensors. It checks everything and throws FileError with one line naming
+// Reader: F32, BF16, F16, I32 and I64 tensors. It checks everything and throws FileError with one line naming
 // the file and the problem: too short, header length absurd (> 100 MB, as the reference) or beyond
 // the file, header not UTF-8 JSON or not an object, repeated names, an entry missing or mistyping
 // dtype / shape / data_offsets, a dtype it does not read, negative or fractional dimensions, byte
@@ -32,9 +33,10 @@
 
 namespace d2l::io {
 
-enum class FileDtype { f32, i32, i64 };
-const char* dtype_name(FileDtype t);  // "F32", "I32", "I64": the names in the file
+enum class FileDtype { f32, i32, i64, bf16, f16 };
+const char* dtype_name(FileDtype t);  // "F32", "I32", "I64", "BF16", "F16": the names in the file
 size_t dtype_size(FileDtype t);       // bytes per element
+bool is_float(FileDtype t);           // F32, BF16 or F16
 
 // One tensor of a file: its dtype, shape (() for a scalar) and raw little-endian bytes.
 struct FileTensor {
@@ -44,7 +46,9 @@ struct FileTensor {
 
   static FileTensor from_floats(Shape shape, const std::vector<float>& values);
   static FileTensor from_ints(FileDtype dtype, Shape shape, const std::vector<int64_t>& values);  // i32 or i64
-  std::vector<float> floats() const;   // F32 only (FileError otherwise)
+  static FileTensor from_bits16(FileDtype dtype, Shape shape, const std::vector<uint16_t>& bits);  // bf16 or f16
+  std::vector<float> floats() const;   // F32, or BF16 and F16 widened (exactly); FileError otherwise
+  std::vector<uint16_t> bits16() const;  // BF16 or F16: the values' bits (FileError otherwise)
   std::vector<int64_t> ints() const;   // I32 or I64, widened (FileError otherwise)
 };
 

@@ -19,6 +19,8 @@
 #pragma once
 
 #ifdef __CUDACC__
+#include <cuda_bf16.h>  // __nv_bfloat16, __float2bfloat16_rn, ...; the emulation's: kernels/emu/float16.hpp
+#include <cuda_fp16.h>  // __half, __float2half_rn, ...
 #include <cuda_runtime.h>
 #include <mma.h>
 

@@ -6,6 +6,7 @@
 //   block.hpp     a block: its fibers on one OS thread, barriers, deadlock report, shared memory
 //   shared.hpp    D2L_SHARED / D2L_DYNAMIC_SHARED
 //   builtins.hpp  index variables, barriers, shuffles, atomics, intrinsics, float4
+//   float16.hpp   __nv_bfloat16 and __half, and CUDA's conversions of them
 //   wmma.hpp      tensor cores: nvcuda::wmma's TF32 fragments, as `wmma`
 //   ptx.hpp       cp.async, ldmatrix and mma.sync (m16n8k8 TF32) with PTX's per-lane fragments, as `ptx`
 //   launch.hpp    D2L_LAUNCH's runtime: blocks over the device's threads, the launch log
@@ -13,6 +14,7 @@
 #pragma once
 
 #include "kernels/emu/builtins.hpp"
+#include "kernels/emu/float16.hpp"
 #include "kernels/emu/launch.hpp"
 #include "kernels/emu/ptx.hpp"
 #include "kernels/emu/shared.hpp"
