@@ -5,28 +5,16 @@
 
 namespace d2l::kernels::cpu {
 
-void cast_to_bf16(const Ctx& c, const float* x, uint16_t* y, int64_t n) {
+template <class From, class To>
+static void convert(const Ctx& c, const From* x, To* y, int64_t n, To (*f)(From)) {
   c.parallel_for(n, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) y[i] = bf16_from_float(x[i]);
+    for (int64_t i = b; i < e; ++i) y[i] = f(x[i]);
   });
 }
 
-void cast_to_f16(const Ctx& c, const float* x, uint16_t* y, int64_t n) {
-  c.parallel_for(n, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) y[i] = f16_from_float(x[i]);
-  });
-}
-
-void cast_from_bf16(const Ctx& c, const uint16_t* x, float* y, int64_t n) {
-  c.parallel_for(n, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) y[i] = float_from_bf16(x[i]);
-  });
-}
-
-void cast_from_f16(const Ctx& c, const uint16_t* x, float* y, int64_t n) {
-  c.parallel_for(n, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) y[i] = float_from_f16(x[i]);
-  });
-}
+void cast_to_bf16(const Ctx& c, const float* x, uint16_t* y, int64_t n) { convert(c, x, y, n, bf16_from_float); }
+void cast_to_f16(const Ctx& c, const float* x, uint16_t* y, int64_t n) { convert(c, x, y, n, f16_from_float); }
+void cast_from_bf16(const Ctx& c, const uint16_t* x, float* y, int64_t n) { convert(c, x, y, n, float_from_bf16); }
+void cast_from_f16(const Ctx& c, const uint16_t* x, float* y, int64_t n) { convert(c, x, y, n, float_from_f16); }
 
 }  // namespace d2l::kernels::cpu

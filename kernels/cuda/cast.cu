@@ -8,44 +8,48 @@
 
 namespace D2L_CUDA_NS {
 
-__global__ void cast_to_bf16_kernel(const float* x, uint16_t* y, int64_t n) {
-  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
-    y[i] = __bfloat16_as_ushort(__float2bfloat16_rn(x[i]));
-}
+// The four conversions, as the kernel's template argument.
+struct ToBf16 {
+  using From = float;
+  using To = uint16_t;
+  __device__ uint16_t operator()(float x) const { return __bfloat16_as_ushort(__float2bfloat16_rn(x)); }
+};
+struct ToF16 {
+  using From = float;
+  using To = uint16_t;
+  __device__ uint16_t operator()(float x) const { return __half_as_ushort(__float2half_rn(x)); }
+};
+struct FromBf16 {
+  using From = uint16_t;
+  using To = float;
+  __device__ float operator()(uint16_t x) const { return __bfloat162float(__ushort_as_bfloat16(x)); }
+};
+struct FromF16 {
+  using From = uint16_t;
+  using To = float;
+  __device__ float operator()(uint16_t x) const { return __half2float(__ushort_as_half(x)); }
+};
 
-__global__ void cast_to_f16_kernel(const float* x, uint16_t* y, int64_t n) {
+template <class Convert>
+__global__ void cast_kernel(const typename Convert::From* x, typename Convert::To* y, int64_t n) {
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
-    y[i] = __half_as_ushort(__float2half_rn(x[i]));
-}
-
-__global__ void cast_from_bf16_kernel(const uint16_t* x, float* y, int64_t n) {
-  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
-    y[i] = __bfloat162float(__ushort_as_bfloat16(x[i]));
-}
-
-__global__ void cast_from_f16_kernel(const uint16_t* x, float* y, int64_t n) {
-  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
-    y[i] = __half2float(__ushort_as_half(x[i]));
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) y[i] = Convert()(x[i]);
 }
 
 void cast_to_bf16(Stream stream, const float* x, uint16_t* y, int64_t n) {
-  D2L_LAUNCH_OVER(n, stream, cast_to_bf16_kernel, x, y, n);
+  D2L_LAUNCH_OVER(n, stream, cast_kernel<ToBf16>, x, y, n);
 }
 
 void cast_to_f16(Stream stream, const float* x, uint16_t* y, int64_t n) {
-  D2L_LAUNCH_OVER(n, stream, cast_to_f16_kernel, x, y, n);
+  D2L_LAUNCH_OVER(n, stream, cast_kernel<ToF16>, x, y, n);
 }
 
 void cast_from_bf16(Stream stream, const uint16_t* x, float* y, int64_t n) {
-  D2L_LAUNCH_OVER(n, stream, cast_from_bf16_kernel, x, y, n);
+  D2L_LAUNCH_OVER(n, stream, cast_kernel<FromBf16>, x, y, n);
 }
 
 void cast_from_f16(Stream stream, const uint16_t* x, float* y, int64_t n) {
-  D2L_LAUNCH_OVER(n, stream, cast_from_f16_kernel, x, y, n);
+  D2L_LAUNCH_OVER(n, stream, cast_kernel<FromF16>, x, y, n);
 }
 
 }  // namespace D2L_CUDA_NS
