@@ -25,6 +25,9 @@ using Pair = std::array<int64_t, 2>;  // (height, width)
 
 // ---- linear algebra (core/ops/matmul.cpp, the GEMMs of kernels/cpu/gemm.cpp and kernels/cuda/matmul.cu)
 // a (M, K) @ b (K, N) -> (M, N); trans_a / trans_b use a^T (a stored (K, M)) and b^T (b stored (N, K)).
+// a and b float32, or both bfloat16 or both float16: then the sums are float32's (the 16-bit GEMMs,
+// kernels/cpu/gemm16.cpp, kernels/cuda/matmul16.cu, cuBLAS's GemmEx) and the result is rounded once
+// into their type, as PyTorch's matmul of 16-bit tensors.
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false);
 // Gluon's Dense: x (N, in) @ w^T with w (out, in), plus b (out).
 Tensor dense(const Tensor& x, const Tensor& w, const Tensor& b);

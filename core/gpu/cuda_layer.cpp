@@ -40,6 +40,10 @@ struct Cublas {
   decltype(&cublasSetStream) set_stream;
   decltype(&cublasSetMathMode) set_math_mode;
   decltype(&cublasSgemm) sgemm;
+  // The C entry point (cublas_api.h also declares a C++ overload taking the compute type as a cudaDataType).
+  cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void*,
+                            const void*, cudaDataType, int, const void*, cudaDataType, int, const void*, void*,
+                            cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t);
   decltype(&cublasGetStatusString) status_string;
 };
 const Cublas& cublas() {
@@ -56,6 +60,7 @@ const Cublas& cublas() {
     find(c.set_stream, D2L_NAME(cublasSetStream));
     find(c.set_math_mode, D2L_NAME(cublasSetMathMode));
     find(c.sgemm, D2L_NAME(cublasSgemm));
+    find(c.gemm_ex, D2L_NAME(cublasGemmEx));
     find(c.status_string, D2L_NAME(cublasGetStatusString));
     return c;
   }();
@@ -188,6 +193,17 @@ void sgemm(void* blas, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float 
   ColMajorGemm g = col_major_gemm(ta, tb, M, N, K);
   D2L_CHECK(cublas().sgemm(h, g.trans_first ? CUBLAS_OP_T : CUBLAS_OP_N, g.trans_second ? CUBLAS_OP_T : CUBLAS_OP_N, g.m,
                         g.n, g.k, &alpha, B, g.ld_first, A, g.ld_second, &beta, C, g.ldc));
+}
+
+void gemm16(void* blas, bool bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A,
+            const uint16_t* B, float beta, float* C) {
+  auto h = static_cast<cublasHandle_t>(blas);
+  D2L_CHECK(cublas().set_math_mode(h, CUBLAS_DEFAULT_MATH));
+  const cudaDataType_t t = bf16 ? CUDA_R_16BF : CUDA_R_16F;
+  ColMajorGemm g = col_major_gemm(ta, tb, M, N, K);
+  D2L_CHECK(cublas().gemm_ex(h, g.trans_first ? CUBLAS_OP_T : CUBLAS_OP_N, g.trans_second ? CUBLAS_OP_T : CUBLAS_OP_N,
+                             g.m, g.n, g.k, &alpha, B, t, g.ld_first, A, t, g.ld_second, &beta, C, CUDA_R_32F, g.ldc,
+                             CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 }  // namespace d2l::cuda_layer

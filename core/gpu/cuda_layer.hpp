@@ -52,5 +52,9 @@ struct ColMajorGemm {
 ColMajorGemm col_major_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K);
 void sgemm(void* blas, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
            const float* B, float beta, float* C);
+// cublasGemmEx with A and B bfloat16 (bf16) or float16, C float32, CUBLAS_COMPUTE_32F: the 16-bit GEMM
+// (kernels/cpu/kernels.hpp's gemm16) as the library computes it, on tensor cores.
+void gemm16(void* blas, bool bf16, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A,
+            const uint16_t* B, float beta, float* C);
 
 }  // namespace d2l::cuda_layer

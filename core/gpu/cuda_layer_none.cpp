@@ -17,5 +17,8 @@ void stream_synchronize(int, void*) { not_built(); }
 void* blas_create(int, void*) { not_built(); }
 void copy(void*, int, const void*, int, size_t, void*, bool) { not_built(); }
 void sgemm(void*, bool, bool, int64_t, int64_t, int64_t, float, const float*, const float*, float, float*) { not_built(); }
+void gemm16(void*, bool, bool, bool, int64_t, int64_t, int64_t, float, const uint16_t*, const uint16_t*, float, float*) {
+  not_built();
+}
 
 }  // namespace d2l::cuda_layer

@@ -89,4 +89,17 @@ void run_gemm(const LaunchCtx& c, bool ta, bool tb, int64_t M, int64_t N, int64_
     kernels::cpu::gemm(c.cpu, ta, tb, M, N, K, alpha, A, B, beta, C);
 }
 
+void run_gemm16(const LaunchCtx& c, kernels::cpu::Float16 f, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                float alpha, const uint16_t* A, const uint16_t* B, float beta, float* C) {
+  const int g = g_gemm.load();
+#ifdef D2L_WITH_CUDA
+  if (c.backend == Backend::gpu) {
+    if (g == 0) return cuda_layer::gemm16(c.blas, f == kernels::cpu::Float16::bf16, ta, tb, M, N, K, alpha, A, B, beta, C);
+    return kernels::cuda::gemm16(static_cast<kernels::cuda::Stream>(c.cuda_stream), f, ta, tb, M, N, K, alpha, A, B, beta, C);
+  }
+#endif
+  if (c.backend == Backend::emu && g != 0) kernels::emu::gemm16(&c.cpu, f, ta, tb, M, N, K, alpha, A, B, beta, C);
+  else kernels::cpu::gemm16(c.cpu, f, ta, tb, M, N, K, alpha, A, B, beta, C);
+}
+
 }  // namespace d2l::detail

@@ -86,6 +86,11 @@ Tensor reduce_loss(const Tensor& per_sample, Reduction r);
 void set_gemm(const std::string& name);
 void run_gemm(const LaunchCtx& c, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
           const float* B, float beta, float* C);
+// The same with A and B bfloat16 or float16 and C float32, sums in float32: cuBLAS's GemmEx on gpu(i)
+// ("cublas"; any other choice runs the hand-written kernels/cuda/matmul16.cu, as on emu(i), where
+// "cublas" is the CPU's gemm16 again), kernels/cpu's gemm16 on cpu(i).
+void run_gemm16(const LaunchCtx& c, kernels::cpu::Float16 f, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                float alpha, const uint16_t* A, const uint16_t* B, float beta, float* C);
 
 [[noreturn]] void fail(const char* op, const std::string& msg);  // throws ShapeError "op: msg"
 

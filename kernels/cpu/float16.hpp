@@ -73,4 +73,8 @@ constexpr float float_from_f16(uint16_t h) {
   return std::bit_cast<float>(sign | (static_cast<uint32_t>(e + 112) << 23) | (m << 13));
 }
 
+// Which 16-bit format a kernel's uint16_t values are in (the 16-bit GEMMs take either).
+enum class Float16 { bf16, f16 };
+constexpr float widen(Float16 f, uint16_t h) { return f == Float16::bf16 ? float_from_bf16(h) : float_from_f16(h); }
+
 }  // namespace d2l::kernels::cpu

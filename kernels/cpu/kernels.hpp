@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string>
 #include <vector>
+#include "float16.hpp"
 #include "parallel.hpp"
 
 namespace d2l::kernels::cpu {
@@ -53,6 +54,16 @@ void gemm_packed(const Ctx& c, bool ta, bool tb, int64_t M, int64_t N, int64_t K
 void gemm_openblas(const Ctx& c, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                    const float* B, float beta, float* C);
 void gemm_scale(const Ctx& c, int64_t n, float beta, float* C);  // C = beta * C (0: zeros): an empty product
+
+// ---- gemm16.cpp: gemm's contract with A and B 16-bit (bfloat16 or float16, `f`) and C float32, as
+// tensor cores and cuBLAS's GemmEx (CUBLAS_COMPUTE_32F) compute it: each product of two 16-bit values
+// is exact in float32 (8 + 8 or 11 + 11 significant bits), the sums are float32's.
+//   gemm16_naive  the definition's loops (sums in k's order): the reference
+//   gemm16        op(A) and op(B) widened into float32 scratch, then gemm: the portable member
+void gemm16_naive(const Ctx& c, Float16 f, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                  const uint16_t* A, const uint16_t* B, float beta, float* C);
+void gemm16(const Ctx& c, Float16 f, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A,
+            const uint16_t* B, float beta, float* C);
 
 // ---- blas_check.cpp: the OpenBLAS build loaded (0 serial, 1 pthreads, 2 OpenMP); check_blas() runs
 // once when the first device starts: it pins a threaded build to 1 thread per call, or, for the

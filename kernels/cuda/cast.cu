@@ -1,34 +1,12 @@
 // cast: float32 into bfloat16 or float16 bits, rounded to nearest even, and back (exact); flat
-// arrays of n. The CUDA twin of kernels/cpu/cast.cpp: CUDA's own conversions (cvt.rn.bf16.f32 and
-// cvt.rn.f16.f32 on the GPU; kernels/emu/float16.hpp, the CPU's reference bit for bit, under the
-// emulation). Threads: one element per thread per grid-stride step.
+// arrays of n. The CUDA twin of kernels/cpu/cast.cpp, with CUDA's own conversions (float16.cuh).
+// Threads: one element per thread per grid-stride step.
 #include "kernels/cuda/d2l_cuda.cuh"
 #include "kernels/cuda/kernels.hpp"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/float16.cuh"
 
 namespace D2L_CUDA_NS {
-
-// The four conversions, as the kernel's template argument.
-struct ToBf16 {
-  using From = float;
-  using To = uint16_t;
-  __device__ uint16_t operator()(float x) const { return __bfloat16_as_ushort(__float2bfloat16_rn(x)); }
-};
-struct ToF16 {
-  using From = float;
-  using To = uint16_t;
-  __device__ uint16_t operator()(float x) const { return __half_as_ushort(__float2half_rn(x)); }
-};
-struct FromBf16 {
-  using From = uint16_t;
-  using To = float;
-  __device__ float operator()(uint16_t x) const { return __bfloat162float(__ushort_as_bfloat16(x)); }
-};
-struct FromF16 {
-  using From = uint16_t;
-  using To = float;
-  __device__ float operator()(uint16_t x) const { return __half2float(__ushort_as_half(x)); }
-};
 
 template <class Convert>
 __global__ void cast_kernel(const typename Convert::From* x, typename Convert::To* y, int64_t n) {

@@ -31,6 +31,12 @@ void gemm(Stream stream, GemmKernel kernel, bool ta, bool tb, int64_t M, int64_t
 void gemm_mma(Stream stream, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
               const float* B, float beta, float* C);
 
+// ---- matmul16.cu: gemm's contract with A and B 16-bit (kernels/cpu/kernels.hpp's gemm16): sums in
+// float32, each thread one element of C from 16 x 16 tiles of op(A) and op(B) widened in shared memory.
+using Float16 = ::d2l::kernels::cpu::Float16;
+void gemm16(Stream stream, Float16 f, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A,
+            const uint16_t* B, float beta, float* C);
+
 // ---- fill.cu
 void fill(Stream stream, float* x, int64_t n, float value);
 void copy(Stream stream, const float* src, float* dst, int64_t n);  // also used for int32 via bytes

@@ -1,0 +1,200 @@
+// The 16-bit GEMMs (kernels/cpu/gemm16.cpp, kernels/cuda/matmul16.cu) against a double-precision
+// product of the same 16-bit values, within float32's summation bound; and matmul on bfloat16 and
+// float16 tensors on every device kind, forward and backward, within the 16-bit result's rounding.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+#include "check.hpp"
+#include "core/ops/op.hpp"
+#include "kernels/cpu/kernels.hpp"
+#include "kernels/cpu/thread_pool.hpp"
+#include "kernels/emu/kernels.hpp"
+#include "one_line_error.hpp"
+
+namespace cpu = d2l::kernels::cpu;
+namespace kemu = d2l::kernels::emu;
+using cpu::Float16;
+using Bits = std::vector<uint16_t>;
+
+namespace {
+
+uint16_t round16(Float16 f, float x) { return f == Float16::bf16 ? cpu::bf16_from_float(x) : cpu::f16_from_float(x); }
+
+// n 16-bit values of magnitude about `scale`, from the test LCG.
+Bits values16(Float16 f, int64_t n, uint32_t seed, float scale = 1.0f) {
+  Bits b;
+  for (float v : d2l::test::lcg_data(n, seed)) b.push_back(round16(f, v * scale));
+  return b;
+}
+
+struct Case {
+  bool ta, tb;
+  int64_t M, N, K;
+  float alpha, beta;
+};
+const Case kCases[] = {{false, false, 1, 1, 1, 1, 0},    {false, false, 7, 5, 33, 1, 0}, {true, false, 33, 17, 70, 1, 0},
+                       {false, true, 20, 40, 19, 0.5f, 2}, {true, true, 16, 16, 16, 1, 1},  {false, false, 70, 3, 257, 1, 0},
+                       {false, false, 3, 2, 0, 1, 0.5f}};
+
+// Checks C against alpha * op(A) @ op(B) + beta * C0 computed in double from the widened values:
+// float32 sums of exact products are within K 2^-24 sum_k |a_ik b_kj| of it (plus the rounding of the
+// scaling and of beta C0). Prints the first few misses.
+bool within_float32_sums(const Case& c, Float16 f, const Bits& A, const Bits& B, const std::vector<float>& C0,
+                         const std::vector<float>& C, const char* what) {
+  int bad = 0;
+  for (int64_t i = 0; i < c.M; ++i)
+    for (int64_t j = 0; j < c.N; ++j) {
+      double s = 0, mag = 0;
+      for (int64_t k = 0; k < c.K; ++k) {
+        const double a = cpu::widen(f, c.ta ? A[k * c.M + i] : A[i * c.K + k]);
+        const double b = cpu::widen(f, c.tb ? B[j * c.K + k] : B[k * c.N + j]);
+        s += a * b, mag += std::fabs(a * b);
+      }
+      const double c0 = C0[i * c.N + j], want = c.alpha * s + c.beta * c0;
+      const double bound = (c.K + 2) * std::ldexp(1.0, -24) * (std::fabs(c.alpha) * mag + std::fabs(c.beta * c0)) + 1e-30;
+      if (!(std::fabs(C[i * c.N + j] - want) <= bound) && bad++ < 5)
+        std::printf("  %s: C[%lld][%lld] = %.9g, want %.9g within %.3g\n", what, (long long)i, (long long)j,
+                    double(C[i * c.N + j]), want, bound);
+    }
+  return bad == 0;
+}
+
+template <class Gemm>
+void check_member(const char* what, Gemm gemm) {
+  for (Float16 f : {Float16::bf16, Float16::f16})
+    for (const Case& c : kCases) {
+      CAPTURE(what);
+      CAPTURE(f == Float16::bf16 ? "bfloat16" : "float16");
+      INFO("M " << c.M << " N " << c.N << " K " << c.K << " ta " << c.ta << " tb " << c.tb);
+      const Bits A = values16(f, c.M * c.K, 3), B = values16(f, c.K * c.N, 4);
+      const std::vector<float> C0 = d2l::test::lcg_data(c.M * c.N, 5);
+      std::vector<float> C = C0;
+      gemm(f, c, A, B, C);
+      CHECK(within_float32_sums(c, f, A, B, C0, C, what));
+    }
+}
+
+}  // namespace
+
+TEST_CASE("the CPU's 16-bit GEMMs: float32 sums of the exact products") {
+  check_member("gemm16_naive", [](Float16 f, const Case& c, const Bits& A, const Bits& B, std::vector<float>& C) {
+    cpu::gemm16_naive(cpu::serial_ctx(), f, c.ta, c.tb, c.M, c.N, c.K, c.alpha, A.data(), B.data(), c.beta, C.data());
+  });
+  check_member("gemm16", [](Float16 f, const Case& c, const Bits& A, const Bits& B, std::vector<float>& C) {
+    cpu::gemm16(cpu::serial_ctx(), f, c.ta, c.tb, c.M, c.N, c.K, c.alpha, A.data(), B.data(), c.beta, C.data());
+  });
+}
+
+TEST_CASE("the check tells float16 read as bfloat16 from the right product") {
+  const Case c{false, false, 5, 6, 7, 1, 0};
+  const Bits A = values16(Float16::f16, 35, 3), B = values16(Float16::f16, 42, 4);
+  std::vector<float> C0(30, 0.0f), C(30);
+  cpu::gemm16_naive(cpu::serial_ctx(), Float16::bf16, false, false, 5, 6, 7, 1, A.data(), B.data(), 0, C.data());
+  CHECK_FALSE(within_float32_sums(c, Float16::f16, A, B, C0, C, "wrong format (expected to fail)"));
+}
+
+TEST_CASE("gemm16 gives the same bits on one thread and on two") {
+  cpu::ThreadPool pool(1);
+  const cpu::Ctx two{2, &pool};
+  const Bits A = values16(Float16::bf16, 96 * 80, 7), B = values16(Float16::bf16, 80 * 64, 8);
+  std::vector<float> one(96 * 64), both(96 * 64);
+  cpu::gemm16(cpu::serial_ctx(), Float16::bf16, false, true, 96, 64, 80, 1, A.data(), B.data(), 0, one.data());
+  cpu::gemm16(two, Float16::bf16, false, true, 96, 64, 80, 1, A.data(), B.data(), 0, both.data());
+  CHECK(one == both);
+}
+
+TEST_CASE("the emulated 16-bit GEMM (kernels/cuda/matmul16.cu): float32 sums of the exact products") {
+  check_member("emulated gemm16", [](Float16 f, const Case& c, const Bits& A, const Bits& B, std::vector<float>& C) {
+    kemu::gemm16(nullptr, f, c.ta, c.tb, c.M, c.N, c.K, c.alpha, A.data(), B.data(), c.beta, C.data());
+  });
+}
+
+// ---- matmul on 16-bit tensors: float32 sums rounded once into the operands' type. Against the
+// double product: within half a unit of the 16-bit result (2^-8 relative for bfloat16, 2^-11 for
+// float16) plus float32's summation bound. On cpu(0), emu(0) with the library choice (the CPU's
+// gemm16) and with the hand-written kernel (--gemm tiled), and gpu(0) where there is one (cuBLAS).
+namespace {
+
+struct Run {
+  d2l::Device device;
+  const char* gemm;
+};
+
+std::vector<Run> runs() {
+  std::vector<Run> r{{d2l::cpu(0), "auto"}, {d2l::emu(0), "auto"}, {d2l::emu(0), "tiled"}};
+  if (d2l::num_gpus() > 0) r.push_back({d2l::gpu(0), "auto"}), r.push_back({d2l::gpu(0), "tiled"});
+  return r;
+}
+
+// y (M, N) against op(a) @ op(b) in double, a and b given as floats (16-bit values widened).
+bool product_ok(d2l::DType t, const std::vector<float>& a, const std::vector<float>& b, const std::vector<float>& y,
+                bool ta, bool tb, int64_t M, int64_t N, int64_t K) {
+  const double half_unit = std::ldexp(1.0, t == d2l::DType::bf16 ? -8 : -11);
+  int bad = 0;
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      double s = 0, mag = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        const double p = double(ta ? a[k * M + i] : a[i * K + k]) * (tb ? b[j * K + k] : b[k * N + j]);
+        s += p, mag += std::fabs(p);
+      }
+      const double bound = half_unit * std::fabs(s) + (K + 1) * std::ldexp(1.0, -24) * mag * (1 + half_unit) + 1e-30;
+      if (!(std::fabs(y[i * N + j] - s) <= bound) && bad++ < 5)
+        std::printf("  y[%lld][%lld] = %.9g, want %.9g within %.3g\n", (long long)i, (long long)j, double(y[i * N + j]),
+                    s, bound);
+    }
+  return bad == 0;
+}
+
+std::vector<float> transpose(const std::vector<float>& x, int64_t rows, int64_t cols) {
+  std::vector<float> t(x.size());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) t[c * rows + r] = x[r * cols + c];
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("matmul on bfloat16 and float16 tensors, forward and backward, on every device kind") {
+  const int64_t M = 9, K = 40, N = 7;
+  for (const Run& run : runs()) {
+    d2l::detail::set_gemm(run.gemm);
+    for (d2l::DType t : {d2l::DType::bf16, d2l::DType::f16}) {
+      CAPTURE(run.device.str());
+      CAPTURE(run.gemm);
+      CAPTURE(d2l::dtype_name(t));
+      d2l::Tensor a32 = d2l::Tensor::from_vector(d2l::test::lcg_data(M * K, 11), {M, K}, run.device);
+      d2l::Tensor b32 = d2l::Tensor::from_vector(d2l::test::lcg_data(K * N, 12), {K, N}, run.device);
+      a32.attach_grad(), b32.attach_grad();
+      d2l::Tensor a = d2l::cast(a32, t), b = d2l::cast(b32, t);
+      d2l::Tensor y = d2l::matmul(a, b);
+      CHECK(y.dtype() == t);
+      const std::vector<float> av = a.to_vector(), bv = b.to_vector(), yv = y.to_vector();
+      CHECK(product_ok(t, av, bv, yv, false, false, M, N, K));
+      // Backward: loss = sum(y * w); the gradient of y is w in y's type, so a's is w16 @ b^T and b's a^T @ w16.
+      const std::vector<float> w = d2l::test::lcg_data(M * N, 13);
+      d2l::Tensor wt = d2l::Tensor::from_vector(w, {M, N}, run.device);
+      d2l::sum(d2l::mul(d2l::cast(y, d2l::DType::f32), wt)).backward();
+      const std::vector<float> w16 = d2l::cast(wt, t).to_vector();
+      // a's gradient is rounded to t by the matmul, then once more by the cast back: the same value.
+      CHECK(product_ok(t, w16, bv, a32.grad().to_vector(), false, true, M, K, N));
+      CHECK(product_ok(t, av, w16, b32.grad().to_vector(), true, false, K, N, M));
+      // A transposed product against the same reference.
+      CHECK(product_ok(t, transpose(av, M, K), bv, d2l::matmul(d2l::cast(d2l::Tensor::from_vector(transpose(av, M, K), {K, M}, run.device), t), b, true, false).to_vector(),
+                       true, false, M, N, K));
+    }
+  }
+  d2l::detail::set_gemm("auto");
+}
+
+TEST_CASE("matmul refuses operands of two types, in one line") {
+  d2l::Tensor a = d2l::Tensor::from_vector(std::vector<float>(6, 1.0f), {2, 3}, d2l::cpu(0));
+  d2l::Tensor b = d2l::cast(d2l::Tensor::from_vector(std::vector<float>(6, 1.0f), {3, 2}, d2l::cpu(0)), d2l::DType::bf16);
+  d2l::test::check_one_line_error([&] { d2l::matmul(a, b); },
+                                  "matmul: a is float32 and b bfloat16: cast one to the other's type first");
+  d2l::Tensor labels = d2l::Tensor::from_vector(std::vector<int32_t>(6, 1), {3, 2}, d2l::cpu(0));
+  d2l::test::check_one_line_error([&] { d2l::matmul(a, labels); }, "matmul: a and b must be float32, bfloat16 or float16");
+}
