@@ -38,6 +38,34 @@ Tensor dense(const Tensor& x, const Tensor& w, const Tensor& b);
 // through float32 (exact, then one rounding). The gradient is cast back to x's type (as PyTorch's).
 Tensor cast(const Tensor& x, DType t);
 
+// ---- autocast (core/ops/autocast.cpp): which op runs in which floating-point type (torch.autocast)
+// While an Autocast scope is open on a thread, the ops that thread calls cast their float inputs by
+// one list, autocast_ops(): lower_precision ops (the GEMMs: matmul, dense's product, conv2d) take them
+// in the scope's 16-bit type, float32 ops (losses, reductions, BatchNorm, and here every other op,
+// whose kernels are float32) take them in float32. The casts are recorded, so gradients reach float32
+// leaves (the master weights) in float32. This is PyTorch's CUDA list with its fp32 ops; the CPU list
+// runs more ops in the input's type, which needs 16-bit kernels this project does not have. Autocast
+// applies to the ops, not to in-place updates (add_, fill_, the optimizers). Outside a scope, a 16-bit
+// input reaches only matmul and conv2d (which take two of one type) and cast; the others refuse it.
+class Autocast {
+ public:
+  explicit Autocast(DType t);  // bf16 or f16; f32 turns autocast off inside the scope
+  ~Autocast();
+  Autocast(const Autocast&) = delete;
+  Autocast& operator=(const Autocast&) = delete;
+
+ private:
+  DType saved_;
+};
+DType autocast_type();  // the innermost open scope's type on this thread; f32 when none is open
+enum class AutocastPolicy { lower_precision, float32 };
+struct AutocastRule {
+  const char* op;
+  AutocastPolicy policy;
+  const char* why;
+};
+const std::vector<AutocastRule>& autocast_ops();  // every op that takes float tensors, once
+
 // ---- op bias_add: x (N, C, ...) + b (C), the bias broadcast along axis 1
 // dense: (N, F) + (F); conv: (N, C, H, W) + (C).
 Tensor bias_add(const Tensor& x, const Tensor& b);

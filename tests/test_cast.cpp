@@ -243,7 +243,7 @@ TEST_CASE("cast on every device: the values, the round trips, bfloat16 to float1
     CAPTURE(d.str());
     d2l::Tensor t = d2l::Tensor::from_vector(x, {10, 100}, d);
     for (DType low : {DType::bf16, DType::f16}) {
-      CAPTURE(d2l::dtype_name(low));
+      INFO(d2l::dtype_name(low));
       d2l::Tensor h = d2l::cast(t, low);
       CHECK(h.dtype() == low);
       CHECK(h.shape() == d2l::Shape{10, 100});
@@ -285,7 +285,7 @@ TEST_CASE("cast's gradient is the incoming one cast back; 16-bit gradients add i
   for (d2l::Device d : devices()) {
     CAPTURE(d.str());
     for (DType low : {DType::bf16, DType::f16}) {
-      CAPTURE(d2l::dtype_name(low));
+      INFO(d2l::dtype_name(low));
       const Vec xv = lcg_data(50, 5), w1 = lcg_data(50, 6), w2 = lcg_data(50, 7);
       d2l::Tensor x = d2l::Tensor::from_vector(xv, {50}, d);
       x.attach_grad();

@@ -66,8 +66,8 @@ template <class Gemm>
 void check_member(const char* what, Gemm gemm) {
   for (Float16 f : {Float16::bf16, Float16::f16})
     for (const Case& c : kCases) {
-      CAPTURE(what);
-      CAPTURE(f == Float16::bf16 ? "bfloat16" : "float16");
+      INFO(what);
+      INFO((f == Float16::bf16 ? "bfloat16" : "float16"));
       INFO("M " << c.M << " N " << c.N << " K " << c.K << " ta " << c.ta << " tb " << c.tb);
       const Bits A = values16(f, c.M * c.K, 3), B = values16(f, c.K * c.N, 4);
       const std::vector<float> C0 = d2l::test::lcg_data(c.M * c.N, 5);
@@ -164,8 +164,8 @@ TEST_CASE("matmul on bfloat16 and float16 tensors, forward and backward, on ever
     d2l::detail::set_gemm(run.gemm);
     for (d2l::DType t : {d2l::DType::bf16, d2l::DType::f16}) {
       CAPTURE(run.device.str());
-      CAPTURE(run.gemm);
-      CAPTURE(d2l::dtype_name(t));
+      INFO(run.gemm);
+      INFO(d2l::dtype_name(t));
       d2l::Tensor a32 = d2l::Tensor::from_vector(d2l::test::lcg_data(M * K, 11), {M, K}, run.device);
       d2l::Tensor b32 = d2l::Tensor::from_vector(d2l::test::lcg_data(K * N, 12), {K, N}, run.device);
       a32.attach_grad(), b32.attach_grad();

@@ -10,7 +10,9 @@ D2L_DECLARE_KERNEL(mul, const float* a, const float* b, float* y, int64_t n);
 namespace d2l {
 using namespace detail;
 
-Tensor add(const Tensor& a, const Tensor& b) {
+Tensor add(const Tensor& a_in, const Tensor& b_in) {
+  const Tensor a = autocast_input("add", a_in);
+  const Tensor b = autocast_input("add", b_in);
   Tensor y = elementwise_output("add", {a, b});
   run("add", {a, b, y}, [A = a.data(), B = b.data(), Y = y.data(), n = y.numel()](const LaunchCtx& c) {
     D2L_KERNEL(c, add, A, B, Y, n);
@@ -21,7 +23,9 @@ Tensor add(const Tensor& a, const Tensor& b) {
 
 Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
 
-Tensor mul(const Tensor& a, const Tensor& b) {
+Tensor mul(const Tensor& a_in, const Tensor& b_in) {
+  const Tensor a = autocast_input("mul", a_in);
+  const Tensor b = autocast_input("mul", b_in);
   Tensor y = elementwise_output("mul", {a, b});
   run("mul", {a, b, y}, [A = a.data(), B = b.data(), Y = y.data(), n = y.numel()](const LaunchCtx& c) {
     D2L_KERNEL(c, mul, A, B, Y, n);

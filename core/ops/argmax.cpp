@@ -10,7 +10,8 @@ D2L_DECLARE_KERNEL(count_correct, const float* x, const int32_t* labels, float* 
 namespace d2l {
 using namespace detail;
 
-Tensor argmax(const Tensor& x) {
+Tensor argmax(const Tensor& x_in) {
+  const Tensor x = autocast_input("argmax", x_in);
   Device d = same_device("argmax", {x});
   expect_f32("argmax", x, "x");
   expect_ndim("argmax", x, 2, "x");
@@ -22,7 +23,8 @@ Tensor argmax(const Tensor& x) {
   return idx;
 }
 
-Tensor count_correct(const Tensor& logits, const Tensor& labels) {
+Tensor count_correct(const Tensor& logits_in, const Tensor& labels) {
+  const Tensor logits = autocast_input("count_correct", logits_in);
   Device d = same_device("count_correct", {logits, labels});
   expect_ndim("count_correct", logits, 2, "logits");
   if (labels.dtype() != DType::i32 || labels.ndim() != 1 || labels.dim(0) != logits.dim(0))

@@ -20,8 +20,11 @@ namespace d2l {
 using namespace detail;
 namespace k = kernels::cpu;
 
-Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
+Tensor batch_norm(const Tensor& x_in, const Tensor& gamma_in, const Tensor& beta_in, const Tensor& running_mean,
                   const Tensor& running_var, float momentum, float eps) {
+  const Tensor x = autocast_input("batch_norm", x_in);
+  const Tensor gamma = autocast_input("batch_norm", gamma_in);
+  const Tensor beta = autocast_input("batch_norm", beta_in);
   Device d = same_device("batch_norm", {x, gamma, beta, running_mean, running_var});
   expect_f32("batch_norm", x, "x");
   if (x.ndim() != 2 && x.ndim() != 4) fail("batch_norm", "x must be (N, C) or (N, C, H, W), got " + str(x.shape()));

@@ -31,7 +31,8 @@ void expect_shape(const char* op, const Tensor& t, const Shape& want, const char
 
 }  // namespace
 
-Tensor batch_norm_stats(const Tensor& x) {
+Tensor batch_norm_stats(const Tensor& x_in) {
+  const Tensor x = autocast_input("batch_norm_stats", x_in);
   const Dims s = dims_of("batch_norm_stats", x);
   if (s.per_channel() < 1) fail("batch_norm_stats", "needs at least one value per channel, got " + str(x.shape()));
   Device d = x.device();
@@ -85,7 +86,10 @@ Tensor batch_norm_combine_stats(const Tensor& stats, const std::vector<int64_t>&
   return out;
 }
 
-Tensor batch_norm_apply(const Tensor& x, const Tensor& stats, const Tensor& gamma, const Tensor& beta, float eps) {
+Tensor batch_norm_apply(const Tensor& x_in, const Tensor& stats, const Tensor& gamma_in, const Tensor& beta_in, float eps) {
+  const Tensor x = autocast_input("batch_norm_apply", x_in);
+  const Tensor gamma = autocast_input("batch_norm_apply", gamma_in);
+  const Tensor beta = autocast_input("batch_norm_apply", beta_in);
   const char* op = "batch_norm_apply";
   Device d = same_device(op, {x, stats, gamma, beta});
   const Dims s = dims_of(op, x);

@@ -5,7 +5,9 @@
 namespace d2l {
 using namespace detail;
 
-Tensor bias_add(const Tensor& x, const Tensor& b) {
+Tensor bias_add(const Tensor& x_in, const Tensor& b_in) {
+  const Tensor x = autocast_input("bias_add", x_in);
+  const Tensor b = autocast_input("bias_add", b_in);
   Device d = same_device("bias_add", {x, b});
   expect_f32("bias_add", x, "x");
   expect_f32("bias_add", b, "bias");

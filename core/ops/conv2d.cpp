@@ -7,7 +7,26 @@ namespace d2l {
 using namespace detail;
 namespace k = kernels::cpu;
 
-Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, Pair stride, Pair padding) {
+// 16-bit x and w (under Autocast, or given so): the portable way, as the CPU's gemm16 does it. Both are
+// widened (exactly) and the float32 convolution runs (im2col's products of two 16-bit values are exact in
+// float32, the sums are float32's), its result rounded once into their type; the bias is added after.
+static Tensor conv2d_16bit(const Tensor& x, const Tensor& w, const Tensor& b, Pair stride, Pair padding) {
+  if (!is_float(x.dtype()) || x.dtype() != w.dtype())
+    fail("conv2d", std::string("x is ") + dtype_name(x.dtype()) + " and the weight " + dtype_name(w.dtype()) +
+                       ": cast one to the other's type first");
+  Tensor y;
+  {
+    Autocast off(DType::f32);  // the float32 convolution inside is not cast back
+    y = cast(conv2d(cast(x, DType::f32), cast(w, DType::f32), Tensor(), stride, padding), x.dtype());
+  }
+  return b.defined() ? bias_add(y, b) : y;
+}
+
+Tensor conv2d(const Tensor& x_in, const Tensor& w_in, const Tensor& b, Pair stride, Pair padding) {
+  const Tensor x = autocast_input("conv2d", x_in);
+  const Tensor w = autocast_input("conv2d", w_in);
+  same_device("conv2d", {x, w});
+  if (x.dtype() != DType::f32 || w.dtype() != DType::f32) return conv2d_16bit(x, w, b, stride, padding);
   Device d = same_device("conv2d", {x, w});
   expect_f32("conv2d", x, "x");
   expect_ndim("conv2d", x, 4, "x (N, C, H, W)");

@@ -20,7 +20,8 @@ Tensor Tensor::full(const Shape& shape, float value, Device d) {
   return x;
 }
 
-Tensor scale(const Tensor& x, float alpha) {
+Tensor scale(const Tensor& x_in, float alpha) {
+  const Tensor x = autocast_input("scale", x_in);
   Tensor y = elementwise_output("scale", {x});
   run("scale", {x, y}, [=, X = x.data(), Y = y.data(), n = x.numel()](const LaunchCtx& c) { D2L_KERNEL(c, scale, X, Y, n, alpha); });
   record(y, "scale", {x}, [alpha](const Tensor& gy) { return std::vector<Tensor>{scale(gy, alpha)}; });

@@ -6,7 +6,9 @@
 namespace d2l {
 using namespace detail;
 
-Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
+Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool ta, bool tb) {
+  const Tensor a = autocast_input("matmul", a_in);
+  const Tensor b = autocast_input("matmul", b_in);
   Device d = same_device("matmul", {a, b});
   if (!is_float(a.dtype()) || !is_float(b.dtype())) fail("matmul", "a and b must be float32, bfloat16 or float16");
   if (a.dtype() != b.dtype())

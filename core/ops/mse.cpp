@@ -10,7 +10,9 @@ D2L_DECLARE_KERNEL(mse_backward, const float* p, const float* t, const float* dl
 namespace d2l {
 using namespace detail;
 
-Tensor mse_loss(const Tensor& p, const Tensor& t, Reduction r) {
+Tensor mse_loss(const Tensor& p_in, const Tensor& t_in, Reduction r) {
+  const Tensor p = autocast_input("mse_loss", p_in);
+  const Tensor t = autocast_input("mse_loss", t_in);
   Device d = same_device("mse_loss", {p, t});
   expect_f32("mse_loss", p, "prediction");
   expect_f32("mse_loss", t, "target");

@@ -93,6 +93,10 @@ void run_gemm16(const LaunchCtx& c, kernels::cpu::Float16 f, bool ta, bool tb, i
                 float alpha, const uint16_t* A, const uint16_t* B, float beta, float* C);
 
 [[noreturn]] void fail(const char* op, const std::string& msg);  // throws ShapeError "op: msg"
+// x as op takes it under the open Autocast scope (core/ops.hpp): cast to the scope's 16-bit type for
+// a lower_precision op, to float32 for a float32 one; x itself when no scope is open, x is undefined or
+// not a float. Every op that takes float tensors calls it on each (op must be in autocast_ops()).
+Tensor autocast_input(const char* op, const Tensor& x);
 
 inline std::vector<std::shared_ptr<Storage>> keep(std::initializer_list<Tensor> ts) {
   std::vector<std::shared_ptr<Storage>> out;
@@ -133,7 +137,8 @@ TensorLists tensor_lists(const char* op, std::initializer_list<const std::vector
 // freed (PyTorch's ReLU(inplace=True) saves the same). Holding y's storage, not y, keeps y's graph
 // node out of its own closure.
 template <class Forward, class Backward>
-Tensor activation(const char* op, const char* backward_op, const Tensor& x, Forward forward, Backward backward) {
+Tensor activation(const char* op, const char* backward_op, const Tensor& x_in, Forward forward, Backward backward) {
+  const Tensor x = autocast_input(op, x_in);
   Tensor y = elementwise_output(op, {x});
   const int64_t n = x.numel();
   run(op, {x, y}, [=, X = x.data(), Y = y.data()](const LaunchCtx& c) { forward(c, X, Y, n); });

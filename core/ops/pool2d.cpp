@@ -30,7 +30,8 @@ static k::Pool2dShape pool_shape(const char* op, const Tensor& x, Pair kernel, P
   return s;
 }
 
-Tensor max_pool2d(const Tensor& x, Pair kernel, Pair stride, Pair padding) {
+Tensor max_pool2d(const Tensor& x_in, Pair kernel, Pair stride, Pair padding) {
+  const Tensor x = autocast_input("max_pool2d", x_in);
   k::Pool2dShape s = pool_shape("max_pool2d", x, kernel, stride, padding);
   Device d = x.device();
   Tensor y = Tensor::empty({s.N, s.C, s.OH(), s.OW()}, d);
@@ -50,7 +51,8 @@ Tensor max_pool2d(const Tensor& x, Pair kernel, Pair stride, Pair padding) {
   return y;
 }
 
-Tensor avg_pool2d(const Tensor& x, Pair kernel, Pair stride, Pair padding) {
+Tensor avg_pool2d(const Tensor& x_in, Pair kernel, Pair stride, Pair padding) {
+  const Tensor x = autocast_input("avg_pool2d", x_in);
   k::Pool2dShape s = pool_shape("avg_pool2d", x, kernel, stride, padding);
   Device d = x.device();
   Tensor y = Tensor::empty({s.N, s.C, s.OH(), s.OW()}, d);
@@ -67,7 +69,8 @@ Tensor avg_pool2d(const Tensor& x, Pair kernel, Pair stride, Pair padding) {
   return y;
 }
 
-Tensor global_avg_pool2d(const Tensor& x) {
+Tensor global_avg_pool2d(const Tensor& x_in) {
+  const Tensor x = autocast_input("global_avg_pool2d", x_in);
   expect_f32("global_avg_pool2d", x, "x");
   expect_ndim("global_avg_pool2d", x, 4, "x (N, C, H, W)");
   int64_t N = x.dim(0), C = x.dim(1), HW = x.dim(2) * x.dim(3);

@@ -44,6 +44,8 @@ Tensor flatten(const Tensor& x) {
 
 // Copies `rows` rows of `src` starting at src_row into dst starting at dst_row (same row size).
 static void copy_rows(const Tensor& src, int64_t src_row, const Tensor& dst, int64_t dst_row, int64_t rows) {
+  if (dtype_size(src.dtype()) != 4)
+    fail("concat and slice_rows", std::string("rows of ") + dtype_name(src.dtype()) + " are not copied here; cast to float32 first");
   int64_t row_bytes = (src.dim(0) ? src.numel() / src.dim(0) : 0) * 4;
   if (rows == 0 || row_bytes == 0) return;
   const char* from = static_cast<const char*>(src.storage()->ptr) + src_row * row_bytes;

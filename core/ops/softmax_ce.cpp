@@ -12,7 +12,8 @@ D2L_DECLARE_KERNEL(softmax_ce_backward, const float* logits, const int32_t* labe
 namespace d2l {
 using namespace detail;
 
-Tensor softmax_cross_entropy(const Tensor& logits, const Tensor& labels, Reduction r) {
+Tensor softmax_cross_entropy(const Tensor& logits_in, const Tensor& labels, Reduction r) {
+  const Tensor logits = autocast_input("softmax_cross_entropy", logits_in);
   Device d = same_device("softmax_cross_entropy", {logits, labels});
   expect_f32("softmax_cross_entropy", logits, "logits");
   expect_ndim("softmax_cross_entropy", logits, 2, "logits");

@@ -9,7 +9,8 @@ D2L_DECLARE_KERNEL(sum, const float* x, float* out, int64_t n);
 namespace d2l {
 using namespace detail;
 
-Tensor sum(const Tensor& x) {
+Tensor sum(const Tensor& x_in) {
+  const Tensor x = autocast_input("sum", x_in);
   Device d = same_device("sum", {x});
   expect_f32("sum", x, "x");
   Tensor y = Tensor::empty({1}, d);

@@ -1,0 +1,68 @@
+// Autocast (core/ops.hpp): the open scope's type, and the one list of which op runs in which type.
+#include "core/ops/op.hpp"
+
+#include <map>
+#include <string>
+
+namespace d2l {
+
+namespace {
+thread_local DType t_autocast = DType::f32;  // f32: no scope open on this thread
+}
+
+Autocast::Autocast(DType t) : saved_(t_autocast) {
+  if (t == DType::i32) throw ConfigError("Autocast: the type must be float32, bfloat16 or float16");
+  t_autocast = t;
+}
+Autocast::~Autocast() { t_autocast = saved_; }
+
+DType autocast_type() { return t_autocast; }
+
+const std::vector<AutocastRule>& autocast_ops() {
+  using P = AutocastPolicy;
+  static const std::vector<AutocastRule> rules = {
+      {"matmul", P::lower_precision, "a GEMM: 16-bit operands, float32 sums (dense's product too)"},
+      {"conv2d", P::lower_precision, "a GEMM in disguise: 16-bit operands, float32 sums"},
+      {"softmax_cross_entropy", P::float32, "exp and log of the logits: float16 overflows, bfloat16 is coarse"},
+      {"mse_loss", P::float32, "a loss: squares and a sum"},
+      {"sum", P::float32, "a reduction: long sums lose low bits in 16 bits (mean is sum, scaled)"},
+      {"batch_norm", P::float32, "its statistics, means and variances over the batch, are reductions"},
+      {"batch_norm_stats", P::float32, "SyncBatchNorm's statistics: reductions"},
+      {"batch_norm_apply", P::float32, "SyncBatchNorm's normalisation, with float32 statistics"},
+      {"bias_add", P::float32, "elementwise: the kernels here are float32 (PyTorch runs it in the input's type)"},
+      {"relu", P::float32, "elementwise: the kernels here are float32 (PyTorch runs it in the input's type)"},
+      {"sigmoid", P::float32, "elementwise: the kernels here are float32 (PyTorch runs it in the input's type)"},
+      {"add", P::float32, "elementwise: the kernels here are float32 (PyTorch promotes to the widest input)"},
+      {"mul", P::float32, "elementwise: the kernels here are float32 (PyTorch promotes to the widest input)"},
+      {"scale", P::float32, "elementwise: the kernels here are float32 (PyTorch runs it in the input's type)"},
+      {"max_pool2d", P::float32, "the kernels here are float32 (PyTorch runs it in the input's type)"},
+      {"avg_pool2d", P::float32, "a windowed sum: the kernels here are float32"},
+      {"global_avg_pool2d", P::float32, "a mean over each channel: a reduction"},
+      {"argmax", P::float32, "the kernels here are float32 (no gradient)"},
+      {"count_correct", P::float32, "the kernels here are float32 (no gradient)"},
+  };
+  return rules;
+}
+
+namespace detail {
+
+static AutocastPolicy policy_of(const char* op) {
+  static const std::map<std::string, AutocastPolicy> by_name = [] {
+    std::map<std::string, AutocastPolicy> m;
+    for (const AutocastRule& r : autocast_ops()) m[r.op] = r.policy;
+    return m;
+  }();
+  const auto it = by_name.find(op);
+  if (it == by_name.end()) throw std::logic_error(std::string("autocast: the op ") + op + " is not in autocast_ops()");
+  return it->second;
+}
+
+Tensor autocast_input(const char* op, const Tensor& x) {
+  const AutocastPolicy p = policy_of(op);  // every op asks, scope or not: the list must hold it
+  const DType t = autocast_type();
+  if (t == DType::f32 || !x.defined() || !is_float(x.dtype())) return x;
+  return cast(x, p == AutocastPolicy::lower_precision ? t : DType::f32);
+}
+
+}  // namespace detail
+}  // namespace d2l
