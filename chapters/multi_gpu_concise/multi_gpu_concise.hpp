@@ -97,6 +97,7 @@ struct Config {
   std::vector<int> threads;          // kernel threads per CPU-backed device (one value: all); empty: as set
   bool eval_all_devices = false;
   int in_flight = 2;                 // minibatches the host enqueues ahead of the one it checks
+  DType autocast = DType::f32;       // --precision bf16: forward and backward under Autocast(bf16)
   std::string save_params;           // safetensors of the trained net ("" = none)
   std::string checkpoint;            // written after every epoch ("" = none)
   std::string resume;                // checkpoint to continue from ("" = none)

@@ -10,6 +10,7 @@
 #include "chapters/multi_gpu_concise/run.hpp"
 #include "core/autograd.hpp"
 #include "core/cli.hpp"
+#include "core/ops.hpp"
 #include "core/rng.hpp"
 #include "core/runtime.hpp"
 
@@ -20,6 +21,8 @@ Result train(const Config& cfg) {
   Run run(cfg);  // (and the checked flags, each process's shards with dist_sync)
   const std::vector<Device>& devices = cfg.devices;  // ctx = [mx.gpu(i) for i in range(num_gpus)]
   Result r = run.result();
+  if (run.speak && cfg.autocast != DType::f32)
+    std::printf("mixed precision: %s under autocast (GEMMs and convolutions), float32 master weights\n", dtype_name(cfg.autocast));
   // net.initialize(init=init.Normal(sigma=0.01), ctx=ctx, force_reinit=True)
   manual_seed(cfg.seed);
   r.net = make_net(cfg.model, cfg.sync_bn);
@@ -50,6 +53,9 @@ Result train(const Config& cfg) {
       std::vector<Tensor> ls;
       if (b.n > 0) {
         nn::BatchShards shards = split_and_load(b, devices, run.split_weights);
+        // --precision bf16 (with torch.autocast(dtype=torch.bfloat16)): the GEMMs and convolutions in
+        // bfloat16, the rest in float32 (core/ops.hpp's list); the parameters stay float32 (master weights)
+        Autocast mixed(cfg.autocast);
         ls = forward_backward(net, shards.X, shards.y);
       }
       // trainer.step(batch_size): the kvstore sums every replica's gradient
