@@ -164,11 +164,9 @@ std::vector<float> Tensor::to_vector() const {
   std::vector<float> out(static_cast<size_t>(numel()));
   if (dtype() == DType::bf16 || dtype() == DType::f16) {
     std::vector<uint16_t> bits(out.size());
-    data16();  // dtype check
     copy_to_host(*this, bits.data(), bits.size() * 2);
-    const bool bf16 = dtype() == DType::bf16;
-    for (size_t i = 0; i < out.size(); ++i)
-      out[i] = bf16 ? kernels::cpu::float_from_bf16(bits[i]) : kernels::cpu::float_from_f16(bits[i]);
+    const auto f = dtype() == DType::bf16 ? kernels::cpu::Float16::bf16 : kernels::cpu::Float16::f16;
+    for (size_t i = 0; i < out.size(); ++i) out[i] = kernels::cpu::widen(f, bits[i]);
     return out;
   }
   copy_to_host(*this, out.data(), out.size() * 4);

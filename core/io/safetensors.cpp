@@ -74,9 +74,9 @@ std::vector<uint16_t> FileTensor::bits16() const {
 
 std::vector<float> FileTensor::floats() const {
   if (dtype == FileDtype::bf16 || dtype == FileDtype::f16) {
+    const auto f = dtype == FileDtype::bf16 ? kernels::cpu::Float16::bf16 : kernels::cpu::Float16::f16;
     std::vector<float> v;
-    for (uint16_t h : bits16())
-      v.push_back(dtype == FileDtype::bf16 ? kernels::cpu::float_from_bf16(h) : kernels::cpu::float_from_f16(h));
+    for (uint16_t h : bits16()) v.push_back(kernels::cpu::widen(f, h));
     return v;
   }
   if (dtype != FileDtype::f32)

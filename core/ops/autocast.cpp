@@ -1,7 +1,7 @@
 // Autocast (core/ops.hpp): the open scope's type, and the one list of which op runs in which type.
 #include "core/ops/op.hpp"
 
-#include <map>
+#include <cstring>
 #include <string>
 
 namespace d2l {
@@ -46,15 +46,11 @@ const std::vector<AutocastRule>& autocast_ops() {
 
 namespace detail {
 
+// The list's entry for op: a scan of autocast_ops(), a few dozen comparisons of short names.
 static AutocastPolicy policy_of(const char* op) {
-  static const std::map<std::string, AutocastPolicy> by_name = [] {
-    std::map<std::string, AutocastPolicy> m;
-    for (const AutocastRule& r : autocast_ops()) m[r.op] = r.policy;
-    return m;
-  }();
-  const auto it = by_name.find(op);
-  if (it == by_name.end()) throw std::logic_error(std::string("autocast: the op ") + op + " is not in autocast_ops()");
-  return it->second;
+  for (const AutocastRule& r : autocast_ops())
+    if (std::strcmp(r.op, op) == 0) return r.policy;
+  throw std::logic_error(std::string("autocast: the op ") + op + " is not in autocast_ops()");
 }
 
 Tensor autocast_input(const char* op, const Tensor& x) {
