@@ -35,6 +35,7 @@
 #include "core/dist/process_group.hpp"
 #include "core/nn/nn.hpp"
 #include "core/ops.hpp"
+#include "core/optim/grad_scaler.hpp"
 #include "core/optim/trainer.hpp"
 #include "core/optim/zero.hpp"
 #include "core/rng.hpp"
@@ -639,4 +640,71 @@ TEST_CASE("clip_grad_norm with 2 devices a rank: every layout clips by the whole
       CHECK(same_on_every_rank(h.params));
     }
   }
+}
+
+namespace {
+
+// This rank's rows of step s's global batch, the loss multiplied by the scaler's scale; bad: the
+// last rank's first input is an inf (its gradients inf or NaN, every other rank's finite).
+void scaled_backward(Sequential& net, const GradScaler& scaler, int s, bool bad) {
+  const int W = dist::world_size(), r = dist::rank();
+  const int64_t lo = kGlobalBatch * r / W, hi = kGlobalBatch * (r + 1) / W;
+  const auto X = lcg_data(kGlobalBatch * kIn, 700 + static_cast<uint32_t>(s));  // backward_rows' batch
+  std::vector<float> rows(X.begin() + lo * kIn, X.begin() + hi * kIn);
+  std::vector<int32_t> y;
+  for (int64_t i = lo; i < hi; ++i) y.push_back((X[i * kIn] > 0) + (X[i * kIn + 1] > 0));
+  if (bad && r == W - 1) rows[0] = INFINITY;
+  Tensor l = softmax_cross_entropy(net(Tensor::from_vector(rows, {hi - lo, kIn}, cpu(0))),
+                                   Tensor::from_vector(y, {hi - lo}, cpu(0)), Reduction::sum);
+  scaler.scale(l).backward();
+}
+
+}  // namespace
+
+TEST_CASE("loss scaling over the ranks: an inf in one rank's gradients skips the step on every rank") {
+  // Steps 0 to 4 with batch 2 spoiled on the last rank, against the run that never saw batch 2.
+  struct Way {
+    std::string kvstore;
+    int stage;
+    double bucket_mb;  // DDP's buckets (set_buckets), or 0: none
+  };
+  for (const Setup& base : {Setup{}, adam_setup()})
+    for (const Way& way : {Way{"dist_sync", 0, 0}, Way{"dist_sync", 1, 0}, Way{"dist_sync", 2, 0},
+                           Way{"dist_sync_ring", 2, 0}, Way{"dist_sync", 0, kSmallBucketMb},
+                           Way{"dist_sync", 1, kSmallBucketMb}, Way{"device", 0, 0}}) {
+      CAPTURE(base.optimizer);
+      CAPTURE(way.kvstore);
+      CAPTURE(way.stage);
+      CAPTURE(way.bucket_mb);
+      auto ref = mlp_43(), net = mlp_43();
+      Trainer ref_trainer(ref->collect_params(), base.optimizer, at_stage(base.opt, way.stage), way.kvstore);
+      Trainer trainer(net->collect_params(), base.optimizer, at_stage(base.opt, way.stage), way.kvstore);
+      if (way.bucket_mb > 0) {
+        ref_trainer.set_buckets({way.bucket_mb, "library", true});
+        trainer.set_buckets({way.bucket_mb, "library", true});
+      }
+      GradScaler scaler;
+      GradScaler unscaled({.init_scale = 1.0f});  // the reference's: a scale of 1, no inf ever
+      bool skipped_here = false, stepped_elsewhere = true;
+      for (int s = 0; s < 5; ++s) {
+        if (s != 2) {
+          scaled_backward(*ref, unscaled, s, false);
+          ref_trainer.step(kGlobalBatch);
+        }
+        scaled_backward(*net, scaler, s, s == 2);
+        const Values before = params_of(net->collect_params());
+        const bool stepped = scaler.step(trainer, kGlobalBatch);
+        scaler.update();
+        if (s == 2) skipped_here = !stepped && params_of(net->collect_params()) == before;
+        else stepped_elsewhere = stepped_elsewhere && stepped;
+      }
+      CHECK(skipped_here);
+      CHECK(stepped_elsewhere);
+      CHECK(scaler.get_scale() == 32768.0f);
+      CHECK(scaler.skipped_steps() == 1);
+      CHECK(trainer.num_update() == 4);
+      CHECK(params_of(net->collect_params()) == params_of(ref->collect_params()));
+      CHECK(state_values(trainer.state_dict()) == state_values(ref_trainer.state_dict()));
+      if (way.kvstore != "device") CHECK(same_on_every_rank(params_of(net->collect_params())));
+    }
 }

@@ -90,7 +90,10 @@ void step_on_devices(const std::vector<ReplicaStep>& replicas, const Step& s) {
 }
 
 Step GradClip::apply(const Step& s, double squares) {
-  total_norm = std::sqrt(squares) / static_cast<double>(batch_size);
+  found_inf = !std::isfinite(squares);
+  if (found_inf_over_world) found_inf = dist::sum_over_ranks({found_inf ? 1.0 : 0.0})[0] > 0;
+  total_norm = std::sqrt(squares) / static_cast<double>(batch_size) / static_cast<double>(loss_scale);
+  if (found_inf || max_norm <= 0) return s;
   const double coef = static_cast<double>(max_norm) / (total_norm + 1e-6);
   if (coef >= 1) return s;  // clip_grad_norm_ clamps the coefficient at 1
   Step out = s;

@@ -76,10 +76,21 @@ void step_on_device(const Tensor& w, const std::vector<Tensor>& state, const Ten
 // (the Trainer's clip_grad_norm): total_norm = ||g||_2 over every trainable element, clip_coef =
 // max_norm / (total_norm + 1e-6), and where clip_coef < 1 the step's grad_scale is multiplied by it
 // (the gradients themselves are not touched: no pass over them beyond the norm's).
+// The same squares tell a GradScaler (core/optim/grad_scaler.hpp) whether the summed gradient holds an
+// inf or a NaN: their double sum is finite exactly when every float gradient element is (a float's
+// square is at most 1.2e77, far from a double's overflow).
 struct GradClip {
-  float max_norm = 0.0f;  // > 0
+  float max_norm = 0.0f;  // > 0: clip; 0: only the norm and found_inf (a GradScaler's step without clipping)
   int64_t batch_size = 1;
-  double total_norm = 0;  // what the last apply() found
+  // The gradients are those of a loss multiplied by loss_scale (GradScaler): the norm is divided by it,
+  // the norm of the unscaled gradient, as clip_grad_norm_ after GradScaler.unscale_.
+  float loss_scale = 1.0f;
+  // found_inf over the whole world (a sum over every rank, as FSDP's ShardedGradScaler all-reduces its
+  // found_inf): every rank skips the step together even where some gradient is not summed over the
+  // world (tensor parallelism's slices); a collective, every rank calls apply.
+  bool found_inf_over_world = false;
+  double total_norm = 0;   // what the last apply() found
+  bool found_inf = false;  // and whether the squares were not finite (then s is returned unclipped)
   // s for the summed gradient whose squares add up to sum_of_squares (over every shard, every rank).
   Step apply(const Step& s, double sum_of_squares);
   // Tensor parallelism over processes (Megatron-LM's clip_grad_norm): split[k] says whether the

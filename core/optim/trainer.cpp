@@ -9,6 +9,7 @@
 #include "core/autograd.hpp"
 #include "core/optim/kvstore.hpp"
 #include "core/optim/zero.hpp"
+#include "core/world.hpp"
 
 namespace d2l::optim {
 
@@ -189,7 +190,15 @@ void Trainer::set_buckets(const dist::BucketOptions& options) {
   kv_->prepare(weights);
 }
 
-void Trainer::step(int64_t batch_size) {
+void Trainer::step(int64_t batch_size) { run_step(batch_size, 1.0f, false); }
+
+bool Trainer::step_scaled(int64_t batch_size, float loss_scale) {
+  if (!(std::isfinite(loss_scale) && loss_scale > 0))
+    throw ConfigError("Trainer.step_scaled: loss_scale must be a finite number > 0, got " + num(loss_scale));
+  return run_step(batch_size, loss_scale, true);
+}
+
+bool Trainer::run_step(int64_t batch_size, float loss_scale, bool check_finite) {
   if (batch_size <= 0) throw ConfigError("Trainer.step: batch_size must be positive, got " + std::to_string(batch_size));
   NoGrad no_grad;
   // Every parameter is checked before any is updated (the book's error for an uninitialised one).
@@ -201,10 +210,14 @@ void Trainer::step(int64_t batch_size) {
     AdamStep a{options_.beta1, options_.beta2, options_.epsilon, options_.wd, 1.0f / static_cast<float>(batch_size)};
     s = adam_constants(a, lr, num_update_ + 1);
   }
-  // clip_grad_norm_: each path below hands `clip` the summed gradient's squares, and steps with the
-  // grad_scale it returns.
-  GradClip clipping{options_.clip_grad_norm, batch_size};
-  GradClip* clip = options_.clip_grad_norm > 0 ? &clipping : nullptr;
+  // A loss scaled by loss_scale: its gradients divided by it in the step's constants (exact for a power
+  // of two: the step then computes the bits of the unscaled one).
+  std::visit([&](auto& step) { step.grad_scale /= loss_scale; }, s);
+  // clip_grad_norm_, and a GradScaler's check: each path below hands `clip` the summed gradient's
+  // squares, and steps with the grad_scale it returns, or not at all when it found an inf or a NaN.
+  GradClip clipping{.max_norm = options_.clip_grad_norm, .batch_size = batch_size, .loss_scale = loss_scale,
+                    .found_inf_over_world = check_finite && dist::world_size() > 1};
+  GradClip* clip = options_.clip_grad_norm > 0 || check_finite ? &clipping : nullptr;
   if (clip && options_.tp_group) {  // which parameters are slices of the tp group
     clipping.tp_group = options_.tp_group;
     for (auto& [name, p] : params_) clipping.split.push_back(p->split_over_ranks());
@@ -212,12 +225,13 @@ void Trainer::step(int64_t batch_size) {
   if (zero_) {  // ZeRO: each holder of a shard updates its shard, then all-gathers (zero_->step)
     std::vector<std::string> names;
     for (auto& [name, p] : params_) names.push_back(name);
-    zero_->step({weights, names, host_state_, *kv_}, s, clip);
-    if (clip && !params_.empty()) last_grad_norm_ = static_cast<float>(clip->total_norm);
+    zero_->step({weights, names, host_state_, *kv_}, s, clip);  // skips the update on found_inf
+    if (options_.clip_grad_norm > 0 && !params_.empty()) last_grad_norm_ = static_cast<float>(clip->total_norm);
     if (zero_->stage() < 3)  // stage 3's replicas are released, their gradients with them
       for (auto& [name, p] : params_) p->zero_grad();
+    if (clip && clip->found_inf) return false;
     ++num_update_;
-    return;
+    return true;
   }
   bool summed = kv_->reduce_all(weights);  // dist_sync with buckets: every gradient summed already
   // Every key's gradients summed, then every device's parameters updated in one launch (KVStore::update_all).
@@ -232,11 +246,14 @@ void Trainer::step(int64_t batch_size) {
     double split = 0, other = 0;  // every replica holds the sum; the slices of a tp_group apart
     for (size_t k = 0; k < grads.size(); ++k) (clip->is_split(k) ? split : other) += sum_of_squares(grads[k][0]);
     s = clip->apply(s, split, other);
-    last_grad_norm_ = static_cast<float>(clip->total_norm);
+    if (options_.clip_grad_norm > 0) last_grad_norm_ = static_cast<float>(clip->total_norm);
   }
-  kv_->update_all(weights, grads, state_, host_state_, s, summed);
+  const bool skip = clip && clip->found_inf;  // a GradScaler's skipped step: nothing updated
+  if (!skip) kv_->update_all(weights, grads, state_, host_state_, s, summed);
   for (auto& [name, p] : params_) p->zero_grad();
+  if (skip) return false;
   ++num_update_;
+  return true;
 }
 
 // Every parameter's replicas and name, in the Trainer's order; a parameter not yet initialized is a

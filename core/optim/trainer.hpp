@@ -146,6 +146,13 @@ class Trainer {
   ~Trainer();
 
   void step(int64_t batch_size);
+  // GradScaler's step (core/optim/grad_scaler.hpp): the gradients are those of a loss multiplied by
+  // loss_scale. The step uses them divided by it (folded into the step's constants, as the batch size
+  // is), or, where any summed gradient holds an inf or a NaN (on any device; over the processes on
+  // any rank, a collective over the world), it is skipped: the weights, the optimizer state and
+  // num_update stay as they were, the gradients are zeroed, and step_scaled returns false.
+  // clip_grad_norm clips by the unscaled gradient's norm.
+  bool step_scaled(int64_t batch_size, float loss_scale);
   void set_learning_rate(float lr);
   float learning_rate() const { return options_.learning_rate; }
   const OptimizerOptions& options() const { return options_; }
@@ -207,6 +214,7 @@ class Trainer {
   void load_state_dict(const std::map<std::string, HostTensor>& state);
 
  private:
+  bool run_step(int64_t batch_size, float loss_scale, bool check_finite);
   // fully_shard's input: every parameter's replicas and its name.
   std::pair<std::vector<std::vector<Tensor>>, std::vector<std::string>> weights_to_shard() const;
 

@@ -232,7 +232,9 @@ void RankShards::step(const StepInput& in, const Step& step, GradClip* clip) {
       for (const Part& p : piece.parts) mine.push_back({p.param, p.state, p.grad});
   if (replicated_over_ && replicated_over_->size() > 1)  // HYBRID_SHARD: every rank holds the same pieces
     for (const ReplicaStep& r : mine) dist::allreduce(r.g, *replicated_over_);
-  update_my_shard_then_all_gather(mine, clipped(step, clip));  // stage 3 gathers nothing: the next forward does
+  const Step s = clipped(step, clip);  // every rank of the group finds the same found_inf: it sums their squares
+  if (!(clip && clip->found_inf))  // a GradScaler's skipped step: the shards and replicas as they were
+    update_my_shard_then_all_gather(mine, s);  // stage 3 gathers nothing: the next forward does
   if (stage_ == 3) {
     if (!alone())  // over ranks the sums are added into; a group of one keeps them until the next gradient
       for (const ReplicaStep& r : mine) fill_(r.g, 0.0f);
