@@ -123,22 +123,24 @@ void Precision::add_flags(CLI::App& app) {
   std::string help =
       "the GPU's convolutions and GEMMs: fp32 (exact), tf32 (tensor cores, TF32 inputs, FP32 sums) or auto "
       "(tf32 on GPUs of compute capability 8.0 or more, fp32 on emulated ones); CPUs always compute in FP32";
-  if (mixed) help += "; bf16: mixed precision, the GEMMs and convolutions in bfloat16 under autocast, float32 master weights";
+  if (mixed)
+    help += "; bf16 / fp16: mixed precision, the GEMMs and convolutions in bfloat16 / float16 under autocast, float32 "
+            "master weights (fp16 with dynamic loss scaling)";
   app.add_option("--precision", name, help)->capture_default_str();
 }
 
 void Precision::apply() const {
-  if (name == "auto" || (mixed && name == "bf16")) return set_precision(KernelPrecision::automatic);
+  if (name == "auto" || (mixed && (name == "bf16" || name == "fp16"))) return set_precision(KernelPrecision::automatic);
   if (name == "fp32") return set_precision(KernelPrecision::fp32);
   if (name == "tf32") return set_precision(KernelPrecision::tf32);
-  if (mixed && name == "fp16")
-    throw ConfigError("bad --precision 'fp16': float16 training needs dynamic loss scaling, which the Trainer does not do "
-                      "yet; expected auto, fp32, tf32 or bf16");
   throw ConfigError("bad --precision '" + name + "': expected " +
-                    (mixed ? "auto, fp32, tf32 or bf16" : "auto, fp32 or tf32 (this chapter trains in float32; chapter 2 also takes bf16)"));
+                    (mixed ? "auto, fp32, tf32, bf16 or fp16" : "auto, fp32 or tf32 (this chapter trains in float32; chapter 2 also takes bf16 and fp16)"));
 }
 
-DType Precision::autocast() const { return mixed && name == "bf16" ? DType::bf16 : DType::f32; }
+DType Precision::autocast() const {
+  if (!mixed) return DType::f32;
+  return name == "bf16" ? DType::bf16 : name == "fp16" ? DType::f16 : DType::f32;
+}
 
 void Conv::add_flags(CLI::App& app) {
   app.add_option("--conv", name, "the convolution kernel: " + conv_choices() +

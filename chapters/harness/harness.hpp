@@ -66,16 +66,16 @@ struct Trace {
 // --precision auto|fp32|tf32 (d2l::set_precision, core/kernel_choice.hpp): the arithmetic of the GPU's convolutions and
 // GEMMs. tf32: tensor cores with TF32 inputs; fp32: exact FP32; auto: tf32 on real GPUs of compute
 // capability 8.0 or more, fp32 on emulated ones. CPU devices always compute in FP32.
-// bf16, in a chapter whose training loop opens an Autocast scope (mixed): mixed precision, the GEMMs
-// and convolutions in bfloat16 (core/ops.hpp's autocast list), float32 master weights; the rest as auto.
-// fp16 is refused: it needs dynamic loss scaling, which the Trainer does not do.
+// bf16 and fp16, in a chapter whose training loop opens an Autocast scope (mixed): mixed precision,
+// the GEMMs and convolutions in bfloat16 or float16 (core/ops.hpp's autocast list), float32 master
+// weights, the rest as auto; fp16 with dynamic loss scaling (core/optim/grad_scaler.hpp).
 struct Precision {
   std::string name = "auto";
-  bool mixed = false;  // set by a chapter that trains under autocast(): bf16 is accepted
+  bool mixed = false;  // set by a chapter that trains under autocast(): bf16 and fp16 are accepted
 
   void add_flags(CLI::App& app);
-  void apply() const;  // ConfigError "bad --precision 'x': expected auto, fp32 or tf32 (or bf16)"
-  DType autocast() const;  // bf16 for --precision bf16, f32 (no autocast) otherwise
+  void apply() const;  // ConfigError "bad --precision 'x': expected auto, fp32 or tf32 (or bf16 or fp16)"
+  DType autocast() const;  // bf16 / f16 for --precision bf16 / fp16, f32 (no autocast) otherwise
 };
 
 // --conv, and with it --precision.

@@ -66,7 +66,7 @@ int main(int argc, char** argv) {
   app.add_option("--resume", cfg.resume, "continue training from this checkpoint");
   app.add_option("--plot", plot, "PNG of test accuracy per epoch ('' for none)")->capture_default_str();
   trace.add_flags(app);
-  conv.precision.mixed = true;  // --precision bf16: train() runs forward and backward under autocast
+  conv.precision.mixed = true;  // --precision bf16 / fp16: train() runs forward and backward under autocast
   conv.add_flags(app);
   app.add_flag("--quick", quick, "a generated data set, small images, 3 epochs: seconds on a CPU (tests)");
   auto* demo = app.add_subcommand("demo", "the section's cells (d2l \"Concise Implementation for Multiple GPUs\"): resnet18 on two devices, split_and_load, weight.data()");

@@ -13,6 +13,7 @@
 
 #include "core/nn/nn.hpp"
 #include "core/nn/split_and_load.hpp"
+#include "core/optim/grad_scaler.hpp"
 #include "core/optim/trainer.hpp"
 #include "datasets/data_iter.hpp"
 
@@ -39,8 +40,10 @@ Init default_init(const std::string& model);
 // gloss.SoftmaxCrossEntropyLoss(): per-example losses (N).
 Tensor loss(const Tensor& y_hat, const Tensor& y);
 // The lab's forward_backward: the loss of each device's shard, then backward on each (they run in
-// parallel, each on its own device). Returns each shard's summed loss, detached.
-std::vector<Tensor> forward_backward(nn::Block& net, const std::vector<Tensor>& Xs, const std::vector<Tensor>& ys);
+// parallel, each on its own device). Returns each shard's summed loss, detached. With a scaler
+// (--precision fp16), backward runs from each loss multiplied by its scale (scaler.scale(l).backward()).
+std::vector<Tensor> forward_backward(nn::Block& net, const std::vector<Tensor>& Xs, const std::vector<Tensor>& ys,
+                                     const optim::GradScaler* scaler = nullptr);
 // split_and_load of a host batch: even shards (Gluon's even_split=False: sizes differ by at most
 // one), or in proportion to `weights` when given (exercise 2).
 nn::BatchShards split_and_load(const Batch& batch, const std::vector<Device>& devices, const std::vector<double>& weights);
@@ -97,7 +100,8 @@ struct Config {
   std::vector<int> threads;          // kernel threads per CPU-backed device (one value: all); empty: as set
   bool eval_all_devices = false;
   int in_flight = 2;                 // minibatches the host enqueues ahead of the one it checks
-  DType autocast = DType::f32;       // --precision bf16: forward and backward under Autocast(bf16)
+  DType autocast = DType::f32;       // --precision bf16 / fp16: forward and backward under Autocast(bf16 / f16),
+                                     // fp16 with dynamic loss scaling (optim::GradScaler)
   std::string save_params;           // safetensors of the trained net ("" = none)
   std::string checkpoint;            // written after every epoch ("" = none)
   std::string resume;                // checkpoint to continue from ("" = none)
@@ -115,6 +119,9 @@ struct Result {
   std::vector<double> split_weights;  // what split the batches (empty: even)
   int first_epoch = 1;                // 1, or the epoch a resumed run started with
   std::vector<double> test_acc, train_loss, train_seconds;  // per epoch trained
+  // --precision fp16: per epoch trained, the steps the GradScaler skipped and its scale at the end
+  std::vector<int64_t> skipped_steps;
+  std::vector<float> loss_scale;
   std::shared_ptr<nn::Sequential> net;  // the trained net, replicas on every device
 };
 

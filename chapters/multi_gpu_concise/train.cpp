@@ -4,7 +4,9 @@
 // time and test accuracy after every epoch. What the loop needs around it (checks, data, --resume,
 // dist_sync's processes) is run.cpp's; the progress line, the minibatches in flight and the
 // checkpoint files are chapters/harness's.
+#include <cmath>
 #include <cstdio>
+#include <optional>
 
 #include "chapters/harness/harness.hpp"
 #include "chapters/multi_gpu_concise/run.hpp"
@@ -22,7 +24,12 @@ Result train(const Config& cfg) {
   const std::vector<Device>& devices = cfg.devices;  // ctx = [mx.gpu(i) for i in range(num_gpus)]
   Result r = run.result();
   if (run.speak && cfg.autocast != DType::f32)
-    std::printf("mixed precision: %s under autocast (GEMMs and convolutions), float32 master weights\n", dtype_name(cfg.autocast));
+    std::printf("mixed precision: %s under autocast (GEMMs and convolutions), float32 master weights%s\n", dtype_name(cfg.autocast),
+                cfg.autocast == DType::f16 ? ", dynamic loss scaling" : "");
+  // --precision fp16 (torch.cuda.amp.GradScaler()): the losses scaled before backward, the step
+  // skipped and the scale halved on an inf or NaN in any gradient
+  std::optional<optim::GradScaler> scaler;
+  if (cfg.autocast == DType::f16) scaler.emplace();
   // net.initialize(init=init.Normal(sigma=0.01), ctx=ctx, force_reinit=True)
   manual_seed(cfg.seed);
   r.net = make_net(cfg.model, cfg.sync_bn);
@@ -36,12 +43,20 @@ Result train(const Config& cfg) {
     harness::Progress timer(epoch + 1, run.train_iter.num_batches(), run.speak);  // start = time.time()
     // Each minibatch's losses are read once the host is --in-flight minibatches ahead (harness.hpp):
     // a NaN or infinite one stops training, naming its epoch and step.
+    // A step the GradScaler skipped may have a loss that overflowed: it is left out.
     double loss_sum = 0;
-    int64_t step = 0;
-    harness::InFlight<std::vector<HostValue>> flight(cfg.in_flight, [&](std::vector<HostValue>& ls) {
+    int64_t step = 0, skipped = 0;
+    struct Losses {
+      std::vector<HostValue> ls;
+      bool stepped;
+    };
+    harness::InFlight<Losses> flight(cfg.in_flight, [&](Losses& s) {
       double step_loss = 0;
-      for (auto& l : ls) step_loss += l.value(), loss_sum += l.value();
-      check_loss(step_loss, epoch + 1, ++step);
+      for (auto& l : s.ls) step_loss += l.value();
+      ++step;
+      if (!s.stepped && !std::isfinite(step_loss)) return;
+      loss_sum += step_loss;
+      check_loss(step_loss, epoch + 1, step);
     });
     for (const Batch& b : run.train_iter.epoch(epoch)) {  // for X, y in train_iter:
       flight.wait_for_room();
@@ -56,11 +71,19 @@ Result train(const Config& cfg) {
         // --precision bf16 (with torch.autocast(dtype=torch.bfloat16)): the GEMMs and convolutions in
         // bfloat16, the rest in float32 (core/ops.hpp's list); the parameters stay float32 (master weights)
         Autocast mixed(cfg.autocast);
-        ls = forward_backward(net, shards.X, shards.y);
+        ls = forward_backward(net, shards.X, shards.y, scaler ? &*scaler : nullptr);
       }
       // trainer.step(batch_size): the kvstore sums every replica's gradient
-      trainer.step(b.size());
-      flight.push(read_later(ls));
+      // (fp16: scaler.step(trainer), which skips a step with an inf or NaN anywhere; scaler.update())
+      bool stepped = true;
+      if (scaler) {
+        stepped = scaler->step(trainer, b.size());
+        scaler->update();
+        skipped += !stepped;
+      } else {
+        trainer.step(b.size());
+      }
+      flight.push({read_later(ls), stepped});
       timer.step();
     }
     flight.drain();
@@ -74,6 +97,13 @@ Result train(const Config& cfg) {
     r.test_acc.push_back(run.accuracy_over_processes(test_acc));
     if (run.speak)
       std::printf("epoch %d, training time: %.1f sec, test_acc %.2f\n", epoch + 1, r.train_seconds.back(), r.test_acc.back());
+    if (scaler) {
+      r.skipped_steps.push_back(skipped);
+      r.loss_scale.push_back(scaler->get_scale());
+      if (run.speak)
+        std::printf("loss scaling: %lld of %lld steps skipped (an inf or NaN in a gradient), scale now %g\n",
+                    static_cast<long long>(skipped), static_cast<long long>(step), static_cast<double>(scaler->get_scale()));
+    }
     std::fflush(stdout);
     if (run.rank == 0) harness::save_checkpoint(cfg.checkpoint, net, trainer, epoch + 1);
   }
