@@ -251,6 +251,27 @@ TEST_CASE("under Autocast(float16) a small loss's gradients underflow to zero wi
   }
 }
 
+TEST_CASE("a disabled GradScaler is the plain loop: the loss itself, trainer.step, a scale of 1 that never changes") {
+  const auto devices = cpus(2);
+  Net plain(devices, "sgd", {.learning_rate = 0.1f, .momentum = 0.9f}, "device"),
+      off(devices, "sgd", {.learning_rate = 0.1f, .momentum = 0.9f}, "device");
+  GradScaler scaler({.enabled = false});
+  for (int s = 0; s < 3; ++s) {
+    backward(*plain.net, s, devices, nullptr);
+    plain.trainer->step(kBatch);
+    backward(*off.net, s, devices, &scaler);
+    CHECK(scaler.step(*off.trainer, kBatch));
+    scaler.update();
+  }
+  CHECK(values_of(off.net->collect_params()) == values_of(plain.net->collect_params()));
+  CHECK(scaler.get_scale() == 1.0f);
+  CHECK_FALSE(scaler.is_enabled());
+  // An inf goes straight into the step, as without a scaler: nothing checks
+  backward(*off.net, 3, devices, &scaler, 1, std::numeric_limits<float>::infinity());
+  CHECK(scaler.step(*off.trainer, kBatch));
+  CHECK(off.trainer->num_update() == 4);
+}
+
 TEST_CASE("loss scaling: bad settings are one-line errors") {
   test::check_one_line_error([] { GradScaler({.init_scale = 0}); }, "init_scale must be a finite number > 0");
   test::check_one_line_error([] { GradScaler({.growth_factor = 1}); }, "growth_factor must be a finite number > 1");

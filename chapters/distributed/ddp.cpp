@@ -18,6 +18,7 @@
 #include "core/dist/process_group.hpp"
 #include "core/nn/split_and_load.hpp"
 #include "core/ops.hpp"
+#include "core/optim/grad_scaler.hpp"
 #include "core/optim/kvstore.hpp"
 #include "core/rng.hpp"
 #include "core/runtime.hpp"
@@ -98,6 +99,7 @@ std::vector<Variant> ddp(const Config& cfg, bool model, std::vector<trace::Recor
     auto net = concise::resnet18(10);
     net->initialize(concise::default_init("resnet18"), cfg.devices, true);
     optim::Trainer trainer(net->collect_params(), "sgd", {0.05f}, "dist_sync");
+    optim::GradScaler scaler({.enabled = cfg.autocast == DType::f16});  // --precision fp16's loss scaling
     {  // The shapes first (one image, evaluation mode: nothing changes), so that the buckets exist
        // before step 1 and its backward launches them as every later one does.
       NoGrad no_grad;
@@ -119,14 +121,17 @@ std::vector<Variant> ddp(const Config& cfg, bool model, std::vector<trace::Recor
         std::vector<Tensor> losses;
         {
           trace::Label label("forward");
+          Autocast mixed(cfg.autocast);  // --precision bf16 / fp16 (f32: off)
           std::vector<Tensor> outputs = (*net)(shards.X);
           for (size_t i = 0; i < outputs.size(); ++i) losses.push_back(sum(concise::loss(outputs[i], shards.y[i])));
         }
         {
           trace::Label label("backward");  // the buckets launch from in here
-          for (auto& l : losses) l.backward();
+          Autocast mixed(cfg.autocast);
+          for (auto& l : losses) scaler.scale(l).backward();
         }
-        trainer.step(batches[static_cast<size_t>(s)].size());
+        scaler.step(trainer, batches[static_cast<size_t>(s)].size());  // trainer.step, unless fp16 found an inf
+        scaler.update();
       }
       waitall();
       const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -40,6 +40,8 @@ struct Config {
   bool measure_without_model = true;        // also time every variant on the real transport
   // equivalence: steps of chapter 2's ResNet-18 on small generated images.
   int equivalence_steps = 3;
+  // --precision bf16 / fp16: ddp's and equivalence's steps under Autocast (fp16 with a GradScaler)
+  DType autocast = DType::f32;
   bool verbose = true;                      // rank 0 prints
 };
 

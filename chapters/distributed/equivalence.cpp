@@ -31,6 +31,7 @@ concise::Config small(const Config& cfg, std::vector<Device> devices, const std:
   c.kvstore = kvstore;
   c.bucket_mb = cfg.bucket_mb;
   c.verbose = false;
+  c.autocast = cfg.autocast;  // both runs under the same autocast (and fp16's loss scaling)
   return c;
 }
 

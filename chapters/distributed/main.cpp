@@ -160,10 +160,12 @@ int main(int argc, char** argv) {
                                      std::to_string(tiny.batch) + ", sizes " + bytes(tiny.sizes.front()) + "-" + bytes(tiny.sizes.back()) +
                                      "): seconds");
   d2l::harness::Conv conv;
+  conv.precision.mixed = true;  // --precision bf16 / fp16: ddp and equivalence train under autocast
   conv.add_flags(app);
   d2l::install_interrupt_handlers();  // Ctrl-C / SIGTERM: stop between steps, exit 130 / 143
   return d2l::guarded_main(app, argc, argv, [&] {
     conv.apply();
+    cfg.autocast = conv.precision.autocast();
     dd::Config given = cfg;
     if (quick) dd::make_quick(cfg);  // flags given explicitly keep their values
     if (*batch) cfg.batch = given.batch;
@@ -234,6 +236,9 @@ int main(int argc, char** argv) {
     d2l::dist::check_same_config(mine);
     if (d2l::dist::rank() == 0)
       std::printf("%d processes (ranks) x %s; rank 0 speaks\n", d2l::dist::world_size(), d2l::str(cfg.devices).c_str());
+    if (d2l::dist::rank() == 0 && cfg.autocast != d2l::DType::f32)
+      std::printf("mixed precision: the DDP steps and the equivalence under autocast in %s, float32 master weights%s\n",
+                  d2l::dtype_name(cfg.autocast), cfg.autocast == d2l::DType::f16 ? ", dynamic loss scaling over every rank" : "");
     if (all || *bandwidth) run_bandwidth(cfg);
     if (all || *ddp) run_ddp(cfg);
     if (all || *equivalence) run_equivalence(cfg);

@@ -135,6 +135,25 @@ TEST_CASE("the parts at --quick sizes: benchmark rows, DDP variants, equivalence
   }
 }
 
+TEST_CASE("--precision bf16 and fp16: the equivalence under autocast, and fp16's DDP steps with every bucket layout" *
+          doctest::skip(dist::world_size() == 1)) {
+  for (DType t : {DType::bf16, DType::f16}) {
+    CAPTURE(dtype_name(t));
+    dd::Config cfg = quick();
+    cfg.autocast = t;
+    if (t == DType::f16) {  // float16's loop is bfloat16's with the GradScaler added
+      cfg.bucket_mbs = {25};
+      auto v = dd::ddp(cfg, false, nullptr);
+      REQUIRE(v.size() == 3);
+      for (auto& x : v) CHECK(x.step_seconds.size() == static_cast<size_t>(cfg.repeats));
+    }
+    // W processes equal one process with W devices under autocast too (fp16: the same steps skipped)
+    auto [diff, scale] = dd::equivalence(cfg);
+    CHECK(scale > 0);
+    CHECK(diff <= 1e-5 * scale);
+  }
+}
+
 // A wall-clock reading (suite timing, as distributed_link_np2, the plain run only, retried): busbw
 // over a modelled link, against the link's bandwidth and the test's own clock.
 TEST_CASE("busbw over a modelled link: the ring and the library reach the link, naive 1/W of it" *

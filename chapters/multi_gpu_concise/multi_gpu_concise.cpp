@@ -14,7 +14,7 @@ namespace d2l::concise {
 Tensor loss(const Tensor& y_hat, const Tensor& y) { return softmax_cross_entropy(y_hat, y, Reduction::none); }
 
 std::vector<Tensor> forward_backward(nn::Block& net, const std::vector<Tensor>& Xs, const std::vector<Tensor>& ys,
-                                     const optim::GradScaler* scaler) {
+                                     const optim::GradScaler& scaler) {
   // with autograd.record(): losses = [loss(net(X), Y) for X, Y in zip(data, label)]
   // net(Xs) is net(X) on each shard, layer by layer over all shards, so a SyncBatchNorm sees the
   // whole batch; with plain BatchNorm it computes exactly net(X) per shard.
@@ -22,7 +22,7 @@ std::vector<Tensor> forward_backward(nn::Block& net, const std::vector<Tensor>& 
   std::vector<Tensor> losses;
   for (size_t i = 0; i < outputs.size(); ++i)
     losses.push_back(sum(loss(outputs[i], ys[i])));  // MXNet's l.backward() of a vector is that of its sum
-  for (auto& l : losses) (scaler ? scaler->scale(l) : l).backward();  // each device's backward, enqueued on that device
+  for (auto& l : losses) scaler.scale(l).backward();  // each device's backward, enqueued on that device
   std::vector<Tensor> out;
   for (auto& l : losses) out.push_back(l.detach());
   return out;

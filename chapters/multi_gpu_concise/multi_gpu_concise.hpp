@@ -40,10 +40,10 @@ Init default_init(const std::string& model);
 // gloss.SoftmaxCrossEntropyLoss(): per-example losses (N).
 Tensor loss(const Tensor& y_hat, const Tensor& y);
 // The lab's forward_backward: the loss of each device's shard, then backward on each (they run in
-// parallel, each on its own device). Returns each shard's summed loss, detached. With a scaler
-// (--precision fp16), backward runs from each loss multiplied by its scale (scaler.scale(l).backward()).
+// parallel, each on its own device). Returns each shard's summed loss, detached. Backward runs from
+// scaler.scale(l): the loss itself, or (--precision fp16) the loss times the scaler's scale.
 std::vector<Tensor> forward_backward(nn::Block& net, const std::vector<Tensor>& Xs, const std::vector<Tensor>& ys,
-                                     const optim::GradScaler* scaler = nullptr);
+                                     const optim::GradScaler& scaler = optim::GradScaler({.enabled = false}));
 // split_and_load of a host batch: even shards (Gluon's even_split=False: sizes differ by at most
 // one), or in proportion to `weights` when given (exercise 2).
 nn::BatchShards split_and_load(const Batch& batch, const std::vector<Device>& devices, const std::vector<double>& weights);

@@ -6,7 +6,6 @@
 // checkpoint files are chapters/harness's.
 #include <cmath>
 #include <cstdio>
-#include <optional>
 
 #include "chapters/harness/harness.hpp"
 #include "chapters/multi_gpu_concise/run.hpp"
@@ -27,9 +26,8 @@ Result train(const Config& cfg) {
     std::printf("mixed precision: %s under autocast (GEMMs and convolutions), float32 master weights%s\n", dtype_name(cfg.autocast),
                 cfg.autocast == DType::f16 ? ", dynamic loss scaling" : "");
   // --precision fp16 (torch.cuda.amp.GradScaler()): the losses scaled before backward, the step
-  // skipped and the scale halved on an inf or NaN in any gradient
-  std::optional<optim::GradScaler> scaler;
-  if (cfg.autocast == DType::f16) scaler.emplace();
+  // skipped and the scale halved on an inf or NaN in any gradient (disabled otherwise: the plain step)
+  optim::GradScaler scaler({.enabled = cfg.autocast == DType::f16});
   // net.initialize(init=init.Normal(sigma=0.01), ctx=ctx, force_reinit=True)
   manual_seed(cfg.seed);
   r.net = make_net(cfg.model, cfg.sync_bn);
@@ -71,18 +69,13 @@ Result train(const Config& cfg) {
         // --precision bf16 (with torch.autocast(dtype=torch.bfloat16)): the GEMMs and convolutions in
         // bfloat16, the rest in float32 (core/ops.hpp's list); the parameters stay float32 (master weights)
         Autocast mixed(cfg.autocast);
-        ls = forward_backward(net, shards.X, shards.y, scaler ? &*scaler : nullptr);
+        ls = forward_backward(net, shards.X, shards.y, scaler);
       }
-      // trainer.step(batch_size): the kvstore sums every replica's gradient
-      // (fp16: scaler.step(trainer), which skips a step with an inf or NaN anywhere; scaler.update())
-      bool stepped = true;
-      if (scaler) {
-        stepped = scaler->step(trainer, b.size());
-        scaler->update();
-        skipped += !stepped;
-      } else {
-        trainer.step(b.size());
-      }
+      // trainer.step(batch_size): the kvstore sums every replica's gradient (fp16: scaler.step skips
+      // a step with an inf or NaN anywhere; scaler.update() then halves or doubles the scale)
+      const bool stepped = scaler.step(trainer, b.size());
+      scaler.update();
+      skipped += !stepped;
       flight.push({read_later(ls), stepped});
       timer.step();
     }
@@ -97,12 +90,12 @@ Result train(const Config& cfg) {
     r.test_acc.push_back(run.accuracy_over_processes(test_acc));
     if (run.speak)
       std::printf("epoch %d, training time: %.1f sec, test_acc %.2f\n", epoch + 1, r.train_seconds.back(), r.test_acc.back());
-    if (scaler) {
+    if (scaler.is_enabled()) {
       r.skipped_steps.push_back(skipped);
-      r.loss_scale.push_back(scaler->get_scale());
+      r.loss_scale.push_back(scaler.get_scale());
       if (run.speak)
         std::printf("loss scaling: %lld of %lld steps skipped (an inf or NaN in a gradient), scale now %g\n",
-                    static_cast<long long>(skipped), static_cast<long long>(step), static_cast<double>(scaler->get_scale()));
+                    static_cast<long long>(skipped), static_cast<long long>(step), static_cast<double>(scaler.get_scale()));
     }
     std::fflush(stdout);
     if (run.rank == 0) harness::save_checkpoint(cfg.checkpoint, net, trainer, epoch + 1);

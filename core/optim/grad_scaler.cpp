@@ -15,7 +15,7 @@ std::string num(double v) {
 }
 }  // namespace
 
-GradScaler::GradScaler(GradScalerOptions options) : options_(options), scale_(options.init_scale) {
+GradScaler::GradScaler(GradScalerOptions options) : options_(options), scale_(options.enabled ? options.init_scale : 1.0f) {
   if (!(std::isfinite(options.init_scale) && options.init_scale > 0))
     throw ConfigError("GradScaler: init_scale must be a finite number > 0, got " + num(options.init_scale));
   if (!(std::isfinite(options.growth_factor) && options.growth_factor > 1))
@@ -26,15 +26,20 @@ GradScaler::GradScaler(GradScalerOptions options) : options_(options), scale_(op
     throw ConfigError("GradScaler: growth_interval must be >= 1, got " + std::to_string(options.growth_interval));
 }
 
-Tensor GradScaler::scale(const Tensor& loss) const { return d2l::scale(loss, scale_); }
+Tensor GradScaler::scale(const Tensor& loss) const { return options_.enabled ? d2l::scale(loss, scale_) : loss; }
 
 bool GradScaler::step(Trainer& trainer, int64_t batch_size) {
+  if (!options_.enabled) {
+    trainer.step(batch_size);
+    return true;
+  }
   found_inf_ = !trainer.step_scaled(batch_size, scale_);
   if (found_inf_) ++skipped_;
   return !found_inf_;
 }
 
 void GradScaler::update() {
+  if (!options_.enabled) return;
   if (found_inf_) {
     scale_ *= options_.backoff_factor;
     clean_ = 0;

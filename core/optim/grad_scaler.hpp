@@ -29,13 +29,16 @@ struct GradScalerOptions {
   float growth_factor = 2.0f;   // S times this after growth_interval clean steps in a row
   float backoff_factor = 0.5f;  // S times this after a step with an inf or a NaN
   int64_t growth_interval = 2000;
+  // false: scale() returns the loss itself, step() is trainer.step(), update() does nothing (PyTorch's
+  // GradScaler(enabled=False)), so one loop serves float32, bfloat16 and float16.
+  bool enabled = true;
 };
 
 class GradScaler {
  public:
   explicit GradScaler(GradScalerOptions options = {});  // ConfigError for a value out of range
 
-  // loss * S, recorded (backward of it gives S times the gradients).
+  // loss * S, recorded (backward of it gives S times the gradients); disabled: the loss.
   Tensor scale(const Tensor& loss) const;
   // trainer.step_scaled(batch_size, S): the step with the gradients divided by S, or none where one
   // holds an inf or a NaN. Returns whether it stepped. Over processes a collective, as the Trainer's
@@ -45,7 +48,8 @@ class GradScaler {
   // growth_interval clean steps in a row, else S.
   void update();
 
-  float get_scale() const { return scale_; }
+  float get_scale() const { return scale_; }  // 1 when disabled
+  bool is_enabled() const { return options_.enabled; }
   int64_t skipped_steps() const { return skipped_; }    // since construction
   int64_t growth_tracker() const { return clean_; }     // clean steps since the last change of S
   const GradScalerOptions& options() const { return options_; }
