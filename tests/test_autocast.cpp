@@ -14,6 +14,7 @@
 #include "check.hpp"
 #include "core/ops.hpp"
 #include "core/runtime.hpp"
+#include "core/tensor_parallel/conjugate_ops.hpp"
 #include "one_line_error.hpp"
 
 using namespace d2l;
@@ -58,6 +59,9 @@ std::map<std::string, std::function<Tensor()>> calls() {
       {"global_avg_pool2d", [] { return global_avg_pool2d(input({1, 2, 4, 4}, 27)); }},
       {"argmax", [] { return argmax(input({4, 3}, 28)); }},
       {"count_correct", [] { return count_correct(input({4, 3}, 29), Tensor::from_vector(std::vector<int32_t>{0, 1, 2, 0}, {4}, cpu(0))); }},
+      // tensor parallelism's f and g (core/tensor_parallel), over cpu(0) and cpu(1)
+      {"tp_copy_to_parallel_region", [] { return tp::copy_to_parallel_region({input({5}, 30), input({5}, 31).to(cpu(1))})[0]; }},
+      {"tp_reduce_from_parallel_region", [] { return tp::reduce_from_parallel_region({input({5}, 32), input({5}, 33).to(cpu(1))})[0]; }},
   };
 }
 

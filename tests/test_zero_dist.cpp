@@ -15,7 +15,10 @@
 // (W-1)/W * 2 * 4 P; state_dict in the unsharded layout equal to the alone
 // run's and the replicated run's; a checkpoint taken after 10 steps and loaded by a new Trainer
 // continuing to 20 steps equal to 20 steps straight; clip_grad_norm over the ranks against the
-// unsharded run's norm computed here; the configuration errors; hybrid sharding (ShardOver: the
+// unsharded run's norm computed here; loss scaling (core/optim/grad_scaler.hpp) with an inf in the
+// last rank's input only: every rank skips that step, at ZeRO-2 too, where the inf reaches one
+// chunk's holder only, and with kvstore 'device' and a tp_group, where nothing else is summed over
+// the ranks; the configuration errors; hybrid sharding (ShardOver: the
 // shards over the ranks, over each process's 2 devices, or over every device of every rank) against the unsharded run and
 // stage 0 over the same devices, with the state each device holds measured; with 3 devices a rank
 // and every device its own shard, the bytes copied between the devices in a step, read from the copy
@@ -672,13 +675,17 @@ TEST_CASE("loss scaling over the ranks: an inf in one rank's gradients skips the
     for (const Way& way : {Way{"dist_sync", 0, 0}, Way{"dist_sync", 1, 0}, Way{"dist_sync", 2, 0},
                            Way{"dist_sync_ring", 2, 0}, Way{"dist_sync", 0, kSmallBucketMb},
                            Way{"dist_sync", 1, kSmallBucketMb}, Way{"device", 0, 0}}) {
+      // kvstore 'device': each rank alone, nothing summed over the ranks but found_inf over the
+      // tp_group (tensor parallelism's group: the world here)
+      OptimizerOptions opt = at_stage(base.opt, way.stage);
+      if (way.kvstore == "device") opt.tp_group = dist::Group();
       CAPTURE(base.optimizer);
       CAPTURE(way.kvstore);
       CAPTURE(way.stage);
       CAPTURE(way.bucket_mb);
       auto ref = mlp_43(), net = mlp_43();
-      Trainer ref_trainer(ref->collect_params(), base.optimizer, at_stage(base.opt, way.stage), way.kvstore);
-      Trainer trainer(net->collect_params(), base.optimizer, at_stage(base.opt, way.stage), way.kvstore);
+      Trainer ref_trainer(ref->collect_params(), base.optimizer, opt, way.kvstore);
+      Trainer trainer(net->collect_params(), base.optimizer, opt, way.kvstore);
       if (way.bucket_mb > 0) {
         ref_trainer.set_buckets({way.bucket_mb, "library", true});
         trainer.set_buckets({way.bucket_mb, "library", true});

@@ -90,6 +90,7 @@ int main(int argc, char** argv) {
   app.add_option("--data-dir", cfg.data_dir, "Fashion-MNIST (or any IDX) directory; default $D2L_DATA_DIR, then Debian's dataset-fashion-mnist");
   app.add_option("--seed", seed, "seed of the initial parameters and of the minibatch order (0 to 2^63 - 1)")->capture_default_str()->check(in_int64_range("0 to 2^63 - 1"));
   d2l::harness::Precision precision;  // the GPU GEMMs of the nets
+  precision.mixed = true;  // --precision bf16 / fp16: part 1's and the grid's steps under autocast
   precision.add_flags(app);
   app.add_flag("--quick", quick, "generated 28x28 images (1024 training, 256 test), batch 64, 10 steps, 2 epochs: seconds");
   d2l::install_interrupt_handlers();  // Ctrl-C / SIGTERM: stop between steps, exit 130 / 143
@@ -110,6 +111,7 @@ int main(int argc, char** argv) {
     for (auto& f : d2l::harness::flag_fingerprint(app, {"--out-dir", "--trace", "--data-dir"})) flags.push_back(f);
     d2l::dist::check_same_config(flags);
     precision.apply();
+    cfg.autocast = precision.autocast();
     on_every_rank([&] {
       if (seed < 0) throw d2l::ConfigError("bad --seed " + std::to_string(seed) + ": expected 0 to 2^63 - 1");
       cfg.seed = static_cast<uint64_t>(seed);

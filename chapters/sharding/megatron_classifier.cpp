@@ -22,6 +22,7 @@
 #include "core/nn/dense.hpp"
 #include "core/nn/sequential.hpp"
 #include "core/ops.hpp"
+#include "core/optim/grad_scaler.hpp"
 #include "core/optim/kvstore.hpp"
 #include "core/rng.hpp"
 #include "core/runtime.hpp"
@@ -92,33 +93,47 @@ std::vector<EpochRow> train(Classifier& net, const Config& cfg, const DataIter& 
                             tp::Traffic* counted, int64_t* counted_batch) {
   std::vector<EpochRow> rows;
   int64_t step = 0;
+  optim::GradScaler scaler({.enabled = cfg.autocast == DType::f16});  // --precision fp16
   for (int epoch = 0; epoch < cfg.num_epochs; ++epoch) {
     double loss_sum = 0, correct = 0;
     for (const Batch& b : train_iter.epoch(epoch)) {
       check_interrupt();
       if (step == 0) tp::reset_traffic();
       auto [Xs, ys] = load_everywhere(b, features, net.group);
-      std::vector<Tensor> outputs = net(Xs), ls;
-      for (size_t i = 0; i < outputs.size(); ++i) ls.push_back(softmax_cross_entropy(outputs[i], ys[i], Reduction::sum));
-      for (auto& l : ls) l.backward();  // each the gradient of the one loss; f sums the shards' input gradients
+      std::vector<Tensor> outputs, ls;
+      {
+        Autocast mixed(cfg.autocast);  // --precision bf16 / fp16 (f32: off)
+        outputs = net(Xs);
+        for (size_t i = 0; i < outputs.size(); ++i) ls.push_back(softmax_cross_entropy(outputs[i], ys[i], Reduction::sum));
+        for (auto& l : ls) scaler.scale(l).backward();  // each the gradient of the one loss; f sums the shards' input gradients
+      }
+      bool stepped = true;
       {
         NoGrad no_grad;
-        float rate = cfg.lr / static_cast<float>(b.n);
-        if (cfg.clip_grad_norm > 0) {  // the norm of the logical model's gradient: each tensor once (above)
-          optim::GradClip clip{cfg.clip_grad_norm, b.n};
-          double squares = 0;
+        // The logical model's gradient, each tensor once (above): its squares for the clipping and
+        // for fp16's check for an inf
+        double squares = 0;
+        if (cfg.clip_grad_norm > 0 || scaler.is_enabled())
           for (auto& p : net.params()) squares += optim::sum_of_squares(p->list_grad()[0]);
+        const float S = scaler.get_scale();  // 1 unless fp16
+        stepped = scaler.unscale(squares);
+        float rate = cfg.lr / static_cast<float>(b.n);
+        if (stepped && cfg.clip_grad_norm > 0) {
+          optim::GradClip clip{.max_norm = cfg.clip_grad_norm, .batch_size = b.n, .loss_scale = S};
           rate = -std::get<optim::SGDStep>(clip.apply(optim::SGDStep{0, 0, -rate}, squares)).grad_scale;
           norms.push_back(clip.total_norm);
         }
+        rate /= S;
         for (auto& p : net.params()) {
           auto ws = p->list_data(), gs = p->list_grad();
-          for (size_t k = 0; k < ws.size(); ++k) sgd_update_(ws[k], gs[k], rate);
+          for (size_t k = 0; stepped && k < ws.size(); ++k) sgd_update_(ws[k], gs[k], rate);
           p->zero_grad();
         }
+        scaler.update();
       }
       const double loss = ls[0].item();  // every replica of the loss is the same logical loss
-      check_loss(loss, epoch + 1, ++step);
+      ++step;
+      if (stepped || std::isfinite(loss)) check_loss(loss, epoch + 1, step);  // fp16: a skipped step's may overflow
       loss_sum += loss;
       step_losses.push_back(loss / static_cast<double>(b.n));
       correct += count_correct(outputs[0].detach(), ys[0]).item();

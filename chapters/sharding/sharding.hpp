@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "core/device.hpp"
+#include "core/tensor.hpp"
 #include "datasets/data_iter.hpp"
 
 namespace d2l::nn {
@@ -63,6 +64,8 @@ struct Config {
   float lr = 0.1f;         // SGD's
   // The grid: where its SGD state lives over each dp group (0 replicated, 1 ZeRO-1, 2 ZeRO-2).
   int grid_zero_stage = 1;
+  // --precision bf16 / fp16: part 1's and the grid's steps under Autocast (fp16 with a GradScaler)
+  DType autocast = DType::f32;
   int num_epochs = 3;
   bool verbose = true;
   std::string plot_dir;    // part 1: memory_per_device.png and step_time.png here ("" for none)
@@ -70,6 +73,11 @@ struct Config {
   std::string save_dir;    // part 1: its last run as a sharded checkpoint (checkpoint.cpp; "" for none)
   std::string load_dir;    // part 1: every run starts from this sharded checkpoint ("" for the seed's initialization)
 };
+
+// The relative difference rounding may leave between two runs that compute the same thing in
+// another order (the checks' "equal within rounding"): float32's 1e-5; under autocast (--precision
+// bf16 / fp16), whose products round to 16 bits, ten of the type's unit roundoffs (2^-9 and 2^-12).
+double rounding_tolerance(DType autocast);
 
 // Generated 28x28 images in place of Fashion-MNIST, a few steps: seconds on two cores.
 void make_quick(Config& cfg);
@@ -117,6 +125,7 @@ struct ZeroRun {
   int64_t sent_bytes = 0;              // all devices together, one step
   int64_t trace_tasks = 0;             // the stream tasks of the step traced (--trace), 0 when none
   int64_t formula_sent_bytes = 0;      // 2(N-1) * 4 Psi at stages 0 to 2, 3(N-1) * 4 Psi at stage 3
+  int64_t skipped = 0;                 // --precision fp16: timed steps the GradScaler skipped (stages 1, 2: no all-gather)
   std::vector<std::pair<std::string, int64_t>> saved;  // --save: the checkpoint's files and their bytes on disk
 };
 struct ZeroResult {

@@ -154,6 +154,40 @@ TEST_CASE("part 2: the split MLP against the unsharded one, f and g's bytes, cli
   }
 }
 
+TEST_CASE("--precision bf16 and fp16: float32 master weights hold part 1's bytes, every stage the replicated run's bits; "
+          "part 2 within the 16-bit rounding") {
+  if (dist::world_size() > 1) return;
+  for (DType t : {DType::bf16, DType::f16}) {
+    CAPTURE(dtype_name(t));
+    sh::Config c = quick(2);
+    c.autocast = t;
+    const sh::ZeroResult r = sh::zero_memory(c);
+    const int64_t psi = psi_of(c);
+    REQUIRE(r.runs.size() == 2 * 4);
+    for (const sh::ZeroRun& run : r.runs) {
+      CAPTURE(run.n);
+      CAPTURE(run.stage);
+      for (int i = 0; i < run.n; ++i) {  // between steps autocast holds nothing: float32's bytes
+        const sh::MemoryRow& m = run.rows[static_cast<size_t>(i)];
+        const int64_t shard = chunk(psi, i, run.n);
+        CHECK(m.parameter_bytes == 4 * (run.stage == 3 ? shard : psi));
+        CHECK(m.state_bytes == 8 * (run.stage == 0 ? psi : shard));
+      }
+      if (run.stage > 0) CHECK(run.max_diff_to_replicated == 0);
+      CHECK(run.sent_bytes == run.formula_sent_bytes);
+      if (t == DType::bf16) CHECK(run.skipped == 0);  // bfloat16 has no scaler
+      // A skipped step at stage 1 or 2 all-gathers nothing: fewer bytes than float32's 2(N-1) 4 Psi.
+      if (run.n == 2 && (run.stage == 1 || run.stage == 2) && run.skipped > 0)
+        CHECK(run.sent_bytes < 2 * 4 * psi);
+    }
+    c.tp_size = 2;
+    c.num_epochs = 1;
+    const sh::TensorParallelResult tp = sh::tensor_parallel(c);
+    for (size_t k = 0; k < std::min<size_t>(10, tp.sharded_steps.size()); ++k)
+      CHECK(std::fabs(tp.sharded_steps[k] - tp.unsharded_steps[k]) <= sh::rounding_tolerance(t) * std::fabs(tp.unsharded_steps[k]));
+  }
+}
+
 TEST_CASE("each part's own flags, refused in one ConfigError line") {
   if (dist::world_size() > 1) return;
   sh::Config c = quick(4);

@@ -35,6 +35,7 @@
 #include "core/nn/split_and_load.hpp"
 #include "core/ops.hpp"
 #include "core/optim/fsdp.hpp"
+#include "core/optim/grad_scaler.hpp"
 #include "core/optim/trainer.hpp"
 #include "core/rng.hpp"
 #include "core/runtime.hpp"
@@ -110,6 +111,7 @@ ZeroResult zero_memory(const Config& cfg) {
       auto net = zero_mlp(features, cfg);
       net->initialize(Init::Xavier(), devices, /*force_reinit=*/true);
       optim::Trainer trainer(net->collect_params(), "adam", {.learning_rate = cfg.adam_lr, .clip_grad_norm = cfg.clip_grad_norm, .zero_stage = stage}, "device");
+      optim::GradScaler scaler({.enabled = cfg.autocast == DType::f16});  // --precision fp16
       // Stage 3: FSDP(net) in place of net, as PyTorch wraps a module; the parameters become shards here.
       std::unique_ptr<optim::FullyShardedDataParallel> fsdp;
       if (stage == 3) fsdp = std::make_unique<optim::FullyShardedDataParallel>(net, trainer);
@@ -132,10 +134,16 @@ ZeroResult zero_memory(const Config& cfg) {
           if (tracing) waitall(), trace::start();
           // gpu_Xs = split_and_load(X, ctx); ls = [loss(net(X), y) ...]; for l in ls: l.backward()
           auto [Xs, ys] = nn::split_and_load(b, devices, /*even_split=*/false);
-          std::vector<Tensor> outputs = fsdp ? (*fsdp)(Xs) : (*net)(Xs), ls;
-          for (size_t i = 0; i < outputs.size(); ++i) ls.push_back(softmax_cross_entropy(outputs[i], ys[i], Reduction::sum));
-          for (auto& l : ls) l.backward();
-          trainer.step(b.n);  // stages 1 to 3: each device updates its shard (1, 2: then the all-gather)
+          std::vector<Tensor> ls;
+          {
+            Autocast mixed(cfg.autocast);  // --precision bf16 / fp16 (f32: off)
+            std::vector<Tensor> outputs = fsdp ? (*fsdp)(Xs) : (*net)(Xs);
+            for (size_t i = 0; i < outputs.size(); ++i) ls.push_back(softmax_cross_entropy(outputs[i], ys[i], Reduction::sum));
+            for (auto& l : ls) scaler.scale(l).backward();
+          }
+          // trainer.step: stages 1 to 3: each device updates its shard (1, 2: then the all-gather)
+          const bool stepped = scaler.step(trainer, b.n);
+          scaler.update();
           if (tracing) {
             waitall();
             trace::stop();
@@ -143,8 +151,9 @@ ZeroResult zero_memory(const Config& cfg) {
           }
           double loss = 0;
           for (auto& l : ls) loss += l.item();
-          check_loss(loss, 1, step + 1);
+          if (stepped || std::isfinite(loss)) check_loss(loss, 1, step + 1);  // fp16: a skipped step's loss may overflow
           run.final_loss = loss / static_cast<double>(b.n);
+          if (step >= 1 && !stepped) ++run.skipped;  // a timed step the GradScaler skipped
           ++step;
         }
       }
@@ -174,13 +183,18 @@ ZeroResult zero_memory(const Config& cfg) {
         row.peak_bytes = now.peak;
         std::copy(std::begin(now.at_peak), std::end(now.at_peak), std::begin(row.peak_by_tag));
         row.sent_bytes = copy_counters(devices[i]).bytes_out / cfg.steps;  // counted over the timed steps
-        run.sent_bytes += row.sent_bytes;
+        run.sent_bytes += copy_counters(devices[i]).bytes_out;
         run.rows.push_back(row);
       }
       // All devices together: an allreduce sends 2(N-1) Psi floats (the 'device' kvstore's reduce
       // and broadcast, as the ring), a reduce-scatter or an all-gather (N-1) Psi each: stages 1 and
       // 2 one of each; stage 3 all-gathers twice (forward and backward) and reduce-scatters once.
-      run.formula_sent_bytes = (stage == 3 ? 3 : 2) * (n - 1) * 4 * result.psi;
+      // A step the GradScaler skipped (fp16) reduces but gathers nothing at stages 1 and 2. Both
+      // counted over the timed steps, then divided by them.
+      const int64_t skipped_sends = stage == 1 || stage == 2 ? 1 : stage == 3 ? 3 : 2;
+      run.formula_sent_bytes =
+          ((stage == 3 ? 3 : 2) * (cfg.steps - run.skipped) + skipped_sends * run.skipped) * (n - 1) * 4 * result.psi / cfg.steps;
+      run.sent_bytes /= cfg.steps;
       if (stage == 0) {
         replicated = replicas(*net);
       } else if (fsdp) {  // every device's gathered replicas, made whole for the comparison

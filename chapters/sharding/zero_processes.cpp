@@ -40,6 +40,7 @@
 #include "core/nn/sequential.hpp"
 #include "core/ops.hpp"
 #include "core/optim/fsdp.hpp"
+#include "core/optim/grad_scaler.hpp"
 #include "core/optim/trainer.hpp"
 #include "core/trace.hpp"
 #include "core/rng.hpp"
@@ -75,11 +76,14 @@ int print_sent_bytes(const ZeroResult& r) {
     int64_t most = 0;
     for (const MemoryRow& m : run.rows) most = std::max(most, m.sent_bytes);
     const double per_rank = double(W - 1) / W * k * 4.0 * double(r.psi);
-    const int64_t total = int64_t(k) * (W - 1) * 4 * r.psi;
+    const int64_t total = run.formula_sent_bytes;  // k (W-1) 4 Psi, less the all-gathers of skipped steps
     const std::string rank_formula = "(N-1)/N*" + std::to_string(k) + "*4*Psi", total_formula = std::to_string(k) + "*(N-1)*4*Psi";
     std::printf("%2d %5d %12lld %12.1f %-18s %12.1f %12lld %-16s %12lld%s\n", W, run.stage, (long long)most,
                 double(run.sent_bytes) / W, rank_formula.c_str(), per_rank, (long long)run.sent_bytes, total_formula.c_str(),
                 (long long)total, run.sent_bytes == total ? "" : " (DIFFERENT)");
+    if (run.skipped > 0)
+      std::printf("   (%lld steps skipped by the loss scaler%s)\n", (long long)run.skipped,
+                  run.stage == 1 || run.stage == 2 ? ", without their all-gather: counted so in the formula" : "");
     if (run.sent_bytes != total) ++failed;
   }
   return failed;
@@ -117,6 +121,7 @@ ZeroRanksResult zero_memory_over_ranks(const Config& cfg) {
     auto net = zero_mlp(features, cfg);
     net->initialize(Init::Xavier(), {device}, /*force_reinit=*/true);
     optim::Trainer trainer(net->collect_params(), "adam", {.learning_rate = cfg.adam_lr, .clip_grad_norm = cfg.clip_grad_norm, .zero_stage = stage, .reduce_bucket_mb = cfg.reduce_bucket_mb}, "dist_sync");
+    optim::GradScaler scaler({.enabled = cfg.autocast == DType::f16});  // --precision fp16
     // Stage 3: the parameters become this rank's chunks here, and the net runs through FSDP.
     std::unique_ptr<optim::FullyShardedDataParallel> fsdp;
     if (stage == 3) fsdp = std::make_unique<optim::FullyShardedDataParallel>(net, trainer);
@@ -145,9 +150,14 @@ ZeroRanksResult zero_memory_over_ranks(const Config& cfg) {
         xs.insert(xs.end(), feature_shape.begin(), feature_shape.end());
         Tensor X = Tensor::from_vector(std::vector<float>(b.X.begin() + lo * features, b.X.begin() + hi * features), xs, device);
         Tensor y = Tensor::from_vector(std::vector<int32_t>(b.y.begin() + lo, b.y.begin() + hi), {hi - lo}, device);
-        Tensor l = softmax_cross_entropy(fsdp ? (*fsdp)({X})[0] : (*net)(X), y, Reduction::sum);
-        l.backward();
-        trainer.step(b.n);  // the gradient summed over the ranks is that of the whole minibatch
+        Tensor l;
+        {
+          Autocast mixed(cfg.autocast);  // --precision bf16 / fp16 (f32: off)
+          l = softmax_cross_entropy(fsdp ? (*fsdp)({X})[0] : (*net)(X), y, Reduction::sum);
+          scaler.scale(l).backward();
+        }
+        const bool stepped = scaler.step(trainer, b.n);  // the gradient summed over the ranks is that of the whole minibatch
+        scaler.update();
         if (tracing) {
           waitall();
           trace::stop();
@@ -155,13 +165,14 @@ ZeroRanksResult zero_memory_over_ranks(const Config& cfg) {
           harness::write_timeline(cfg.trace_file, trace::events());
         }
         last_loss = l.item();
-        check_loss(last_loss, 1, step + 1);
+        if (stepped || std::isfinite(last_loss)) check_loss(last_loss, 1, step + 1);  // fp16: a skipped step's may overflow
         last_n = b.n;
+        if (!stepped) ++run.skipped;  // the same steps on every rank (found_inf is summed over them)
         ++step;
       }
     }
     waitall();
-    const int64_t sent_per_step = dist::collective_counters().sent_bytes() / step;
+    const int64_t sent = dist::collective_counters().sent_bytes();  // over every step, the warm-up's too
     run.seconds_per_step = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / cfg.steps;
     run.final_loss = dist::sum_over_ranks({last_loss})[0] / static_cast<double>(last_n);
     result.psi = 0;
@@ -172,7 +183,7 @@ ZeroRanksResult zero_memory_over_ranks(const Config& cfg) {
     const std::vector<double> all = from_every_rank(
         {held(MemoryTag::parameters), held(MemoryTag::gradients), held(MemoryTag::summed_gradients),
          held(MemoryTag::optimizer_state), held(MemoryTag::gathered), double(now.peak),
-         double(now.at_peak[static_cast<int>(MemoryTag::other)]), double(sent_per_step)});
+         double(now.at_peak[static_cast<int>(MemoryTag::other)]), double(sent)});
     constexpr size_t kFigures = 8;
     for (int r = 0; r < W; ++r) {
       const double* f = &all[static_cast<size_t>(r) * kFigures];
@@ -186,10 +197,15 @@ ZeroRanksResult zero_memory_over_ranks(const Config& cfg) {
       row.formula_gradient_bytes = stage >= 2 ? 0 : 4 * result.psi;
       row.formula_state_bytes = 8 * (stage == 0 ? result.psi : chunk);
       row.formula_summed_gradient_bytes = stage >= 2 ? 4 * chunk : 0;
-      row.sent_bytes = int64_t(f[7]);
-      run.sent_bytes += row.sent_bytes;
+      row.sent_bytes = int64_t(f[7]) / step;
+      run.sent_bytes += int64_t(f[7]);
       run.rows.push_back(row);
     }
+    // All ranks a step: k (W-1) 4 Psi (k = 2 at stages 0 to 2, 3 at stage 3); a step the GradScaler
+    // skipped (fp16) reduces but gathers nothing at stages 1 and 2: (W-1) 4 Psi.
+    const int64_t k = stage == 3 ? 3 : 2, k_skipped = stage == 1 || stage == 2 ? 1 : k;
+    run.formula_sent_bytes = (k * (step - run.skipped) + k_skipped * run.skipped) * (W - 1) * 4 * result.psi / step;
+    run.sent_bytes /= step;
     // Every rank's parameters against its replicated run's, and against rank 0's (broadcast). At
     // stage 3 they are whole only while gathered (every rank gathers: a collective).
     std::vector<float> mine;
@@ -217,6 +233,7 @@ ZeroRanksResult zero_memory_over_ranks(const Config& cfg) {
 }
 
 int print_zero_over_ranks(const Config& cfg, const ZeroRanksResult& ranks) {
+  const double rtol = rounding_tolerance(cfg.autocast);  // "equal within rounding"
   const ZeroResult& r = ranks.zero;
   const int W = r.runs.empty() ? 1 : r.runs[0].n;
   std::printf("\n1. Memory per rank over %d processes, one device each: replicated Adam (kvstore dist_sync, zero_stage 0) "
@@ -259,7 +276,7 @@ int print_zero_over_ranks(const Config& cfg, const ZeroRanksResult& ranks) {
     const ZeroRun& run = r.runs[k];
     if (run.stage == 0) continue;
     const double d = run.max_diff_to_replicated, spread = ranks.diff_to_rank0[k];
-    const bool same_bits = d == 0, close = d <= 1e-5, ranks_equal = spread == 0;
+    const bool same_bits = d == 0, close = d <= rtol, ranks_equal = spread == 0;
     std::printf("ZeRO-%d check over %d processes: after %d steps every rank's parameters %s the replicated run's "
                 "(largest difference %g) and %s rank 0's\n",
                 run.stage, run.n, cfg.steps + 1, same_bits ? "equal" : close ? "equal within rounding" : "DIFFER from", d,

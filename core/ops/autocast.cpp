@@ -40,6 +40,9 @@ const std::vector<AutocastRule>& autocast_ops() {
       {"global_avg_pool2d", P::float32, "a mean over each channel: a reduction"},
       {"argmax", P::float32, "the kernels here are float32 (no gradient)"},
       {"count_correct", P::float32, "the kernels here are float32 (no gradient)"},
+      {"tp_copy_to_parallel_region", P::float32, "tensor parallelism's f: its backward all-reduces, in float32 here"},
+      {"tp_reduce_from_parallel_region", P::float32, "tensor parallelism's g: an all-reduce of partial sums, in float32 here "
+                                                     "(Megatron-LM reduces in the model's type)"},
   };
   return rules;
 }

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "core/ops.hpp"
+#include "core/optim/kvstore.hpp"
 
 namespace d2l::optim {
 
@@ -34,6 +35,16 @@ bool GradScaler::step(Trainer& trainer, int64_t batch_size) {
     return true;
   }
   found_inf_ = !trainer.step_scaled(batch_size, scale_);
+  if (found_inf_) ++skipped_;
+  return !found_inf_;
+}
+
+bool GradScaler::unscale(double squares) {
+  if (!options_.enabled) return true;
+  // The Trainer's own check (GradClip's squares), so both loops decide alike.
+  GradClip check{.loss_scale = scale_};
+  check.apply(SGDStep{}, squares);
+  found_inf_ = check.found_inf;
   if (found_inf_) ++skipped_;
   return !found_inf_;
 }

@@ -44,6 +44,12 @@ class GradScaler {
   // holds an inf or a NaN. Returns whether it stepped. Over processes a collective, as the Trainer's
   // step is.
   bool step(Trainer& trainer, int64_t batch_size);
+  // For a loop that applies its own update (chapter 5's tensor-parallel SGD): squares is the sum of
+  // the squares of every gradient that update reads, over every device and rank it trains with (as
+  // Trainer::step_scaled finds it). Returns whether to update, the gradients then divided by the
+  // scale the loss was multiplied by; false (a skipped step) when they hold an inf or a NaN.
+  // Disabled: true. update() follows as after step().
+  bool unscale(double squares);
   // After each step: S * backoff_factor if that step was skipped, S * growth_factor after
   // growth_interval clean steps in a row, else S.
   void update();

@@ -91,7 +91,8 @@ void step_on_devices(const std::vector<ReplicaStep>& replicas, const Step& s) {
 
 Step GradClip::apply(const Step& s, double squares) {
   found_inf = !std::isfinite(squares);
-  if (found_inf_over_world) found_inf = dist::sum_over_ranks({found_inf ? 1.0 : 0.0})[0] > 0;
+  for (const dist::Group& g : found_inf_over)
+    if (g.size() > 1) found_inf = dist::sum_over_ranks({found_inf ? 1.0 : 0.0}, g)[0] > 0;
   total_norm = std::sqrt(squares) / static_cast<double>(batch_size) / static_cast<double>(loss_scale);
   if (found_inf || max_norm <= 0) return s;
   const double coef = static_cast<double>(max_norm) / (total_norm + 1e-6);

@@ -85,10 +85,11 @@ struct GradClip {
   // The gradients are those of a loss multiplied by loss_scale (GradScaler): the norm is divided by it,
   // the norm of the unscaled gradient, as clip_grad_norm_ after GradScaler.unscale_.
   float loss_scale = 1.0f;
-  // found_inf over the whole world (a sum over every rank, as FSDP's ShardedGradScaler all-reduces its
-  // found_inf): every rank skips the step together even where some gradient is not summed over the
-  // world (tensor parallelism's slices); a collective, every rank calls apply.
-  bool found_inf_over_world = false;
+  // found_inf summed over these groups of ranks (as FSDP's ShardedGradScaler all-reduces its
+  // found_inf over its process group): the Trainer's dp group and tp group, so that every rank it
+  // trains with skips a step together, even where a gradient is not summed over them (tensor
+  // parallelism's slices); a collective over each, whose every rank calls apply.
+  std::vector<dist::Group> found_inf_over{};
   double total_norm = 0;   // what the last apply() found
   bool found_inf = false;  // and whether the squares were not finite (then s is returned unclipped)
   // s for the summed gradient whose squares add up to sum_of_squares (over every shard, every rank).

@@ -9,7 +9,6 @@
 #include "core/autograd.hpp"
 #include "core/optim/kvstore.hpp"
 #include "core/optim/zero.hpp"
-#include "core/world.hpp"
 
 namespace d2l::optim {
 
@@ -215,8 +214,12 @@ bool Trainer::run_step(int64_t batch_size, float loss_scale, bool check_finite) 
   std::visit([&](auto& step) { step.grad_scale /= loss_scale; }, s);
   // clip_grad_norm_, and a GradScaler's check: each path below hands `clip` the summed gradient's
   // squares, and steps with the grad_scale it returns, or not at all when it found an inf or a NaN.
-  GradClip clipping{.max_norm = options_.clip_grad_norm, .batch_size = batch_size, .loss_scale = loss_scale,
-                    .found_inf_over_world = check_finite && dist::world_size() > 1};
+  GradClip clipping{.max_norm = options_.clip_grad_norm, .batch_size = batch_size, .loss_scale = loss_scale};
+  if (check_finite) {  // found_inf agreed over every rank this Trainer trains with
+    if (kv_->type() == "dist_sync" || kv_->type() == "dist_sync_ring")
+      clipping.found_inf_over.push_back(options_.dp_group.value_or(dist::Group()));
+    if (options_.tp_group) clipping.found_inf_over.push_back(*options_.tp_group);
+  }
   GradClip* clip = options_.clip_grad_norm > 0 || check_finite ? &clipping : nullptr;
   if (clip && options_.tp_group) {  // which parameters are slices of the tp group
     clipping.tp_group = options_.tp_group;

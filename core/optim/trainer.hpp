@@ -149,7 +149,7 @@ class Trainer {
   // GradScaler's step (core/optim/grad_scaler.hpp): the gradients are those of a loss multiplied by
   // loss_scale. The step uses them divided by it (folded into the step's constants, as the batch size
   // is), or, where any summed gradient holds an inf or a NaN (on any device; over the processes on
-  // any rank, a collective over the world), it is skipped: the weights, the optimizer state and
+  // any rank of the dp group or the tp group: found_inf is summed over both), it is skipped: the weights, the optimizer state and
   // num_update stay as they were, the gradients are zeroed, and step_scaled returns false.
   // clip_grad_norm clips by the unscaled gradient's norm.
   bool step_scaled(int64_t batch_size, float loss_scale);

@@ -52,10 +52,18 @@ void check_rank_value(const char* op, const Tensor& x) {
   detail::expect_f32(op, x, "the tensor");
 }
 
+// Under an Autocast scope, each input as the list (core/ops/autocast.cpp) says: float32.
+std::vector<Tensor> autocast_inputs(const char* op, const std::vector<Tensor>& xs) {
+  std::vector<Tensor> out;
+  for (const Tensor& x : xs) out.push_back(detail::autocast_input(op, x));
+  return out;
+}
+
 }  // namespace
 
-std::vector<Tensor> copy_to_parallel_region(const std::vector<Tensor>& xs) {
+std::vector<Tensor> copy_to_parallel_region(const std::vector<Tensor>& xs_in) {
   const char* op = "tp_copy_to_parallel_region";
+  const std::vector<Tensor> xs = autocast_inputs(op, xs_in);
   check_group_value(op, xs);
   const size_t P = xs.size();
   // The gradients of the Y_i, kept until the last of them arrives.
@@ -79,8 +87,9 @@ std::vector<Tensor> copy_to_parallel_region(const std::vector<Tensor>& xs) {
   return ys;
 }
 
-std::vector<Tensor> reduce_from_parallel_region(const std::vector<Tensor>& zs) {
+std::vector<Tensor> reduce_from_parallel_region(const std::vector<Tensor>& zs_in) {
   const char* op = "tp_reduce_from_parallel_region";
+  const std::vector<Tensor> zs = autocast_inputs(op, zs_in);
   check_group_value(op, zs);
   std::vector<Tensor> ys;
   {
@@ -93,8 +102,9 @@ std::vector<Tensor> reduce_from_parallel_region(const std::vector<Tensor>& zs) {
   return ys;
 }
 
-Tensor copy_to_parallel_region(const Tensor& x, const dist::Group& group) {
+Tensor copy_to_parallel_region(const Tensor& x_in, const dist::Group& group) {
   const char* op = "tp_copy_to_parallel_region";
+  const Tensor x = detail::autocast_input(op, x_in);
   check_rank_value(op, x);
   Tensor y = x.detach();  // forward: the identity
   record(y, op, {x}, [group](const Tensor& gy) {
@@ -105,8 +115,9 @@ Tensor copy_to_parallel_region(const Tensor& x, const dist::Group& group) {
   return y;
 }
 
-Tensor reduce_from_parallel_region(const Tensor& z, const dist::Group& group) {
+Tensor reduce_from_parallel_region(const Tensor& z_in, const dist::Group& group) {
   const char* op = "tp_reduce_from_parallel_region";
+  const Tensor z = detail::autocast_input(op, z_in);
   check_rank_value(op, z);
   Tensor y;
   {
