@@ -32,6 +32,10 @@ struct Node {
   std::function<std::vector<Tensor>(const Tensor& grad_out)> backward;
   // After a backward pass through it no other graph reaches, its saved tensors and edges are freed.
   bool released = false;
+  // Its backward keeps no tensor (a cast's: only the type to cast back to), so a graph built later on
+  // its output, while that output lives, may pass through it again: never released. Autocast's one
+  // copy of a weight, read by several micro-batches' graphs, each with its own backward, is one.
+  bool keeps_nothing = false;
   std::weak_ptr<TensorImpl> output;  // the result it made (whose grad_fn it is), while that lives
 };
 

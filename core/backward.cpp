@@ -118,7 +118,7 @@ void backward(const Tensor& root) {
     // another graph still leads to it (a node shared by several losses, as SyncBatchNorm's
     // statistics are by the per-device losses): then only `order` and its own output hold it.
     const long holders = 1 + (node->output.expired() ? 0 : 1);
-    if (node.use_count() <= holders) {
+    if (node.use_count() <= holders && !node->keeps_nothing) {
       node->backward = nullptr;
       node->inputs.clear();
       node->released = true;

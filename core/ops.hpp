@@ -45,7 +45,10 @@ Tensor cast(const Tensor& x, DType t);
 // whose kernels are float32) take them in float32. The casts are recorded, so gradients reach float32
 // leaves (the master weights) in float32. This is PyTorch's CUDA list with its fp32 ops; the CPU list
 // runs more ops in the input's type, which needs 16-bit kernels this project does not have. Autocast
-// applies to the ops, not to in-place updates (add_, fill_, the optimizers). Outside a scope, a 16-bit
+// applies to the ops, not to in-place updates (add_, fill_, the optimizers). A parameter (a
+// Parameter's replica, core/parameter.hpp) is cast once per outermost scope, its copy shared by every op and micro-batch
+// that reads it until the scope closes (PyTorch's autocast cache): update parameters outside the
+// scope, as PyTorch's loops do (the optimizer's step after it). Outside a scope, a 16-bit
 // input reaches only matmul and conv2d (which take two of one type) and cast; the others refuse it.
 class Autocast {
  public:

@@ -74,6 +74,7 @@ void Parameter::materialize() {
       else D2L_KERNEL(c, fill, X, n, a);
     });
     if (differentiable_) t.attach_grad();
+    t.impl().parameter = true;
     replicas_.push_back(t);
   }
   pending_ = false;
@@ -137,6 +138,7 @@ void Parameter::reset_ctx(const std::vector<Device>& devices) {
     auto same = std::find(devices_.begin(), devices_.end(), d);
     Tensor t = same != devices_.end() ? replicas_[same - devices_.begin()] : source.to(d);
     if (differentiable_ && !t.grad().defined()) t.attach_grad();
+    t.impl().parameter = true;
     moved.push_back(t);
   }
   devices_ = devices;

@@ -31,6 +31,7 @@ struct TensorImpl {
   Device device;
   std::shared_ptr<Storage> storage;
   bool requires_grad = false;       // a leaf whose gradient is wanted
+  bool parameter = false;           // a Parameter's replica (core/parameter.hpp): autocast keeps one copy a scope
   std::shared_ptr<Node> grad_fn;    // how this result was made (null for leaves)
   std::shared_ptr<TensorImpl> grad; // accumulated gradient of a leaf, same shape and device
 };

@@ -13,6 +13,8 @@
 
 #include "check.hpp"
 #include "core/ops.hpp"
+#include "core/ops/op.hpp"
+#include "core/parameter.hpp"
 #include "core/runtime.hpp"
 #include "core/tensor_parallel/conjugate_ops.hpp"
 #include "one_line_error.hpp"
@@ -203,6 +205,58 @@ TEST_CASE("an MLP trained under autocast follows the float32 run within the roun
       for (size_t s = 0; s < f32.size(); ++s) CHECK(std::fabs(low[s] - f32[s]) <= (t == DType::bf16 ? 0.01 : 0.002) * (1 + f32[s]));
     }
   }
+}
+
+TEST_CASE("a parameter is cast once per scope: micro-batches share its copy, backward through each, a new scope a new copy") {
+  Parameter p("w", {8, 4}, Init::Uniform(1.0f));
+  p.initialize({cpu(0)});
+  Tensor w = p.data();
+  const Tensor x1 = input({3, 8}, 71), x2 = input({5, 8}, 72);
+  std::vector<float> one_scope, apart;
+  {
+    Autocast scope(DType::bf16);
+    const Tensor c1 = detail::autocast_input("matmul", w), c2 = detail::autocast_input("matmul", w);
+    CHECK(c1.dtype() == DType::bf16);
+    CHECK(&c1.impl() == &c2.impl());  // one copy
+    CHECK(&detail::autocast_input("matmul", x1).impl() != &detail::autocast_input("matmul", x1).impl());  // not a parameter
+    Tensor leaf = input({8, 4}, 73);
+    leaf.attach_grad();  // a leaf, not a parameter: cast at each use
+    CHECK(&detail::autocast_input("matmul", leaf).impl() != &detail::autocast_input("matmul", leaf).impl());
+    // Two micro-batches, a backward each, as a pipeline runs them: both through the one copy.
+    sum(matmul(x1, w)).backward();
+    sum(matmul(x2, w)).backward();
+    one_scope = w.grad().to_vector();
+  }
+  w.zero_grad();
+  for (const Tensor& x : {x1, x2}) {
+    Autocast scope(DType::bf16);
+    sum(matmul(x, w)).backward();
+  }
+  apart = w.grad().to_vector();
+  CHECK(one_scope == apart);  // the same gradient, whichever way the copies were shared
+  // The copy goes with its scope: the next scope computes with the weight as it is now.
+  Tensor before, after;
+  {
+    Autocast scope(DType::bf16);
+    before = matmul(x1, w);
+  }
+  w.zero_grad();
+  {
+    NoGrad no_grad;
+    fill_(w, 0.0f);
+  }
+  {
+    Autocast scope(DType::bf16);
+    after = matmul(x1, w);
+  }
+  auto largest = [](const std::vector<float>& v) {
+    float m = 0;
+    for (float e : v) m = std::max(m, std::fabs(e));
+    return m;
+  };
+  CHECK(largest(before.to_vector()) > 0);
+  CHECK(largest(after.to_vector()) == 0);
+  waitall();
 }
 
 TEST_CASE("conv2d under autocast: 16-bit operands, float32 sums, a 16-bit result; gradients reach float32 leaves") {

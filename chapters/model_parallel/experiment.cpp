@@ -120,6 +120,7 @@ std::vector<Device> first(const std::vector<Device>& d, size_t n) { return {d.be
 void train(ResNet& model, Device input_device, const Config& cfg) {
   // model.train(True) is the default mode; loss_fn = nn.MSELoss(): mse(); optim.SGD(lr=0.001).
   optim::Trainer optimizer(model.collect_params(), "sgd", {.learning_rate = 0.001f});
+  optim::GradScaler scaler({.enabled = cfg.autocast == DType::f16});  // --precision fp16
   const int64_t B = cfg.batch_size, C = cfg.num_classes, S = cfg.image_size;
   const std::vector<float> labels_host = one_hot_labels(B, C, input_device);
   auto* pipelined = dynamic_cast<PipelineParallelResNet50*>(&model);
@@ -127,15 +128,21 @@ void train(ResNet& model, Device input_device, const Config& cfg) {
     check_interrupt();  // Ctrl-C / SIGTERM: stop between batches (main() exits 130 / 143)
     Tensor inputs = normal({B, 3, S, S}, 0.0f, 1.0f, input_device);  // torch.randn(batch_size, 3, image_w, image_h)
     // optimizer.zero_grad(): the Trainer zeroes every gradient after its step, so they are zero here.
-    if (pipelined) {
-      // The pipelined model's forward and backward are one schedule; the labels go to the last stage.
-      pipelined->forward_backward(inputs, Tensor::from_vector(labels_host, {B, C}, pipelined->stages.back().device));
-    } else {
-      Tensor outputs = model(inputs);
-      Tensor labels = Tensor::from_vector(labels_host, {B, C}, outputs.device());  // labels.to(outputs.device)
-      mse(outputs, labels).backward();
+    {
+      // --precision bf16 / fp16: the forward and backward under autocast (f32: off), the step after
+      // it (the scope's 16-bit weight copies go with it)
+      Autocast mixed(cfg.autocast);
+      if (pipelined) {
+        // The pipelined model's forward and backward are one schedule; the labels go to the last stage.
+        pipelined->forward_backward(inputs, Tensor::from_vector(labels_host, {B, C}, pipelined->stages.back().device), scaler);
+      } else {
+        Tensor outputs = model(inputs);
+        Tensor labels = Tensor::from_vector(labels_host, {B, C}, outputs.device());  // labels.to(outputs.device)
+        scaler.scale(mse(outputs, labels)).backward();
+      }
     }
-    optimizer.step(1);  // SGD on the mean loss: no division by a batch size
+    scaler.step(optimizer, 1);  // optimizer.step(): SGD on the mean loss, no division by a batch size
+    scaler.update();
     // loss.item() in spirit: the host waits for each batch, so a timed train() is exactly its batches.
     waitall();
   }

@@ -29,6 +29,9 @@ struct Config {
   std::string out_dir = ".";                     // the four PNGs go here; "" draws none
   std::string trace_file;                        // Chrome-trace JSON of one pipelined step; "" for none
   uint64_t seed = 0;
+  // --precision bf16 / fp16: steps 3 to 5 (each training step, the memory sweep, the traces) under Autocast,
+  // fp16's training with a GradScaler
+  DType autocast = DType::f32;
   bool verbose = true;
 };
 

@@ -48,6 +48,7 @@ int main(int argc, char** argv) {
                                    std::to_string(book.image_size) + "x" + std::to_string(book.image_size) + ", sweep " +
                                    d2l::mp::sweep_text(book.sweep) + ")");
   d2l::harness::Conv conv;
+  conv.precision.mixed = true;  // --precision bf16 / fp16: steps 3 to 5 under autocast
   conv.add_flags(app);
   d2l::install_interrupt_handlers();  // Ctrl-C / SIGTERM: stop after the current batch, exit 130 / 143
   return d2l::guarded_main(app, argc, argv, [&] {
@@ -62,6 +63,7 @@ int main(int argc, char** argv) {
       throw d2l::ConfigError(std::string("--checkpoint: ") + e.what());
     }
     conv.apply();
+    cfg.autocast = conv.precision.autocast();
     if (quick && full) throw d2l::ConfigError("--quick and --full: choose one");
     if (seed < 0) throw d2l::ConfigError("bad --seed " + std::to_string(seed) + ": expected a number >= 0");
     cfg.seed = static_cast<uint64_t>(seed);

@@ -87,14 +87,15 @@ Tensor PipelineParallelResNet50::forward(const Tensor& x) {
   return ret.size() == 1 ? ret[0] : concat(ret);  // torch.cat(ret)
 }
 
-Tensor PipelineParallelResNet50::forward_backward(const Tensor& x, const Tensor& target) {
+Tensor PipelineParallelResNet50::forward_backward(const Tensor& x, const Tensor& target, const optim::GradScaler& scaler) {
   // PyTorch's MSELoss of the whole batch = sum over micro-batches of (sum of squares) / numel(batch);
-  // d2l's mse_loss sums (p - t)^2 / 2, hence the 2.
+  // d2l's mse_loss sums (p - t)^2 / 2, hence the 2. fp16: each share times the loss scale.
   const float scale = 2.0f / static_cast<float>(target.numel());
-  pipeline::LossFn loss = [scale](const Tensor& output, const Tensor& t) {
-    return d2l::mse_loss(output, t, Reduction::sum) * scale;
+  pipeline::LossFn loss = [scale, &scaler](const Tensor& output, const Tensor& t) {
+    return scaler.scale(d2l::mse_loss(output, t, Reduction::sum) * scale);
   };
-  return pipeline::forward_backward(stages, x, target, split_size, schedule, loss, checkpoint);
+  Tensor l = pipeline::forward_backward(stages, x, target, split_size, schedule, loss, checkpoint);
+  return scaler.is_enabled() ? d2l::scale(l, 1.0f / scaler.get_scale()) : l;  // the loss itself, unscaled
 }
 
 std::vector<size_t> balanced_partition(PipelineParallelResNet50& model, const Tensor& sample, Device device, size_t K,

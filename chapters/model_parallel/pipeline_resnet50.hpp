@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "chapters/model_parallel/model_parallel.hpp"
+#include "core/optim/grad_scaler.hpp"
 #include "core/pipeline/pipeline.hpp"
 
 namespace d2l::mp {
@@ -34,8 +35,10 @@ class PipelineParallelResNet50 : public ModelParallelResNet50 {
   // One training step's forward and backward by the schedule, with PyTorch's MSELoss over the whole
   // batch (each micro-batch adds its share: sum of squares / numel of the batch). target (N,
   // num_classes) anywhere. Gradients accumulate into the parameters; returns the loss on the last
-  // device (the value of mse(forward(x), target)).
-  Tensor forward_backward(const Tensor& x, const Tensor& target);
+  // device (the value of mse(forward(x), target)). Backward runs from scaler.scale of each
+  // micro-batch's share: the share itself, or (--precision fp16) the share times the loss scale.
+  Tensor forward_backward(const Tensor& x, const Tensor& target,
+                          const optim::GradScaler& scaler = optim::GradScaler({.enabled = false}));
 
   // Re-cuts the layer list at `starts` (size K, starting at 0, increasing, below 22) and moves each
   // stage to its device. ConfigError naming --partition otherwise.

@@ -24,6 +24,9 @@ void print_settings(const Config& cfg) {
               str(cfg.devices).c_str(), str({cfg.devices[0], cfg.devices[1]}).c_str(), cfg.stages,
               pipeline::name(cfg.schedule).c_str(), pipeline::name(cfg.checkpoint).c_str(), (long long)cfg.split_size,
               sweep.c_str());
+  if (cfg.autocast != DType::f32)
+    std::printf("mixed precision: steps 3 to 5 under autocast in %s (GEMMs and convolutions), float32 master weights%s\n",
+                dtype_name(cfg.autocast), cfg.autocast == DType::f16 ? ", dynamic loss scaling" : "");
   int cpu_like = 0;
   for (auto& d : cfg.devices) cpu_like += d.kind != DeviceKind::gpu;
   if (cpu_like > 0 && cfg.devices[0].kind != DeviceKind::gpu)
@@ -101,7 +104,10 @@ void trace_step(PipelineParallelResNet50& model, const Config& cfg, Result& r) {
     model.schedule = schedule;
     waitall();
     trace::start();
-    model.forward_backward(inputs, labels);
+    {
+      Autocast mixed(cfg.autocast);  // --precision bf16 / fp16 (f32: off)
+      model.forward_backward(inputs, labels);
+    }
     waitall();
     trace::stop();
     auto events = trace::events();
@@ -158,7 +164,10 @@ std::vector<Result::MemoryPoint> memory_vs_microbatches(PipelineParallelResNet50
       before.push_back(alloc.stats().in_use);
     }
     const auto t0 = std::chrono::steady_clock::now();
-    model.forward_backward(inputs, labels);
+    {
+      Autocast mixed(cfg.autocast);  // --precision bf16 / fp16 (f32: off)
+      model.forward_backward(inputs, labels);
+    }
     waitall();
     Result::MemoryPoint p{model.schedule, model.checkpoint, M, {}, 0};
     p.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

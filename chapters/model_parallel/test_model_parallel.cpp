@@ -283,7 +283,8 @@ namespace {
 struct Reference {
   Tensor output, loss;
 };
-Reference per_micro_batch(mp::ResNet& net, const Tensor& x, const Tensor& target, int64_t split, bool backward) {
+Reference per_micro_batch(mp::ResNet& net, const Tensor& x, const Tensor& target, int64_t split, bool backward,
+                          const optim::GradScaler& scaler = optim::GradScaler({.enabled = false})) {
   std::vector<Tensor> outs;
   Tensor total;
   for (auto [b, e] : pipeline::micro_batches(x.dim(0), split)) {
@@ -291,14 +292,15 @@ Reference per_micro_batch(mp::ResNet& net, const Tensor& x, const Tensor& target
     outs.push_back(out);
     if (!backward) continue;
     Tensor l = mse_loss(out, slice_rows(target, b, e), Reduction::sum) * (2.0f / static_cast<float>(target.numel()));
-    l.backward();
+    scaler.scale(l).backward();
     total = total.defined() ? total.detach() + l.detach() : l.detach();
   }
   return {concat(outs), total};
 }
 
 void check_pipeline(const std::vector<Device>& d, pipeline::Schedule schedule, int64_t split, int64_t N, int64_t S,
-                    pipeline::Checkpoint checkpoint = pipeline::Checkpoint::never) {
+                    pipeline::Checkpoint checkpoint = pipeline::Checkpoint::never,
+                    const optim::GradScaler& scaler = optim::GradScaler({.enabled = false})) {
   const int64_t C = 10;
   CAPTURE(str(d));
   CAPTURE(pipeline::name(schedule));
@@ -317,8 +319,8 @@ void check_pipeline(const std::vector<Device>& d, pipeline::Schedule schedule, i
   Tensor out = model(x);
   CHECK(out.device() == d.back());
   CHECK(rel_diff(fwd.output.to_vector(), out.to_vector()) <= 1e-4);
-  Reference ref = per_micro_batch(*single, x, one_hot(N, C, d[0]), split, true);
-  Tensor loss = model.forward_backward(x, one_hot(N, C, d.back()));
+  Reference ref = per_micro_batch(*single, x, one_hot(N, C, d[0]), split, true, scaler);
+  Tensor loss = model.forward_backward(x, one_hot(N, C, d.back()), scaler);
   CHECK(loss.item() == doctest::Approx(ref.loss.item()).epsilon(1e-5));
   CHECK(worst_param_diff(*single, model, true) <= 1e-4);
   CHECK(worst_param_diff(*single, model, false) <= 1e-4);
@@ -346,6 +348,20 @@ TEST_CASE("PipelineParallelResNet50: gpipe and 1f1b at split sizes 1 and 4 (K = 
       check_pipeline({d[0], d[1]}, schedule, split, 4, 33);
       check_pipeline(d, schedule, split, 4, 33);
     }
+}
+
+TEST_CASE("--precision bf16 and fp16: under autocast gpipe and 1f1b compute one device's numbers, fp16's loss scaled") {
+  // The same micro-batches through the same ops in 16 bits: the schedules change where and when each
+  // runs, not what it computes. fp16 backward from each share times 2^8 (a scale that does not
+  // overflow here), on both sides; the loss comes back unscaled.
+  auto d = devices(DeviceKind::cpu, 2);
+  const optim::GradScaler scaled({.init_scale = 256.0f});
+  {
+    Autocast mixed(DType::bf16);
+    check_pipeline(d, pipeline::Schedule::gpipe, 2, 6, 33);
+  }
+  Autocast mixed(DType::f16);
+  check_pipeline(d, pipeline::Schedule::one_f_one_b, 2, 6, 33, pipeline::Checkpoint::never, scaled);
 }
 
 TEST_CASE("recomputation (--checkpoint always, except_last) computes the same numbers, running statistics included") {

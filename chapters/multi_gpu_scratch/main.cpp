@@ -41,6 +41,7 @@ int main(int argc, char** argv) {
   app.add_option("--dist-allreduce", cfg.dist_allreduce, "--dist: library (MPI_Allreduce), ring (ours over MPI point-to-point) or naive (everything to rank 0 and back)")->capture_default_str();
   app.add_option("--plot", cfg.plot, "PNG of test accuracy per epoch ('' for none)")->capture_default_str();
   trace.add_flags(app);
+  conv.precision.mixed = true;  // --precision bf16 / fp16: train_batch runs under autocast
   conv.add_flags(app);
   const auto& q = d2l::scratch::kQuick;
   char quick_help[128];
@@ -54,6 +55,7 @@ int main(int argc, char** argv) {
     // Every flag is checked before any work starts (bad input: exit 2, one line naming the flag).
     trace.check();
     conv.apply();
+    cfg.autocast = conv.precision.autocast();
     if (quick) {  // flags given explicitly keep their values
       d2l::scratch::Config given = cfg;
       d2l::scratch::make_quick(cfg);

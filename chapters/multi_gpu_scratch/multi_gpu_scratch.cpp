@@ -7,6 +7,7 @@
 #include "core/dist/collectives.hpp"
 #include "core/nn/activation.hpp"
 #include "core/ops.hpp"
+#include "core/optim/kvstore.hpp"
 #include "core/rng.hpp"
 #include "core/trace.hpp"
 
@@ -112,13 +113,17 @@ void sgd(const std::vector<Tensor>& params, float lr, int64_t batch_size) {
 
 std::vector<Tensor> train_batch(const Batch& batch, std::vector<std::vector<Tensor>>& device_params,
                                 const std::vector<Device>& devices, float lr, const std::string& allreduce_algorithm,
-                                const std::string& dist_allreduce, dist::Buckets* buckets, Activation activation) {
+                                const std::string& dist_allreduce, dist::Buckets* buckets, Activation activation,
+                                DType autocast, optim::GradScaler* scaler, bool* stepped) {
   auto [X_shards, y_shards] = split_batch(batch, devices);
   // Loss calculation on each device; a device with an empty shard adds a zero gradient.
   std::vector<Tensor> ls;
-  for (size_t i = 0; i < devices.size(); ++i)
-    if (X_shards[i].dim(0) > 0) ls.push_back(sum(loss(lenet(X_shards[i], device_params[i], activation), y_shards[i])));
-  for (auto& l : ls) l.backward();  // back propagation on each device, in parallel
+  {
+    Autocast mixed(autocast);  // --precision bf16 / fp16 (f32: off)
+    for (size_t i = 0; i < devices.size(); ++i)
+      if (X_shards[i].dim(0) > 0) ls.push_back(sum(loss(lenet(X_shards[i], device_params[i], activation), y_shards[i])));
+    for (auto& l : ls) (scaler ? scaler->scale(l) : l).backward();  // back propagation on each device, in parallel
+  }
   // Sum all gradients from each device and broadcast them to all devices.
   if (buckets) {
     buckets->finish();  // --dist with buckets: most allreduces already ran during backward
@@ -133,8 +138,25 @@ std::vector<Tensor> train_batch(const Batch& batch, std::vector<std::vector<Tens
     }
   }
   // The model parameters are updated separately on each device, with the full minibatch size
-  // (over every process with --dist).
-  for (auto& param : device_params) sgd(param, lr, batch.size());
+  // (over every process with --dist). fp16: the gradients are S times the loss's; every device holds
+  // the same sums, so device 0's squares tell whether any overflowed, here and on every rank.
+  float rate = lr;
+  bool step = true;
+  if (scaler && scaler->is_enabled()) {
+    double squares = 0;
+    for (auto& p : device_params[0]) squares += optim::sum_of_squares(p.grad());
+    rate = lr / scaler->get_scale();
+    step = scaler->unscale(squares);
+    scaler->update();
+  }
+  for (auto& param : device_params) {
+    if (step) {
+      sgd(param, rate, batch.size());
+    } else {
+      for (auto& p : param) p.zero_grad();  // a skipped step: nothing updated
+    }
+  }
+  if (stepped) *stepped = step;
   std::vector<Tensor> out;
   for (auto& l : ls) out.push_back(l.detach());
   return out;

@@ -9,6 +9,7 @@
 
 #include "core/dist/buckets.hpp"
 #include "core/ops.hpp"
+#include "core/optim/grad_scaler.hpp"
 #include "core/tensor.hpp"
 #include "datasets/data_iter.hpp"
 
@@ -48,10 +49,16 @@ std::vector<Tensor> split_and_load(const std::vector<float>& data, int64_t rows,
 // buckets (--dist with --bucket-mb >= 0, core/dist/buckets.hpp): DDP's gradient buckets do the
 // summing instead, over this process's devices and then the processes, their allreduces launched
 // during backward; the loop below only finishes them.
+// autocast (--precision bf16 / fp16): each device's forward and backward under Autocast, its GEMMs
+// and convolutions in 16 bits (core/ops.hpp). scaler (fp16): backward from each loss times the
+// loss scale; after the allreduce the step divides the scale out of the learning rate, or is
+// skipped (the gradients zeroed) when a summed gradient holds an inf or a NaN; then scaler.update().
+// Returns each device's loss; *stepped (when given) says whether the step was taken.
 std::vector<Tensor> train_batch(const Batch& batch, std::vector<std::vector<Tensor>>& device_params,
                                 const std::vector<Device>& devices, float lr, const std::string& allreduce_algorithm,
                                 const std::string& dist_allreduce = "", dist::Buckets* buckets = nullptr,
-                                Activation activation = relu);
+                                Activation activation = relu, DType autocast = DType::f32,
+                                optim::GradScaler* scaler = nullptr, bool* stepped = nullptr);
 // The book's d2l.sgd: param -= lr * grad / batch_size, then the gradient is zeroed.
 void sgd(const std::vector<Tensor>& params, float lr, int64_t batch_size);
 
@@ -72,6 +79,7 @@ struct Config {
   std::string allreduce = "naive";          // exercise 3: naive | ring
   bool eval_all_devices = false;            // exercise 4
   std::string activation = "relu";          // exercise 5: relu | sigmoid
+  DType autocast = DType::f32;              // --precision bf16 / fp16: mixed precision (fp16 with loss scaling)
   // --dist: data parallelism over the processes of mpirun too (core/dist). Each process trains on
   // its devices' shards of every minibatch; gradients are summed over its devices, then across the
   // processes with `dist_allreduce` (library: MPI_Allreduce, or ring); rank 0 prints and plots.
@@ -92,6 +100,8 @@ struct Config {
 struct Result {
   std::vector<double> test_acc;     // per epoch
   std::vector<double> train_loss;   // mean per epoch
+  std::vector<int64_t> skipped_steps;  // --precision fp16: per epoch, the steps the loss scaler skipped
+  std::vector<float> loss_scale;       //   and its scale at the epoch's end
   double sec_per_epoch = 0;
   int64_t batch_size = 0;           // after scaling
   float lr = 0;                     // after scaling

@@ -104,6 +104,36 @@ TEST_CASE("quick run on 2 CPU devices: held-out accuracy >= 0.8") {
   CHECK(r.train_loss.back() < r.train_loss.front());
 }
 
+TEST_CASE("--precision bf16 and fp16: LeNet from scratch under autocast learns as float32, fp16 with its loss scaled") {
+  // Two epochs of the quick set on 2 devices. fp16's scaler halves from 2^16 on every skipped step
+  // and doubles after 2000 clean ones (more than these 250 steps).
+  std::vector<scratch::Result> runs;
+  for (DType t : {DType::f32, DType::bf16, DType::f16}) {
+    scratch::Config c;
+    scratch::make_quick(c);
+    c.devices = cpus(2);
+    c.num_epochs = 2;
+    c.verbose = false;
+    c.plot = "";
+    c.autocast = t;
+    runs.push_back(scratch::train(c));
+  }
+  MESSAGE("test acc " << runs[0].test_acc.back() << " / " << runs[1].test_acc.back() << " / " << runs[2].test_acc.back()
+                      << "; loss " << runs[0].train_loss.back() << " / " << runs[1].train_loss.back() << " / "
+                      << runs[2].train_loss.back() << " (float32 / bfloat16 / float16)");
+  for (size_t i : {1, 2}) {
+    CAPTURE(i);
+    CHECK(runs[i].test_acc.back() >= runs[0].test_acc.back() - 0.02);
+    CHECK(runs[i].train_loss.back() < runs[i].train_loss.front());
+    CHECK(runs[i].params[0] != runs[0].params[0]);  // it did round
+    CHECK(runs[i].params[0] == runs[i].params[1]);  // the replicas still agree
+  }
+  CHECK(runs[1].skipped_steps.empty());
+  REQUIRE(runs[2].skipped_steps.size() == 2);
+  const int64_t skipped = runs[2].skipped_steps[0] + runs[2].skipped_steps[1];
+  CHECK(runs[2].loss_scale.back() == std::ldexp(65536.0f, -static_cast<int>(skipped)));
+}
+
 TEST_CASE("20 steps on 2 and on 3 devices give the parameters of 1 device (within 1e-5 relative)") {
   auto one = scratch::train(small(1));
   auto two = scratch::train(small(2));

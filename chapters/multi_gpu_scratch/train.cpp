@@ -102,11 +102,18 @@ Result train(const Config& cfg) {
   std::vector<uint64_t> kernels_before;
   for (auto d : devices) kernels_before.push_back(runtime(d).kernels_run());
 
+  // --precision fp16 (torch.cuda.amp.GradScaler's rule): the losses scaled, a step with an inf or
+  // NaN in a summed gradient skipped (train_batch)
+  optim::GradScaler scaler({.enabled = cfg.autocast == DType::f16});
+  if (cfg.verbose && rank == 0 && cfg.autocast != DType::f32)
+    std::printf("mixed precision: %s under autocast (the GEMMs and convolutions), float32 parameters%s\n",
+                dtype_name(cfg.autocast), cfg.autocast == DType::f16 ? ", dynamic loss scaling" : "");
   double train_seconds = 0;
   int64_t steps = 0;
   for (int epoch = 0; epoch < cfg.num_epochs; ++epoch) {
     harness::Progress timer(epoch + 1, train_iter->num_batches(), cfg.verbose, harness::Progress::Style::count);
     std::vector<std::vector<Tensor>> losses;  // per step: the summed loss of every device with examples
+    std::vector<bool> stepped;                // per step: taken (false: fp16's scaler skipped it)
     // At most two minibatches in flight: once minibatch i is enqueued, the host waits for i - 1 and
     // then enqueues i + 1 while the devices compute i.
     harness::InFlight<std::vector<Event>> flight(1, [](std::vector<Event>& events) {
@@ -115,8 +122,10 @@ Result train(const Config& cfg) {
     for (const Batch& b : train_iter->epoch(epoch)) {
       check_interrupt();  // Ctrl-C: stop between minibatches (main() exits 130 after the devices finish)
       // Multi-device training on one minibatch.
+      bool took = true;
       losses.push_back(train_batch(b, device_params, devices, r.lr, cfg.allreduce, cfg.dist ? cfg.dist_allreduce : "",
-                                   buckets ? &*buckets : nullptr, activation));
+                                   buckets ? &*buckets : nullptr, activation, cfg.autocast, &scaler, &took));
+      stepped.push_back(took);
       flight.wait_for_room();
       flight.push(record_events(devices));
       ++steps;
@@ -127,12 +136,23 @@ Result train(const Config& cfg) {
     train_seconds += timer.seconds();
     // A NaN or infinite loss stops training, naming its step. Checked once the epoch's work is done:
     // reading each step's loss at once would make the host wait for the devices every step.
+    // (A step the loss scaler skipped may have overflowed in its forward: its loss is left out.)
     double loss_sum = 0;
+    int64_t skipped = 0;
     for (size_t s = 0; s < losses.size(); ++s) {
       double step_loss = 0;
       for (auto& l : losses[s]) step_loss += l.item();
+      skipped += !stepped[s];
+      if (!stepped[s] && !std::isfinite(step_loss)) continue;
       check_loss(step_loss, epoch + 1, steps - static_cast<int64_t>(losses.size() - s) + 1);
       loss_sum += step_loss;
+    }
+    if (scaler.is_enabled()) {
+      r.skipped_steps.push_back(skipped);
+      r.loss_scale.push_back(scaler.get_scale());
+      if (cfg.verbose && rank == 0)
+        std::printf("loss scaling: %lld of %zu steps skipped (an inf or NaN in a gradient), scale now %g\n",
+                    static_cast<long long>(skipped), losses.size(), static_cast<double>(scaler.get_scale()));
     }
     if (cfg.dist) loss_sum = dist::sum_over_ranks({loss_sum})[0];
     r.train_loss.push_back(loss_sum / static_cast<double>(train_iter->size()));

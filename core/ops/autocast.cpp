@@ -2,19 +2,40 @@
 #include "core/ops/op.hpp"
 
 #include <cstring>
+#include <functional>
 #include <string>
+#include <unordered_map>
+
+#include "core/autograd.hpp"
 
 namespace d2l {
 
 namespace {
 thread_local DType t_autocast = DType::f32;  // f32: no scope open on this thread
-}
+thread_local int t_open = 0;                 // scopes open on this thread
+// The casts of parameters (Parameter replicas that want a gradient) made since the outermost scope opened, by
+// leaf and type: one 16-bit copy of a weight however many ops and micro-batches read it (PyTorch's
+// autocast cache). Dropped when the outermost scope closes.
+struct CastKey {
+  const TensorImpl* leaf;
+  DType type;
+  bool operator==(const CastKey& o) const { return leaf == o.leaf && type == o.type; }
+};
+struct CastKeyHash {
+  size_t operator()(const CastKey& k) const { return std::hash<const void*>()(k.leaf) ^ static_cast<size_t>(k.type); }
+};
+thread_local std::unordered_map<CastKey, Tensor, CastKeyHash> t_casts;
+}  // namespace
 
 Autocast::Autocast(DType t) : saved_(t_autocast) {
   if (t == DType::i32) throw ConfigError("Autocast: the type must be float32, bfloat16 or float16");
   t_autocast = t;
+  ++t_open;
 }
-Autocast::~Autocast() { t_autocast = saved_; }
+Autocast::~Autocast() {
+  t_autocast = saved_;
+  if (--t_open == 0) t_casts.clear();
+}
 
 DType autocast_type() { return t_autocast; }
 
@@ -60,7 +81,15 @@ Tensor autocast_input(const char* op, const Tensor& x) {
   const AutocastPolicy p = policy_of(op);  // every op asks, scope or not: the list must hold it
   const DType t = autocast_type();
   if (t == DType::f32 || !x.defined() || !is_float(x.dtype())) return x;
-  return cast(x, p == AutocastPolicy::lower_precision ? t : DType::f32);
+  const DType to = p == AutocastPolicy::lower_precision ? t : DType::f32;
+  if (x.dtype() == to) return x;
+  // A parameter's copy is made once per outermost scope, while the graph is recorded (a copy made
+  // without it would carry no way back to the parameter). Other leaves (a pipeline stage's received
+  // activations) are cast at each use, so that two uses' gradients meet at the leaf in float32.
+  if (!grad_enabled() || !x.impl().parameter || !x.impl().requires_grad || x.impl().grad_fn) return cast(x, to);
+  auto [it, made] = t_casts.try_emplace(CastKey{&x.impl(), to});
+  if (made) it->second = cast(x, to);
+  return it->second;
 }
 
 }  // namespace detail

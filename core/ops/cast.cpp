@@ -42,6 +42,7 @@ Tensor cast(const Tensor& x, DType t) {
   Tensor y = x.dtype() == DType::f32 || t == DType::f32 ? cast_once(x, t) : cast_once(cast_once(x, DType::f32), t);
   const DType from = x.dtype();
   record(y, "cast", {x}, [from](const Tensor& gy) { return std::vector<Tensor>{cast(gy, from)}; });
+  if (y.impl().grad_fn) y.impl().grad_fn->keeps_nothing = true;  // autocast's weight copies are read again
   return y;
 }
 
