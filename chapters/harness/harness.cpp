@@ -134,7 +134,7 @@ void Precision::apply() const {
   if (name == "fp32") return set_precision(KernelPrecision::fp32);
   if (name == "tf32") return set_precision(KernelPrecision::tf32);
   throw ConfigError("bad --precision '" + name + "': expected " +
-                    (mixed ? "auto, fp32, tf32, bf16 or fp16" : "auto, fp32 or tf32 (this chapter trains in float32; chapter 2 also takes bf16 and fp16)"));
+                    (mixed ? "auto, fp32, tf32, bf16 or fp16" : "auto, fp32 or tf32 (this program trains in float32 only)"));
 }
 
 DType Precision::autocast() const {
