@@ -9,7 +9,8 @@
 namespace d2l::optim {
 
 namespace {
-std::string num(double v) {
+// A setting as the error line shows it.
+std::string setting(double v) {
   std::ostringstream os;
   os << v;
   return os.str();
@@ -18,11 +19,11 @@ std::string num(double v) {
 
 GradScaler::GradScaler(GradScalerOptions options) : options_(options), scale_(options.enabled ? options.init_scale : 1.0f) {
   if (!(std::isfinite(options.init_scale) && options.init_scale > 0))
-    throw ConfigError("GradScaler: init_scale must be a finite number > 0, got " + num(options.init_scale));
+    throw ConfigError("GradScaler: init_scale must be a finite number > 0, got " + setting(options.init_scale));
   if (!(std::isfinite(options.growth_factor) && options.growth_factor > 1))
-    throw ConfigError("GradScaler: growth_factor must be a finite number > 1, got " + num(options.growth_factor));
+    throw ConfigError("GradScaler: growth_factor must be a finite number > 1, got " + setting(options.growth_factor));
   if (!(options.backoff_factor > 0 && options.backoff_factor < 1))
-    throw ConfigError("GradScaler: backoff_factor must be in (0, 1), got " + num(options.backoff_factor));
+    throw ConfigError("GradScaler: backoff_factor must be in (0, 1), got " + setting(options.backoff_factor));
   if (options.growth_interval < 1)
     throw ConfigError("GradScaler: growth_interval must be >= 1, got " + std::to_string(options.growth_interval));
 }
