@@ -104,7 +104,7 @@ TEST_CASE("quick run on 2 CPU devices: held-out accuracy >= 0.8") {
   CHECK(r.train_loss.back() < r.train_loss.front());
 }
 
-TEST_CASE("--precision bf16 and fp16: LeNet from scratch under autocast learns as float32, fp16 with its loss scaled") {
+TEST_CASE("quick run in bf16 and fp16: LeNet from scratch under autocast learns as float32, fp16 with its loss scaled") {
   // Two epochs of the quick set on 2 devices. fp16's scaler halves from 2^16 on every skipped step
   // and doubles after 2000 clean ones (more than these 250 steps).
   std::vector<scratch::Result> runs;
