@@ -107,7 +107,7 @@ TEST_CASE("quick run of the lab's CNN on 2 CPU devices: held-out accuracy >= 0.9
   CHECK(r.train_loss.back() < r.train_loss.front());
 }
 
-TEST_CASE("--precision bf16 and fp16: the lab's CNN trained under autocast reaches the float32 run's accuracy") {
+TEST_CASE("quick run in bf16 and fp16: the lab's CNN trained under autocast reaches the float32 run's accuracy") {
   std::vector<Result> runs;
   for (DType t : {DType::f32, DType::bf16, DType::f16}) {
     Config c;
