@@ -1,10 +1,13 @@
-// The 16-bit GEMMs (kernels/cpu/gemm16.cpp, kernels/cuda/matmul16.cu) against a double-precision
-// product of the same 16-bit values, within float32's summation bound; and matmul on bfloat16 and
+// The 16-bit GEMMs (kernels/cpu/gemm16.cpp, gemm16_dpbf16.cpp, kernels/cuda/matmul16.cu) and the CPU's
+// 16-bit convolution (conv2d16_*) against a double-precision product of the same 16-bit values, within
+// float32's summation bound; and matmul on bfloat16 and
 // float16 tensors on every device kind, forward and backward, within the 16-bit result's rounding.
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <bit>
 #include <cstdio>
+#include <tuple>
 #include <vector>
 
 #include "check.hpp"
@@ -63,8 +66,8 @@ bool within_float32_sums(const Case& c, Float16 f, const Bits& A, const Bits& B,
 }
 
 template <class Gemm>
-void check_member(const char* what, Gemm gemm) {
-  for (Float16 f : {Float16::bf16, Float16::f16})
+void check_member(const char* what, Gemm gemm, std::vector<Float16> formats = {Float16::bf16, Float16::f16}) {
+  for (Float16 f : formats)
     for (const Case& c : kCases) {
       INFO(what);
       INFO((f == Float16::bf16 ? "bfloat16" : "float16"));
@@ -83,9 +86,78 @@ TEST_CASE("the CPU's 16-bit GEMMs: float32 sums of the exact products") {
   check_member("gemm16_naive", [](Float16 f, const Case& c, const Bits& A, const Bits& B, std::vector<float>& C) {
     cpu::gemm16_naive(cpu::serial_ctx(), f, c.ta, c.tb, c.M, c.N, c.K, c.alpha, A.data(), B.data(), c.beta, C.data());
   });
+  check_member("gemm16_widened", [](Float16 f, const Case& c, const Bits& A, const Bits& B, std::vector<float>& C) {
+    cpu::gemm16_widened(cpu::serial_ctx(), f, c.ta, c.tb, c.M, c.N, c.K, c.alpha, A.data(), B.data(), c.beta, C.data());
+  });
   check_member("gemm16", [](Float16 f, const Case& c, const Bits& A, const Bits& B, std::vector<float>& C) {
     cpu::gemm16(cpu::serial_ctx(), f, c.ta, c.tb, c.M, c.N, c.K, c.alpha, A.data(), B.data(), c.beta, C.data());
   });
+}
+
+TEST_CASE("gemm16_dpbf16, VDPBF16PS's member: float32 sums of the exact products, with the instruction and without") {
+  for (bool hw : {false, true}) {
+    if (hw && !cpu::has_avx512_bf16()) {
+      MESSAGE("this CPU has no AVX512-BF16: the member ran its lanes only");
+      continue;
+    }
+    check_member(hw ? "gemm16_dpbf16 (VDPBF16PS)" : "gemm16_dpbf16 (dpbf16_lane)",
+                 [hw](Float16, const Case& c, const Bits& A, const Bits& B, std::vector<float>& C) {
+                   cpu::gemm16_dpbf16(cpu::serial_ctx(), hw, c.ta, c.tb, c.M, c.N, c.K, c.alpha, A.data(), B.data(),
+                                      c.beta, C.data());
+                 },
+                 {Float16::bf16});
+  }
+}
+
+// dpbf16_lane against the instruction, through the member: values of every class (normal ones of
+// 2^-60 to 2^60, subnormals, zeros, infinities, NaNs, raw bit patterns), where the order of the two
+// products, rounding and the flushing of subnormals all show. NaNs compare as NaNs (their payloads are
+// not part of the definition).
+// Where the product order and the flushing decide, on every CPU. At 2^24 (a unit of 2) with products
+// +1 (high halves) and -1 (low): the high first gives 2^24 + 1 -> 2^24 (a tie, to even), then 2^24 - 1;
+// the low first would give 2^24 - 1, then 2^24. And a subnormal product (2^-140) becomes zero.
+TEST_CASE("dpbf16_lane: the high halves' product first, a subnormal product flushed to zero") {
+  auto pair = [](float high, float low) { return uint32_t{cpu::bf16_from_float(high)} << 16 | cpu::bf16_from_float(low); };
+  CHECK(cpu::dpbf16_lane(std::ldexp(1.0f, 24), pair(1, -1), pair(1, 1)) == std::ldexp(1.0f, 24) - 1);
+  CHECK(cpu::dpbf16_lane(0.0f, pair(0, std::ldexp(1.0f, -70)), pair(0, std::ldexp(1.0f, -70))) == 0.0f);
+}
+
+TEST_CASE("dpbf16_lane computes what VDPBF16PS computes, bit for bit, on values of every class") {
+  if (!cpu::has_avx512_bf16()) {
+    MESSAGE("this CPU has no AVX512-BF16: nothing to compare dpbf16_lane with");
+    return;
+  }
+  uint32_t state = 12345;
+  auto next = [&state] { return state = state * 1664525u + 1013904223u; };
+  auto value = [&](bool special) -> uint16_t {
+    const uint32_t r = next() >> 8;
+    if (r % 8 == 0) return static_cast<uint16_t>(next() & 0x807Fu);  // subnormal (or zero)
+    if (special && r % 8 == 1) return static_cast<uint16_t>((next() & 0x8000u) | 0x7F80u);  // infinity
+    if (special && r % 8 == 2) return static_cast<uint16_t>(next() >> 16);  // any bits, NaNs too
+    return cpu::bf16_from_float(std::ldexp(static_cast<float>(next() >> 8) / 16777216.0f - 0.5f, static_cast<int>(next() % 121) - 60));
+  };
+  for (auto [M, N, K, ta, tb] : {std::tuple{9, 50, 7, false, false}, {16, 48, 300, true, true}, {5, 3, 64, false, true}}) {
+    CAPTURE(M);
+    CAPTURE(N);
+    CAPTURE(K);
+    Bits A(M * K), B(K * N);
+    for (int64_t i = 0; i < M * K; ++i) A[i] = value(i % M == 0);  // infinities and NaNs in a few rows or columns only
+    for (auto& b : B) b = value(false);
+    std::vector<float> C0(M * N);
+    for (auto& c : C0) c = std::ldexp(static_cast<float>(next() >> 8) / 16777216.0f - 0.5f, static_cast<int>(next() % 300) - 150);
+    std::vector<float> hw = C0, lanes = C0;
+    cpu::gemm16_dpbf16(cpu::serial_ctx(), true, ta, tb, M, N, K, 1.0f, A.data(), B.data(), 1.0f, hw.data());
+    cpu::gemm16_dpbf16(cpu::serial_ctx(), false, ta, tb, M, N, K, 1.0f, A.data(), B.data(), 1.0f, lanes.data());
+    int differ = 0, nans = 0;
+    for (size_t i = 0; i < hw.size(); ++i) {
+      nans += std::isnan(hw[i]);
+      const bool same = (std::isnan(hw[i]) && std::isnan(lanes[i])) ||
+                        std::bit_cast<uint32_t>(hw[i]) == std::bit_cast<uint32_t>(lanes[i]);
+      if (!same && differ++ < 5) std::printf("  C[%zu]: VDPBF16PS %a, dpbf16_lane %a\n", i, double(hw[i]), double(lanes[i]));
+    }
+    CHECK(differ == 0);
+    CHECK(nans <= static_cast<int>(hw.size()) / 2);  // most values not lost to a NaN: the sums were compared
+  }
 }
 
 TEST_CASE("the check tells float16 read as bfloat16 from the right product") {
@@ -104,6 +176,67 @@ TEST_CASE("gemm16 gives the same bits on one thread and on two") {
   cpu::gemm16(cpu::serial_ctx(), Float16::bf16, false, true, 96, 64, 80, 1, A.data(), B.data(), 0, one.data());
   cpu::gemm16(two, Float16::bf16, false, true, 96, 64, 80, 1, A.data(), B.data(), 0, both.data());
   CHECK(one == both);
+}
+
+// ---- conv2d's three passes on 16-bit operands (kernels/cpu/conv2d.cpp's conv2d16_*): against the
+// definition's sums in double over the same 16-bit values, within float32's summation bound (each output
+// sums `terms` exact products, in chunks and partial sums, with at most terms + 2 roundings).
+namespace {
+
+struct ConvCase {
+  int64_t N, C, H, W, OC, KH, KW, stride, pad;
+};
+
+bool conv_within(const std::vector<double>& want, const std::vector<double>& mag, const std::vector<float>& got,
+                 int64_t terms, const char* what) {
+  int bad = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double bound = double(terms + 2) * std::ldexp(1.0, -24) * mag[i] + 1e-30;
+    if (!(std::fabs(got[i] - want[i]) <= bound) && bad++ < 5)
+      std::printf("  %s[%zu] = %.9g, want %.9g within %.3g\n", what, i, double(got[i]), want[i], bound);
+  }
+  return bad == 0;
+}
+
+}  // namespace
+
+TEST_CASE("conv2d16: forward, backward-data and backward-weight on 16-bit operands, float32 sums of the exact products") {
+  // 3x3 padded, stride 2, 1x1, and 16 images of 4x4 (chunks of 2 images side by side in one GEMM).
+  for (const ConvCase& k : {ConvCase{2, 3, 7, 6, 5, 3, 3, 1, 1}, ConvCase{3, 4, 9, 9, 6, 3, 3, 2, 1},
+                            ConvCase{2, 8, 5, 5, 16, 1, 1, 1, 0}, ConvCase{16, 4, 4, 4, 8, 3, 3, 1, 1}})
+    for (Float16 f : {Float16::bf16, Float16::f16}) {
+      const cpu::Conv2dShape s{k.N, k.C, k.H, k.W, k.OC, k.KH, k.KW, k.stride, k.stride, k.pad, k.pad};
+      const int64_t OH = s.OH(), OW = s.OW();
+      INFO("N " << k.N << " C " << k.C << " H " << k.H << " OC " << k.OC << " KH " << k.KH << " stride " << k.stride);
+      INFO((f == Float16::bf16 ? "bfloat16" : "float16"));
+      const Bits x = values16(f, k.N * k.C * k.H * k.W, 21), w = values16(f, k.OC * k.C * k.KH * k.KW, 22),
+                 dy = values16(f, k.N * k.OC * OH * OW, 23);
+      std::vector<double> y_want(dy.size()), y_mag(dy.size()), dx_want(x.size()), dx_mag(x.size()), dw_want(w.size()),
+          dw_mag(w.size());
+      for (int64_t n = 0; n < k.N; ++n)
+        for (int64_t oc = 0; oc < k.OC; ++oc)
+          for (int64_t oh = 0; oh < OH; ++oh)
+            for (int64_t ow = 0; ow < OW; ++ow)
+              for (int64_t c = 0; c < k.C; ++c)
+                for (int64_t kh = 0; kh < k.KH; ++kh)
+                  for (int64_t kw = 0; kw < k.KW; ++kw) {
+                    const int64_t ih = oh * k.stride - k.pad + kh, iw = ow * k.stride - k.pad + kw;
+                    if (ih < 0 || ih >= k.H || iw < 0 || iw >= k.W) continue;
+                    const int64_t xi = ((n * k.C + c) * k.H + ih) * k.W + iw, wi = ((oc * k.C + c) * k.KH + kh) * k.KW + kw,
+                                  yi = ((n * k.OC + oc) * OH + oh) * OW + ow;
+                    const double xv = cpu::widen(f, x[xi]), wv = cpu::widen(f, w[wi]), gv = cpu::widen(f, dy[yi]);
+                    y_want[yi] += xv * wv, y_mag[yi] += std::fabs(xv * wv);
+                    dx_want[xi] += gv * wv, dx_mag[xi] += std::fabs(gv * wv);
+                    dw_want[wi] += gv * xv, dw_mag[wi] += std::fabs(gv * xv);
+                  }
+      std::vector<float> y(dy.size()), dx(x.size()), dw(w.size());
+      cpu::conv2d16_forward(cpu::serial_ctx(), f, s, x.data(), w.data(), y.data());
+      cpu::conv2d16_backward_data(cpu::serial_ctx(), f, s, dy.data(), w.data(), dx.data());
+      cpu::conv2d16_backward_weight(cpu::serial_ctx(), f, s, x.data(), dy.data(), dw.data());
+      CHECK(conv_within(y_want, y_mag, y, k.C * k.KH * k.KW, "y"));
+      CHECK(conv_within(dx_want, dx_mag, dx, k.OC * k.KH * k.KW, "dx"));
+      CHECK(conv_within(dw_want, dw_mag, dw, k.N * OH * OW, "dw"));
+    }
 }
 
 TEST_CASE("the emulated 16-bit GEMM (kernels/cuda/matmul16.cu): float32 sums of the exact products") {

@@ -42,13 +42,45 @@ static k::Conv2dShape conv2d_shape(const Tensor& x, const Tensor& w, Pair stride
   return s;
 }
 
-// 16-bit x and w (under Autocast, or given so): the portable way, as the CPU's gemm16 does it. Both are
-// widened (exactly) and the float32 convolution runs (im2col's products of two 16-bit values are exact in
-// float32, the sums are float32's), its result rounded once into their type; the bias is added after.
-// The graph keeps the 16-bit operands only (the activations stored in 16 bits): backward widens them
-// again, with the incoming gradient, for the float32 backward kernels, and rounds dL/dx and dL/dw once
-// into the operands' type. The float32 copies live only while a kernel reads them. (zb-h1 cannot
-// defer this dL/dw: its weight is autocast's 16-bit copy, not the parameter.)
+// The three passes on 16-bit operands on cpu(i) (kernels/cpu's conv2d16_*: im2col in 16 bits and
+// gemm16), each result float32: y, dL/dx, dL/dw. x, w and gy of x's type t.
+static k::Float16 float16_of(DType t) { return t == DType::bf16 ? k::Float16::bf16 : k::Float16::f16; }
+static Tensor conv2d16_y(const Tensor& x, const Tensor& w, const k::Conv2dShape& s) {
+  Tensor y = Tensor::empty({s.N, s.OC, s.OH(), s.OW()}, x.device());
+  const uint16_t *X = x.data16(), *W = w.data16();
+  float* Y = y.data();
+  const k::Float16 f = float16_of(x.dtype());
+  launch(x.device(), "conv2d", keep({x, w, y}), [=](const LaunchCtx& c) { k::conv2d16_forward(c.cpu, f, s, X, W, Y); });
+  return y;
+}
+static Tensor conv2d16_grad_x(const Tensor& w, const Tensor& gy, const Shape& x_shape, const k::Conv2dShape& s) {
+  Tensor gx = Tensor::empty(x_shape, gy.device());
+  const uint16_t *W = w.data16(), *G = gy.data16();
+  float* GX = gx.data();
+  const k::Float16 f = float16_of(w.dtype());
+  launch(gy.device(), "conv2d_backward_data", keep({w, gy, gx}),
+         [=](const LaunchCtx& c) { k::conv2d16_backward_data(c.cpu, f, s, G, W, GX); });
+  return gx;
+}
+static Tensor conv2d16_grad_w(const Tensor& x, const Tensor& gy, const Shape& w_shape, const k::Conv2dShape& s) {
+  Tensor gw = Tensor::empty(w_shape, x.device());
+  const uint16_t *X = x.data16(), *G = gy.data16();
+  float* GW = gw.data();
+  const k::Float16 f = float16_of(x.dtype());
+  launch(x.device(), "conv2d_backward_weight", keep({x, gy, gw}),
+         [=](const LaunchCtx& c) { k::conv2d16_backward_weight(c.cpu, f, s, X, G, GW); });
+  return gw;
+}
+
+// 16-bit x and w (under Autocast, or given so): float32 sums of the exact products of the 16-bit
+// values, rounded once into their type; the bias is added after. bfloat16 on cpu(i) with AVX512-BF16
+// runs the 16-bit passes above (whatever --conv chose for float32: they are kernel2's, on VDPBF16PS).
+// Elsewhere (float16, emu(i), gpu(i), a CPU without the instruction) the portable way, as the CPU's
+// gemm16_widened does it: both operands widened (exactly) and the float32 convolution run. The graph
+// keeps the 16-bit operands only (the activations stored in 16 bits): backward takes them with the
+// incoming gradient in 16 bits too (widened, on the portable way) and rounds dL/dx and dL/dw once into
+// the operands' type. Float32 copies live only while a kernel reads
+// them. (zb-h1 cannot defer this dL/dw: its weight is autocast's 16-bit copy, not the parameter.)
 static Tensor conv2d_16bit(const Tensor& x, const Tensor& w, const Tensor& b, Pair stride, Pair padding) {
   if (!is_float(x.dtype()) || x.dtype() != w.dtype())
     fail("conv2d", std::string("x is ") + dtype_name(x.dtype()) + " and the weight " + dtype_name(w.dtype()) +
@@ -56,19 +88,27 @@ static Tensor conv2d_16bit(const Tensor& x, const Tensor& w, const Tensor& b, Pa
   same_device("conv2d", {x, w});
   const k::Conv2dShape s = conv2d_shape(x, w, stride, padding);
   const DType t = x.dtype();
+  // bfloat16 on a CPU with VDPBF16PS: the 16-bit passes (faster than widening there: bench/README.md)
+  const bool in_16_bits = x.device().kind == DeviceKind::cpu && t == DType::bf16 && k::has_avx512_bf16();
   Tensor y;
   {
     NoGrad no_grad;
     Autocast off(DType::f32);  // the float32 convolution inside is not cast back
-    y = cast(conv2d(cast(x, DType::f32), cast(w, DType::f32), Tensor(), stride, padding), t);
+    y = cast(in_16_bits ? conv2d16_y(x, w, s) : conv2d(cast(x, DType::f32), cast(w, DType::f32), Tensor(), stride, padding), t);
   }
-  record(y, "conv2d", {x, w}, [x, w, s, t](const Tensor& gy) {
+  record(y, "conv2d", {x, w}, [x, w, s, t, in_16_bits](const Tensor& gy) {
     NoGrad no_grad;
     Autocast off(DType::f32);
-    const Tensor gy32 = cast(gy, DType::f32);
     Tensor gx, gw;
-    if (x.needs_grad()) gx = cast(conv2d_grad_x(cast(w, DType::f32), gy32, x.shape(), s), t);
-    if (w.needs_grad()) gw = cast(conv2d_grad_w(cast(x, DType::f32), gy32, w.shape(), s), t);
+    if (in_16_bits) {
+      const Tensor g16 = cast(gy, t);
+      if (x.needs_grad()) gx = cast(conv2d16_grad_x(w, g16, x.shape(), s), t);
+      if (w.needs_grad()) gw = cast(conv2d16_grad_w(x, g16, w.shape(), s), t);
+    } else {
+      const Tensor gy32 = cast(gy, DType::f32);
+      if (x.needs_grad()) gx = cast(conv2d_grad_x(cast(w, DType::f32), gy32, x.shape(), s), t);
+      if (w.needs_grad()) gw = cast(conv2d_grad_w(cast(x, DType::f32), gy32, w.shape(), s), t);
+    }
     return std::vector<Tensor>{gx, gw};
   });
   return b.defined() ? bias_add(y, b) : y;

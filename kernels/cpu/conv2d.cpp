@@ -152,6 +152,7 @@ int64_t col_cols(const Conv2dShape& s) { return s.OH() * s.OW(); }
   for (int64_t i = 0; i + 4 < n; i += 4) copy4(x + i, y + i);
   copy4(x + n - 4, y + n - 4);
 }
+inline void copy_row(const uint16_t* x, uint16_t* y, int64_t n) { std::copy(x, x + n, y); }  // 16-bit im2col
 [[gnu::always_inline]] inline void add_row(const float* x, float* y, int64_t n) {
   int64_t i = 0;
   for (; i + 4 <= n; i += 4) {
@@ -192,7 +193,8 @@ struct Geometry {
 // output columns outside g.cols[kw] read padding (zeros); the rest is copied from x_b[ci], one run
 // of output columns per output row. Rows with no padding at either end (all of them in LeNet) take
 // the short loop: one copy per output row, pointers stepped rather than recomputed.
-void im2col(const Geometry& g, const float* x, int64_t B, float* col) {
+template <class T>  // float, or 16-bit values (bfloat16 or float16 bits: the copy is the same)
+void im2col(const Geometry& g, const T* x, int64_t B, T* col) {
   const Conv2dShape& s = g.s;
   const int64_t P = g.OH * g.OW, OW = g.OW, x_img = s.C * s.H * s.W;
   for (int64_t ci = 0; ci < s.C; ++ci)
@@ -204,23 +206,23 @@ void im2col(const Geometry& g, const float* x, int64_t B, float* col) {
         // x_b[ci][ih][iw] for the first output row and column that read the image
         const int64_t ih = rows.begin * s.stride_h - s.pad_h + kh, iw = cols.begin * s.stride_w - s.pad_w + kw;
         for (int64_t b = 0; b < B; ++b) {
-          float* row = col + ((ci * s.KH + kh) * s.KW + kw) * B * P + b * P;
-          const float* in = x + b * x_img + (ci * s.H + ih) * s.W + iw;
-          float* out = row + rows.begin * OW;
-          std::fill(row, out, 0.0f);  // output rows reading the padding above the image
+          T* row = col + ((ci * s.KH + kh) * s.KW + kw) * B * P + b * P;
+          const T* in = x + b * x_img + (ci * s.H + ih) * s.W + iw;
+          T* out = row + rows.begin * OW;
+          std::fill(row, out, T{});  // output rows reading the padding above the image
           for (int64_t oh = rows.begin; oh < rows.end; ++oh, in += s.stride_h * s.W, out += OW) {
             if (whole_rows) {
               copy_row(in, out, OW);
               continue;
             }
-            std::fill(out, out + cols.begin, 0.0f);
+            std::fill(out, out + cols.begin, T{});
             if (s.stride_w == 1)
               copy_row(in, out + cols.begin, n);
             else
               for (int64_t j = 0; j < n; ++j) out[cols.begin + j] = in[j * s.stride_w];
-            std::fill(out + cols.begin + n, out + OW, 0.0f);
+            std::fill(out + cols.begin + n, out + OW, T{});
           }
-          std::fill(out, row + P, 0.0f);  // ... and below it
+          std::fill(out, row + P, T{});  // ... and below it
         }
       }
 }
@@ -250,13 +252,24 @@ void col2im(const Geometry& g, const float* col, int64_t B, float* dx) {
 }
 
 // Images (B, rows, P) <-> the chunk layout (rows, B*P) the GEMMs use (image b in columns b*P...).
-void to_chunk(const float* images, int64_t B, int64_t rows, int64_t P, float* chunk) {
+template <class T>
+void to_chunk(const T* images, int64_t B, int64_t rows, int64_t P, T* chunk) {
   for (int64_t b = 0; b < B; ++b)
     for (int64_t r = 0; r < rows; ++r) copy_row(images + (b * rows + r) * P, chunk + r * B * P + b * P, P);
 }
 void from_chunk(const float* chunk, int64_t B, int64_t rows, int64_t P, float* images) {
   for (int64_t b = 0; b < B; ++b)
     for (int64_t r = 0; r < rows; ++r) copy_row(chunk + r * B * P + b * P, images + (b * rows + r) * P, P);
+}
+
+// The GEMM of the operands' type, C float32: gemm, or gemm16 on bfloat16 or float16 bits (`f`).
+void gemm_of(const Ctx& c, Float16, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+             const float* B, float beta, float* C) {
+  gemm(c, ta, tb, M, N, K, alpha, A, B, beta, C);
+}
+void gemm_of(const Ctx& c, Float16 f, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A,
+             const uint16_t* B, float beta, float* C) {
+  gemm16(c, f, ta, tb, M, N, K, alpha, A, B, beta, C);
 }
 
 // How the N images are cut into chunks: chunk i holds images [first(i), first(i + 1)), about B each.
@@ -292,40 +305,56 @@ void im2col(const Conv2dShape& s, const float* x_img, float* col) { im2col(Geome
 void col2im(const Conv2dShape& s, const float* col, float* dx_img) { col2im(Geometry(s), col, 1, dx_img); }
 
 // ---- forward: yc = w @ col, per chunk
-void conv2d_forward_im2col(const Ctx& c, const Conv2dShape& s, const float* x, const float* w, float* y) {
+template <class T>
+static void forward_im2col(const Ctx& c, Float16 f, const Conv2dShape& s, const T* x, const T* w, float* y) {
   const int64_t K = col_rows(s), P = col_cols(s), x_img = s.C * s.H * s.W, y_img = s.OC * P;
   const Chunks ch = chunks(s);
   const Geometry g(s);
   for_each_item(c, ch.count, [&](const Ctx& gc, int64_t i) {
     const int64_t n0 = ch.first(i), B = ch.first(i + 1) - n0;
-    Scratch<float> col_buf(c.workspace, K * B * P), chunk_buf(c.workspace, B == 1 ? 0 : s.OC * B * P);
-    float* col = col_buf.data();
+    Scratch<T> col_buf(c.workspace, K * B * P);
+    Scratch<float> chunk_buf(c.workspace, B == 1 ? 0 : s.OC * B * P);
+    T* col = col_buf.data();
     im2col(g, x + n0 * x_img, B, col);
     // One image: y_n (OC, P) is the chunk layout already, so gemm writes it directly.
     float* yc = B == 1 ? y + n0 * y_img : chunk_buf.data();
-    gemm(gc, false, false, s.OC, B * P, K, 1.0f, w, col, 0.0f, yc);
+    gemm_of(gc, f, false, false, s.OC, B * P, K, 1.0f, w, col, 0.0f, yc);
     if (B > 1) from_chunk(yc, B, s.OC, P, y + n0 * y_img);
   });
 }
+void conv2d_forward_im2col(const Ctx& c, const Conv2dShape& s, const float* x, const float* w, float* y) {
+  forward_im2col(c, Float16::bf16, s, x, w, y);  // (f: unused for float32)
+}
+void conv2d16_forward(const Ctx& c, Float16 f, const Conv2dShape& s, const uint16_t* x, const uint16_t* w, float* y) {
+  forward_im2col(c, f, s, x, w, y);
+}
 
 // ---- backward_data: col = w^T @ dyc, then col2im into each dx_n, per chunk
-void conv2d_backward_data_im2col(const Ctx& c, const Conv2dShape& s, const float* dy, const float* w, float* dx) {
+template <class T>
+static void backward_data_im2col(const Ctx& c, Float16 f, const Conv2dShape& s, const T* dy, const T* w, float* dx) {
   const int64_t K = col_rows(s), P = col_cols(s), x_img = s.C * s.H * s.W, y_img = s.OC * P;
   const Chunks ch = chunks(s);
   const Geometry g(s);
   for_each_item(c, ch.count, [&](const Ctx& gc, int64_t i) {
     const int64_t n0 = ch.first(i), B = ch.first(i + 1) - n0;
-    const float* dyc = dy + n0 * y_img;
-    Scratch<float> chunk_buf(c.workspace, B > 1 ? s.OC * B * P : 0), col_buf(c.workspace, K * B * P);
+    const T* dyc = dy + n0 * y_img;
+    Scratch<T> chunk_buf(c.workspace, B > 1 ? s.OC * B * P : 0);
+    Scratch<float> col_buf(c.workspace, K * B * P);
     if (B > 1) {
       to_chunk(dyc, B, s.OC, P, chunk_buf.data());
       dyc = chunk_buf.data();
     }
     float* col = col_buf.data();
-    gemm(gc, true, false, K, B * P, s.OC, 1.0f, w, dyc, 0.0f, col);
+    gemm_of(gc, f, true, false, K, B * P, s.OC, 1.0f, w, dyc, 0.0f, col);
     std::fill(dx + n0 * x_img, dx + (n0 + B) * x_img, 0.0f);
     col2im(g, col, B, dx + n0 * x_img);
   });
+}
+void conv2d_backward_data_im2col(const Ctx& c, const Conv2dShape& s, const float* dy, const float* w, float* dx) {
+  backward_data_im2col(c, Float16::bf16, s, dy, w, dx);
+}
+void conv2d16_backward_data(const Ctx& c, Float16 f, const Conv2dShape& s, const uint16_t* dy, const uint16_t* w, float* dx) {
+  backward_data_im2col(c, f, s, dy, w, dx);
 }
 
 // ---- backward_weight: dw = sum over chunks of dyc @ col^T
@@ -333,7 +362,8 @@ void conv2d_backward_data_im2col(const Ctx& c, const Conv2dShape& s, const float
 // sums its chunks, in order, into its own partial dw (group 0 into dw itself); the partials are then
 // added in group order. So dw does not depend on the number of threads. G is a power of two, so
 // 2, 4, 8 ... threads get equal numbers of groups.
-void conv2d_backward_weight_im2col(const Ctx& c, const Conv2dShape& s, const float* x, const float* dy, float* dw) {
+template <class T>
+static void backward_weight_im2col(const Ctx& c, Float16 f, const Conv2dShape& s, const T* x, const T* dy, float* dw) {
   const int64_t K = col_rows(s), P = col_cols(s), x_img = s.C * s.H * s.W, y_img = s.OC * P;
   const int64_t wsize = s.OC * K;
   const Chunks ch = chunks(s);
@@ -352,15 +382,15 @@ void conv2d_backward_weight_im2col(const Ctx& c, const Conv2dShape& s, const flo
     const int64_t first = ch.count * group / G, last = ch.count * (group + 1) / G;
     for (int64_t i = first; i < last; ++i) {
       const int64_t n0 = ch.first(i), B = ch.first(i + 1) - n0;
-      Scratch<float> col_buf(c.workspace, K * B * P), chunk_buf(c.workspace, B > 1 ? s.OC * B * P : 0);
-      float* col = col_buf.data();
+      Scratch<T> col_buf(c.workspace, K * B * P), chunk_buf(c.workspace, B > 1 ? s.OC * B * P : 0);
+      T* col = col_buf.data();
       im2col(g, x + n0 * x_img, B, col);
-      const float* dyc = dy + n0 * y_img;
+      const T* dyc = dy + n0 * y_img;
       if (B > 1) {
         to_chunk(dyc, B, s.OC, P, chunk_buf.data());
         dyc = chunk_buf.data();
       }
-      gemm(gc, false, true, s.OC, K, B * P, 1.0f, dyc, col, i == first ? 0.0f : 1.0f, out);
+      gemm_of(gc, f, false, true, s.OC, K, B * P, 1.0f, dyc, col, i == first ? 0.0f : 1.0f, out);
     }
   });
 
@@ -368,6 +398,12 @@ void conv2d_backward_weight_im2col(const Ctx& c, const Conv2dShape& s, const flo
   c.parallel_for(wsize, [&](int64_t b, int64_t e) {
     for (int64_t group = 1; group < G; ++group) add_row(partial + (group - 1) * wsize + b, dw + b, e - b);
   });
+}
+void conv2d_backward_weight_im2col(const Ctx& c, const Conv2dShape& s, const float* x, const float* dy, float* dw) {
+  backward_weight_im2col(c, Float16::bf16, s, x, dy, dw);
+}
+void conv2d16_backward_weight(const Ctx& c, Float16 f, const Conv2dShape& s, const uint16_t* x, const uint16_t* dy, float* dw) {
+  backward_weight_im2col(c, f, s, x, dy, dw);
 }
 
 // ======== the choice: one place ========

@@ -21,8 +21,8 @@ void gemm16_naive(const Ctx& c, Float16 f, bool ta, bool tb, int64_t M, int64_t 
 // ---- the portable member: widening is exact, and so is every product of two widened values, so
 // the float32 GEMM of the widened operands computes what a 16-bit GEMM with float32 sums computes.
 // The scratch holds both operands in float32 (4 (M K + K N) bytes) for the length of the call.
-void gemm16(const Ctx& c, Float16 f, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A,
-            const uint16_t* B, float beta, float* C) {
+void gemm16_widened(const Ctx& c, Float16 f, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                    const uint16_t* A, const uint16_t* B, float beta, float* C) {
   Scratch<float> a(c.workspace, M * K), b(c.workspace, K * N);
   auto widen_all = [&](const uint16_t* from, float* to, int64_t n) {
     c.parallel_for(n, [&](int64_t begin, int64_t end) {
@@ -32,6 +32,14 @@ void gemm16(const Ctx& c, Float16 f, bool ta, bool tb, int64_t M, int64_t N, int
   widen_all(A, a.data(), M * K);
   widen_all(B, b.data(), K * N);
   gemm(c, ta, tb, M, N, K, alpha, a.data(), b.data(), beta, C);
+}
+
+// ---- what the ops call: bfloat16 on VDPBF16PS where the CPU has it (gemm16_dpbf16.cpp), else the
+// portable member.
+void gemm16(const Ctx& c, Float16 f, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A,
+            const uint16_t* B, float beta, float* C) {
+  if (f == Float16::bf16 && has_avx512_bf16()) return gemm16_dpbf16(c, true, ta, tb, M, N, K, alpha, A, B, beta, C);
+  gemm16_widened(c, f, ta, tb, M, N, K, alpha, A, B, beta, C);
 }
 
 }  // namespace d2l::kernels::cpu

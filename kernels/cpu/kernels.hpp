@@ -58,12 +58,27 @@ void gemm_scale(const Ctx& c, int64_t n, float beta, float* C);  // C = beta * C
 // ---- gemm16.cpp: gemm's contract with A and B 16-bit (bfloat16 or float16, `f`) and C float32, as
 // tensor cores and cuBLAS's GemmEx (CUBLAS_COMPUTE_32F) compute it: each product of two 16-bit values
 // is exact in float32 (8 + 8 or 11 + 11 significant bits), the sums are float32's.
-//   gemm16_naive  the definition's loops (sums in k's order): the reference
-//   gemm16        op(A) and op(B) widened into float32 scratch, then gemm: the portable member
+//   gemm16_naive    the definition's loops (sums in k's order): the reference
+//   gemm16_widened  op(A) and op(B) widened into float32 scratch, then gemm: the portable member
+//   gemm16          what the ops call: gemm16_dpbf16 (below) for bfloat16 on a CPU with AVX512-BF16,
+//                   else gemm16_widened
 void gemm16_naive(const Ctx& c, Float16 f, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
                   const uint16_t* A, const uint16_t* B, float beta, float* C);
+void gemm16_widened(const Ctx& c, Float16 f, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                    const uint16_t* A, const uint16_t* B, float beta, float* C);
 void gemm16(const Ctx& c, Float16 f, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A,
             const uint16_t* B, float beta, float* C);
+// ---- gemm16_dpbf16.cpp: the bfloat16 member on AVX512-BF16's VDPBF16PS (pairs of k per instruction),
+// which gemm16 runs for bfloat16 where the CPU has it.
+//   dpbf16_lane      the instruction's arithmetic on one float32 lane (Intel's manual): acc + the high
+//                    halves' product, then + the low halves', each rounded to nearest even, subnormal
+//                    inputs and results zero
+//   has_avx512_bf16  whether this CPU has the instruction
+//   gemm16_dpbf16    the member; hw false (or no instruction): dpbf16_lane in its place, the same bits
+float dpbf16_lane(float acc, uint32_t a_pair, uint32_t b_pair);
+bool has_avx512_bf16();
+void gemm16_dpbf16(const Ctx& c, bool hw, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                   const uint16_t* A, const uint16_t* B, float beta, float* C);
 
 // ---- blas_check.cpp: the OpenBLAS build loaded (0 serial, 1 pthreads, 2 OpenMP); check_blas() runs
 // once when the first device starts: it pins a threaded build to 1 thread per call, or, for the
@@ -135,6 +150,13 @@ void conv2d_backward_weight_direct(const Ctx& c, const Conv2dShape& s, const flo
 void conv2d_forward_im2col(const Ctx& c, const Conv2dShape& s, const float* x, const float* w, float* y);
 void conv2d_backward_data_im2col(const Ctx& c, const Conv2dShape& s, const float* dy, const float* w, float* dx);
 void conv2d_backward_weight_im2col(const Ctx& c, const Conv2dShape& s, const float* x, const float* dy, float* dw);
+// kernel2 on 16-bit operands (bfloat16 or float16 bits, `f`): im2col in 16 bits, gemm16 (VDPBF16PS for
+// bfloat16 where the CPU has it), col2im and the results in float32. What conv2d runs on bfloat16
+// operands on cpu(i) with AVX512-BF16: each pass reads half the bytes, and no operand is widened first.
+void conv2d16_forward(const Ctx& c, Float16 f, const Conv2dShape& s, const uint16_t* x, const uint16_t* w, float* y);
+void conv2d16_backward_data(const Ctx& c, Float16 f, const Conv2dShape& s, const uint16_t* dy, const uint16_t* w, float* dx);
+void conv2d16_backward_weight(const Ctx& c, Float16 f, const Conv2dShape& s, const uint16_t* x, const uint16_t* dy,
+                              float* dw);
 void im2col(const Conv2dShape& s, const float* x_img, float* col);  // one image -> col (C*KH*KW, OH*OW)
 void col2im(const Conv2dShape& s, const float* col, float* dx_img);  // adds col back into one image (zeroed by caller)
 // kernel3 (falls back to kernel2 where conv2d_winograd_fits is false, or, for backward_data, pad > 2)
