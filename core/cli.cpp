@@ -222,6 +222,10 @@ void check_loss(double loss, int epoch, int64_t step) {
   throw DivergedError(os.str());
 }
 
+void check_loss(double loss, bool stepped, int epoch, int64_t step) {
+  if (stepped || std::isfinite(loss)) check_loss(loss, epoch, step);
+}
+
 static std::string one_line(std::string s) {
   for (auto& c : s)
     if (c == '\n') c = ' ';

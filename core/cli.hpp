@@ -81,6 +81,9 @@ struct DivergedError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 void check_loss(double loss, int epoch, int64_t step);
+// The same for a step under fp16's loss scaler: a step it skipped (stepped false) may have overflowed
+// in its forward, and its loss is not checked.
+void check_loss(double loss, bool stepped, int epoch, int64_t step);
 
 // Runs body(); parse errors, bad input and device errors become "error: <one line>" with exit code 2
 // (bad flags or input) or 1 (failures while running, divergence). Interrupted: 130/143 (see above).

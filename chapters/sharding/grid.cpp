@@ -153,7 +153,7 @@ RunLog train_rank(RankNet& net, const Config& cfg, const DataIter& train_iter, c
       if (step == 0) log.first_step = tp::traffic(), log.first_part = b.n;
       loss = over_world({loss})[0];
       ++step;
-      if (stepped || std::isfinite(loss)) check_loss(loss, epoch + 1, step);  // fp16: a skipped step's may overflow
+      check_loss(loss, stepped, epoch + 1, step);
       loss_sum += loss;
       log.steps.push_back(loss / static_cast<double>(b.size()));
       if (step == kCheckedSteps) log.at_check = values_of(net.compared);

@@ -133,7 +133,7 @@ std::vector<EpochRow> train(Classifier& net, const Config& cfg, const DataIter& 
       }
       const double loss = ls[0].item();  // every replica of the loss is the same logical loss
       ++step;
-      if (stepped || std::isfinite(loss)) check_loss(loss, epoch + 1, step);  // fp16: a skipped step's may overflow
+      check_loss(loss, stepped, epoch + 1, step);
       loss_sum += loss;
       step_losses.push_back(loss / static_cast<double>(b.n));
       correct += count_correct(outputs[0].detach(), ys[0]).item();

@@ -151,7 +151,7 @@ ZeroResult zero_memory(const Config& cfg) {
           }
           double loss = 0;
           for (auto& l : ls) loss += l.item();
-          if (stepped || std::isfinite(loss)) check_loss(loss, 1, step + 1);  // fp16: a skipped step's loss may overflow
+          check_loss(loss, stepped, 1, step + 1);
           run.final_loss = loss / static_cast<double>(b.n);
           if (step >= 1 && !stepped) ++run.skipped;  // a timed step the GradScaler skipped
           ++step;
