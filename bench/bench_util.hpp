@@ -108,6 +108,7 @@ struct SetupFlags {
   std::string setup = "all";
   std::string conv = "auto";  // --conv: the convolution member (bench/conv_flag.hpp applies it)
   std::string gemm = "auto";  // --gemm: the GEMM member (bench/conv_flag.hpp applies it)
+  std::string precision = "fp32";  // --precision fp32|bf16: bf16 runs each step's forward and backward under autocast
 };
 inline bool parse_setup_flags(int argc, char** argv, const char* count_flag, int64_t min_count, const char* usage,
                               const char* error, SetupFlags& f) {
@@ -118,12 +119,14 @@ inline bool parse_setup_flags(int argc, char** argv, const char* count_flag, int
     else if (a == "--setup" && i + 1 < argc) f.setup = argv[++i];
     else if (a == "--conv" && i + 1 < argc) f.conv = argv[++i];
     else if (a == "--gemm" && i + 1 < argc) f.gemm = argv[++i];
+    else if (a == "--precision" && i + 1 < argc) f.precision = argv[++i];
     else {
       std::fprintf(stderr, "%s\n", usage);
       return false;
     }
   }
-  if (f.count < min_count || f.repeats < 1 || (f.setup != "all" && f.setup != "1x2" && f.setup != "1x1" && f.setup != "2x1")) {
+  if (f.count < min_count || f.repeats < 1 || (f.setup != "all" && f.setup != "1x2" && f.setup != "1x1" && f.setup != "2x1") ||
+      (f.precision != "fp32" && f.precision != "bf16")) {
     std::fprintf(stderr, "%s\n", error);
     return false;
   }

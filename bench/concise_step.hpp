@@ -1,7 +1,8 @@
 // What the chapter-2 benchmarks share (resnet18_layer_bench, lab_cnn_epoch_bench): a net of
 // chapters/multi_gpu_concise with its Trainer on a list of CPU devices with a given thread count,
-// and N training steps of concise::train_batch timed as the book's train() times an epoch (the
-// host enqueues at most two minibatches ahead, then waits for every device).
+// and N training steps of concise::train_batch (or, with --precision bf16, its steps under autocast)
+// timed as the book's train() times an epoch (the host enqueues at most two minibatches ahead, then
+// waits for every device).
 #pragma once
 #include <cstdio>
 #include <functional>
@@ -55,10 +56,22 @@ inline bool runs(const Setup& setup, const std::string& only) {
 }
 
 // n training steps; batch(i) gives the i-th minibatch (host memory). Returns when every device is done.
-inline void run_steps(Model& m, int n, const std::function<const Batch&(int)>& batch) {
+// autocast bf16: forward and backward under Autocast(DType::bf16), as chapter 2's --precision bf16
+// runs them (bfloat16 needs no loss scaler); the step outside the scope.
+inline void run_steps(Model& m, int n, const std::function<const Batch&(int)>& batch, DType autocast = DType::f32) {
   std::vector<Event> in_flight(m.devices.size());
   for (int i = 0; i < n; ++i) {
-    concise::train_batch(batch(i), *m.net, *m.trainer, m.devices);
+    if (autocast == DType::f32) {
+      concise::train_batch(batch(i), *m.net, *m.trainer, m.devices);
+    } else {
+      const Batch& b = batch(i);
+      nn::BatchShards shards = concise::split_and_load(b, m.devices, {});
+      {
+        Autocast mixed(autocast);
+        concise::forward_backward(*m.net, shards.X, shards.y);
+      }
+      m.trainer->step(b.size());
+    }
     for (auto& e : in_flight) e.synchronize();
     for (size_t d = 0; d < m.devices.size(); ++d) runtime(m.devices[d]).compute.record(in_flight[d]);
   }

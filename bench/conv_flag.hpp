@@ -48,9 +48,10 @@ inline bool apply_gemm(const std::string& name) {
 inline SetupFlags setup_flags(int argc, char** argv, const std::string& program, const std::string& count_flag,
                               const std::string& count_help, int64_t min_count, SetupFlags defaults, bool gemm) {
   const std::string usage = "usage: " + program + " [" + count_flag + " " + count_help +
-                            "] [--repeats R] [--setup all|1x2|1x1|2x1] [--conv NAME]" + (gemm ? " [--gemm NAME]" : "");
+                            "] [--repeats R] [--setup all|1x2|1x1|2x1] [--conv NAME]" + (gemm ? " [--gemm NAME]" : "") +
+                            " [--precision fp32|bf16]";
   const std::string error = "error: " + count_flag + " must be >= " + std::to_string(min_count) +
-                            ", --repeats >= 1, --setup one of all, 1x2, 1x1, 2x1";
+                            ", --repeats >= 1, --setup one of all, 1x2, 1x1, 2x1, --precision fp32 or bf16";
   if (!parse_setup_flags(argc, argv, count_flag.c_str(), min_count, usage.c_str(), error.c_str(), defaults) ||
       !apply_conv(defaults.conv) || (gemm && !apply_gemm(defaults.gemm)))
     std::exit(2);

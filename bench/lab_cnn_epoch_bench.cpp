@@ -7,7 +7,7 @@
 // 2. Times `--steps` training steps of concise::train_batch per repeat (the book's timer: training
 //    only) after 5 warm-up steps and extrapolates to the epoch (--steps 0: whole epochs).
 // Napkin math: about 13.5 MFLOP per image per step (forward + both gradients), as GFLOP/s.
-//   lab_cnn_epoch_bench [--steps N] [--repeats R] [--setup all|1x2|1x1|2x1]
+//   lab_cnn_epoch_bench [--steps N] [--repeats R] [--setup all|1x2|1x1|2x1] [--precision fp32|bf16]
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -70,10 +70,12 @@ int main(int argc, char** argv) {
   if (!validate(train)) return 1;
 
   const int steps = static_cast<int>(flags.count), repeats = flags.repeats;  // steps 0: whole epochs
+  const d2l::DType autocast = flags.precision == "bf16" ? d2l::DType::bf16 : d2l::DType::f32;
+  const std::string key = flags.precision == "bf16" ? "_bf16" : "";  // float32's keys unchanged
   const double mflop_per_image = 13.5;  // (0.24 + 4.05 + 0.20 + 0.003) MFLOP forward, x3 with the gradients
   const std::vector<b::Setup> setups = {{"1x2", {d2l::cpu(0)}, 2}, {"1x1", {d2l::cpu(0)}, 1}, {"2x1", {d2l::cpu(0), d2l::cpu(1)}, 1}};
-  std::printf("lr 0.3, batch 64 per device, kvstore device; %s, %d repeat(s) after 5 warm-up steps\n",
-              steps == 0 ? "whole epochs" : (std::to_string(steps) + " steps extrapolated to the epoch").c_str(), repeats);
+  std::printf("lr 0.3, batch 64 per device, kvstore device, %s; %s, %d repeat(s) after 5 warm-up steps\n",
+              flags.precision == "bf16" ? "bfloat16 under autocast" : "float32", steps == 0 ? "whole epochs" : (std::to_string(steps) + " steps extrapolated to the epoch").c_str(), repeats);
   std::printf("%-6s %-18s %6s | %9s %9s %9s | %9s %8s\n", "setup", "devices", "batch", "s/epoch", "median", "CPU s", "images/s", "GFLOP/s");
   double t1x1 = 0, t2x1 = 0;
   for (const b::Setup& s : setups) {
@@ -90,21 +92,21 @@ int main(int argc, char** argv) {
       current = iter.batch(order, next++ % epoch_steps);
       return current;
     };
-    b::run_steps(m, 5, batch_at);
-    const b::Stats st = b::time_it([&] { b::run_steps(m, timed, batch_at); }, 0, repeats);
+    b::run_steps(m, 5, batch_at, autocast);
+    const b::Stats st = b::time_it([&] { b::run_steps(m, timed, batch_at, autocast); }, 0, repeats);
     const double scale = static_cast<double>(epoch_steps) / timed;
     const double sec = st.min * scale;
     std::printf("%-6s %-18s %6lld | %9.2f %9.2f %9.2f | %9.0f %8.1f\n", s.key, d2l::str(s.devices).c_str(), (long long)batch,
                 sec, st.median * scale, st.cpu_median * scale, static_cast<double>(train.n) / sec,
                 mflop_per_image * static_cast<double>(train.n) / sec / 1e3);
-    b::result(std::string("lab_cnn_epoch_") + s.key, sec);
-    b::result(std::string("lab_cnn_epoch_cpu_") + s.key, st.cpu_median * scale);
+    b::result(std::string("lab_cnn_epoch") + key + "_" + s.key, sec);
+    b::result(std::string("lab_cnn_epoch_cpu") + key + "_" + s.key, st.cpu_median * scale);
     if (std::string(s.key) == "1x1") t1x1 = sec;
     if (std::string(s.key) == "2x1") t2x1 = sec;
   }
   if (t1x1 > 0 && t2x1 > 0) {
     std::printf("2 devices x 1 thread (batch 128) vs 1 device x 1 thread (batch 64), an epoch each: %.2fx the throughput\n", t1x1 / t2x1);
-    b::result("lab_cnn_2x1_over_1x1", t1x1 / t2x1);
+    b::result("lab_cnn" + key + "_2x1_over_1x1", t1x1 / t2x1);
   }
   std::printf("load average at the end: %.2f (a 2-core machine is busy beyond 2)\n", b::load_average());
   return 0;

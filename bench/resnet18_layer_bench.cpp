@@ -9,7 +9,7 @@
 // 2. Times: 1 warm-up step, then `--repeats` steps; min and median wall time, CPU time beside it.
 // Napkin math: about 2.73 GFLOP per image per step (the 20 convolutions, forward + both gradients;
 // resnet18_step_bench counts them), printed as GFLOP/s and images/s; the 2x1 / 1x1 throughput ratio.
-//   resnet18_layer_bench [--batch N] [--repeats R] [--setup all|1x2|1x1|2x1]
+//   resnet18_layer_bench [--batch N] [--repeats R] [--setup all|1x2|1x1|2x1] [--precision fp32|bf16]
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -55,6 +55,8 @@ int main(int argc, char** argv) {
 
   const int64_t batch = flags.count;
   const int repeats = flags.repeats;
+  const d2l::DType autocast = flags.precision == "bf16" ? d2l::DType::bf16 : d2l::DType::f32;
+  const std::string key = flags.precision == "bf16" ? "_bf16" : "";  // float32's keys unchanged
 
   d2l::Batch data;  // the same inputs in every setup and in pytorch_reference.py's shape
   data.n = batch;
@@ -65,24 +67,26 @@ int main(int argc, char** argv) {
 
   const double gflop_per_image = 2.73;
   const std::vector<b::Setup> setups = {{"1x2", {d2l::cpu(0)}, 2}, {"1x1", {d2l::cpu(0)}, 1}, {"2x1", {d2l::cpu(0), d2l::cpu(1)}, 1}};
-  std::printf("batch %lld of 1x28x28, lr 0.1, kvstore device; 1 warm-up step, %d timed\n", (long long)batch, repeats);
+  std::printf("batch %lld of 1x28x28, lr 0.1, kvstore device, %s; 1 warm-up step, %d timed\n", (long long)batch,
+              flags.precision == "bf16" ? "bfloat16 under autocast" : "float32", repeats);
   std::printf("%-6s %-22s | %9s %9s %9s | %9s %8s\n", "setup", "devices", "s/step", "median", "CPU s", "images/s", "GFLOP/s");
   double t1x1 = 0, t2x1 = 0;
   for (const b::Setup& s : setups) {
     if (!b::runs(s, flags.setup)) continue;
     b::Model m = b::make_model("resnet18", s, 0.1f);
-    b::run_steps(m, 1, [&](int) -> const d2l::Batch& { return data; });  // warm-up (and deferred shapes)
-    const b::Stats st = b::time_it([&] { b::run_steps(m, 1, [&](int) -> const d2l::Batch& { return data; }); }, 0, repeats);
+    b::run_steps(m, 1, [&](int) -> const d2l::Batch& { return data; }, autocast);  // warm-up (and deferred shapes)
+    const b::Stats st =
+        b::time_it([&] { b::run_steps(m, 1, [&](int) -> const d2l::Batch& { return data; }, autocast); }, 0, repeats);
     std::printf("%-6s %-22s | %9.2f %9.2f %9.2f | %9.1f %8.1f\n", s.key, d2l::str(s.devices).c_str(), st.min, st.median,
                 st.cpu_median, static_cast<double>(batch) / st.min, gflop_per_image * static_cast<double>(batch) / st.min);
-    b::result(std::string("resnet18_layer_step_") + s.key, st.min);
-    b::result(std::string("resnet18_layer_step_cpu_") + s.key, st.cpu_median);
+    b::result(std::string("resnet18_layer_step") + key + "_" + s.key, st.min);
+    b::result(std::string("resnet18_layer_step_cpu") + key + "_" + s.key, st.cpu_median);
     if (std::string(s.key) == "1x1") t1x1 = st.min;
     if (std::string(s.key) == "2x1") t2x1 = st.min;
   }
   if (t1x1 > 0 && t2x1 > 0) {
     std::printf("2 devices x 1 thread vs 1 device x 1 thread, same batch: %.2fx the throughput (target >= 1.8x)\n", t1x1 / t2x1);
-    b::result("resnet18_layer_2x1_over_1x1", t1x1 / t2x1);
+    b::result("resnet18_layer" + key + "_2x1_over_1x1", t1x1 / t2x1);
   }
   std::printf("load average at the end: %.2f (a 2-core machine is busy beyond 2)\n", b::load_average());
   return 0;
