@@ -132,6 +132,53 @@ TEST_CASE("bucket sizes 0, small and all-in-one, overlapped or not: every replic
   }
 }
 
+// DDP's compression hooks (bf16_compress, fp16_compress): what the allreduce was handed is counted
+// (2 bytes an element), every reduced gradient is a value of the 16-bit format (it was widened from
+// one), and it is the float32 sum within the rounding of the gradients and of W - 1 additions.
+TEST_CASE("compression hooks: bfloat16 and float16 buckets hand the allreduce 2 bytes a gradient, sums within their rounding") {
+  const int64_t n = 8, in = 24, h = 32;
+  const int W = dist::world_size();
+  for (int local : {1, 2}) {
+    auto devs = devices(local);
+    auto want = reference(local, 1, n, in, h);
+    int64_t numel = 0;
+    for (auto& g : want) numel += static_cast<int64_t>(g.size());
+    for (DType type : {DType::f32, DType::bf16, DType::f16})
+      for (const char* algo : {"library", "ring"}) {
+        CAPTURE(local);
+        CAPTURE(dtype_name(type));
+        CAPTURE(algo);
+        std::vector<std::vector<Tensor>> dp;
+        for (auto d : devs) dp.push_back(make_params(d, in, h));
+        dist::BucketOptions options{0.005, algo, true};
+        options.comm_type = type;
+        dist::Buckets buckets(by_parameter(dp), options);
+        dist::reset_collective_counters();
+        for (size_t i = 0; i < devs.size(); ++i) loss(data(dist::rank(), static_cast<int>(i), 0, n, in, devs[i]), dp[i]).backward();
+        buckets.finish();
+        auto got = grads(dp[0]);
+        for (auto& p : dp) CHECK(grads(p) == got);
+        CHECK_NOTHROW(test::check_same_bits_on_every_rank(got));
+        if (W > 1) CHECK(dist::collective_counters().allreduce.input_bytes == static_cast<int64_t>(dtype_size(type)) * numel);
+        int64_t in_format = 0;  // values the 16-bit format holds exactly
+        for (auto& g : got) {
+          const Tensor t = Tensor::from_vector(g, {static_cast<int64_t>(g.size())}, cpu(0));
+          const auto back = cast(cast(t, type == DType::f32 ? DType::bf16 : type), DType::f32).to_vector();
+          for (size_t i = 0; i < g.size(); ++i) in_format += back[i] == g[i];
+        }
+        const double u = type == DType::bf16 ? 1.0 / 256 : type == DType::f16 ? 1.0 / 2048 : 0;
+        if (type == DType::f32) {
+          CHECK(test::relative_difference(got, want) < 1e-6);
+          CHECK(in_format < numel);  // float32 sums keep bits a bfloat16 cannot
+        } else {
+          CHECK(in_format == numel);
+          CHECK(test::relative_difference(got, want) > 1e-6);  // rounded: not the float32 sum
+          CHECK(test::relative_difference(got, want) < 4 * W * u);
+        }
+      }
+  }
+}
+
 // Gradient accumulation as a Gluon (grad_req 'add') or PyTorch user writes it: several backward()
 // calls, then one reduction, without no_sync. The buckets the first backward launched are stale
 // once the second adds to their gradients; finish() must leave the sum over every micro-batch,

@@ -112,6 +112,49 @@ TEST_CASE("allreduce of inexact values: the same bits on every rank and device, 
   }
 }
 
+// DDP's compression hooks sum 16-bit tensors (core/dist/buckets.hpp). Positive values, so the bound
+// is (W - 1) roundings of the 16-bit format, relative; over 2 ranks there is one addition, whose
+// rounding the format's reference conversion (kernels/cpu/float16.hpp) gives exactly.
+TEST_CASE("allreduce in bfloat16 and float16: each addition rounded to the format, the same bits everywhere, 2 bytes an element") {
+  const int W = dist::world_size(), r = dist::rank();
+  const int64_t n = 10007;
+  auto value = [](int q, int64_t i) { return 0.37f * static_cast<float>(q + 1) + static_cast<float>(i % 11) / 3.0f; };
+  for (DType type : {DType::bf16, DType::f16})
+    for (Device d : {cpu(0), emu(0)})
+      for (const char* algo : {"library", "ring", "naive"}) {
+        CAPTURE(dtype_name(type));
+        CAPTURE(d);
+        CAPTURE(algo);
+        const double u = type == DType::bf16 ? 1.0 / 256 : 1.0 / 2048;  // unit roundoff: 2^-8, 2^-11
+        auto rounded = [&](float x) { return cast(Tensor::from_vector(std::vector<float>{x}, {1}, cpu(0)), type).to_vector()[0]; };
+        std::vector<float> v(static_cast<size_t>(n));
+        for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = value(r, i);
+        Tensor t = cast(Tensor::from_vector(v, {n}, d), type);
+        dist::reset_collective_counters();
+        dist::allreduce(t, algo);
+        auto got = t.to_vector();
+        CHECK(t.dtype() == type);
+        CHECK(same_on_every_rank(got));
+        if (W > 1) CHECK(dist::collective_counters().allreduce.input_bytes == 2 * n);
+        // The values repeat with period 11; over 3 ranks the ring's chunks add in different orders.
+        double want[11], once[11];
+        for (int64_t i = 0; i < 11; ++i) {
+          want[i] = 0;
+          for (int q = 0; q < W; ++q) want[i] += rounded(value(q, i));  // exact in double
+          once[i] = rounded(static_cast<float>(want[i]));                 // the one rounding of 2 ranks
+        }
+        double worst = 0;
+        int64_t exact = 0;
+        for (int64_t i = 0; i < n; ++i) {
+          const double g = got[static_cast<size_t>(i)];
+          worst = std::max(worst, std::abs(g - want[i % 11]) / want[i % 11]);
+          exact += g == once[i % 11];
+        }
+        CHECK(worst <= (W - 1) * u);
+        if (W == 2) CHECK(exact == n);
+      }
+}
+
 TEST_CASE("broadcast: every rank's tensor becomes the root's, on cpu and emu devices") {
   const int W = dist::world_size(), r = dist::rank();
   for (Device d : local_devices())

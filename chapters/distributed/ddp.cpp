@@ -1,7 +1,8 @@
 // The DDP experiment (Li et al., VLDB 2020, on chapter 2's ResNet-18): the same training step with
-// the gradients reduced six ways. After backward: one allreduce per parameter, or one flat
+// the gradients reduced seven ways. After backward: one allreduce per parameter, or one flat
 // allreduce of all of them. During backward: buckets of 1, 5, 25 and 100 MB, each launched the
-// moment its last gradient is ready (core/dist/buckets.hpp). Each variant: warm-up steps (the first
+// moment its last gradient is ready (core/dist/buckets.hpp), and the 25 MB buckets once more summed
+// in bfloat16 (DDP's bf16_compress_hook: half the bytes; --comm-hook puts every variant in 16 bits). Each variant: warm-up steps (the first
 // builds the buckets, after it the autograd hooks are armed), then timed steps, each started after a
 // barrier and ended when every device and the communication thread are idle; the slowest rank's time
 // counts. The last timed step is traced: the fraction of the communication lane's bucket time during
@@ -44,22 +45,28 @@ double union_length(std::vector<std::pair<double, double>> iv) {
   return total;
 }
 
-Variant variant(std::string name, double mb, bool overlap) {
+Variant variant(std::string name, double mb, bool overlap, DType comm_type) {
   Variant v;
   v.name = std::move(name);
   v.bucket_mb = mb;
   v.overlap = overlap;
+  v.comm_type = comm_type;
   return v;
 }
 
 std::vector<Variant> variants(const Config& cfg) {
   std::vector<Variant> v;
-  v.push_back(variant("per parameter, after backward", 0, false));
-  v.push_back(variant("one flat, after backward", 1e6, false));
+  v.push_back(variant("per parameter, after backward", 0, false, cfg.comm_type));
+  v.push_back(variant("one flat, after backward", 1e6, false, cfg.comm_type));
+  char name[64];
   for (double mb : cfg.bucket_mbs) {
-    char name[64];
     std::snprintf(name, sizeof name, "buckets %g MB, overlapped", mb);
-    v.push_back(variant(name, mb, true));
+    v.push_back(variant(name, mb, true, cfg.comm_type));
+  }
+  // DDP's bf16_compress_hook on the traced bucket size: half the bytes (unless every variant has it).
+  if (cfg.comm_type == DType::f32) {
+    std::snprintf(name, sizeof name, "buckets %g MB, bf16_compress", cfg.bucket_mb);
+    v.push_back(variant(name, cfg.bucket_mb, true, DType::bf16));
   }
   return v;
 }
@@ -106,13 +113,14 @@ std::vector<Variant> ddp(const Config& cfg, bool model, std::vector<trace::Recor
       TrainMode eval(false);
       for (Device d : cfg.devices) (*net)(Tensor::zeros({1, 1, cfg.image, cfg.image}, d));
     }
-    trainer.set_buckets({v.bucket_mb, "library", v.overlap});
+    trainer.set_buckets({v.bucket_mb, "library", v.overlap, v.comm_type});
     for (int s = 0; s < steps; ++s) {
       check_interrupt();
       const bool traced = s == steps - 1;
       waitall();
       dist::barrier();
       if (traced) trace::start();  // every rank's clock starts right after the same barrier
+      if (traced) dist::reset_collective_counters();
       auto start = std::chrono::steady_clock::now();
       {
         // concise::train_batch written out, forward and backward labelled so that the trace tells
@@ -136,6 +144,7 @@ std::vector<Variant> ddp(const Config& cfg, bool model, std::vector<trace::Recor
       waitall();
       const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if (traced) trace::stop();
+      if (traced) v.allreduce_bytes = static_cast<double>(dist::collective_counters().allreduce.input_bytes);
       const double slowest = max_over_ranks(t);
       if (s >= cfg.warmup) v.step_seconds.push_back(slowest);
     }
@@ -152,7 +161,7 @@ std::vector<Variant> ddp(const Config& cfg, bool model, std::vector<trace::Recor
     v.mean = sum / static_cast<double>(v.step_seconds.size());
     for (double x : v.step_seconds) sq += (x - v.mean) * (x - v.mean);
     v.std = v.step_seconds.size() > 1 ? std::sqrt(sq / static_cast<double>(v.step_seconds.size() - 1)) : 0;
-    if (trace_events && v.overlap && v.bucket_mb == cfg.bucket_mb) *trace_events = events;
+    if (trace_events && v.overlap && v.bucket_mb == cfg.bucket_mb && v.comm_type == cfg.comm_type) *trace_events = events;
   }
   dist::set_link_model({});
   return out;

@@ -5,8 +5,9 @@
 //   bandwidth    the collectives benchmark: algbw and busbw by message size for the book's naive
 //                reduce-to-one-then-broadcast, our ring and the library's allreduce
 //   ddp          DDP's buckets on chapter 2's ResNet-18: per-parameter and one flat allreduce after
-//                backward against buckets of 1, 5, 25, 100 MB launched during backward; step time
-//                (mean +- std) and the fraction of communication hidden behind backward (from the trace)
+//                backward against buckets of 1, 5, 25, 100 MB launched during backward, and 25 MB ones
+//                summed in bfloat16 (DDP's bf16_compress_hook); step time (mean +- std), the bytes
+//                handed to the allreduce, and the fraction of communication hidden behind backward (from the trace)
 //   equivalence  N processes x k devices == one process x N*k devices: the largest parameter difference
 //   kv           the section's key-value store: kv.init, kv.push, kv.pull across the processes
 #pragma once
@@ -34,6 +35,7 @@ struct Config {
   int warmup = 2, repeats = 4;              // steps: warm-up (buckets built, hooks armed), then timed
   std::vector<double> bucket_mbs{1, 5, 25, 100};
   double bucket_mb = 25;                    // the bucket size of the traced step and of equivalence
+  DType comm_type = DType::f32;             // the buckets' type on the wire: DDP's comm hooks (--comm-hook)
   // The modelled link between the ranks (core/dist/collectives.hpp): chosen so that a CPU's ResNet-18
   // step and the allreduce of its 45 MB of gradients take comparable time; see the README.
   dist::LinkModel link{0.5, 5000};
@@ -68,10 +70,12 @@ struct Variant {
   std::string name;             // "per parameter, after backward", "buckets 25 MB", ...
   double bucket_mb = 0;
   bool overlap = false;
+  DType comm_type = DType::f32; // the buckets' type on the wire (bf16: DDP's bf16_compress_hook)
   size_t buckets = 0;           // how many buckets ResNet-18's parameters make
   std::vector<double> step_seconds;  // per timed step, the slowest rank's
   double mean = 0, std = 0;
   double comm_seconds = 0;      // the traced step's communication (rank 0)
+  double allreduce_bytes = 0;   // what the traced step handed to the allreduce (the collective counters)
   double hidden = 0;            // the fraction of it during which the device ran backward kernels
 };
 // Every variant, under the link model when `model` is true, on the real transport otherwise. The

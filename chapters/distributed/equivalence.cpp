@@ -30,6 +30,7 @@ concise::Config small(const Config& cfg, std::vector<Device> devices, const std:
   c.seed = cfg.seed;
   c.kvstore = kvstore;
   c.bucket_mb = cfg.bucket_mb;
+  c.comm_type = cfg.comm_type;  // the reference (kvstore device) has no buckets: it sums in float32
   c.verbose = false;
   c.autocast = cfg.autocast;  // both runs under the same autocast (and fp16's loss scaling)
   return c;

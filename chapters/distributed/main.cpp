@@ -13,6 +13,7 @@
 #include "chapters/harness/harness.hpp"
 #include "chapters/distributed/distributed.hpp"
 #include "core/cli.hpp"
+#include "core/dist/buckets.hpp"
 #include "core/dist/fingerprint.hpp"
 #include "core/dist/process_group.hpp"
 #include "core/plot.hpp"
@@ -65,10 +66,11 @@ void run_bandwidth(const dd::Config& cfg) {
 }
 
 void print_variants(const char* title, const std::vector<dd::Variant>& v) {
-  std::printf("%s\n%-34s %7s %18s %10s %8s\n", title, "variant", "buckets", "step s (mean+-std)", "comm s", "hidden");
+  std::printf("%s\n%-34s %7s %10s %18s %10s %8s\n", title, "variant", "buckets", "MB handed", "step s (mean+-std)", "comm s",
+              "hidden");
   for (auto& x : v)
-    std::printf("%-34s %7zu %10.3f +- %5.3f %10.3f %7.0f%%\n", x.name.c_str(), x.buckets, x.mean, x.std, x.comm_seconds,
-                100 * x.hidden);
+    std::printf("%-34s %7zu %10.2f %10.3f +- %5.3f %10.3f %7.0f%%\n", x.name.c_str(), x.buckets, x.allreduce_bytes / 1e6, x.mean,
+                x.std, x.comm_seconds, 100 * x.hidden);
 }
 
 void run_ddp(const dd::Config& cfg) {
@@ -99,7 +101,9 @@ void run_ddp(const dd::Config& cfg) {
     spec.title = cfg.link.on() ? "ResNet-18 step, modelled link" : "ResNet-18 step";
     spec.ylabel = "seconds per step";
     for (auto& v : modeled) {
-      spec.labels.push_back(v.overlap ? std::to_string(static_cast<int>(v.bucket_mb)) + " MB" : v.bucket_mb == 0 ? "per param" : "flat");
+      std::string label = v.overlap ? std::to_string(static_cast<int>(v.bucket_mb)) + " MB" : v.bucket_mb == 0 ? "per param" : "flat";
+      if (v.comm_type != cfg.comm_type) label += " bf16";
+      spec.labels.push_back(label);
       spec.means.push_back(v.mean);
       spec.errors.push_back(v.std);
     }
@@ -130,7 +134,7 @@ int main(int argc, char** argv) {
   dd::Config cfg;
   bool quick = false;
   int64_t seed = 0;
-  std::string sizes_kb, buckets;
+  std::string sizes_kb, buckets, comm_hook = "allreduce";
   d2l::add_device_flags(app, dev);
   auto* bandwidth = app.add_subcommand("bandwidth", "1. the collectives benchmark: naive, ring and library allreduce by size");
   auto* ddp = app.add_subcommand("ddp", "2. DDP's buckets on ResNet-18: step time and hidden communication");
@@ -144,6 +148,7 @@ int main(int argc, char** argv) {
   auto* repeats = app.add_option("--repeats", cfg.repeats, "ddp: timed steps per variant")->capture_default_str();
   auto* buckets_opt = app.add_option("--buckets", buckets, "ddp: the bucket sizes (MB) launched during backward, e.g. 1,5,25,100");
   auto* bucket_mb = app.add_option("--bucket-mb", cfg.bucket_mb, "the bucket size of the traced step and of equivalence")->capture_default_str();
+  app.add_option("--comm-hook", comm_hook, "ddp and equivalence: the buckets summed as allreduce (float32), bf16_compress or fp16_compress (16 bits, half the bytes), DDP's communication hooks")->capture_default_str();
   auto* link_gbps = app.add_option("--link-gbps", cfg.link.gbps, "ddp: the modelled link's bandwidth in Gbit/s, 0.001 to 1e5 (0 and --link-latency-us 0: no model)")->capture_default_str();
   auto* link_latency = app.add_option("--link-latency-us", cfg.link.latency_us, "ddp: the modelled link's latency per message in microseconds, 0 to 1e6")->capture_default_str();
   app.add_option("--out-dir", cfg.out_dir, "directory of bandwidth.png and ddp_step_time.png ('' for none)")->capture_default_str();
@@ -166,6 +171,7 @@ int main(int argc, char** argv) {
   return d2l::guarded_main(app, argc, argv, [&] {
     conv.apply();
     cfg.autocast = conv.precision.autocast();
+    cfg.comm_type = d2l::dist::comm_hook_type("--comm-hook", comm_hook);
     dd::Config given = cfg;
     if (quick) dd::make_quick(cfg);  // flags given explicitly keep their values
     if (*batch) cfg.batch = given.batch;

@@ -97,13 +97,19 @@ TEST_CASE("the parts at --quick sizes: benchmark rows, DDP variants, equivalence
 
   std::vector<trace::Record> events;
   auto v = dd::ddp(cfg, true, &events);
-  REQUIRE(v.size() == 2 + cfg.bucket_mbs.size());
+  REQUIRE(v.size() == 3 + cfg.bucket_mbs.size());  // and the 25 MB buckets under bf16_compress, last
   size_t trainable = 0;
   for (auto& [name, p] : concise::resnet18(10)->collect_params()) trainable += p->differentiable() ? 1 : 0;
   CHECK(v[0].buckets == trainable);  // ResNet-18's trainable parameters, one bucket each
   CHECK(v[1].buckets == 1);   // one flat allreduce
   CHECK(v.back().buckets >= 1);
   CHECK(v.back().buckets < v[0].buckets);
+  // What the traced steps handed the allreduce, counted: float32's 4 bytes a gradient in every
+  // layout, bf16_compress's 2.
+  CHECK(v.back().comm_type == DType::bf16);
+  CHECK(v[0].allreduce_bytes > 0);
+  for (size_t i = 0; i + 1 < v.size(); ++i) CHECK(v[i].allreduce_bytes == v[0].allreduce_bytes);
+  CHECK(v[0].allreduce_bytes == 2 * v.back().allreduce_bytes);
   for (auto& x : v) {
     CHECK(x.step_seconds.size() == static_cast<size_t>(cfg.repeats));
     double total = 0;
@@ -144,7 +150,7 @@ TEST_CASE("--precision bf16 and fp16: the equivalence under autocast, and fp16's
     if (t == DType::f16) {  // float16's loop is bfloat16's with the GradScaler added
       cfg.bucket_mbs = {25};
       auto v = dd::ddp(cfg, false, nullptr);
-      REQUIRE(v.size() == 3);
+      REQUIRE(v.size() == 4);  // after backward: per parameter, flat; 25 MB buckets; and them under bf16_compress
       for (auto& x : v) CHECK(x.step_seconds.size() == static_cast<size_t>(cfg.repeats));
     }
     // W processes equal one process with W devices under autocast too (fp16: the same steps skipped)

@@ -12,6 +12,7 @@
 #include "chapters/harness/harness.hpp"
 #include "chapters/multi_gpu_concise/multi_gpu_concise.hpp"
 #include "core/cli.hpp"
+#include "core/dist/buckets.hpp"
 #include "core/dist/process_group.hpp"
 #include "core/runtime.hpp"
 #include "core/trace.hpp"
@@ -46,6 +47,8 @@ int main(int argc, char** argv) {
                                        std::to_string(concise::kLabCnn.num_epochs) + "]");
   app.add_option("--model", cfg.model, "resnet18 (the book's) or lab-cnn (the lab's)")->capture_default_str();
   app.add_option("--bucket-mb", cfg.bucket_mb, "dist_sync: DDP's gradient buckets of this many MB, allreduced during backward (0: one per parameter; -1: none)")->capture_default_str();
+  std::string comm_hook = "allreduce";
+  app.add_option("--comm-hook", comm_hook, "dist_sync's buckets: allreduce (float32), bf16_compress or fp16_compress (summed in 16 bits, half the bytes), as DDP's communication hooks")->capture_default_str();
   app.add_option("--kvstore", cfg.kvstore, "where gradients are summed: device, local (host memory), ring, or across the processes of mpirun: dist_sync (MPI_Allreduce), dist_sync_ring (our ring)")->capture_default_str();
   app.add_flag("--sync-bn", cfg.sync_bn, "BatchNorm statistics over the whole batch, all devices (SyncBatchNorm)");
   std::string split_weights, threads;
@@ -84,6 +87,7 @@ int main(int argc, char** argv) {
       trace.check();
       conv.apply();
       cfg.autocast = conv.precision.autocast();
+      cfg.comm_type = d2l::dist::comm_hook_type("--comm-hook", comm_hook);
       d2l::check_output_path("--plot", plot);
       if (!load_params.empty()) d2l::harness::check_readable("--load-params", load_params);
       if (*train_subset) d2l::require_positive("--train-subset", static_cast<double>(cfg.train_subset));

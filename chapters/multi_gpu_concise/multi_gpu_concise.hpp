@@ -92,6 +92,7 @@ struct Config {
   // dist_sync: DDP's gradient buckets of this many MB (core/dist/buckets.hpp), allreduced during
   // backward; 0 = one bucket per parameter; < 0 = none (each key reduced in trainer.step)
   double bucket_mb = 25;
+  DType comm_type = DType::f32;      // dist_sync's buckets travel in it: DDP's comm hooks (--comm-hook bf16_compress)
   bool sync_bn = false;
   // Devices of different power (exercise 2): shard sizes in proportion to these (one per device),
   // or measured by probe_weights before training (balance). Neither: even shards.

@@ -101,6 +101,9 @@ void validate(const Config& cfg) {
     throw ConfigError("bad --in-flight " + std::to_string(cfg.in_flight) + ": expected 1 to 4 minibatches");
   if (!std::isfinite(cfg.bucket_mb) || cfg.bucket_mb > 1e6)
     throw ConfigError("bad --bucket-mb: expected a number of MB up to 1e6 (0: one bucket per parameter; < 0: none)");
+  if (cfg.comm_type != DType::f32 && !(distributed(cfg) && cfg.bucket_mb >= 0))
+    throw ConfigError(std::string("--comm-hook ") + dist::comm_hook_name(cfg.comm_type) +
+                      " sums the gradient buckets of --kvstore dist_sync in 16 bits: give --kvstore dist_sync (with --bucket-mb >= 0)");
   if (distributed(cfg) && cfg.batch_size < k * dist::world_size())
     throw ConfigError("--batch-size " + std::to_string(cfg.batch_size) + " is smaller than the " +
                       std::to_string(k * dist::world_size()) + " devices of all processes: every device needs at least one example per minibatch");
@@ -201,7 +204,7 @@ int Run::before_training(nn::Block& net, optim::Trainer& trainer) {
     optim::broadcast_parameters(net.collect_params(), 0);
     // DDP's gradient buckets, built now that the shapes are known: the first step's backward already
     // launches their allreduces (chapter 4).
-    if (cfg.bucket_mb >= 0) trainer.set_buckets({cfg.bucket_mb, "library", true});
+    if (cfg.bucket_mb >= 0) trainer.set_buckets({cfg.bucket_mb, "library", true, cfg.comm_type});
   }
   return start;
 }

@@ -21,10 +21,22 @@ std::string mb(double bytes) {
 
 }  // namespace
 
+const char* comm_hook_name(DType comm_type) {
+  return comm_type == DType::bf16 ? "bf16_compress" : comm_type == DType::f16 ? "fp16_compress" : "allreduce";
+}
+
+DType comm_hook_type(const std::string& flag, const std::string& name) {
+  for (DType t : {DType::f32, DType::bf16, DType::f16})
+    if (name == comm_hook_name(t)) return t;
+  throw ConfigError("bad " + flag + " '" + name + "': expected allreduce (float32), bf16_compress or fp16_compress "
+                    "(the gradients summed in bfloat16 or float16: half the bytes)");
+}
+
 Buckets::Buckets(std::vector<std::vector<Tensor>> replicas, BucketOptions options)
     : replicas_(std::move(replicas)), options_(std::move(options)) {
   check_algorithm("bucket allreduce algorithm", options_.algorithm);
   if (!(options_.bucket_mb >= 0)) throw ConfigError("bad --bucket-mb: must be >= 0 (0: one bucket per parameter)");
+  if (!is_float(options_.comm_type)) throw ConfigError("dist::Buckets: the communication type must be float32, bfloat16 or float16");
   if (replicas_.empty()) throw ShapeError("dist::Buckets: no parameters");
   const size_t devices = replicas_[0].size();
   for (size_t k = 0; k < replicas_.size(); ++k) {
@@ -120,8 +132,8 @@ void Buckets::launch(size_t b, bool during_backward) {
   Bucket& bucket = buckets_[b];
   const Device first = bucket.flat.device();
   if (launched_[b]) work_[b].wait();  // a relaunch: the packing waits for the first collective on flat
-  trace::Label label("bucket " + std::to_string(b) + " (" + mb(4.0 * static_cast<double>(bucket.numel)) + ")",
-                     static_cast<int64_t>(b));
+  const double wire_bytes = static_cast<double>(dtype_size(options_.comm_type)) * static_cast<double>(bucket.numel);
+  trace::Label label("bucket " + std::to_string(b) + " (" + mb(wire_bytes) + ")", static_cast<int64_t>(b));
   size_t offset = 0;
   for (size_t k : bucket.params) {
     Tensor g;
@@ -134,7 +146,12 @@ void Buckets::launch(size_t b, bool during_backward) {
     copy_bytes(g, 0, bucket.flat, offset, bytes);
     offset += bytes;
   }
-  work_[b] = allreduce_async(bucket.flat, options_.algorithm);
+  if (options_.comm_type != DType::f32) {
+    bucket.wire = cast(bucket.flat, options_.comm_type);  // the compression hook: rounded to 16 bits
+    work_[b] = allreduce_async(bucket.wire, options_.algorithm);
+  } else {
+    work_[b] = allreduce_async(bucket.flat, options_.algorithm);
+  }
   launched_[b] = true;
   stale_[b] = false;
   launch_log_.push_back({b, during_backward});
@@ -151,6 +168,7 @@ void Buckets::finish() {
   for (size_t b = 0; b < buckets_.size(); ++b) {
     Bucket& bucket = buckets_[b];
     work_[b].wait();  // the first device's compute stream waits for the collective
+    if (bucket.wire.defined()) cast(bucket.wire, DType::f32).copyto(bucket.flat);  // widened back, exactly
     size_t offset = 0;
     for (size_t k : bucket.params) {
       const size_t bytes = 4 * static_cast<size_t>(replicas_[k][0].numel());

@@ -21,7 +21,8 @@
 // first launches.
 // bucket_mb 0: one bucket per parameter. A bucket larger than the model: one flat allreduce, which
 // can only start when backward is done. overlap false: every bucket waits for finish() (the
-// "allreduce after backward" of chapter 1). With several devices in a process, a parameter is ready
+// "allreduce after backward" of chapter 1). comm_type bf16 or f16: DDP's compression hooks (below).
+// With several devices in a process, a parameter is ready
 // when its gradient on every device is; the devices' gradients are summed on the first device first.
 #pragma once
 #include <cstdint>
@@ -40,7 +41,18 @@ struct BucketOptions {
   double bucket_mb = 25;               // PyTorch's default bucket_cap_mb
   std::string algorithm = "library";   // the allreduce: library, ring or naive
   bool overlap = true;                 // launch buckets during backward (false: all in finish())
+  // DDP's communication hook: the type a bucket travels in. f32 is PyTorch's default allreduce_hook;
+  // bf16 and f16 are its bf16_compress_hook and fp16_compress_hook: the packed float32 gradients are
+  // rounded to 16 bits, summed in 16 bits (half the bytes on the wire, each addition rounded back),
+  // and widened into the float32 gradients again. The sum is not divided by the world size first
+  // (PyTorch's hooks average; these buckets sum): a float16 sum beyond 65504 becomes infinity, which
+  // fp16's loss scaling then finds and skips.
+  DType comm_type = DType::f32;
 };
+// The hooks' names as PyTorch spells them, and back: "allreduce" f32, "bf16_compress" bf16,
+// "fp16_compress" f16; another name is a ConfigError that names `flag` and the choices.
+const char* comm_hook_name(DType comm_type);
+DType comm_hook_type(const std::string& flag, const std::string& name);
 
 class Buckets : NoCopy {
  public:
@@ -68,6 +80,7 @@ class Buckets : NoCopy {
     std::vector<size_t> params;  // parameter indices, in the order they are packed
     int64_t numel = 0;
     Tensor flat;                 // numel floats on the first device, reused every step
+    Tensor wire;                 // comm_type bf16 / f16: flat rounded to 16 bits, what the allreduce sums
   };
   const std::vector<Bucket>& buckets() const { return buckets_; }
   const BucketOptions& options() const { return options_; }

@@ -16,6 +16,7 @@
 #include "core/dist/process_group.hpp"
 #include "core/ops.hpp"
 #include "core/runtime.hpp"
+#include "kernels/cpu/float16.hpp"
 
 #ifdef D2L_WITH_MPI
 #include <mpi.h>
@@ -27,6 +28,12 @@ namespace {
 
 void check_f32(const char* op, const Tensor& t) {
   if (!t.defined() || t.dtype() != DType::f32) throw ShapeError(std::string("dist::") + op + ": expects a float32 tensor");
+}
+
+// allreduce's tensors: float32, or bfloat16 and float16 (DDP's compression hooks, core/dist/buckets.hpp).
+void check_float(const char* op, const Tensor& t) {
+  if (!t.defined() || !is_float(t.dtype()))
+    throw ShapeError(std::string("dist::") + op + ": expects a float32, bfloat16 or float16 tensor");
 }
 
 bool on_gpu(const Tensor& t) { return t.device().kind == DeviceKind::gpu; }
@@ -76,19 +83,21 @@ CollectiveCounters g_counts;
 // Rank r's chunk of n elements among W ranks (chunk_begin's split, for any group).
 int64_t chunk_in(int64_t n, int W, int r) { return n * (r + 1) / W - n * r / W; }
 
-// One call, `input` elements handed to it and `sent` elements leaving this rank (the rule in collectives.hpp).
-void count(CollectiveCounter CollectiveCounters::*kind, int64_t input, int64_t sent) {
+// One call, `input` elements handed to it and `sent` elements leaving this rank (the rule in
+// collectives.hpp), each element `size` bytes.
+void count(CollectiveCounter CollectiveCounters::*kind, int64_t input, int64_t sent, int64_t size = 4) {
   std::lock_guard<std::mutex> lock(g_count_mu);
   CollectiveCounter& c = g_counts.*kind;
   ++c.calls;
-  c.input_bytes += 4 * input;
-  c.sent_bytes += 4 * sent;
+  c.input_bytes += size * input;
+  c.sent_bytes += size * sent;
 }
 
-// An allreduce of n elements among W ranks, this rank r: a reduce-scatter, then an all-gather of its chunk.
-void count_allreduce(int64_t n, int W, int r) {
+// An allreduce of n elements of `size` bytes among W ranks, this rank r: a reduce-scatter, then an
+// all-gather of its chunk.
+void count_allreduce(int64_t n, int W, int r, int64_t size) {
   const int64_t c = chunk_in(n, W, r);
-  count(&CollectiveCounters::allreduce, n, (n - c) + c * (W - 1));
+  count(&CollectiveCounters::allreduce, n, (n - c) + c * (W - 1), size);
 }
 
 #ifdef D2L_WITH_MPI
@@ -110,11 +119,48 @@ void wait(MPI_Request& r) { wait_request(&r); }
 // A group's communicator (core/dist/group.hpp); the group has more than one rank.
 MPI_Comm comm_of(const Group& g) { return *static_cast<const MPI_Comm*>(g.native()); }
 
-// The ring on n floats at p, on the communication thread: this rank is r of the W ranks of `comm`.
-void ring_allreduce(float* p, int64_t n, MPI_Comm comm, int W, int r) {
+// How an allreduce's elements travel and add. float32: MPI_FLOAT and +. A 16-bit format: its bits as
+// MPI_UINT16_T, each addition widened to float32 (exact), added, and rounded back to nearest even, as
+// NCCL sums bfloat16 and float16.
+struct SumF32 {
+  using T = float;
+  static MPI_Datatype type() { return MPI_FLOAT; }
+  static float add(float a, float b) { return a + b; }
+  static MPI_Op op() { return MPI_SUM; }
+};
+template <kernels::cpu::Float16 F>
+struct Sum16 {
+  using T = uint16_t;
+  static MPI_Datatype type() { return MPI_UINT16_T; }
+  static uint16_t add(uint16_t a, uint16_t b) {
+    using namespace kernels::cpu;
+    const float s = widen(F, a) + widen(F, b);
+    return F == Float16::bf16 ? bf16_from_float(s) : f16_from_float(s);
+  }
+  // MPI_Allreduce's operation on these bits (MPI_Op_create's signature): inout[i] = in[i] + inout[i].
+  static void mpi_sum(void* in, void* inout, int* len, MPI_Datatype*) {
+    const uint16_t* a = static_cast<const uint16_t*>(in);
+    uint16_t* b = static_cast<uint16_t*>(inout);
+    for (int i = 0; i < *len; ++i) b[i] = add(a[i], b[i]);
+  }
+  // Made once, on the communication thread (the only one that calls MPI); commutative.
+  static MPI_Op op() {
+    static const MPI_Op made = [] {
+      MPI_Op o;
+      MPI_Op_create(&mpi_sum, 1, &o);
+      return o;
+    }();
+    return made;
+  }
+};
+
+// The ring on n elements at p, on the communication thread: this rank is r of the W ranks of `comm`.
+template <class S>
+void ring_allreduce(typename S::T* p, int64_t n, MPI_Comm comm, int W, int r) {
+  using T = typename S::T;
   const int next = (r + 1) % W, prev = (r + W - 1) % W;
   // The receive buffer is kept between calls (only this thread uses it): no page faults per call.
-  static std::vector<float> recv;
+  static std::vector<T> recv;
   if (recv.size() < static_cast<size_t>(n / W + 1)) recv.resize(static_cast<size_t>(n / W + 1));
   auto begin = [&](int c) { return n * (((c % W) + W) % W) / W; };
   auto len = [&](int c) { c = ((c % W) + W) % W; return n * (c + 1) / W - n * c / W; };
@@ -122,19 +168,19 @@ void ring_allreduce(float* p, int64_t n, MPI_Comm comm, int W, int r) {
   for (int s = 0; s < W - 1; ++s) {
     const int cs = r - s, cr = r - s - 1;
     MPI_Request q[2];
-    MPI_Irecv(recv.data(), static_cast<int>(len(cr)), MPI_FLOAT, prev, s, comm, &q[0]);
-    MPI_Isend(p + begin(cs), static_cast<int>(len(cs)), MPI_FLOAT, next, s, comm, &q[1]);
+    MPI_Irecv(recv.data(), static_cast<int>(len(cr)), S::type(), prev, s, comm, &q[0]);
+    MPI_Isend(p + begin(cs), static_cast<int>(len(cs)), S::type(), next, s, comm, &q[1]);
     wait(q[0]);
     wait(q[1]);
-    float* own = p + begin(cr);
-    for (int64_t i = 0, m = len(cr); i < m; ++i) own[i] += recv[static_cast<size_t>(i)];
+    T* own = p + begin(cr);
+    for (int64_t i = 0, m = len(cr); i < m; ++i) own[i] = S::add(own[i], recv[static_cast<size_t>(i)]);
   }
   // Rank r now owns the full sum of chunk r+1. All-gather: at step s send chunk r+1-s, receive chunk r-s.
   for (int s = 0; s < W - 1; ++s) {
     const int cs = r + 1 - s, cr = r - s;
     MPI_Request q[2];
-    MPI_Irecv(p + begin(cr), static_cast<int>(len(cr)), MPI_FLOAT, prev, W + s, comm, &q[0]);
-    MPI_Isend(p + begin(cs), static_cast<int>(len(cs)), MPI_FLOAT, next, W + s, comm, &q[1]);
+    MPI_Irecv(p + begin(cr), static_cast<int>(len(cr)), S::type(), prev, W + s, comm, &q[0]);
+    MPI_Isend(p + begin(cs), static_cast<int>(len(cs)), S::type(), next, W + s, comm, &q[1]);
     wait(q[0]);
     wait(q[1]);
   }
@@ -142,28 +188,55 @@ void ring_allreduce(float* p, int64_t n, MPI_Comm comm, int W, int r) {
 
 // The book's reduce-to-one-then-broadcast over point-to-point messages: rank 0 receives every
 // other rank's tensor in rank order and adds it, then sends the sum to each rank in turn.
-void naive_allreduce(float* p, int64_t n, MPI_Comm comm, int W, int me) {
+template <class S>
+void naive_allreduce(typename S::T* p, int64_t n, MPI_Comm comm, int W, int me) {
+  using T = typename S::T;
   const int count = static_cast<int>(n);
   if (me == 0) {
-    static std::vector<float> recv;  // kept between calls, like the ring's
+    static std::vector<T> recv;  // kept between calls, like the ring's
     if (recv.size() < static_cast<size_t>(n)) recv.resize(static_cast<size_t>(n));
     for (int r = 1; r < W; ++r) {
       MPI_Request q;
-      MPI_Irecv(recv.data(), count, MPI_FLOAT, r, 0, comm, &q);
+      MPI_Irecv(recv.data(), count, S::type(), r, 0, comm, &q);
       wait(q);
-      for (int64_t i = 0; i < n; ++i) p[i] += recv[static_cast<size_t>(i)];
+      for (int64_t i = 0; i < n; ++i) p[i] = S::add(p[i], recv[static_cast<size_t>(i)]);
     }
     for (int r = 1; r < W; ++r) {
       MPI_Request q;
-      MPI_Isend(p, count, MPI_FLOAT, r, 1, comm, &q);
+      MPI_Isend(p, count, S::type(), r, 1, comm, &q);
       wait(q);
     }
   } else {
     MPI_Request q[2];
-    MPI_Isend(p, count, MPI_FLOAT, 0, 0, comm, &q[0]);
+    MPI_Isend(p, count, S::type(), 0, 0, comm, &q[0]);
     wait(q[0]);
-    MPI_Irecv(p, count, MPI_FLOAT, 0, 1, comm, &q[1]);
+    MPI_Irecv(p, count, S::type(), 0, 1, comm, &q[1]);
     wait(q[1]);
+  }
+}
+
+// The allreduce of n elements at p by `algorithm` on the communication thread, summed as S says;
+// with done_out the compute stream does not wait.
+template <class S>
+void allreduce_on_comm(const Tensor& t, typename S::T* p, int n, const Group& g, const std::string& algorithm,
+                       Event* done_out) {
+  const double bytes = static_cast<double>(sizeof(typename S::T)) * n;
+  const MPI_Comm c = comm_of(g);
+  const int W = g.size(), r = g.rank();
+  if (algorithm == "ring") {
+    on_comm("allreduce_ring", {t}, [p, n, bytes, c, W, r] {
+      modeled(bytes, "ring", W, [&] { ring_allreduce<S>(p, n, c, W, r); });
+    }, done_out);
+  } else if (algorithm == "naive") {
+    on_comm("allreduce_naive", {t}, [p, n, bytes, c, W, r] {
+      modeled(bytes, "naive", W, [&] { naive_allreduce<S>(p, n, c, W, r); });
+    }, done_out);
+  } else {
+    // The library's tuned (blocking) allreduce: its algorithms differ from the nonblocking ones.
+    // A 16-bit sum's operation is made on the communication thread, at its first use.
+    on_comm("MPI_Allreduce", {t}, [p, n, bytes, c, W] {
+      modeled(bytes, "library", W, [&] { MPI_Allreduce(MPI_IN_PLACE, p, n, S::type(), S::op(), c); });
+    }, done_out);
   }
 }
 
@@ -254,13 +327,14 @@ void Work::wait() const {
 // The allreduce itself over the ranks of `g`; with done_out the compute stream does not wait (allreduce_async).
 static void allreduce_impl(const Tensor& t, const Group& g, const std::string& algorithm, Event* done_out) {
   check_algorithm("allreduce algorithm", algorithm);
-  check_f32("allreduce", t);
+  check_float("allreduce", t);
   const int n = count_of("allreduce", t.numel());
   if (g.size() == 1 || n == 0) return;
+  const int64_t size = static_cast<int64_t>(dtype_size(t.dtype()));
   if (on_gpu(t)) {
     // NCCL's communicator is the world's; a smaller group's sum goes through MPI.
     if (algorithm == "library" && nccl::built() && g.is_world() && nccl::usable(t.device())) {
-      count_allreduce(n, g.size(), g.rank());
+      count_allreduce(n, g.size(), g.rank(), size);
       return nccl::allreduce(t, done_out);
     }
     // Staged through host memory: the copy back is stream work on t's device, ordered after the
@@ -268,25 +342,11 @@ static void allreduce_impl(const Tensor& t, const Group& g, const std::string& a
     return via_host(t, [&](const Tensor& h) { allreduce_impl(h, g, algorithm, nullptr); });
   }
 #ifdef D2L_WITH_MPI
-  count_allreduce(n, g.size(), g.rank());
-  float* p = t.data();
-  const double bytes = 4.0 * n;
-  const MPI_Comm c = comm_of(g);
-  const int W = g.size(), r = g.rank();
-  if (algorithm == "ring") {
-    on_comm("allreduce_ring", {t}, [p, n, bytes, c, W, r] {
-      modeled(bytes, "ring", W, [&] { ring_allreduce(p, n, c, W, r); });
-    }, done_out);
-  } else if (algorithm == "naive") {
-    on_comm("allreduce_naive", {t}, [p, n, bytes, c, W, r] {
-      modeled(bytes, "naive", W, [&] { naive_allreduce(p, n, c, W, r); });
-    }, done_out);
-  } else {
-    // The library's tuned (blocking) allreduce: its algorithms differ from the nonblocking ones.
-    on_comm("MPI_Allreduce", {t}, [p, n, bytes, c, W] {
-      modeled(bytes, "library", W, [&] { MPI_Allreduce(MPI_IN_PLACE, p, n, MPI_FLOAT, MPI_SUM, c); });
-    }, done_out);
-  }
+  count_allreduce(n, g.size(), g.rank(), size);
+  using kernels::cpu::Float16;
+  if (t.dtype() == DType::f32) return allreduce_on_comm<SumF32>(t, t.data(), n, g, algorithm, done_out);
+  if (t.dtype() == DType::bf16) return allreduce_on_comm<Sum16<Float16::bf16>>(t, t.data16(), n, g, algorithm, done_out);
+  allreduce_on_comm<Sum16<Float16::f16>>(t, t.data16(), n, g, algorithm, done_out);
 #else
   (void)done_out;
 #endif

@@ -30,7 +30,10 @@ int64_t chunk_begin(int64_t n, int chunk, const Group& group);  // the same rule
 // gathers and reduce-scatters parameter by parameter with them).
 std::vector<int64_t> counts_in_chunks(int64_t n, int64_t a, int64_t b, const Group& group);
 
-// In place: t becomes the sum over the ranks of t, with the same bits on every rank.
+// In place: t becomes the sum over the ranks of t, with the same bits on every rank. t is float32, or
+// bfloat16 or float16 (DDP's compression hooks, core/dist/buckets.hpp): half the bytes, each addition
+// made in float32 and rounded back to the 16-bit format, as NCCL's 16-bit sums (MPI_Allreduce gets an
+// operation of ours on the bits).
 //   library  MPI_Allreduce (ncclAllReduce for GPU tensors)
 //   ring     the book's ring over MPI point-to-point: W-1 reduce-scatter steps (rank r passes its
 //            running sum of one chunk to r+1, which adds its own), then W-1 all-gather steps passing
@@ -97,7 +100,8 @@ Work reduce_scatter_async(const Tensor& in, const Tensor& out, int64_t out_offse
                           const Group& group = Group(), int64_t in_offset = -1);
 // What this process handed to the collectives on tensors, counted per kind since the last reset
 // (calls that communicate only: a world or group of one, or an empty tensor, counts nothing). For a
-// call on n elements (4 n bytes) among W ranks, c_r this rank's chunk (chunk_begin's split):
+// call on n elements (4 n bytes; 2 n for a 16-bit allreduce, and so below) among W ranks, c_r this
+// rank's chunk (chunk_begin's split):
 //   input_bytes  the bytes of the send buffer this rank gave the call: 4 n for allreduce and
 //                reduce-scatter, 4 c_r for all-gather, 4 n for broadcast (every rank's buffer);
 //   sent_bytes   the bytes that leave this rank when the collective runs as the ring does, every

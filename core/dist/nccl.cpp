@@ -143,10 +143,12 @@ bool usable(Device d) {
 }
 
 void allreduce(const Tensor& t, Event* done) {
-  float* p = t.data();
+  const bool f32 = t.dtype() == DType::f32;
+  void* p = f32 ? static_cast<void*>(t.data()) : static_cast<void*>(t.data16());
+  const ncclDataType_t type = f32 ? ncclFloat : t.dtype() == DType::bf16 ? ncclBfloat16 : ncclHalf;
   const size_t n = static_cast<size_t>(t.numel());
-  on_nccl("ncclAllReduce", {t}, [p, n](ncclComm_t comm, cudaStream_t s) {
-    check(ncclAllReduce(p, p, n, ncclFloat, ncclSum, comm, s), "ncclAllReduce");
+  on_nccl("ncclAllReduce", {t}, [p, n, type](ncclComm_t comm, cudaStream_t s) {
+    check(ncclAllReduce(p, p, n, type, ncclSum, comm, s), "ncclAllReduce");
   }, done);
 }
 

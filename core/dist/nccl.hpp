@@ -20,7 +20,7 @@ bool built();  // false: these throw ConfigError, and collectives.cpp stages GPU
 // host memory (MPI) instead" and collectives.cpp takes that path. The collectives below refuse such
 // a world with that one line (a ConfigError) rather than hang in ncclCommInitRank.
 bool usable(Device d);
-// ncclAllReduce, sum. With `done`: the compute stream does not wait; *done marks the end (async).
+// ncclAllReduce, sum (float32, bfloat16 or float16). With `done`: the compute stream does not wait; *done marks the end (async).
 void allreduce(const Tensor& t, Event* done = nullptr);
 void broadcast(const Tensor& t, int root);                   // ncclBroadcast
 void allgather(const Tensor& in, const Tensor& out);         // grouped ncclBroadcast, one per chunk
