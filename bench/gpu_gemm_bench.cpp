@@ -14,6 +14,10 @@
 // regblock >= 0.6x cuBLAS, printed as met or missed (timings are never asserted); warptiled's ratio
 // is printed beside them. tf32 is measured against cuBLAS TF32 (the same arithmetic as it), its
 // target tf32 >= 0.5x cuBLAS TF32 at 4096.
+// The 16-bit GEMMs (kernels/cuda/matmul16.cu's kernel2, matmul16_mma.cu's kernel6 on mma.sync m16n8k16)
+// on bfloat16 and float16 squares against cublasGemmEx on the same operands (16-bit inputs, float32
+// output and sums: the same arithmetic), validated the same way; the target bf16 kernel6 >= 0.5x
+// cublasGemmEx bf16 at 4096.
 // Built without CUDA, or run where there is no GPU, it prints "no GPU" and exits 0.
 //   gpu_gemm_bench
 #include <cstdio>
@@ -213,6 +217,62 @@ std::vector<double> bench_gemm(const Gpu& g, const char* name, int64_t M, int64_
   return gflops;
 }
 
+// ---- 1b. the 16-bit GEMMs: C (M, N) float32 = A @ B with A and B bfloat16 or float16, row-major
+struct DeviceArray16 {
+  uint16_t* p = nullptr;
+  DeviceArray16(int64_t n, uint32_t seed, kc::Float16 f) {
+    std::vector<uint16_t> h;
+    for (float v : b::random_data(n, seed))
+      h.push_back(f == kc::Float16::bf16 ? d2l::kernels::cpu::bf16_from_float(v) : d2l::kernels::cpu::f16_from_float(v));
+    CHECK_CUDA(cudaMalloc(&p, h.size() * 2));
+    CHECK_CUDA(cudaMemcpy(p, h.data(), h.size() * 2, cudaMemcpyHostToDevice));
+  }
+  ~DeviceArray16() { cudaFree(p); }
+  DeviceArray16(const DeviceArray16&) = delete;
+  DeviceArray16& operator=(const DeviceArray16&) = delete;
+};
+
+const char* const kVersions16[] = {"tiled", "mma", "cuBLAS"};  // kernel2, kernel6, cublasGemmEx
+
+void gemm16(const Gpu& g, int version, kc::Float16 f, int64_t n, const uint16_t* A, const uint16_t* B, float* C) {
+  if (version < 2)
+    return kc::gemm16(g.stream, version == 0 ? kc::GemmKernel::tiled : kc::GemmKernel::mma, f, false, false, n, n, n, 1.0f, A,
+                      B, 0.0f, C);
+  const float alpha = 1.0f, beta = 0.0f;
+  const cudaDataType_t t = f == kc::Float16::bf16 ? CUDA_R_16BF : CUDA_R_16F;
+  CHECK_CUBLAS(cublasGemmEx(g.blas, CUBLAS_OP_N, CUBLAS_OP_N, int(n), int(n), int(n), &alpha, B, t, int(n), A, t, int(n), &beta,
+                            C, CUDA_R_32F, int(n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+// Validates kernel2 and kernel6 against cublasGemmEx and times the three; their GFLOP/s (empty when one is wrong).
+std::vector<double> bench_gemm16(const Gpu& g, kc::Float16 f, int64_t n) {
+  const char* type = f == kc::Float16::bf16 ? "bf16" : "f16";
+  DeviceArray16 A(n * n, 1, f), B(n * n, 2, f);
+  DeviceArray C(n * n), C_ref(n * n);
+  gemm16(g, 2, f, n, A.p, B.p, C_ref.p);
+  const std::vector<float> ref = C_ref.host();
+  double worst = 0;
+  for (int v = 0; v < 2; ++v) {
+    CHECK_CUDA(cudaMemset(C.p, 0xff, C.bytes()));
+    gemm16(g, v, f, n, A.p, B.p, C.p);
+    const double err = rel_error(ref, C.host());
+    worst = std::max(worst, err);
+    if (!(err <= kTolerance)) {
+      std::printf("  validation FAILED: %s %s on square %lld: max error %.2e relative to max |C|\n", type, kVersions16[v],
+                  (long long)n, err);
+      return {};
+    }
+  }
+  std::vector<double> gflops;
+  for (int v = 0; v < 3; ++v) {
+    const Stats t = time_gpu(g, [&] { gemm16(g, v, f, n, A.p, B.p, C.p); });
+    gflops.push_back(2.0 * double(n) * double(n) * double(n) / t.min / 1e9);
+  }
+  std::printf("%-6s square %5lld | %9.0f %9.0f %12.0f | %6.2fx %6.2fx | %.1e\n", type, (long long)n, gflops[0], gflops[1], gflops[2],
+              gflops[0] / gflops[2], gflops[1] / gflops[2], worst);
+  return gflops;
+}
+
 // ---- 2. conv2d: forward (im2col + tiled GEMM), direct forward, backward_data, backward_weight, kernel5's
 // three passes in its fp32 and tf32 variants, and kernel3 F(4x4, 3x3) forward and backward_data where it
 // fits (3x3 stride 1; backward_data pad <= 2)
@@ -364,6 +424,22 @@ int run() {
                 r, at4096[v], at4096[kCublasTf32]);
   }
   for (int v = 0; v <= kCublasTf32; ++v) b::result(std::string("gpu_gemm4096_gflops_") + kVersions[v], at4096[v]);
+
+  std::printf("\n%-19s | %9s %9s %12s | %-15s | %s\n", "16-bit GEMM", "kernel2", "kernel6", "cublasGemmEx", "ratio to cuBLAS",
+              "max err");
+  std::printf("%-19s | %9s %9s %12s | %7s %7s | %s\n", "", "GFLOP/s", "GFLOP/s", "GFLOP/s", "tiled", "mma", "vs cuBLAS");
+  for (kc::Float16 f : {kc::Float16::bf16, kc::Float16::f16}) {
+    std::vector<double> r16;
+    for (int64_t n : {1024, 2048, 4096}) {
+      r16 = bench_gemm16(g, f, n);
+      if (r16.empty()) return 1;
+    }
+    const std::string type = f == kc::Float16::bf16 ? "bf16" : "f16";
+    for (int v = 0; v < 3; ++v) b::result("gpu_gemm16_4096_gflops_" + type + "_" + kVersions16[v], r16[v]);
+    if (f == kc::Float16::bf16)
+      std::printf("bf16 kernel6 (mma) >= 0.5x cublasGemmEx bf16 at 4096: %s (%.2fx; %.0f vs %.0f GFLOP/s)\n",
+                  r16[1] >= 0.5 * r16[2] ? "met" : "missed", r16[1] / r16[2], r16[1], r16[2]);
+  }
 
   std::printf("\n%-34s %8s %8s %8s %8s %8s %8s %8s %8s %8s %8s %8s %8s | %9s %9s %9s %9s\n", "conv2d, batch 256", "fwd",
               "direct", "bwd_data", "bwd_wt", "wino fwd", "wino bwd", "impl fwd", "impl bwd", "impl wt", "i32 fwd", "i32 bwd",

@@ -43,6 +43,8 @@
 #   gemm_tf32_vs_cublas       gpu_gemm_bench at 4096: the best TF32 GEMM, kernel5 (tf32, wmma) or kernel6 (mma,
 #                             mma.sync), over cuBLAS TF32
 #   gemm_fp32_vs_cublas       gpu_gemm_bench at 4096: the best hand-written FP32 GEMM over cuBLAS FP32
+#   gemm16_bf16_mma_vs_cublas gpu_gemm_bench at 4096: the bfloat16 kernel6 (mma.sync m16n8k16) over
+#                             cublasGemmEx on bfloat16 (target >= 0.5)
 #
 # bench/on_gpu.sh --parse LOG [OUT_DIR]: only the summaries, from the log.txt of an earlier run (no GPU
 # needed: how the parsing is tested, tests/on_gpu_parse.sh).
@@ -118,6 +120,7 @@ results() {
     optimizer_step_ms "$(per_step_ms optimizer)"
     gemm_tf32_vs_cublas "$(ratio "$tf32_best" "$(result_of tables gpu_gemm4096_gflops_cuBLAS_TF32)")"
     gemm_fp32_vs_cublas "$(ratio "$fp32_best" "$(result_of tables gpu_gemm4096_gflops_cuBLAS)")"
+    gemm16_bf16_mma_vs_cublas "$(ratio "$(result_of tables gpu_gemm16_4096_gflops_bf16_mma)" "$(result_of tables gpu_gemm16_4096_gflops_bf16_cuBLAS)")"
   )
   for ((i = 0; i < ${#pairs[@]}; i += 2)); do echo "${pairs[i]} ${pairs[i + 1]:-NA}"; done
 }

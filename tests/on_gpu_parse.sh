@@ -16,6 +16,7 @@ epoch() { printf 'epoch 1: 100/235 minibatches, 3.2 sec\nepoch 1, training time:
   for kv in naive:3000 tiled:8000 regblock:12000 warptiled:34000 tf32:64000 mma:120000 cuBLAS:50000 cuBLAS_TF32:400000; do
     echo "RESULT gpu_gemm4096_gflops_${kv%%:*} ${kv#*:}"
   done
+  for kv in tiled:20000 mma:300000 cuBLAS:600000; do echo "RESULT gpu_gemm16_4096_gflops_bf16_${kv%%:*} ${kv#*:}"; done
   echo "==== ch2: multi_gpu_concise --model resnet18"; epoch 0.86 7.5
   echo "==== ch2trace: multi_gpu_concise --trace"
   echo "trace: 9000 stream tasks over 3.10 s written to t.json"
@@ -40,6 +41,7 @@ expect batchnorm_step_ms 6.000
 expect optimizer_step_ms 0.500
 expect gemm_tf32_vs_cublas 0.3000  # kernel6 (mma), the better of the two TF32 GEMMs
 expect gemm_fp32_vs_cublas 0.6800
+expect gemm16_bf16_mma_vs_cublas 0.5000
 python3 - "$dir/summary.json" <<'PY' || fail "summary.json: not the JSON expected"
 import json, sys
 r = json.load(open(sys.argv[1]))["results"]

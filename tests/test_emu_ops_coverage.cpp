@@ -20,15 +20,18 @@ TEST_CASE("the GEMM family runs emulated: naive, tiled, register-blocked, warp-t
   }
 }
 
-// The 16-bit GEMM (kernels/cuda/matmul16.cu), on both formats; tests/test_gemm16.cpp checks its values.
-TEST_CASE("the 16-bit GEMM runs emulated, bfloat16 and float16") {
+// The 16-bit GEMMs (kernels/cuda/matmul16.cu's kernel2, matmul16_mma.cu's kernel6), on both formats;
+// tests/test_gemm16.cpp checks their values.
+TEST_CASE("the 16-bit GEMMs run emulated, bfloat16 and float16") {
   namespace kemu = d2l::kernels::emu;
   using d2l::kernels::cpu::Float16;
   for (Float16 f : {Float16::bf16, Float16::f16}) {
     const uint16_t one = f == Float16::bf16 ? 0x3F80 : 0x3C00;
     std::vector<uint16_t> A(6, one), B(6, one);
-    std::vector<float> C(4, 0.0f);
-    kemu::gemm16(nullptr, f, false, false, 2, 2, 3, 1.0f, A.data(), B.data(), 0.0f, C.data());
-    CHECK(C == std::vector<float>(4, 3.0f));
+    for (kemu::GemmKernel k : {kemu::GemmKernel::tiled, kemu::GemmKernel::mma}) {
+      std::vector<float> C(4, 0.0f);
+      kemu::gemm16(nullptr, k, f, false, false, 2, 2, 3, 1.0f, A.data(), B.data(), 0.0f, C.data());
+      CHECK(C == std::vector<float>(4, 3.0f));
+    }
   }
 }

@@ -66,9 +66,10 @@ bool within_float32_sums(const Case& c, Float16 f, const Bits& A, const Bits& B,
 }
 
 template <class Gemm>
-void check_member(const char* what, Gemm gemm, std::vector<Float16> formats = {Float16::bf16, Float16::f16}) {
+void check_member(const char* what, Gemm gemm, std::vector<Float16> formats = {Float16::bf16, Float16::f16},
+                  std::vector<Case> cases = {std::begin(kCases), std::end(kCases)}) {
   for (Float16 f : formats)
-    for (const Case& c : kCases) {
+    for (const Case& c : cases) {
       INFO(what);
       INFO((f == Float16::bf16 ? "bfloat16" : "float16"));
       INFO("M " << c.M << " N " << c.N << " K " << c.K << " ta " << c.ta << " tb " << c.tb);
@@ -241,14 +242,30 @@ TEST_CASE("conv2d16: forward, backward-data and backward-weight on 16-bit operan
 
 TEST_CASE("the emulated 16-bit GEMM (kernels/cuda/matmul16.cu): float32 sums of the exact products") {
   check_member("emulated gemm16", [](Float16 f, const Case& c, const Bits& A, const Bits& B, std::vector<float>& C) {
-    kemu::gemm16(nullptr, f, c.ta, c.tb, c.M, c.N, c.K, c.alpha, A.data(), B.data(), c.beta, C.data());
+    kemu::gemm16(nullptr, kemu::GemmKernel::tiled, f, c.ta, c.tb, c.M, c.N, c.K, c.alpha, A.data(), B.data(), c.beta, C.data());
   });
+}
+
+// kernel6 on the tensor cores (kernels/cuda/matmul16_mma.cu, emulated: ldmatrix and mma.sync m16n8k16
+// exchange the lanes' registers as PTX lays them out). Besides the small cases: several 128 x 128
+// block tiles with ragged edges, K over several 32-deep slices, and each operand copied both ways
+// (16-byte cp.async where k is contiguous and K % 8 == 0, single elements otherwise).
+TEST_CASE("GPU kernel6 mma 16-bit GEMM (emulated): float32 sums of the exact products, block edges, both copies") {
+  std::vector<Case> cases{std::begin(kCases), std::end(kCases)};
+  cases.push_back({false, true, 130, 136, 72, 1, 0});      // both operands by 16-byte copies
+  cases.push_back({false, false, 129, 70, 40, 1, 0.5f});   // op(A) by 16 bytes, op(B) element by element
+  cases.push_back({true, true, 64, 260, 33, 2, 0});        // K % 8 != 0: every copy element by element
+  cases.push_back({true, false, 200, 9, 96, 1, 1});
+  check_member("emulated gemm16 kernel6 (mma)", [](Float16 f, const Case& c, const Bits& A, const Bits& B, std::vector<float>& C) {
+    kemu::gemm16(nullptr, kemu::GemmKernel::mma, f, c.ta, c.tb, c.M, c.N, c.K, c.alpha, A.data(), B.data(), c.beta, C.data());
+  }, {Float16::bf16, Float16::f16}, cases);
 }
 
 // ---- matmul on 16-bit tensors: float32 sums rounded once into the operands' type. Against the
 // double product: within half a unit of the 16-bit result (2^-8 relative for bfloat16, 2^-11 for
 // float16) plus float32's summation bound. On cpu(0), emu(0) with the library choice (the CPU's
-// gemm16) and with the hand-written kernel (--gemm tiled), and gpu(0) where there is one (cuBLAS).
+// gemm16) and with the hand-written kernels (--gemm tiled: kernel2; --gemm mma: kernel6 on the tensor
+// cores), and gpu(0) where there is one (cuBLAS's cublasGemmEx, kernel2, kernel6).
 namespace {
 
 struct Run {
@@ -257,8 +274,9 @@ struct Run {
 };
 
 std::vector<Run> runs() {
-  std::vector<Run> r{{d2l::cpu(0), "auto"}, {d2l::emu(0), "auto"}, {d2l::emu(0), "tiled"}};
-  if (d2l::num_gpus() > 0) r.push_back({d2l::gpu(0), "auto"}), r.push_back({d2l::gpu(0), "tiled"});
+  std::vector<Run> r{{d2l::cpu(0), "auto"}, {d2l::emu(0), "auto"}, {d2l::emu(0), "tiled"}, {d2l::emu(0), "mma"}};
+  if (d2l::num_gpus() > 0)
+    r.push_back({d2l::gpu(0), "auto"}), r.push_back({d2l::gpu(0), "tiled"}), r.push_back({d2l::gpu(0), "mma"});
   return r;
 }
 

@@ -95,10 +95,12 @@ void run_gemm16(const LaunchCtx& c, kernels::cpu::Float16 f, bool ta, bool tb, i
 #ifdef D2L_WITH_CUDA
   if (c.backend == Backend::gpu) {
     if (g == 0) return cuda_layer::gemm16(c.blas, f == kernels::cpu::Float16::bf16, ta, tb, M, N, K, alpha, A, B, beta, C);
-    return kernels::cuda::gemm16(static_cast<kernels::cuda::Stream>(c.cuda_stream), f, ta, tb, M, N, K, alpha, A, B, beta, C);
+    return kernels::cuda::gemm16(static_cast<kernels::cuda::Stream>(c.cuda_stream), static_cast<kernels::cuda::GemmKernel>(g),
+                                 f, ta, tb, M, N, K, alpha, A, B, beta, C);
   }
 #endif
-  if (c.backend == Backend::emu && g != 0) kernels::emu::gemm16(&c.cpu, f, ta, tb, M, N, K, alpha, A, B, beta, C);
+  if (c.backend == Backend::emu && g != 0)
+    kernels::emu::gemm16(&c.cpu, static_cast<kernels::emu::GemmKernel>(g), f, ta, tb, M, N, K, alpha, A, B, beta, C);
   else kernels::cpu::gemm16(c.cpu, f, ta, tb, M, N, K, alpha, A, B, beta, C);
 }
 

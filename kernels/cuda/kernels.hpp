@@ -32,10 +32,14 @@ void gemm_mma(Stream stream, bool ta, bool tb, int64_t M, int64_t N, int64_t K, 
               const float* B, float beta, float* C);
 
 // ---- matmul16.cu: gemm's contract with A and B 16-bit (kernels/cpu/kernels.hpp's gemm16): sums in
-// float32, each thread one element of C from 16 x 16 tiles of op(A) and op(B) widened in shared memory.
+// float32. GemmKernel::mma runs kernel6 on the 16-bit tensor cores (gemm16_mma); any other choice runs
+// kernel2, each thread one element of C from 16 x 16 tiles of op(A) and op(B) widened in shared memory.
 using Float16 = ::d2l::kernels::cpu::Float16;
-void gemm16(Stream stream, Float16 f, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A,
-            const uint16_t* B, float beta, float* C);
+void gemm16(Stream stream, GemmKernel kernel, Float16 f, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+            const uint16_t* A, const uint16_t* B, float beta, float* C);
+// kernel6 (matmul16_mma.cu): mma.sync m16n8k16 on bfloat16 or float16, ldmatrix and cp.async; sm_80.
+void gemm16_mma(Stream stream, Float16 f, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                const uint16_t* A, const uint16_t* B, float beta, float* C);
 
 // ---- fill.cu
 void fill(Stream stream, float* x, int64_t n, float value);

@@ -37,8 +37,9 @@ __global__ void matmul16_kernel2_tiled(int64_t M, int64_t N, int64_t K, float al
   if (i < M && j < N) gemm_store(&C[i * N + j], alpha, acc, beta);
 }
 
-void gemm16(Stream stream, Float16 f, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* A,
-            const uint16_t* B, float beta, float* C) {
+void gemm16(Stream stream, GemmKernel kernel, Float16 f, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+            const uint16_t* A, const uint16_t* B, float beta, float* C) {
+  if (kernel == GemmKernel::mma) return gemm16_mma(stream, f, ta, tb, M, N, K, alpha, A, B, beta, C);
   if (M <= 0 || N <= 0) return;
   if ((N + kTile16 - 1) / kTile16 > 2147483647 || (M + kTile16 - 1) / kTile16 > 65535)
     throw std::invalid_argument("gemm16: M = " + std::to_string(M) + " too large for one grid");

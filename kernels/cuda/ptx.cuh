@@ -7,6 +7,8 @@
 //   cp_async_wait<N>()               cp.async.wait_group N
 //   ldmatrix_x4(r, row)              ldmatrix.sync.aligned.m8n8.x4.shared.b16 (sm_75)
 //   mma_tf32_m16n8k8(d, a, b)        mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32, d += a b (sm_80)
+//   mma_bf16_m16n8k16(d, a, b)       mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32, d += a b (sm_80)
+//   mma_f16_m16n8k16(d, a, b)        mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32, d += a b (sm_80)
 //
 // Below sm_80 they compile to a trap: the kernels that use them are built empty there and their
 // launchers refuse such devices, as for every TF32 kernel.
@@ -72,6 +74,28 @@ __device__ __forceinline__ void mma_tf32_m16n8k8(float (&d)[4], const uint32_t (
   __trap();
 #endif
 }
+
+// The 16-bit products, one macro for both formats' instruction strings.
+#define D2L_PTX_MMA16(type)                                                                                        \
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." type "." type ".f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, " \
+               "{%8, %9}, {%0, %1, %2, %3};\n"                                                                   \
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                                  \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]))
+__device__ __forceinline__ void mma_bf16_m16n8k16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+#ifdef D2L_PTX_SM80
+  D2L_PTX_MMA16("bf16");
+#else
+  __trap();
+#endif
+}
+__device__ __forceinline__ void mma_f16_m16n8k16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+#ifdef D2L_PTX_SM80
+  D2L_PTX_MMA16("f16");
+#else
+  __trap();
+#endif
+}
+#undef D2L_PTX_MMA16
 
 #undef D2L_PTX_SM80
 

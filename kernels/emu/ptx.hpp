@@ -19,6 +19,11 @@
 //                                      a[0] (g, t)     a[1] (g + 8, t)   a[2] (g, t + 4)   a[3] (g + 8, t + 4)
 //                                      b[0] (t, g)     b[1] (t + 4, g)                     (row k, column n)
 //                                      d[0] (g, 2t)    d[1] (g, 2t + 1)  d[2] (g + 8, 2t)  d[3] (g + 8, 2t + 1)
+//   mma_bf16_m16n8k16(d, a, b)       mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 (and mma_f16_m16n8k16,
+//                                    .f16): a 16 x 16, b 16 x 8, d 16 x 8 as above; each 32-bit register holds
+//                                    two 16-bit elements of consecutive k, the lower k in the low half:
+//                                      a[0] (g, 2t..2t+1)   a[1] (g + 8, 2t..)   a[2] (g, 2t + 8..)   a[3] (g + 8, 2t + 8..)
+//                                      b[0] (2t..2t+1, g)   b[1] (2t + 8.., g)                        (row k, column n)
 //
 // How each is emulated:
 // - cp.async: the copy is recorded with the source's bytes read at the issue, and its destination is
@@ -31,10 +36,13 @@
 // - The tensor core reads a TF32 operand's 19 high bits (an FP32 that was not rounded with
 //   cvt.rna.tf32.f32 is truncated), multiplies exactly and adds the products in FP32; here onto d in
 //   k order, as kernels/emu/wmma.hpp does (the hardware's order within one instruction is unspecified).
+//   A product of two bfloat16 or two float16 values is exact in FP32 (8 + 8 or 11 + 11 significant
+//   bits); they are added onto d the same way.
 #pragma once
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/cpu/float16.hpp"
 #include "kernels/emu/builtins.hpp"
 #include "kernels/emu/wmma.hpp"
 
@@ -77,6 +85,34 @@ inline void mma_tf32_m16n8k8(float (&d)[4], const uint32_t (&a)[4], const uint32
     for (int k = 0; k < 8; ++k) s += tf32(A(row, k)) * tf32(B(k, col));
     d[i] = s;
   }
+}
+
+// The 16-bit mma.sync m16n8k16 of either format (layout above).
+template <kernels::cpu::Float16 F>
+inline void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  struct Regs {
+    uint32_t a[4], b[2];
+  } mine{}, all[32];
+  std::memcpy(mine.a, a, sizeof mine.a);
+  std::memcpy(mine.b, b, sizeof mine.b);
+  warp_gather(&mine, sizeof mine, all);
+  // Element k of a register pair: the low half holds the even k.
+  auto half = [](uint32_t word, int k) { return kernels::cpu::widen(F, static_cast<uint16_t>(k % 2 ? word >> 16 : word)); };
+  auto A = [&](int row, int k) { return half(all[4 * (row % 8) + k % 8 / 2].a[row / 8 + 2 * (k / 8)], k); };
+  auto B = [&](int k, int n) { return half(all[4 * n + k % 8 / 2].b[k / 8], k); };
+  const int lane = builtins::detail::lane_id(), g = lane / 4, t = lane % 4;
+  for (int i = 0; i < 4; ++i) {
+    const int row = g + 8 * (i / 2), col = 2 * t + i % 2;
+    float s = d[i];
+    for (int k = 0; k < 16; ++k) s += A(row, k) * B(k, col);
+    d[i] = s;
+  }
+}
+inline void mma_bf16_m16n8k16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  mma_m16n8k16<kernels::cpu::Float16::bf16>(d, a, b);
+}
+inline void mma_f16_m16n8k16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  mma_m16n8k16<kernels::cpu::Float16::f16>(d, a, b);
 }
 
 }  // namespace d2l::cuda_emu::ptx
