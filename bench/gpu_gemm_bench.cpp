@@ -14,7 +14,7 @@
 // regblock >= 0.6x cuBLAS, printed as met or missed (timings are never asserted); warptiled's ratio
 // is printed beside them. tf32 is measured against cuBLAS TF32 (the same arithmetic as it), its
 // target tf32 >= 0.5x cuBLAS TF32 at 4096.
-// The 16-bit GEMMs (kernels/cuda/matmul16.cu's kernel2, matmul16_mma.cu's kernel6 on mma.sync m16n8k16)
+// The 16-bit GEMMs (kernels/cuda/matmul16.cu's kernel2, matmul_mma.cu's kernel6 on mma.sync m16n8k16)
 // on bfloat16 and float16 squares against cublasGemmEx on the same operands (16-bit inputs, float32
 // output and sums: the same arithmetic), validated the same way; the target bf16 kernel6 >= 0.5x
 // cublasGemmEx bf16 at 4096.

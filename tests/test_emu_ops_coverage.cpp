@@ -20,7 +20,7 @@ TEST_CASE("the GEMM family runs emulated: naive, tiled, register-blocked, warp-t
   }
 }
 
-// The 16-bit GEMMs (kernels/cuda/matmul16.cu's kernel2, matmul16_mma.cu's kernel6), on both formats;
+// The 16-bit GEMMs (kernels/cuda/matmul16.cu's kernel2, matmul_mma.cu's kernel6), on both formats;
 // tests/test_gemm16.cpp checks their values.
 TEST_CASE("the 16-bit GEMMs run emulated, bfloat16 and float16") {
   namespace kemu = d2l::kernels::emu;

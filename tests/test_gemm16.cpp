@@ -246,7 +246,7 @@ TEST_CASE("the emulated 16-bit GEMM (kernels/cuda/matmul16.cu): float32 sums of 
   });
 }
 
-// kernel6 on the tensor cores (kernels/cuda/matmul16_mma.cu, emulated: ldmatrix and mma.sync m16n8k16
+// kernel6 on the tensor cores (kernels/cuda/matmul_mma.cu, emulated: ldmatrix and mma.sync m16n8k16
 // exchange the lanes' registers as PTX lays them out). Besides the small cases: several 128 x 128
 // block tiles with ragged edges, K over several 32-deep slices, and each operand copied both ways
 // (16-byte cp.async where k is contiguous and K % 8 == 0, single elements otherwise).

@@ -37,7 +37,8 @@ void gemm_mma(Stream stream, bool ta, bool tb, int64_t M, int64_t N, int64_t K, 
 using Float16 = ::d2l::kernels::cpu::Float16;
 void gemm16(Stream stream, GemmKernel kernel, Float16 f, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
             const uint16_t* A, const uint16_t* B, float beta, float* C);
-// kernel6 (matmul16_mma.cu): mma.sync m16n8k16 on bfloat16 or float16, ldmatrix and cp.async; sm_80.
+// kernel6 (matmul_mma.cu, the TF32 kernel6 on 16-bit operands): mma.sync m16n8k16 on bfloat16 or
+// float16, ldmatrix and cp.async; sm_80.
 void gemm16_mma(Stream stream, Float16 f, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
                 const uint16_t* A, const uint16_t* B, float beta, float* C);
 

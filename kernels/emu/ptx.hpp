@@ -65,15 +65,22 @@ inline void ldmatrix_x4(uint32_t (&r)[4], const void* row) {
     std::memcpy(&r[i], static_cast<const unsigned char*>(rows[8 * i + lane / 4]) + 4 * (lane % 4), 4);
 }
 
-inline void mma_tf32_m16n8k8(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-  struct Regs {
-    uint32_t a[4], b[2];
-  } mine{}, all[32];
+// The operand registers of every lane of the warp (one warp barrier): an mma.sync's inputs.
+struct MmaRegs {
+  uint32_t a[4], b[2];
+};
+inline void gather_operands(const uint32_t (&a)[4], const uint32_t (&b)[2], MmaRegs (&all)[32]) {
+  MmaRegs mine{};
   std::memcpy(mine.a, a, sizeof mine.a);
   std::memcpy(mine.b, b, sizeof mine.b);
   warp_gather(&mine, sizeof mine, all);
+}
+
+inline void mma_tf32_m16n8k8(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  MmaRegs all[32];
+  gather_operands(a, b, all);
   auto A = [&](int row, int k) {  // the lane and register that hold a's element (row, k)
-    const Regs& l = all[4 * (row % 8) + k % 4];
+    const MmaRegs& l = all[4 * (row % 8) + k % 4];
     return l.a[(row / 8) + 2 * (k / 4)];
   };
   auto B = [&](int k, int n) { return all[4 * n + k % 4].b[k / 4]; };
@@ -90,12 +97,8 @@ inline void mma_tf32_m16n8k8(float (&d)[4], const uint32_t (&a)[4], const uint32
 // The 16-bit mma.sync m16n8k16 of either format (layout above).
 template <kernels::cpu::Float16 F>
 inline void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-  struct Regs {
-    uint32_t a[4], b[2];
-  } mine{}, all[32];
-  std::memcpy(mine.a, a, sizeof mine.a);
-  std::memcpy(mine.b, b, sizeof mine.b);
-  warp_gather(&mine, sizeof mine, all);
+  MmaRegs all[32];
+  gather_operands(a, b, all);
   // Element k of a register pair: the low half holds the even k.
   auto half = [](uint32_t word, int k) { return kernels::cpu::widen(F, static_cast<uint16_t>(k % 2 ? word >> 16 : word)); };
   auto A = [&](int row, int k) { return half(all[4 * (row % 8) + k % 8 / 2].a[row / 8 + 2 * (k / 8)], k); };
