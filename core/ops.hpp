@@ -41,10 +41,12 @@ Tensor cast(const Tensor& x, DType t);
 // ---- autocast (core/ops/autocast.cpp): which op runs in which floating-point type (torch.autocast)
 // While an Autocast scope is open on a thread, the ops that thread calls cast their float inputs by
 // one list, autocast_ops(): lower_precision ops (the GEMMs: matmul, dense's product, conv2d) take them
-// in the scope's 16-bit type, float32 ops (losses, reductions, BatchNorm, and here every other op,
-// whose kernels are float32) take them in float32. The casts are recorded, so gradients reach float32
-// leaves (the master weights) in float32. This is PyTorch's CUDA list with its fp32 ops; the CPU list
-// runs more ops in the input's type, which needs 16-bit kernels this project does not have. Autocast
+// in the scope's 16-bit type, float32 ops (losses, reductions, SyncBatchNorm's pieces, and every op
+// whose kernels are float32 only) take them in float32, and input_type ops (bias_add, relu, add,
+// max_pool2d, batch_norm: PyTorch's ops outside both lists) run in the type their input has on CPU devices, where
+// 16-bit kernels exist for them, so activations stay 16-bit from one convolution to the next; on GPU
+// and emulated devices their kernels are float32 and they take float32. The casts are recorded, so
+// gradients reach float32 leaves (the master weights) in float32. Autocast
 // applies to the ops, not to in-place updates (add_, fill_, the optimizers). A parameter (a
 // Parameter's replica, core/parameter.hpp) is cast once per outermost scope, its copy shared by every op and micro-batch
 // that reads it until the scope closes (PyTorch's autocast cache): update parameters outside the
@@ -61,7 +63,7 @@ class Autocast {
   DType saved_;
 };
 DType autocast_type();  // the innermost open scope's type on this thread; f32 when none is open
-enum class AutocastPolicy { lower_precision, float32 };
+enum class AutocastPolicy { lower_precision, float32, input_type };
 struct AutocastRule {
   const char* op;
   AutocastPolicy policy;

@@ -89,11 +89,36 @@ TEST_CASE("every op of the list computes in the type the list gives it, under bf
 
 TEST_CASE("a 16-bit input: float32 ops take it cast up inside a scope, and refuse it outside one") {
   Tensor h = cast(input({5}, 30), DType::bf16);
-  test::check_one_line_error([&] { relu(h); }, "relu: every input must be float32");
+  test::check_one_line_error([&] { sigmoid(h); }, "sigmoid: every input must be float32");
   Autocast scope(DType::bf16);
-  Tensor y = relu(h);
+  Tensor y = sigmoid(h);
   CHECK(y.dtype() == DType::f32);
-  CHECK(y.to_vector() == relu(cast(h, DType::f32)).to_vector());
+  CHECK(y.to_vector() == sigmoid(cast(h, DType::f32)).to_vector());
+}
+
+// The input-type ops run in their input's type on CPU devices (16-bit kernels there: activations stay
+// 16-bit from one convolution to the next) and take float32 on emulated and GPU devices, whose
+// kernels are float32; a float32 input stays float32 everywhere (the test above).
+TEST_CASE("input-type ops keep a 16-bit activation 16-bit on CPU devices, and take float32 elsewhere") {
+  int input_type = 0;
+  for (const AutocastRule& rule : autocast_ops()) input_type += rule.policy == AutocastPolicy::input_type;
+  CHECK(input_type == 5);  // bias_add, relu, add, max_pool2d, batch_norm
+  for (Device d : {cpu(0), emu(0)})
+    for (DType t : {DType::bf16, DType::f16}) {
+      CAPTURE(d);
+      INFO(dtype_name(t));
+      Autocast scope(t);
+      const Tensor x = conv2d(input({2, 3, 6, 6}, 60, d), input({4, 3, 3, 3}, 61, d), Tensor(), {1, 1}, {1, 1});
+      REQUIRE(x.dtype() == t);
+      const DType want = d.kind == DeviceKind::cpu ? t : DType::f32;
+      const Tensor bn = batch_norm(x, Tensor::ones({4}, d), Tensor::zeros({4}, d), Tensor::zeros({4}, d), Tensor::ones({4}, d));
+      CHECK(bn.dtype() == want);
+      CHECK(relu(x).dtype() == want);
+      CHECK(bias_add(x, Tensor::ones({4}, d)).dtype() == want);
+      CHECK(add(x, x).dtype() == want);
+      CHECK(max_pool2d(x, {2, 2}).dtype() == want);
+      CHECK(add(x, cast(x, DType::f32)).dtype() == DType::f32);  // two types: float32
+    }
 }
 
 TEST_CASE("scopes nest, float32 turns autocast off, and a scope belongs to its thread") {

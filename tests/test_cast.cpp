@@ -271,7 +271,7 @@ TEST_CASE("cast refuses what it cannot do, in one line; the other ops refuse 16-
   d2l::Tensor x = d2l::Tensor::from_vector(Vec{1, 2}, {2}, d2l::cpu(0));
   check_one_line_error([&] { d2l::cast(x, DType::i32); }, "cast: casts between float32, bfloat16 and float16, not float32 to int32");
   d2l::Tensor h = d2l::cast(x, DType::f16);
-  check_one_line_error([&] { d2l::relu(h); }, "relu: every input must be float32");
+  check_one_line_error([&] { d2l::sigmoid(h); }, "sigmoid: every input must be float32");
   check_one_line_error([&] { h.data(); }, "expected a float32 tensor, got float16 (2,)");
   check_one_line_error([&] { x.data16(); }, "expected a bfloat16 or float16 tensor, got float32 (2,)");
   CHECK(h.str().find("[1. 2.]") == 0);

@@ -47,16 +47,19 @@ const std::vector<AutocastRule>& autocast_ops() {
       {"softmax_cross_entropy", P::float32, "exp and log of the logits: float16 overflows, bfloat16 is coarse"},
       {"mse_loss", P::float32, "a loss: squares and a sum"},
       {"sum", P::float32, "a reduction: long sums lose low bits in 16 bits (mean is sum, scaled)"},
-      {"batch_norm", P::float32, "its statistics, means and variances over the batch, are reductions"},
+      {"batch_norm", P::input_type, "16-bit in and out, its statistics and parameters float32 (PyTorch runs it in the "
+                                    "input's type, cuDNN's and the CPU's kernels keeping float32 statistics)"},
       {"batch_norm_stats", P::float32, "SyncBatchNorm's statistics: reductions"},
       {"batch_norm_apply", P::float32, "SyncBatchNorm's normalisation, with float32 statistics"},
-      {"bias_add", P::float32, "elementwise: the kernels here are float32 (PyTorch runs it in the input's type)"},
-      {"relu", P::float32, "elementwise: the kernels here are float32 (PyTorch runs it in the input's type)"},
+      {"bias_add", P::input_type, "a convolution's or dense layer's bias, rounded once: runs in the input's type (as "
+                                  "PyTorch's)"},
+      {"relu", P::input_type, "elementwise, exact in any type: runs in the input's type (as PyTorch's)"},
       {"sigmoid", P::float32, "elementwise: the kernels here are float32 (PyTorch runs it in the input's type)"},
-      {"add", P::float32, "elementwise: the kernels here are float32 (PyTorch promotes to the widest input)"},
+      {"add", P::input_type, "elementwise, rounded once: runs in the input's type (two types: float32, as PyTorch "
+                             "promotes to the widest)"},
       {"mul", P::float32, "elementwise: the kernels here are float32 (PyTorch promotes to the widest input)"},
       {"scale", P::float32, "elementwise: the kernels here are float32 (PyTorch runs it in the input's type)"},
-      {"max_pool2d", P::float32, "the kernels here are float32 (PyTorch runs it in the input's type)"},
+      {"max_pool2d", P::input_type, "a maximum is one of its inputs: runs in the input's type (as PyTorch's)"},
       {"avg_pool2d", P::float32, "a windowed sum: the kernels here are float32"},
       {"global_avg_pool2d", P::float32, "a mean over each channel: a reduction"},
       {"argmax", P::float32, "the kernels here are float32 (no gradient)"},
@@ -81,7 +84,10 @@ Tensor autocast_input(const char* op, const Tensor& x) {
   const AutocastPolicy p = policy_of(op);  // every op asks, scope or not: the list must hold it
   const DType t = autocast_type();
   if (t == DType::f32 || !x.defined() || !is_float(x.dtype())) return x;
-  const DType to = p == AutocastPolicy::lower_precision ? t : DType::f32;
+  // input_type keeps a 16-bit activation 16-bit on CPU devices, whose kernels take it; elsewhere the
+  // kernels are float32.
+  const bool keeps = p == AutocastPolicy::input_type && x.device().kind == DeviceKind::cpu;
+  const DType to = p == AutocastPolicy::lower_precision ? t : keeps ? x.dtype() : DType::f32;
   if (x.dtype() == to) return x;
   // A parameter's copy is made once per outermost scope, while the graph is recorded (a copy made
   // without it would carry no way back to the parameter). Other leaves (a pipeline stage's received

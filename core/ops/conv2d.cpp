@@ -44,7 +44,6 @@ static k::Conv2dShape conv2d_shape(const Tensor& x, const Tensor& w, Pair stride
 
 // The three passes on 16-bit operands on cpu(i) (kernels/cpu's conv2d16_*: im2col in 16 bits and
 // gemm16), each result float32: y, dL/dx, dL/dw. x, w and gy of x's type t.
-static k::Float16 float16_of(DType t) { return t == DType::bf16 ? k::Float16::bf16 : k::Float16::f16; }
 static Tensor conv2d16_y(const Tensor& x, const Tensor& w, const k::Conv2dShape& s) {
   Tensor y = Tensor::empty({s.N, s.OC, s.OH(), s.OW()}, x.device());
   const uint16_t *X = x.data16(), *W = w.data16();

@@ -64,6 +64,19 @@ TensorLists tensor_lists(const char* op, std::initializer_list<const std::vector
   return out;
 }
 
+bool in_16_bits(const char* op, const Tensor& x) {
+  if (x.dtype() == DType::f32) return false;
+  if (!is_float(x.dtype())) fail(op, std::string("x must be a float tensor, not ") + dtype_name(x.dtype()));
+  if (x.device().kind != DeviceKind::cpu)
+    fail(op, std::string("a ") + dtype_name(x.dtype()) + " input runs on CPU devices only (" + x.device().str() +
+                 "'s kernels are float32: cast it, or let Autocast do it)");
+  return true;
+}
+
+kernels::cpu::Float16 float16_of(DType t) {
+  return t == DType::bf16 ? kernels::cpu::Float16::bf16 : kernels::cpu::Float16::f16;
+}
+
 Tensor elementwise_output(const char* op, std::initializer_list<Tensor> inputs) {
   const Device d = check_elementwise(op, inputs);
   return Tensor::empty(inputs.begin()->shape(), d);

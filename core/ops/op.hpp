@@ -113,6 +113,13 @@ inline std::vector<std::shared_ptr<Storage>> keep(std::initializer_list<Tensor> 
 // - record (core/autograd.hpp): the backward, when a graph is being recorded.
 Device check_elementwise(const char* op, std::initializer_list<Tensor> inputs);
 Tensor elementwise_output(const char* op, std::initializer_list<Tensor> inputs);
+
+// The 16-bit activations of autocast's input-type ops (bias_add, relu, add, max_pool2d, batch_norm:
+// core/ops/autocast.cpp). in_16_bits: false for a float32 x; true for a bfloat16 or float16 x on a
+// CPU device, whose kernels (kernels/cpu/kernels.hpp's *16) take it; elsewhere one line refusing it
+// (their kernels are float32: autocast hands them float32 there). float16_of: the kernels' format.
+bool in_16_bits(const char* op, const Tensor& x);
+kernels::cpu::Float16 float16_of(DType t);
 template <class Kernel>
 void run(const char* op, std::initializer_list<Tensor> touched, Kernel&& kernel) {
   launch(touched.begin()->device(), op, keep(touched), std::forward<Kernel>(kernel));

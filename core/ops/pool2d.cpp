@@ -18,7 +18,6 @@ using namespace detail;
 namespace k = kernels::cpu;
 
 static k::Pool2dShape pool_shape(const char* op, const Tensor& x, Pair kernel, Pair stride, Pair padding) {
-  expect_f32(op, x, "x");
   expect_ndim(op, x, 4, "x (N, C, H, W)");
   if (stride[0] == 0 && stride[1] == 0) stride = kernel;
   if (kernel[0] < 1 || kernel[1] < 1 || stride[0] < 1 || stride[1] < 1 || padding[0] < 0 || padding[1] < 0)
@@ -30,9 +29,35 @@ static k::Pool2dShape pool_shape(const char* op, const Tensor& x, Pair kernel, P
   return s;
 }
 
+// max-pooling of a 16-bit x on a CPU device (autocast's activations there): kernels/cpu's
+// max_pool2d16_*, y and the gradient in x's type.
+static Tensor max_pool2d_16bit(const Tensor& x, const k::Pool2dShape& s) {
+  const DType t = x.dtype();
+  const k::Float16 f = float16_of(t);
+  Device d = x.device();
+  Tensor y = Tensor::empty({s.N, s.C, s.OH(), s.OW()}, d, t);
+  Tensor arg = Tensor::empty(y.shape(), d, DType::i32);
+  const uint16_t* X = x.data16();
+  uint16_t* Y = y.data16();
+  int32_t* A = arg.labels();
+  launch(d, "max_pool2d", keep({x, y, arg}), [=](const LaunchCtx& c) { k::max_pool2d16_forward(c.cpu, f, s, X, Y, A); });
+  record(y, "max_pool2d", {x}, [arg, s, t, f](const Tensor& gy_in) {
+    const Tensor gy = cast(gy_in, t);
+    Tensor gx = Tensor::empty({s.N, s.C, s.H, s.W}, gy.device(), t);
+    const uint16_t* G = gy.data16();
+    const int32_t* A = arg.labels();
+    uint16_t* GX = gx.data16();
+    launch(gy.device(), "max_pool2d_backward", keep({arg, gy, gx}),
+           [=](const LaunchCtx& c) { k::max_pool2d16_backward(c.cpu, f, s, G, A, GX); });
+    return std::vector<Tensor>{gx};
+  });
+  return y;
+}
+
 Tensor max_pool2d(const Tensor& x_in, Pair kernel, Pair stride, Pair padding) {
   const Tensor x = autocast_input("max_pool2d", x_in);
   k::Pool2dShape s = pool_shape("max_pool2d", x, kernel, stride, padding);
+  if (in_16_bits("max_pool2d", x)) return max_pool2d_16bit(x, s);
   Device d = x.device();
   Tensor y = Tensor::empty({s.N, s.C, s.OH(), s.OW()}, d);
   Tensor arg = Tensor::empty(y.shape(), d, DType::i32);  // where each maximum came from
@@ -53,6 +78,7 @@ Tensor max_pool2d(const Tensor& x_in, Pair kernel, Pair stride, Pair padding) {
 
 Tensor avg_pool2d(const Tensor& x_in, Pair kernel, Pair stride, Pair padding) {
   const Tensor x = autocast_input("avg_pool2d", x_in);
+  expect_f32("avg_pool2d", x, "x");
   k::Pool2dShape s = pool_shape("avg_pool2d", x, kernel, stride, padding);
   Device d = x.device();
   Tensor y = Tensor::empty({s.N, s.C, s.OH(), s.OW()}, d);

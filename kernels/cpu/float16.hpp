@@ -25,12 +25,13 @@ namespace d2l::kernels::cpu {
 
 constexpr uint16_t bf16_from_float(float f) {
   const uint32_t x = std::bit_cast<uint32_t>(f);
-  if ((x & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((x >> 16) | 0x0040u);  // NaN: quiet
   // Adding 0x7FFF plus the kept part's lowest bit carries into bit 16 exactly when the dropped half
   // is above one half, or exactly one half and the kept part odd. A carry out of the mantissa moves
   // to the next binade, and out of the largest finite number to infinity, as rounding must.
-  const uint32_t rounded = x + 0x7FFFu + ((x >> 16) & 1u);
-  return static_cast<uint16_t>(rounded >> 16);
+  const uint32_t rounded = (x + 0x7FFFu + ((x >> 16) & 1u)) >> 16;
+  const uint32_t quiet_nan = (x >> 16) | 0x0040u;  // a NaN: its top bits, made quiet
+  // A select, not a branch: loops of conversions vectorise.
+  return static_cast<uint16_t>((x & 0x7FFFFFFFu) > 0x7F800000u ? quiet_nan : rounded);
 }
 
 constexpr float float_from_bf16(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
@@ -76,5 +77,22 @@ constexpr float float_from_f16(uint16_t h) {
 // Which 16-bit format a kernel's uint16_t values are in (the 16-bit GEMMs take either).
 enum class Float16 { bf16, f16 };
 constexpr float widen(Float16 f, uint16_t h) { return f == Float16::bf16 ? float_from_bf16(h) : float_from_f16(h); }
+constexpr uint16_t narrow(Float16 f, float x) { return f == Float16::bf16 ? bf16_from_float(x) : f16_from_float(x); }
+
+// The element types a kernel is written once over, as a template parameter V: V::T is what memory
+// holds, V::get reads an element as float32 (exactly), V::put writes a float32 result (float32 as it
+// is; a 16-bit format rounded to nearest even, once). The 16-bit activations of autocast's
+// input-type ops (ReLU, add, max-pooling, BatchNorm's input and output) use them.
+struct AsF32 {
+  using T = float;
+  static constexpr float get(float x) { return x; }
+  static constexpr float put(float x) { return x; }
+};
+template <Float16 F>
+struct As16 {
+  using T = uint16_t;
+  static constexpr float get(uint16_t h) { return widen(F, h); }
+  static constexpr uint16_t put(float x) { return narrow(F, x); }
+};
 
 }  // namespace d2l::kernels::cpu

@@ -205,4 +205,29 @@ void batch_norm_apply_backward(const Ctx& c, int64_t N, int64_t C, int64_t HW, c
 void batch_norm_update_running(const Ctx& c, int64_t C, int64_t M, const float* stats, float momentum,
                                float* running_mean, float* running_var);
 
+// ---- the 16-bit activations: autocast's input-type ops on CPU devices (core/ops/autocast.cpp) keep
+// bfloat16 or float16 activations (`f`) in 16 bits. The float32 kernels of bias_add.cpp, relu.cpp,
+// add.cpp, pool2d.cpp and batch_norm.cpp, written once over the element type: each element read widened
+// (exactly), computed as in float32, each output rounded once to nearest even. The bias,
+// BatchNorm's parameters, statistics and their gradients stay float32. Max-pooling's backward sums a plane's
+// gradients in float32 before it rounds them.
+void bias_add16_forward(const Ctx& c, Float16 f, const uint16_t* x, const float* b, uint16_t* y, int64_t outer, int64_t C,
+                        int64_t inner);
+void bias_add16_backward(const Ctx& c, Float16 f, const uint16_t* dy, float* db, int64_t outer, int64_t C, int64_t inner);
+void relu16_forward(const Ctx& c, Float16 f, const uint16_t* x, uint16_t* y, int64_t n);
+void relu16_backward(const Ctx& c, Float16 f, const uint16_t* x, const uint16_t* dy, uint16_t* dx, int64_t n);
+void add16(const Ctx& c, Float16 f, const uint16_t* a, const uint16_t* b, uint16_t* y, int64_t n);
+void max_pool2d16_forward(const Ctx& c, Float16 f, const Pool2dShape& s, const uint16_t* x, uint16_t* y, int32_t* argmax);
+void max_pool2d16_backward(const Ctx& c, Float16 f, const Pool2dShape& s, const uint16_t* dy, const int32_t* argmax,
+                           uint16_t* dx);
+void batch_norm16_train_forward(const Ctx& c, Float16 f, int64_t N, int64_t C, int64_t HW, const uint16_t* x,
+                                const float* gamma, const float* beta, float eps, float momentum, uint16_t* y,
+                                float* mean, float* invstd, float* running_mean, float* running_var);
+void batch_norm16_eval_forward(const Ctx& c, Float16 f, int64_t N, int64_t C, int64_t HW, const uint16_t* x,
+                               const float* gamma, const float* beta, const float* running_mean,
+                               const float* running_var, float eps, uint16_t* y);
+void batch_norm16_backward(const Ctx& c, Float16 f, int64_t N, int64_t C, int64_t HW, const uint16_t* x,
+                           const uint16_t* dy, const float* gamma, const float* mean, const float* invstd, uint16_t* dx,
+                           float* dgamma, float* dbeta);
+
 }  // namespace d2l::kernels::cpu
