@@ -17,80 +17,23 @@
 #include <utility>
 #include <vector>
 
+#include "batch_norm_channel.hpp"
 #include "float16.hpp"
 #include "kernels.hpp"
 
 namespace d2l::kernels::cpu {
 
-// ---- max pooling, written once over the element type (float16.hpp's V): float32, and the 16-bit
-// activations of autocast on CPU devices (a maximum is one of the inputs: exact in any type; backward
-// sums a plane's gradients in float32 and rounds each once).
+// ---- max pooling: activation_loops.hpp's loops, shared with the 16-bit activations (activations16.cpp)
 namespace {
-
-template <class V>
-void max_forward(const Ctx& c, const Pool2dShape& s, const typename V::T* x, typename V::T* y, int32_t* argmax) {
-  const int64_t OH = s.OH(), OW = s.OW();
-  c.parallel_for(s.N * s.C, [&](int64_t begin, int64_t end) {
-    for (int64_t p = begin; p < end; ++p) {
-      const typename V::T* xp = x + p * s.H * s.W;
-      for (int64_t oh = 0; oh < OH; ++oh)
-        for (int64_t ow = 0; ow < OW; ++ow) {
-          const int64_t h0 = oh * s.stride_h - s.pad_h, w0 = ow * s.stride_w - s.pad_w;
-          float best = 0.0f;
-          int64_t best_i = -1;
-          for (int64_t ih = std::max<int64_t>(h0, 0); ih < std::min(h0 + s.KH, s.H); ++ih)
-            for (int64_t iw = std::max<int64_t>(w0, 0); iw < std::min(w0 + s.KW, s.W); ++iw) {
-              const float v = V::get(xp[ih * s.W + iw]);
-              // strictly greater: the first maximum wins ties; the first NaN wins over numbers
-              if (best_i < 0 || v > best || (std::isnan(v) && !std::isnan(best))) {
-                best = v;
-                best_i = ih * s.W + iw;
-              }
-            }
-          const int64_t o = p * OH * OW + oh * OW + ow;
-          y[o] = V::put(best);
-          argmax[o] = static_cast<int32_t>(best_i);
-        }
-    }
-  });
-}
-
-template <class V>
-void max_backward(const Ctx& c, const Pool2dShape& s, const typename V::T* dy, const int32_t* argmax, typename V::T* dx) {
-  const int64_t P = s.OH() * s.OW(), HW = s.H * s.W;
-  constexpr bool f32 = std::is_same_v<V, AsF32>;
-  c.parallel_for(s.N * s.C, [&](int64_t begin, int64_t end) {
-    std::vector<float> plane(f32 ? 0 : static_cast<size_t>(HW));  // a 16-bit plane's float32 sums
-    for (int64_t p = begin; p < end; ++p) {
-      float* acc = f32 ? reinterpret_cast<float*>(dx + p * HW) : plane.data();
-      std::fill(acc, acc + HW, 0.0f);
-      for (int64_t o = p * P; o < (p + 1) * P; ++o)
-        if (argmax[o] >= 0) acc[argmax[o]] += V::get(dy[o]);
-      if constexpr (!f32)
-        for (int64_t i = 0; i < HW; ++i) dx[p * HW + i] = V::put(acc[i]);
-    }
-  });
-}
-
+#include "activation_loops.hpp"
 }  // namespace
 
 void max_pool2d_forward(const Ctx& c, const Pool2dShape& s, const float* x, float* y, int32_t* argmax) {
-  max_forward<AsF32>(c, s, x, y, argmax);
+  max_pool_forward<AsF32>(c, s, x, y, argmax);
 }
 
 void max_pool2d_backward(const Ctx& c, const Pool2dShape& s, const float* dy, const int32_t* argmax, float* dx) {
-  max_backward<AsF32>(c, s, dy, argmax, dx);
-}
-
-void max_pool2d16_forward(const Ctx& c, Float16 f, const Pool2dShape& s, const uint16_t* x, uint16_t* y, int32_t* argmax) {
-  if (f == Float16::bf16) max_forward<As16<Float16::bf16>>(c, s, x, y, argmax);
-  else max_forward<As16<Float16::f16>>(c, s, x, y, argmax);
-}
-
-void max_pool2d16_backward(const Ctx& c, Float16 f, const Pool2dShape& s, const uint16_t* dy, const int32_t* argmax,
-                           uint16_t* dx) {
-  if (f == Float16::bf16) max_backward<As16<Float16::bf16>>(c, s, dy, argmax, dx);
-  else max_backward<As16<Float16::f16>>(c, s, dy, argmax, dx);
+  max_pool_backward<AsF32>(c, s, dy, argmax, dx);
 }
 
 // ---- average pooling (padding counted: always divide by KH*KW)
