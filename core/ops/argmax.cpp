@@ -10,8 +10,13 @@ D2L_DECLARE_KERNEL(count_correct, const float* x, const int32_t* labels, float* 
 namespace d2l {
 using namespace detail;
 
+// A 16-bit x (the logits of a forward under autocast, whose dense layer runs in its input's type on
+// CPU devices) is widened first, inside a scope or not: widening is exact, and neither op has a
+// gradient, so the maximum is the 16-bit values' own.
+static Tensor widened(const Tensor& x) { return x.defined() && is_float(x.dtype()) ? cast(x, DType::f32) : x; }
+
 Tensor argmax(const Tensor& x_in) {
-  const Tensor x = autocast_input("argmax", x_in);
+  const Tensor x = widened(autocast_input("argmax", x_in));
   Device d = same_device("argmax", {x});
   expect_f32("argmax", x, "x");
   expect_ndim("argmax", x, 2, "x");
@@ -24,7 +29,7 @@ Tensor argmax(const Tensor& x_in) {
 }
 
 Tensor count_correct(const Tensor& logits_in, const Tensor& labels) {
-  const Tensor logits = autocast_input("count_correct", logits_in);
+  const Tensor logits = widened(autocast_input("count_correct", logits_in));
   Device d = same_device("count_correct", {logits, labels});
   expect_ndim("count_correct", logits, 2, "logits");
   if (labels.dtype() != DType::i32 || labels.ndim() != 1 || labels.dim(0) != logits.dim(0))

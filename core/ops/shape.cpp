@@ -1,5 +1,7 @@
 // reshape, flatten, concat / slice_rows / split along the batch axis.
 
+#include <cstring>
+
 #include "core/ops.hpp"
 #include "core/ops/op.hpp"
 
@@ -43,14 +45,22 @@ Tensor flatten(const Tensor& x) {
 }
 
 // Copies `rows` rows of `src` starting at src_row into dst starting at dst_row (same row size).
+// Rows of 16-bit elements (autocast's activations on CPU devices) are copied in host memory: CPU and
+// emulated devices only.
 static void copy_rows(const Tensor& src, int64_t src_row, const Tensor& dst, int64_t dst_row, int64_t rows) {
-  if (dtype_size(src.dtype()) != 4)
-    fail("concat and slice_rows", std::string("rows of ") + dtype_name(src.dtype()) + " are not copied here; cast to float32 first");
-  int64_t row_bytes = (src.dim(0) ? src.numel() / src.dim(0) : 0) * 4;
+  const int64_t size = static_cast<int64_t>(dtype_size(src.dtype()));
+  if (size != 4 && dst.device().kind == DeviceKind::gpu)
+    fail("concat and slice_rows", std::string("rows of ") + dtype_name(src.dtype()) + " are copied on CPU and emulated "
+                                  "devices only; cast to float32 first");
+  int64_t row_bytes = (src.dim(0) ? src.numel() / src.dim(0) : 0) * size;
   if (rows == 0 || row_bytes == 0) return;
   const char* from = static_cast<const char*>(src.storage()->ptr) + src_row * row_bytes;
   char* to = static_cast<char*>(dst.storage()->ptr) + dst_row * row_bytes;
   size_t bytes = static_cast<size_t>(rows * row_bytes);
+  if (size != 4) {
+    launch(dst.device(), "copy_rows", keep({src, dst}), [=](const LaunchCtx&) { std::memcpy(to, from, bytes); });
+    return;
+  }
   // Rows hold 4-byte elements (float32 or int32): the backend's copy kernel moves them as floats.
   const float* f = reinterpret_cast<const float*>(from);
   float* t = reinterpret_cast<float*>(to);
