@@ -12,37 +12,27 @@
 //             dx = gamma * invstd / M * (M * dy - dbeta - xhat * dgamma)
 // Every channel is independent: all loops split over C. The loops are activation_loops.hpp's, shared
 // with the 16-bit activations (activations16.cpp).
-#include <algorithm>
-#include <cmath>
-#include <type_traits>
-#include <vector>
-
-#include "batch_norm_channel.hpp"
-#include "float16.hpp"
+#include "activation_loops_once.hpp"
 #include "kernels.hpp"
 
 namespace d2l::kernels::cpu {
 
-namespace {
-#include "activation_loops.hpp"
-}  // namespace
-
 void batch_norm_train_forward(const Ctx& c, int64_t N, int64_t C, int64_t HW, const float* x,
                               const float* gamma, const float* beta, float eps, float momentum, float* y,
                               float* mean, float* invstd, float* running_mean, float* running_var) {
-  bn_train_forward<AsF32>(c, N, C, HW, x, gamma, beta, eps, momentum, y, mean, invstd, running_mean, running_var);
+  loops::bn_train_forward<AsF32>(c, N, C, HW, x, gamma, beta, eps, momentum, y, mean, invstd, running_mean, running_var);
 }
 
 void batch_norm_eval_forward(const Ctx& c, int64_t N, int64_t C, int64_t HW, const float* x,
                              const float* gamma, const float* beta, const float* running_mean,
                              const float* running_var, float eps, float* y) {
-  bn_eval_forward<AsF32>(c, N, C, HW, x, gamma, beta, running_mean, running_var, eps, y);
+  loops::bn_eval_forward<AsF32>(c, N, C, HW, x, gamma, beta, running_mean, running_var, eps, y);
 }
 
 void batch_norm_backward(const Ctx& c, int64_t N, int64_t C, int64_t HW, const float* x, const float* dy,
                          const float* gamma, const float* mean, const float* invstd, float* dx, float* dgamma,
                          float* dbeta) {
-  bn_backward<AsF32>(c, N, C, HW, x, dy, gamma, mean, invstd, dx, dgamma, dbeta);
+  loops::bn_backward<AsF32>(c, N, C, HW, x, dy, gamma, mean, invstd, dx, dgamma, dbeta);
 }
 
 }  // namespace d2l::kernels::cpu

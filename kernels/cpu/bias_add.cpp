@@ -3,28 +3,18 @@
 // The inner loops go eight elements at a time with a fixed-length loop: that is what GCC vectorizes
 // at -O2 (it leaves loops of unknown length scalar). The loops are activation_loops.hpp's, shared
 // with the 16-bit activations (activations16.cpp).
-#include <algorithm>
-#include <cmath>
-#include <type_traits>
-#include <vector>
-
-#include "batch_norm_channel.hpp"
-#include "float16.hpp"
+#include "activation_loops_once.hpp"
 #include "kernels.hpp"
 
 namespace d2l::kernels::cpu {
 
-namespace {
-#include "activation_loops.hpp"
-}  // namespace
-
 void bias_add_forward(const Ctx& c, const float* x, const float* b, float* y, int64_t outer, int64_t C,
                       int64_t inner) {
-  bias_forward<AsF32>(c, x, b, y, outer, C, inner);
+  loops::bias_forward<AsF32>(c, x, b, y, outer, C, inner);
 }
 
 void bias_add_backward(const Ctx& c, const float* dy, float* db, int64_t outer, int64_t C, int64_t inner) {
-  bias_backward<AsF32>(c, dy, db, outer, C, inner);
+  loops::bias_backward<AsF32>(c, dy, db, outer, C, inner);
 }
 
 }  // namespace d2l::kernels::cpu

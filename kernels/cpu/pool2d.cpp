@@ -17,23 +17,18 @@
 #include <utility>
 #include <vector>
 
-#include "batch_norm_channel.hpp"
-#include "float16.hpp"
+#include "activation_loops_once.hpp"
 #include "kernels.hpp"
 
 namespace d2l::kernels::cpu {
 
 // ---- max pooling: activation_loops.hpp's loops, shared with the 16-bit activations (activations16.cpp)
-namespace {
-#include "activation_loops.hpp"
-}  // namespace
-
 void max_pool2d_forward(const Ctx& c, const Pool2dShape& s, const float* x, float* y, int32_t* argmax) {
-  max_pool_forward<AsF32>(c, s, x, y, argmax);
+  loops::max_pool_forward<AsF32>(c, s, x, y, argmax);
 }
 
 void max_pool2d_backward(const Ctx& c, const Pool2dShape& s, const float* dy, const int32_t* argmax, float* dx) {
-  max_pool_backward<AsF32>(c, s, dy, argmax, dx);
+  loops::max_pool_backward<AsF32>(c, s, dy, argmax, dx);
 }
 
 // ---- average pooling (padding counted: always divide by KH*KW)
