@@ -20,6 +20,13 @@ namespace d2l {
 using namespace detail;
 namespace k = kernels::cpu;
 
+// Evaluation statistics are constants, and evaluation has no backward: asking for one is an error.
+static void record_evaluation(const Tensor& y, const Tensor& x, const Tensor& gamma, const Tensor& beta) {
+  record(y, "batch_norm", {x, gamma, beta}, [](const Tensor&) -> std::vector<Tensor> {
+    throw std::logic_error("batch_norm: backward in evaluation mode is not supported; train with TrainMode(true)");
+  });
+}
+
 // A 16-bit x on a CPU device (autocast's activations there): kernels/cpu's batch_norm16_*, the same
 // computation with x, y and dx in x's type; the parameters, statistics and their gradients float32.
 static Tensor batch_norm_16bit(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
@@ -36,9 +43,7 @@ static Tensor batch_norm_16bit(const Tensor& x, const Tensor& gamma, const Tenso
   if (!is_training()) {
     launch(d, "batch_norm", keep({x, gamma, beta, running_mean, running_var, y}),
            [=](const LaunchCtx& c) { k::batch_norm16_eval_forward(c.cpu, f, N, C, HW, X, G, B, RM, RV, eps, Y); });
-    record(y, "batch_norm", {x, gamma, beta}, [](const Tensor&) -> std::vector<Tensor> {
-      throw std::logic_error("batch_norm: backward in evaluation mode is not supported; train with TrainMode(true)");
-    });
+    record_evaluation(y, x, gamma, beta);
     return y;
   }
   if (N * HW < 2) fail("batch_norm", "training needs more than one value per channel, got " + str(x.shape()));
@@ -83,9 +88,7 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& gamma_in, const Tensor& beta
     launch(d, "batch_norm", keep({x, gamma, beta, running_mean, running_var, y}),
            [=](const LaunchCtx& c) { D2L_KERNEL(c, batch_norm_eval_forward, N, C, HW, X, G, B, RM, RV, eps, Y); });
     // Evaluation statistics are constants: y = gamma * (x - rm) / sqrt(rv + eps) + beta.
-    record(y, "batch_norm", {x, gamma, beta}, [](const Tensor&) -> std::vector<Tensor> {
-      throw std::logic_error("batch_norm: backward in evaluation mode is not supported; train with TrainMode(true)");
-    });
+    record_evaluation(y, x, gamma, beta);
     return y;
   }
   if (N * HW < 2) fail("batch_norm", "training needs more than one value per channel, got " + str(x.shape()));
