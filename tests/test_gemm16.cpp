@@ -198,10 +198,28 @@ bool conv_within(const std::vector<double>& want, const std::vector<double>& mag
   }
   return bad == 0;
 }
+// The same for a result rounded once into the 16-bit format f: the float32 sum's bound, plus half a
+// unit in the last place of the format (2^-8 relative for bfloat16, 2^-11 for float16; 2^-25 absolute
+// below float16's normal range).
+bool conv_within(const std::vector<double>& want, const std::vector<double>& mag, Float16 f, const Bits& got,
+                 int64_t terms, const char* what) {
+  const double u = f == Float16::bf16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
+  const double tiny = f == Float16::bf16 ? 0 : std::ldexp(1.0, -25);
+  int bad = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double sum_bound = double(terms + 2) * std::ldexp(1.0, -24) * mag[i];
+    const double bound = u * (std::fabs(want[i]) + sum_bound) + sum_bound + tiny + 1e-30;
+    const double g = cpu::widen(f, got[i]);
+    if (!(std::fabs(g - want[i]) <= bound) && bad++ < 5)
+      std::printf("  %s[%zu] = %.9g, want %.9g within %.3g\n", what, i, g, want[i], bound);
+  }
+  return bad == 0;
+}
 
 }  // namespace
 
-TEST_CASE("conv2d16: forward, backward-data and backward-weight on 16-bit operands, float32 sums of the exact products") {
+TEST_CASE("conv2d16: forward, backward-data and backward-weight on 16-bit operands, float32 sums of the exact products"
+          " (y and dx rounded once into 16 bits)") {
   // 3x3 padded, stride 2, 1x1, and 16 images of 4x4 (chunks of 2 images side by side in one GEMM).
   for (const ConvCase& k : {ConvCase{2, 3, 7, 6, 5, 3, 3, 1, 1}, ConvCase{3, 4, 9, 9, 6, 3, 3, 2, 1},
                             ConvCase{2, 8, 5, 5, 16, 1, 1, 1, 0}, ConvCase{16, 4, 4, 4, 8, 3, 3, 1, 1}})
@@ -230,12 +248,13 @@ TEST_CASE("conv2d16: forward, backward-data and backward-weight on 16-bit operan
                     dx_want[xi] += gv * wv, dx_mag[xi] += std::fabs(gv * wv);
                     dw_want[wi] += gv * xv, dw_mag[wi] += std::fabs(gv * xv);
                   }
-      std::vector<float> y(dy.size()), dx(x.size()), dw(w.size());
+      Bits y(dy.size()), dx(x.size());
+      std::vector<float> dw(w.size());
       cpu::conv2d16_forward(cpu::serial_ctx(), f, s, x.data(), w.data(), y.data());
       cpu::conv2d16_backward_data(cpu::serial_ctx(), f, s, dy.data(), w.data(), dx.data());
       cpu::conv2d16_backward_weight(cpu::serial_ctx(), f, s, x.data(), dy.data(), dw.data());
-      CHECK(conv_within(y_want, y_mag, y, k.C * k.KH * k.KW, "y"));
-      CHECK(conv_within(dx_want, dx_mag, dx, k.OC * k.KH * k.KW, "dx"));
+      CHECK(conv_within(y_want, y_mag, f, y, k.C * k.KH * k.KW, "y"));
+      CHECK(conv_within(dx_want, dx_mag, f, dx, k.OC * k.KH * k.KW, "dx"));
       CHECK(conv_within(dw_want, dw_mag, dw, k.N * OH * OW, "dw"));
     }
 }

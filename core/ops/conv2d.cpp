@@ -43,19 +43,20 @@ static k::Conv2dShape conv2d_shape(const Tensor& x, const Tensor& w, Pair stride
 }
 
 // The three passes on 16-bit operands on cpu(i) (kernels/cpu's conv2d16_*: im2col in 16 bits and
-// gemm16), each result float32: y, dL/dx, dL/dw. x, w and gy of x's type t.
+// gemm16, float32 sums): y and dL/dx in x's type t (each sum rounded once), dL/dw float32. x, w and gy
+// of type t.
 static Tensor conv2d16_y(const Tensor& x, const Tensor& w, const k::Conv2dShape& s) {
-  Tensor y = Tensor::empty({s.N, s.OC, s.OH(), s.OW()}, x.device());
+  Tensor y = Tensor::empty({s.N, s.OC, s.OH(), s.OW()}, x.device(), x.dtype());
   const uint16_t *X = x.data16(), *W = w.data16();
-  float* Y = y.data();
+  uint16_t* Y = y.data16();
   const k::Float16 f = float16_of(x.dtype());
   launch(x.device(), "conv2d", keep({x, w, y}), [=](const LaunchCtx& c) { k::conv2d16_forward(c.cpu, f, s, X, W, Y); });
   return y;
 }
 static Tensor conv2d16_grad_x(const Tensor& w, const Tensor& gy, const Shape& x_shape, const k::Conv2dShape& s) {
-  Tensor gx = Tensor::empty(x_shape, gy.device());
+  Tensor gx = Tensor::empty(x_shape, gy.device(), w.dtype());
   const uint16_t *W = w.data16(), *G = gy.data16();
-  float* GX = gx.data();
+  uint16_t* GX = gx.data16();
   const k::Float16 f = float16_of(w.dtype());
   launch(gy.device(), "conv2d_backward_data", keep({w, gy, gx}),
          [=](const LaunchCtx& c) { k::conv2d16_backward_data(c.cpu, f, s, G, W, GX); });
@@ -73,12 +74,13 @@ static Tensor conv2d16_grad_w(const Tensor& x, const Tensor& gy, const Shape& w_
 
 // 16-bit x and w (under Autocast, or given so): float32 sums of the exact products of the 16-bit
 // values, rounded once into their type; the bias is added after. bfloat16 on cpu(i) with AVX512-BF16
-// runs the 16-bit passes above (whatever --conv chose for float32: they are kernel2's, on VDPBF16PS).
+// runs the 16-bit passes above (whatever --conv chose for float32: they are kernel2's, on VDPBF16PS),
+// which write y and dL/dx in 16 bits themselves.
 // Elsewhere (float16, emu(i), gpu(i), a CPU without the instruction) the portable way, as the CPU's
 // gemm16_widened does it: both operands widened (exactly) and the float32 convolution run. The graph
 // keeps the 16-bit operands only (the activations stored in 16 bits): backward takes them with the
 // incoming gradient in 16 bits too (widened, on the portable way) and rounds dL/dx and dL/dw once into
-// the operands' type. Float32 copies live only while a kernel reads
+// the operands' type. Float32 copies (the portable way's) live only while a kernel reads
 // them. (zb-h1 cannot defer this dL/dw: its weight is autocast's 16-bit copy, not the parameter.)
 static Tensor conv2d_16bit(const Tensor& x, const Tensor& w, const Tensor& b, Pair stride, Pair padding) {
   if (!is_float(x.dtype()) || x.dtype() != w.dtype())
@@ -93,7 +95,7 @@ static Tensor conv2d_16bit(const Tensor& x, const Tensor& w, const Tensor& b, Pa
   {
     NoGrad no_grad;
     Autocast off(DType::f32);  // the float32 convolution inside is not cast back
-    y = cast(in_16_bits ? conv2d16_y(x, w, s) : conv2d(cast(x, DType::f32), cast(w, DType::f32), Tensor(), stride, padding), t);
+    y = in_16_bits ? conv2d16_y(x, w, s) : cast(conv2d(cast(x, DType::f32), cast(w, DType::f32), Tensor(), stride, padding), t);
   }
   record(y, "conv2d", {x, w}, [x, w, s, t, in_16_bits](const Tensor& gy) {
     NoGrad no_grad;
@@ -101,7 +103,7 @@ static Tensor conv2d_16bit(const Tensor& x, const Tensor& w, const Tensor& b, Pa
     Tensor gx, gw;
     if (in_16_bits) {
       const Tensor g16 = cast(gy, t);
-      if (x.needs_grad()) gx = cast(conv2d16_grad_x(w, g16, x.shape(), s), t);
+      if (x.needs_grad()) gx = conv2d16_grad_x(w, g16, x.shape(), s);
       if (w.needs_grad()) gw = cast(conv2d16_grad_w(x, g16, w.shape(), s), t);
     } else {
       const Tensor gy32 = cast(gy, DType::f32);

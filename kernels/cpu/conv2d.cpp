@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <atomic>
 #include <bit>
+#include <type_traits>
 #include <vector>
 
 #include "kernels.hpp"
@@ -261,6 +262,20 @@ void from_chunk(const float* chunk, int64_t B, int64_t rows, int64_t P, float* i
   for (int64_t b = 0; b < B; ++b)
     for (int64_t r = 0; r < rows; ++r) copy_row(chunk + r * B * P + b * P, images + (b * rows + r) * P, P);
 }
+// The same into 16-bit images (V = As16<F>): each float32 sum rounded once, to nearest even.
+template <class V>
+void from_chunk(const float* chunk, int64_t B, int64_t rows, int64_t P, uint16_t* images) {
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* in = chunk + r * B * P + b * P;
+      uint16_t* out = images + (b * rows + r) * P;
+      for (int64_t j = 0; j < P; ++j) out[j] = V::put(in[j]);
+    }
+}
+template <class V>
+void narrow_all(const float* x, int64_t n, uint16_t* y) {
+  for (int64_t i = 0; i < n; ++i) y[i] = V::put(x[i]);
+}
 
 // The GEMM of the operands' type, C float32: gemm, or gemm16 on bfloat16 or float16 bits (`f`).
 void gemm_of(const Ctx& c, Float16, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
@@ -305,33 +320,48 @@ void im2col(const Conv2dShape& s, const float* x_img, float* col) { im2col(Geome
 void col2im(const Conv2dShape& s, const float* col, float* dx_img) { col2im(Geometry(s), col, 1, dx_img); }
 
 // ---- forward: yc = w @ col, per chunk
-template <class T>
-static void forward_im2col(const Ctx& c, Float16 f, const Conv2dShape& s, const T* x, const T* w, float* y) {
+// V: y's element type (float16.hpp). AsF32: y float32 (one image a chunk: gemm writes y_n itself);
+// As16<F>: y in 16 bits, the chunk's float32 sums rounded once as they are copied out, so no float32
+// y is ever whole.
+template <class V, class T>
+static void forward_im2col(const Ctx& c, Float16 f, const Conv2dShape& s, const T* x, const T* w, typename V::T* y) {
+  constexpr bool direct = std::is_same_v<V, AsF32>;
   const int64_t K = col_rows(s), P = col_cols(s), x_img = s.C * s.H * s.W, y_img = s.OC * P;
   const Chunks ch = chunks(s);
   const Geometry g(s);
   for_each_item(c, ch.count, [&](const Ctx& gc, int64_t i) {
     const int64_t n0 = ch.first(i), B = ch.first(i + 1) - n0;
     Scratch<T> col_buf(c.workspace, K * B * P);
-    Scratch<float> chunk_buf(c.workspace, B == 1 ? 0 : s.OC * B * P);
+    Scratch<float> chunk_buf(c.workspace, direct && B == 1 ? 0 : s.OC * B * P);
     T* col = col_buf.data();
     im2col(g, x + n0 * x_img, B, col);
-    // One image: y_n (OC, P) is the chunk layout already, so gemm writes it directly.
-    float* yc = B == 1 ? y + n0 * y_img : chunk_buf.data();
+    float* yc = chunk_buf.data();
+    if constexpr (direct)
+      if (B == 1) yc = y + n0 * y_img;  // one image: y_n (OC, P) is the chunk layout already
     gemm_of(gc, f, false, false, s.OC, B * P, K, 1.0f, w, col, 0.0f, yc);
-    if (B > 1) from_chunk(yc, B, s.OC, P, y + n0 * y_img);
+    if constexpr (direct) {
+      if (B > 1) from_chunk(yc, B, s.OC, P, y + n0 * y_img);
+    } else {
+      from_chunk<V>(yc, B, s.OC, P, y + n0 * y_img);
+    }
   });
 }
 void conv2d_forward_im2col(const Ctx& c, const Conv2dShape& s, const float* x, const float* w, float* y) {
-  forward_im2col(c, Float16::bf16, s, x, w, y);  // (f: unused for float32)
+  forward_im2col<AsF32>(c, Float16::bf16, s, x, w, y);  // (f: unused for float32)
 }
-void conv2d16_forward(const Ctx& c, Float16 f, const Conv2dShape& s, const uint16_t* x, const uint16_t* w, float* y) {
-  forward_im2col(c, f, s, x, w, y);
+void conv2d16_forward(const Ctx& c, Float16 f, const Conv2dShape& s, const uint16_t* x, const uint16_t* w, uint16_t* y) {
+  if (f == Float16::bf16)
+    forward_im2col<As16<Float16::bf16>>(c, f, s, x, w, y);
+  else
+    forward_im2col<As16<Float16::f16>>(c, f, s, x, w, y);
 }
 
 // ---- backward_data: col = w^T @ dyc, then col2im into each dx_n, per chunk
-template <class T>
-static void backward_data_im2col(const Ctx& c, Float16 f, const Conv2dShape& s, const T* dy, const T* w, float* dx) {
+// V as forward's: with As16<F> col2im adds into the chunk's float32 dx, rounded once into dx's 16 bits.
+template <class V, class T>
+static void backward_data_im2col(const Ctx& c, Float16 f, const Conv2dShape& s, const T* dy, const T* w,
+                                 typename V::T* dx) {
+  constexpr bool direct = std::is_same_v<V, AsF32>;
   const int64_t K = col_rows(s), P = col_cols(s), x_img = s.C * s.H * s.W, y_img = s.OC * P;
   const Chunks ch = chunks(s);
   const Geometry g(s);
@@ -339,22 +369,29 @@ static void backward_data_im2col(const Ctx& c, Float16 f, const Conv2dShape& s, 
     const int64_t n0 = ch.first(i), B = ch.first(i + 1) - n0;
     const T* dyc = dy + n0 * y_img;
     Scratch<T> chunk_buf(c.workspace, B > 1 ? s.OC * B * P : 0);
-    Scratch<float> col_buf(c.workspace, K * B * P);
+    Scratch<float> col_buf(c.workspace, K * B * P), dx_buf(c.workspace, direct ? 0 : B * x_img);
     if (B > 1) {
       to_chunk(dyc, B, s.OC, P, chunk_buf.data());
       dyc = chunk_buf.data();
     }
     float* col = col_buf.data();
     gemm_of(gc, f, true, false, K, B * P, s.OC, 1.0f, w, dyc, 0.0f, col);
-    std::fill(dx + n0 * x_img, dx + (n0 + B) * x_img, 0.0f);
-    col2im(g, col, B, dx + n0 * x_img);
+    float* dxc = dx_buf.data();
+    if constexpr (direct) dxc = dx + n0 * x_img;
+    std::fill(dxc, dxc + B * x_img, 0.0f);
+    col2im(g, col, B, dxc);
+    if constexpr (!direct) narrow_all<V>(dxc, B * x_img, dx + n0 * x_img);
   });
 }
 void conv2d_backward_data_im2col(const Ctx& c, const Conv2dShape& s, const float* dy, const float* w, float* dx) {
-  backward_data_im2col(c, Float16::bf16, s, dy, w, dx);
+  backward_data_im2col<AsF32>(c, Float16::bf16, s, dy, w, dx);
 }
-void conv2d16_backward_data(const Ctx& c, Float16 f, const Conv2dShape& s, const uint16_t* dy, const uint16_t* w, float* dx) {
-  backward_data_im2col(c, f, s, dy, w, dx);
+void conv2d16_backward_data(const Ctx& c, Float16 f, const Conv2dShape& s, const uint16_t* dy, const uint16_t* w,
+                            uint16_t* dx) {
+  if (f == Float16::bf16)
+    backward_data_im2col<As16<Float16::bf16>>(c, f, s, dy, w, dx);
+  else
+    backward_data_im2col<As16<Float16::f16>>(c, f, s, dy, w, dx);
 }
 
 // ---- backward_weight: dw = sum over chunks of dyc @ col^T

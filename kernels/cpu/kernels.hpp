@@ -151,10 +151,13 @@ void conv2d_forward_im2col(const Ctx& c, const Conv2dShape& s, const float* x, c
 void conv2d_backward_data_im2col(const Ctx& c, const Conv2dShape& s, const float* dy, const float* w, float* dx);
 void conv2d_backward_weight_im2col(const Ctx& c, const Conv2dShape& s, const float* x, const float* dy, float* dw);
 // kernel2 on 16-bit operands (bfloat16 or float16 bits, `f`): im2col in 16 bits, gemm16 (VDPBF16PS for
-// bfloat16 where the CPU has it), col2im and the results in float32. What conv2d runs on bfloat16
+// bfloat16 where the CPU has it), the sums and col2im in float32. What conv2d runs on bfloat16
 // operands on cpu(i) with AVX512-BF16: each pass reads half the bytes, and no operand is widened first.
-void conv2d16_forward(const Ctx& c, Float16 f, const Conv2dShape& s, const uint16_t* x, const uint16_t* w, float* y);
-void conv2d16_backward_data(const Ctx& c, Float16 f, const Conv2dShape& s, const uint16_t* dy, const uint16_t* w, float* dx);
+// y and dx are 16-bit too, each float32 sum rounded once into them (to nearest even) chunk by chunk;
+// dw, the parameter's shape, stays float32.
+void conv2d16_forward(const Ctx& c, Float16 f, const Conv2dShape& s, const uint16_t* x, const uint16_t* w, uint16_t* y);
+void conv2d16_backward_data(const Ctx& c, Float16 f, const Conv2dShape& s, const uint16_t* dy, const uint16_t* w,
+                            uint16_t* dx);
 void conv2d16_backward_weight(const Ctx& c, Float16 f, const Conv2dShape& s, const uint16_t* x, const uint16_t* dy,
                               float* dw);
 void im2col(const Conv2dShape& s, const float* x_img, float* col);  // one image -> col (C*KH*KW, OH*OW)
