@@ -1,7 +1,7 @@
 // The 16-bit activations' kernels (kernels.hpp: relu16_*, add16, bias_add16_*, max_pool2d16_*,
 // batch_norm16_*): activation_loops.hpp's loops, the float32 kernels' own, over bfloat16 or float16
-// bits. Each is compiled three times, for AVX-512, for AVX2 and for any x86-64 (as GEMM kernel3 is,
-// gemm_packed.cpp), and the best set this CPU has runs: widening a 16-bit value is a shift and
+// bits. Each is compiled three times, for AVX-512, for AVX2 and for any x86-64 (per_isa.hpp, as GEMM
+// kernel3 is in gemm_packed.cpp), and the best set this CPU has runs: widening a 16-bit value is a shift and
 // rounding one an add, a shift and a select, which vectorise only with the wider instruction sets
 // (the baseline's SSE2 lacks the 32-to-16-bit packs). This file is built at -O3 (meson.build): the
 // loops of unknown length (a channel's values) are vectorised there, not at -O2. Floating-point
@@ -19,33 +19,8 @@ namespace d2l::kernels::cpu {
 
 namespace {
 
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx2,fma")
-namespace avx512 {
-#include "activation_loops.hpp"
-}  // namespace avx512
-#pragma GCC pop_options
-
-#pragma GCC push_options
-#pragma GCC target("avx2,fma")
-namespace avx2 {
-#include "activation_loops.hpp"
-}  // namespace avx2
-#pragma GCC pop_options
-
-namespace portable {
-#include "activation_loops.hpp"
-}  // namespace portable
-
-// Calls ISA::NAME<...>(args) for the best instruction set this CPU has (checked once, vector_isa.cpp).
-#define D2L_ON_BEST_ISA(call)                                  \
-  do {                                                         \
-    switch (best_vector_isa()) {                               \
-      case VectorIsa::avx512: avx512::call; break;             \
-      case VectorIsa::avx2: avx2::call; break;                 \
-      default: portable::call; break;                          \
-    }                                                          \
-  } while (0)
+#define D2L_PER_ISA_LOOPS "activation_loops.hpp"
+#include "per_isa.hpp"
 
 using Bf16 = As16<Float16::bf16>;
 using F16 = As16<Float16::f16>;
